@@ -1,0 +1,200 @@
+"""Builder: configuration -> TensorIR schedule -> CUDA source -> cubin, in parallel, with limits.
+
+Each build goes through three stages, and a failure names the stage:
+
+- ``apply``: the operator's schedule function; a refusal is ``schedule_error`` with the TensorIR
+  primitive that refused (``compute-at``, ``tensorize``, ...);
+- ``lower``: ``tvm.compile`` to CUDA source; a failure is ``build_error`` (stage ``lower``);
+- ``compile``: nvcc to an sm_90 cubin; a failure is ``build_error`` (stage ``compile``) with the
+  tail of nvcc's message; the resource report (registers, shared memory, spills) is kept.
+
+A build over its time limit, or one that crashes its worker process, costs only itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+from bocast.measure.nvcc import compile_cubin, why_no_compiler
+from bocast.measure.pool import TaskFailure, TimedPool
+from bocast.measure.status import Status, tail
+from bocast.operator import Operator, from_workload
+from bocast.space import Config, Space
+
+
+@dataclass
+class BuildResult:
+    key: str
+    status: Status
+    stage: str | None = None       # apply | lower | compile (where it failed)
+    primitive: str | None = None   # the schedule primitive that refused
+    error: str = ""
+    kernel: str = ""
+    grid: tuple[int, int, int] = (1, 1, 1)
+    block: tuple[int, int, int] = (1, 1, 1)
+    args: tuple[str, ...] = ()
+    features: dict[str, float] = field(default_factory=dict)
+    times: dict[str, float] = field(default_factory=dict)
+    cubin: bytes | None = field(default=None, repr=False)
+
+    @property
+    def failure_class(self) -> str | None:
+        if self.status is Status.OK:
+            return None
+        if self.status is Status.SCHEDULE_ERROR:
+            return f"schedule_error:{self.primitive or 'unknown'}"
+        if self.status is Status.BUILD_ERROR:
+            return f"build_error:{self.stage}"
+        return str(self.status)
+
+    def to_dict(self, with_cubin: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        d["status"] = str(self.status)
+        if not with_cubin:
+            d.pop("cubin")
+        return d
+
+
+# ------------------------------------------------------------------- work done in a worker
+
+_OPS: dict[str, Operator] = {}
+
+
+def _operator(workload: Mapping[str, Any]) -> Operator:
+    key = Space.key(workload)
+    if key not in _OPS:
+        _OPS[key] = from_workload(workload)
+    return _OPS[key]
+
+
+def _skip_tvm_cuda_compile() -> None:
+    """On a CUDA-enabled TVM, codegen calls ``tvm_callback_cuda_compile`` (NVRTC, 1-2 s). We
+    compile the source ourselves with nvcc, so hand TVM the source back instead."""
+    import tvm  # noqa: F401 - registers TVM's callback first, so ours can override it
+
+    try:
+        import tvm_ffi
+
+        @tvm_ffi.register_global_func("tvm_callback_cuda_compile", override=True)
+        def _source_only(code, *args):  # noqa: ARG001
+            return code
+    except Exception:  # noqa: BLE001 - older/other TVM builds: nothing to override
+        pass
+
+
+_PRIMITIVE = re.compile(r"schedule primitive '([\w-]+)'")
+
+
+def build_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    """Build one configuration; runs inside a pool worker. Returns ``BuildResult.to_dict``."""
+    from bocast.tensorcore import lower
+
+    _skip_tvm_cuda_compile()
+    op = _operator(task["workload"])
+    config = op.space.from_json(task["config"])
+    res = BuildResult(key=Space.key(config), status=Status.OK)
+    t0 = time.perf_counter()
+    try:
+        sch = op.apply(config)
+    except Exception as e:  # noqa: BLE001
+        msg = str(e)
+        m = _PRIMITIVE.search(msg)
+        res.status, res.stage, res.error = Status.SCHEDULE_ERROR, "apply", tail(msg)
+        res.primitive = m.group(1) if m else type(e).__name__
+        res.times["apply_s"] = time.perf_counter() - t0
+        return res.to_dict()
+    t1 = time.perf_counter()
+    res.times["apply_s"] = t1 - t0
+    try:
+        low = lower(sch.mod)
+        tensor_names = {t.name for t in op.tensors()}
+        if not set(low.args) <= tensor_names:
+            raise RuntimeError(f"kernel arguments {low.args} do not match tensors {tensor_names}")
+    except Exception as e:  # noqa: BLE001
+        res.status, res.stage, res.error = Status.BUILD_ERROR, "lower", tail(str(e))
+        res.times["lower_s"] = time.perf_counter() - t1
+        return res.to_dict()
+    res.times["lower_s"] = time.perf_counter() - t1
+    res.kernel, res.args, res.grid, res.block = low.kernel, low.args, low.grid, low.block
+    res.features["dynamic_smem_bytes"] = float(low.dynamic_smem)
+    if not task.get("compile", True):
+        res.times["total_s"] = time.perf_counter() - t0
+        return res.to_dict()
+    cr = compile_cubin(low.source, timeout_s=task.get("compile_timeout_s", 120.0))
+    res.times["compile_s"] = cr.seconds
+    res.features.update(cr.features)
+    if cr.timed_out:
+        res.status, res.stage, res.error = Status.BUILD_TIMEOUT, "compile", tail(cr.log)
+    elif not cr.ok:
+        res.status, res.stage, res.error = Status.BUILD_ERROR, "compile", tail(cr.log)
+    else:
+        res.cubin = cr.cubin
+    res.times["total_s"] = time.perf_counter() - t0
+    return res.to_dict(with_cubin=True)
+
+
+def _from_dict(d: Mapping[str, Any]) -> BuildResult:
+    d = dict(d)
+    d["status"] = Status(d["status"])
+    d["grid"], d["block"], d["args"] = tuple(d["grid"]), tuple(d["block"]), tuple(d["args"])
+    return BuildResult(**d)
+
+
+# ------------------------------------------------------------------------------ the builder
+
+
+class Builder:
+    """Builds batches of configurations of one operator in a pool of worker processes.
+
+    ``workers`` defaults to the machine's cores; ``timeout_s`` bounds one whole build (apply,
+    lower, nvcc). Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, *, workers: int | None = None, timeout_s: float = 180.0,
+                 compile: bool = True):
+        self.workers = workers or os.cpu_count() or 1
+        self.timeout_s = timeout_s
+        self.compile = compile
+        if compile and why_no_compiler():
+            raise RuntimeError(why_no_compiler())
+        self._pool = TimedPool("bocast.measure.builder:build_task", self.workers)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def build(self, op: Operator, configs: Sequence[Config],
+              on_result=None) -> list[BuildResult]:
+        tasks = [{"workload": op.workload, "config": _jsonable(c), "compile": self.compile,
+                  "compile_timeout_s": self.timeout_s} for c in configs]
+        keys = [Space.key(c) for c in configs]
+
+        def convert(i: int, raw: Any) -> BuildResult:
+            if isinstance(raw, TaskFailure):
+                status = Status.BUILD_TIMEOUT if raw.kind == "timeout" else Status.BUILD_ERROR
+                return BuildResult(key=keys[i], status=status, stage="worker",
+                                   error=tail(f"{raw.kind}: {raw.detail}"),
+                                   times={"total_s": raw.seconds})
+            return _from_dict(raw)
+
+        results: list[BuildResult | None] = [None] * len(configs)
+
+        def collect(i: int, raw: Any) -> None:
+            results[i] = convert(i, raw)
+            if on_result is not None:
+                on_result(i, results[i])
+
+        self._pool.map(tasks, self.timeout_s + 30, on_result=collect)
+        return results  # type: ignore[return-value]
+
+
+def _jsonable(config: Config) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}

@@ -1,0 +1,151 @@
+"""A process pool whose tasks have a time limit: a task over its limit, or a worker that dies
+(a segfault in TVM, an abort in the driver), costs only that task; the worker is replaced."""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any, Callable, Sequence
+
+
+@dataclass
+class TaskFailure:
+    """What a task returns when it never finished: ``kind`` is "timeout" or "crash"."""
+
+    kind: str
+    detail: str
+    seconds: float
+
+
+def _worker_main(conn, fn_ref: str) -> None:
+    module, name = fn_ref.split(":")
+    fn = getattr(importlib.import_module(module), name)
+    conn.send(("ready", None))
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        try:
+            conn.send(("ok", fn(task)))
+        except Exception:  # noqa: BLE001 - report any error of the task as data
+            conn.send(("error", traceback.format_exc()))
+
+
+class _Worker:
+    def __init__(self, ctx, fn_ref: str):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, fn_ref), daemon=True)
+        self.proc.start()
+        child.close()
+        self.ready = False
+        self.task: tuple[int, float] | None = None  # (index, started)
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=10)
+        self.conn.close()
+
+
+class TimedPool:
+    """Runs ``fn(task)`` for each task in worker processes (``fn_ref`` is "module:function").
+
+    Results come back in task order: ``fn``'s return value, or a :class:`TaskFailure` for a task
+    that timed out, crashed its worker, or raised (``kind`` "error", with the traceback)."""
+
+    def __init__(self, fn_ref: str, workers: int, *, start_method: str = "spawn",
+                 startup_timeout_s: float = 180.0):
+        self.fn_ref = fn_ref
+        self.size = max(1, int(workers))
+        self.startup_timeout_s = startup_timeout_s
+        self._ctx = mp.get_context(start_method)
+        self._workers: list[_Worker] = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        for w in self._workers:
+            try:
+                w.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            w.proc.join(timeout=5)
+            w.kill()
+        self._workers = []
+
+    def map(self, tasks: Sequence[Any], timeout_s: float,
+            on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
+        results: list[Any] = [None] * len(tasks)
+        pending = list(range(len(tasks)))[::-1]
+        done = 0
+        while len(self._workers) < min(self.size, len(tasks)):
+            self._workers.append(_Worker(self._ctx, self.fn_ref))
+        spawned = time.monotonic()
+
+        def finish(i: int, value: Any) -> None:
+            nonlocal done
+            results[i] = value
+            done += 1
+            if on_result is not None:
+                on_result(i, value)
+
+        while done < len(tasks):
+            for w in self._workers:
+                if w.ready and w.task is None and pending:
+                    i = pending.pop()
+                    w.conn.send(tasks[i])
+                    w.task = (i, time.monotonic())
+            now = time.monotonic()
+            deadlines = [w.task[1] + timeout_s - now for w in self._workers if w.task]
+            ready = wait([w.conn for w in self._workers],
+                         timeout=max(0.05, min(deadlines, default=1.0)))
+            for w in list(self._workers):
+                if w.conn not in ready:
+                    continue
+                try:
+                    kind, value = w.conn.recv()
+                except (EOFError, OSError):
+                    code = w.proc.exitcode
+                    if w.task is not None:
+                        i, started = w.task
+                        finish(i, TaskFailure("crash", f"worker exited with code {code}",
+                                              time.monotonic() - started))
+                    elif not w.ready:
+                        raise RuntimeError(f"pool worker for {self.fn_ref} died at start "
+                                           f"(exit code {code})")
+                    self._replace(w)
+                    continue
+                if kind == "ready":
+                    w.ready = True
+                    continue
+                i, started = w.task
+                w.task = None
+                finish(i, value if kind == "ok" else
+                       TaskFailure("error", value, time.monotonic() - started))
+            now = time.monotonic()
+            for w in list(self._workers):
+                if w.task is not None and now - w.task[1] > timeout_s:
+                    i, started = w.task
+                    finish(i, TaskFailure("timeout", f"killed after {timeout_s:.0f} s",
+                                          now - started))
+                    self._replace(w)
+            if not any(w.ready for w in self._workers) and \
+                    time.monotonic() - spawned > self.startup_timeout_s:
+                raise RuntimeError(f"no pool worker for {self.fn_ref} started within "
+                                   f"{self.startup_timeout_s:.0f} s")
+        return results
+
+    def _replace(self, w: _Worker) -> None:
+        w.kill()
+        self._workers[self._workers.index(w)] = _Worker(self._ctx, self.fn_ref)

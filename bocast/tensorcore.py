@@ -1,0 +1,142 @@
+"""TVM pieces shared by the Tensor Core spaces: the target, WMMA intrinsics, launch extents.
+
+``tvm.s_tir.tensor_intrin.cuda`` registers a few hundred intrinsics when imported, which takes
+about 28 s on a 2-core CPU (the parse of every TVMScript description). We need a handful, so we
+load only that file's generator functions (``get_wmma_*_intrin``) and register, on first use,
+exactly the WMMA shapes and dtypes a configuration asks for. Every builder worker thus starts in
+about 3 s (the import of tvm itself) instead of 30.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import os
+import re
+import types
+from dataclasses import dataclass
+
+#: The three WMMA shapes of fp16 Tensor Cores, as (m, n, k).
+WMMA_SHAPES = {"16x16x16": (16, 16, 16), "32x8x16": (32, 8, 16), "8x32x16": (8, 32, 16)}
+
+SM90_TARGET = {
+    "kind": "cuda",
+    "arch": "sm_90",
+    "max_threads_per_block": 1024,
+    "max_shared_memory_per_block": 49152,
+    "thread_warp_size": 32,
+}
+
+#: Pass options every space builds with (TVM's defaults). Note: TVM's storage rewrite may merge a
+#: float32 shared buffer into a float16 one and then fail a dtype check; spaces keep buffers of
+#: different types in different scopes (static "shared" vs "shared.dyn") to stay clear of it, and
+#: so that shared-memory use is the plain sum of the buffers (predictable by a known constraint).
+PASS_CONFIG: dict = {}
+
+
+def target():
+    import tvm
+
+    return tvm.target.Target(SM90_TARGET)
+
+
+@functools.lru_cache(maxsize=1)
+def _helpers() -> types.ModuleType:
+    origin = os.path.join(os.path.dirname(importlib.util.find_spec("tvm.s_tir").origin),
+                          "tensor_intrin", "cuda.py")
+    with open(origin) as f:
+        tree = ast.parse(f.read())
+
+    def top_level_call(node):
+        return any(isinstance(x, ast.Call) for x in ast.walk(node))
+
+    keep = [n for n in tree.body
+            if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))
+            or (isinstance(n, (ast.Assign, ast.AnnAssign)) and not top_level_call(n))]
+    mod = types.ModuleType("bocast._tvm_cuda_intrin_helpers")
+    exec(compile(ast.Module(body=keep, type_ignores=[]), origin, "exec"), mod.__dict__)
+    return mod
+
+
+def wmma_intrin(kind: str, shape: tuple[int, int, int], dtype: str, *, scope: str = "shared",
+                b_transposed: bool = False) -> str:
+    """Name of a registered WMMA intrinsic, registering it on first use.
+
+    kind: ``load_a`` | ``load_b`` | ``fill`` | ``store`` | ``sync``. ``dtype`` is the fragment's
+    element type (fp16 for loads; the accumulator type for fill/store/sync).
+    """
+    from tvm.s_tir import TensorIntrin
+
+    m, n, k = shape
+    name = f"bocast_wmma_{kind}_{m}x{n}x{k}_{dtype}_{scope.replace('.', '_')}" \
+           f"{'_bt' if b_transposed else ''}"
+    if TensorIntrin.get(name, allow_missing=True) is not None:
+        return name
+    h = _helpers()
+    if kind == "load_a":
+        pair = h.get_wmma_load_intrin(m, n, k, dtype, scope, False, False)
+    elif kind == "load_b":
+        pair = h.get_wmma_load_intrin(m, n, k, dtype, scope, True, b_transposed)
+    elif kind == "fill":
+        pair = h.get_wmma_fill_intrin(m, n, k, dtype)
+    elif kind == "store":
+        pair = h.get_wmma_store_intrin(m, n, k, dtype, scope)
+    elif kind == "sync":
+        pair = h.get_wmma_sync_intrin(m, n, k, "float16", dtype, b_transposed)
+    else:
+        raise ValueError(f"unknown WMMA intrinsic kind {kind!r}")
+    TensorIntrin.register(name, *pair)
+    return name
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A scheduled PrimFunc lowered to one CUDA kernel, with what it takes to launch it."""
+
+    source: str
+    kernel: str
+    args: tuple[str, ...]          # tensor names, in the kernel's parameter order
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem: int              # bytes of dynamic shared memory passed at launch
+
+
+_CALL = re.compile(r'T\.call_ffi_kernel\("(\w+)", (.*?), launch_params=\[([^\]]*)\]')
+
+
+def lower(mod) -> Lowered:
+    """Run TVM's default TIR pipeline and CUDA codegen (what ``tvm.compile`` does), keeping the
+    host-side launch call so that grid, block and dynamic shared memory are exactly TVM's."""
+    import tvm
+    from tvm.tirx.build import split_host_device_mods, tir_to_runtime
+
+    tgt = target()
+    host_target = tvm.target.Target("llvm" if tvm.runtime.enabled("llvm") else "c")
+    with tvm.transform.PassContext(config=PASS_CONFIG):
+        mod = tvm.tirx.transform.BindTarget(tgt.with_host(host_target))(mod)
+        pipeline, finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(tgt)
+        host_mod, device_mods = split_host_device_mods(pipeline(mod))
+        host_script = host_mod.script()  # before finalisation lowers the launch to a packed call
+        host_mod = finalize_host()(host_mod)
+        device_mods = {t: finalize_device()(m) for t, m in device_mods.items()}
+        runtime_mod = tir_to_runtime(host_mod, device_mods, host_target)
+    calls = _CALL.findall(host_script)
+    if len(calls) != 1:
+        raise RuntimeError(f"expected one kernel launch, TVM generated {len(calls)}")
+    kernel, arg_text, tags = calls[0]
+    args = [a.strip() for a in arg_text.split(", ")]
+    tags = [t.strip().strip('"') for t in tags.split(",") if t.strip()]
+    buffers = [a for a in args if a.endswith(".data")]
+    values = [int(re.sub(r"T\.int\d+\((\d+)\)", r"\1", a)) for a in args[len(buffers):]]
+    if len(values) != len(tags):
+        raise RuntimeError(f"cannot match launch values {values} to {tags}")
+    launch = dict(zip(tags, values))
+    return Lowered(
+        source=runtime_mod.imports[0].inspect_source(),
+        kernel=kernel,
+        args=tuple(re.sub(r"(_\d+)?\.data$", "", b) for b in buffers),
+        grid=tuple(launch.get(f"blockIdx.{a}", 1) for a in "xyz"),
+        block=tuple(launch.get(f"threadIdx.{a}", 1) for a in "xyz"),
+        dynamic_smem=launch.get("tirx.use_dyn_shared_memory", 0),
+    )

@@ -1,0 +1,1 @@
+"""Operator spaces: one file per operator; each registers an ``Operator`` subclass."""

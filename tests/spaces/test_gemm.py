@@ -1,0 +1,202 @@
+"""The GEMM space: constraints, sampling coverage, encoding, workload errors, static builds."""
+
+import collections
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bocast.measure.nvcc import why_no_compiler
+from bocast.operator import WorkloadError, get_operator
+from bocast.space import Space, Split
+
+Gemm = get_operator("gemm")
+needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
+
+
+def only_violator(space: Space, name: str, seed: int = 0, draws: int = 400_000):
+    """A structural configuration that violates ``name`` and no other known constraint."""
+    rng = np.random.default_rng(seed)
+    for _ in range(draws // 20_000):
+        cols = space._with_derived(space._draw_columns(20_000, rng))
+        bad = space.violations(cols)
+        for i, v in enumerate(bad):
+            if v == [name]:
+                return space._rows(cols, [i])[0]
+    return None
+
+
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 1002, 1004)])
+def test_each_constraint_rejects_a_configuration_built_to_violate_it(shape):
+    space = Gemm.from_args(shape).space
+    for name in space.constraint_names:
+        if shape == (1024, 1024, 1024) and name in (
+                "vec_divides_k", "out_vec_divides_n", "direct_writeback_unpadded"):
+            continue  # these only bind on extents that are not multiples of 8 / of the WMMA shape
+        config = only_violator(space, name)
+        assert config is not None, f"no configuration violates only {name}"
+        assert space.validate(config) == [name]
+
+
+def test_hand_built_violations():
+    space = Gemm(1024, 1024, 1024).space
+    good = {"wmma": "16x16x16", "tile_i": (16, 2, 2), "tile_j": (16, 2, 2), "tile_k": (16, 2, 2),
+            "smem_at": 0, "frag_at": 1, "a_pad": 8, "b_pad": 8, "vec": 8, "pipeline": 2,
+            "unroll": 64, "writeback": "shared", "c_at": "block", "c_pad": 8, "out_vec": 4}
+    assert space.validate(good) == []
+    direct = {"writeback": "direct", "c_at": None, "c_pad": None, "out_vec": None}
+    assert space.validate({**good, **direct, "tile_i": (8, 8, 1), "tile_j": (4, 8, 2),
+                           "tile_k": (64, 1, 1)}) == ["threads_le_1024"]
+    assert space.validate({**good, "pipeline": 3, "tile_k": (4, 4, 4)}) == [
+        "static_shared_memory_le_48KB"]
+    assert space.validate({**good, "tile_i": (4, 4, 4), "tile_j": (4, 4, 4), "tile_k": (64, 1, 1),
+                           "pipeline": 1}) == ["shared_memory_le_227KB"]
+    assert space.validate({**good, **direct, "tile_i": (4, 2, 8), "tile_j": (16, 1, 4),
+                           "smem_at": 1, "frag_at": 2, "pipeline": 1}) == [
+        "accumulators_le_128_registers"]
+    assert space.validate({**good, "smem_at": 1, "frag_at": 0}) == ["fragments_after_shared"]
+    assert space.validate({**good, "tile_k": (32, 1, 2), "smem_at": 1}) == [
+        "pipeline_le_fetch_loop"]
+    assert space.validate({**good, "tile_i": (16, 2, 3)}) == ["tile_i.product"]
+    assert space.validate({**good, "wmma": "4x4x4"}) == ["wmma.choice"]
+    padded = Gemm(1000, 1024, 1024).space
+    assert padded.validate({**good, "tile_i": (25, 5, 1), "writeback": "direct", "c_at": None,
+                            "c_pad": None, "out_vec": None}) == ["tile_i.product"]
+    direct = {**good, "wmma": "8x32x16", "tile_i": (125, 1, 1), "tile_j": (16, 2, 1),
+              "writeback": "direct", "c_at": None, "c_pad": None, "out_vec": None}
+    assert padded.validate(direct) == []
+    assert Gemm(1000, 1024, 1024).space.validate({**direct, "wmma": "16x16x16",
+                                                   "tile_i": (63, 1, 1), "tile_j": (8, 2, 4)}) == [
+        "direct_writeback_unpadded"]
+
+
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (32, 2048, 1000)])
+def test_sampling_covers_every_value_of_every_knob(shape):
+    space = Gemm.from_args(shape).space
+    sample = space.sample(10_000, rng=0)
+    reference = space.sample(10_000, rng=1)
+    assert not any(space.validate_many(sample))
+    for k in space.knobs:
+        if isinstance(k, Split):
+            for level in range(k.parts):
+                seen = collections.Counter(c[k.name][level] for c in sample)
+                common = {v for v, n in collections.Counter(
+                    c[k.name][level] for c in reference).items() if n >= 50}
+                assert common <= set(seen), (k.name, level, common - set(seen))
+        else:
+            seen = {c[k.name] for c in sample if c[k.name] is not None}
+            assert seen == set(k.choices), (k.name, set(k.choices) - seen)
+
+
+def test_sampling_matches_the_feasible_share_of_each_wmma_shape():
+    """Uniform over the feasible set: the share of each WMMA shape in the sample matches its
+    share among feasible structural draws (an independent estimate)."""
+    space = Gemm(1024, 1024, 1024).space
+    rng = np.random.default_rng(5)
+    cols = space._with_derived(space._draw_columns(300_000, rng))
+    feasible = cols["wmma"][space.feasible_mask(cols)]
+    expected = collections.Counter(feasible.tolist())
+    got = collections.Counter(c["wmma"] for c in space.sample(20_000, rng=6))
+    for shape, n in expected.items():
+        assert abs(got[shape] / 20_000 - n / len(feasible)) < 0.02
+
+
+def test_encode_decode_round_trip():
+    space = Gemm(32, 2048, 1000).space
+    configs = space.sample(1000, rng=0)
+    x = space.encode(configs)
+    assert x.shape == (1000, space.encoded_width)
+    assert np.isfinite(x).all()
+    assert [Space.key(c) for c in space.decode(x)] == [Space.key(c) for c in configs]
+
+
+def test_neighbours_are_feasible():
+    space = Gemm(1024, 1024, 1024).space
+    for c in space.sample(20, rng=0):
+        nbs = space.neighbours(c)
+        assert nbs and not any(space.validate_many(nbs))
+
+
+def test_padding_extents():
+    space = Gemm(32, 2048, 1000).space
+    c = space.sample(1, rng=0)[0]
+    import math
+    assert math.prod(c["tile_k"]) == 1008 // 16
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(M=0, N=4, K=4), "M must be a positive integer"),
+    (dict(M=4, N=4, K=4, dtype="fp32:fp32"), "dtype 'fp32:fp32' not supported"),
+    (dict(M=4, N=4, K=4, layout="TT"), "layout 'TT' not supported"),
+])
+def test_bad_workload_gives_one_clear_error(args, message):
+    with pytest.raises(WorkloadError, match=message):
+        Gemm(**args)
+
+
+def test_bad_shape_arity_names_the_problem():
+    with pytest.raises(WorkloadError, match="needs 3 extents"):
+        Gemm.from_args((1024, 1024))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shape", "1024,1024"], "gemm: shape needs 3 extents M,N,K"),
+    (["--shape", "a,b,c"], "is not a comma-separated list of integers"),
+    (["--dtype", "int8"], "dtype 'int8' not supported"),
+])
+def test_cli_bad_input_exits_2_with_one_line(argv, message):
+    proc = subprocess.run([sys.executable, "-m", "bocast.cli", "space", "gemm", *argv],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bocast: error:") and message in lines[0]
+
+
+def test_cli_sample_json_last_line():
+    proc = subprocess.run([sys.executable, "-m", "bocast.cli", "space", "gemm", "--shape",
+                           "32,2048,1000", "--sample", "500", "--seed", "3", "--json"],
+                          capture_output=True, text=True, check=True)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["sampled"] == summary["valid"] == 500
+    assert summary["workload"]["shape"] == [32, 2048, 1000]
+
+
+# ------------------------------------------------------------------ static builds (nvcc)
+
+def _build(op, config):
+    from bocast.measure.builder import build_task
+
+    return build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape, dtype, layout", [
+    ((128, 128, 128), "fp16:fp32", "NT"),
+    ((40, 72, 100), "fp16:fp32", "NN"),   # pads M, N and K
+    ((64, 64, 64), "fp16:fp16", "NT"),
+])
+def test_sampled_configurations_build_for_sm90(shape, dtype, layout):
+    op = Gemm.from_args(shape, dtype=dtype, layout=layout)
+    for config in op.space.sample(2, rng=1):
+        res = _build(op, config)
+        assert res["status"] == "ok", res["error"]
+        assert res["features"]["registers"] > 0
+        # the shared-memory model is exact: static tiles (ptxas) and the dynamic staging tile
+        model = op.space.columns([config])
+        assert res["features"]["smem_bytes"] == model["static_smem_bytes"][0]
+        assert res["features"]["dynamic_smem_bytes"] == model["dynamic_smem_bytes"][0]
+        assert res["block"][0] == 32 and res["grid"][0] == config["tile_i"][0] * config["tile_j"][0]
+
+
+@needs_nvcc
+def test_shared_memory_constraint_matches_a_real_failure():
+    op = Gemm(1024, 1024, 1024)
+    config = {"wmma": "16x16x16", "tile_i": (8, 2, 4), "tile_j": (8, 2, 4), "tile_k": (8, 8, 1),
+              "smem_at": 0, "frag_at": 2, "a_pad": 8, "b_pad": 8, "vec": 8, "pipeline": 1,
+              "unroll": 0, "writeback": "direct", "c_at": None, "c_pad": None, "out_vec": None}
+    assert op.space.validate(config) == ["static_shared_memory_le_48KB"]
+    res = _build(op, config)
+    assert res["status"] == "build_error" and res["stage"] == "compile"
+    assert "shared data" in res["error"]

@@ -1,0 +1,153 @@
+"""The generic space engine on a small space whose feasible set can be enumerated exactly."""
+
+import collections
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from bocast.space import (Categorical, Constraint, Ordinal, PowerOfTwo, Space, SpaceError, Split,
+                          factorizations)
+
+
+def toy_space() -> Space:
+    knobs = [
+        Categorical("shape", ("a", "b")),
+        Split("tile", 3, extent=lambda c: 12 if c["shape"] == "a" else 8, extent_from=("shape",)),
+        Ordinal("at", (0, 1, 2)),
+        PowerOfTwo("vec", (1, 2, 4)),
+        Categorical("mode", ("x", "y")),
+        PowerOfTwo("pad", (0, 8), active_when={"mode": ("y",)}),
+    ]
+    constraints = [
+        Constraint("inner_le_vec_x3", "", lambda c: c["tile"][:, 2] <= 3 * c["vec"]),
+        Constraint("at_matches_outer", "", lambda c: (c["at"] < 2) | (c["tile"][:, 0] > 1)),
+        Constraint("pad_needs_vec", "", lambda c: (c["mode"] == "x") | (c["pad"] == 0) | (c["vec"] > 1)),
+    ]
+    return Space(knobs, constraints)
+
+
+def enumerate_feasible(space: Space) -> list[dict]:
+    return [c for c in space._enumerate_structural() if not space.validate(c)]
+
+
+def test_factorizations_are_complete_and_ordered():
+    f = factorizations(12, 3)
+    assert len(f) == len(set(f)) == 18
+    assert all(math.prod(t) == 12 for t in f)
+    assert (1, 1, 12) in f and (12, 1, 1) in f and (2, 3, 2) in f
+
+
+def test_size_is_exact_on_small_space():
+    space = toy_space()
+    feasible = enumerate_feasible(space)
+    size = space.size()
+    assert size.exact and size.feasible == len(feasible)
+    # structural: shape a: 18 splits, shape b: 10; times at(3) vec(3) and mode x(1)+y(2 pads)
+    assert space.structural_size == (18 + 10) * 3 * 3 * 3
+
+
+def test_size_estimate_covers_exact_count():
+    space = toy_space()
+    exact = len(enumerate_feasible(space))
+    est = space.size(draws=50_000, exact_limit=0)
+    assert not est.exact
+    assert est.ci95[0] <= exact <= est.ci95[1]
+
+
+def test_sampling_is_uniform_over_feasible_set():
+    space = toy_space()
+    feasible = enumerate_feasible(space)
+    n = 30 * len(feasible)
+    counts = collections.Counter(Space.key(c) for c in space.sample(n, rng=1))
+    assert set(counts) == {Space.key(c) for c in feasible}
+    observed = np.array([counts[Space.key(c)] for c in feasible])
+    p = stats.chisquare(observed).pvalue
+    assert p > 1e-3, f"chi-square p={p}: sampling is not uniform"
+
+
+def test_sample_unique_has_no_repeats():
+    space = toy_space()
+    n = len(enumerate_feasible(space))
+    got = space.sample(n, rng=0, unique=True)
+    assert len({Space.key(c) for c in got}) == n
+
+
+def test_inactive_knob_is_none_and_active_knob_is_set():
+    for c in toy_space().sample(200, rng=0):
+        assert (c["pad"] is None) == (c["mode"] == "x")
+
+
+def test_validate_names_each_violation():
+    space = toy_space()
+    good = {"shape": "a", "tile": (3, 2, 2), "at": 2, "vec": 2, "mode": "y", "pad": 8}
+    assert space.validate(good) == []
+    assert space.validate({**good, "tile": (1, 6, 2)}) == ["at_matches_outer"]
+    assert space.validate({**good, "vec": 1}) == ["pad_needs_vec"]
+    assert space.validate({**good, "tile": (1, 1, 12), "vec": 1}) == [
+        "inner_le_vec_x3", "at_matches_outer", "pad_needs_vec"]
+    assert space.validate({**good, "tile": (3, 2, 3)}) == ["tile.product"]
+    assert space.validate({**good, "vec": 3}) == ["vec.choice"]
+    assert space.validate({**good, "mode": "x"}) == ["pad.inactive"]
+    assert space.validate({**good, "tile": (12, 1)}) == ["tile.parts"]
+
+
+def test_malformed_configuration_raises_one_clear_error():
+    space = toy_space()
+    with pytest.raises(SpaceError, match=r"unknown knob\(s\) \['bogus'\]"):
+        space.validate({"shape": "a", "tile": (3, 2, 2), "at": 0, "vec": 1, "mode": "x",
+                        "pad": None, "bogus": 1})
+    with pytest.raises(SpaceError, match=r"missing knob\(s\) \['pad'\]"):
+        space.validate({"shape": "a", "tile": (3, 2, 2), "at": 0, "vec": 1, "mode": "x"})
+
+
+def test_encode_decode_round_trip():
+    space = toy_space()
+    configs = enumerate_feasible(space)
+    x = space.encode(configs)
+    assert x.shape == (len(configs), space.encoded_width)
+    assert [Space.key(c) for c in space.decode(x)] == [Space.key(c) for c in configs]
+
+
+def test_decode_snaps_noise_to_the_nearest_configuration():
+    space = toy_space()
+    configs = space.sample(50, rng=3)
+    x = space.encode(configs) + np.random.default_rng(0).normal(0, 0.05, (50, space.encoded_width))
+    assert [Space.key(c) for c in space.decode(x)] == [Space.key(c) for c in configs]
+
+
+def test_neighbours_are_feasible_and_change_one_knob():
+    space = toy_space()
+    for c in space.sample(50, rng=2):
+        for nb in space.neighbours(c):
+            assert space.validate(nb) == []
+            changed = [k for k in c if c[k] != nb[k]]
+            assert changed, "a neighbour must differ"
+            # one knob, plus what a conditioning change implies (rescaled split, (in)active knobs)
+            primary = [k for k in changed if k not in ("tile", "pad")] or changed
+            assert len(primary) == 1
+
+
+def test_neighbours_cover_every_split_move():
+    space = toy_space()
+    c = {"shape": "a", "tile": (3, 2, 2), "at": 0, "vec": 4, "mode": "x", "pad": None}
+    tiles = {nb["tile"] for nb in space.neighbours(c)
+             if nb["tile"] != c["tile"] and nb["shape"] == c["shape"]}
+    assert tiles == {(1, 6, 2), (1, 2, 6), (6, 1, 2), (3, 1, 4), (6, 2, 1), (3, 4, 1)}
+
+
+def test_conditioning_change_rescales_split():
+    space = toy_space()
+    c = {"shape": "a", "tile": (2, 2, 3), "at": 0, "vec": 4, "mode": "x", "pad": None}
+    moved = [nb for nb in space.neighbours(c) if nb["shape"] == "b"]
+    assert moved == [{**c, "shape": "b", "tile": (2, 2, 2)}]
+
+
+def test_definition_errors():
+    with pytest.raises(SpaceError):
+        PowerOfTwo("v", (1, 3))
+    with pytest.raises(SpaceError):
+        Space([Ordinal("a", (1, 2)), Split("s", 2, extent=lambda c: 4, extent_from=("a",))], [])
+    with pytest.raises(SpaceError):
+        Space([Ordinal("a", (1, 2)), Ordinal("a", (1,))], [])
