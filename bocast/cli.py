@@ -124,6 +124,102 @@ def cmd_space(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------ measure
+
+
+def _make_runner(name: str, args):
+    kwargs = dict(timeout_s=args.run_timeout, repeats=args.repeats, seed=args.seed)
+    if name == "gpu":
+        from bocast.measure.runner import GpuRunner
+
+        return GpuRunner(**kwargs)
+    if name == "standin":
+        from bocast.measure.standin import StandinRunner
+
+        return StandinRunner(**kwargs)
+    raise UsageError(f"unknown runner {name!r}: use gpu or standin")
+
+
+def summarize_records(records, reference: dict | None) -> tuple[dict[str, Any], list[str]]:
+    counts = collections.Counter(str(r.status) for r in records)
+    ok = sorted((r.tflops for r in records if r.ok and r.tflops), reverse=True)
+    summary: dict[str, Any] = {"rows": len(records), "status": dict(counts)}
+    lines = [f"{len(records)} rows: " + ", ".join(f"{k} {v} ({100 * v / len(records):.0f}%)"
+                                                  for k, v in counts.most_common())] if records else []
+    if ok:
+        summary.update(best_tflops=ok[0], median_tflops=statistics.median(ok))
+        line = f"TFLOPS best {ok[0]:.1f}, median {statistics.median(ok):.1f}"
+        if reference and reference.get("tflops"):
+            summary["best_vs_reference"] = ok[0] / reference["tflops"]
+            line += (f"; reference {reference['tflops']:.1f} ({reference.get('what', '')}), "
+                     f"best = {ok[0] / reference['tflops']:.2f}x")
+        lines.append(line)
+    return summary, lines
+
+
+def cmd_measure(args) -> int:
+    from bocast.measure.builder import Builder
+    from bocast.measure.engine import Measurer
+    from bocast.records import Store, StoreError, export_dataset
+
+    op = _operator_from(args)
+    if args.sample <= 0:
+        raise UsageError("--sample must be > 0")
+    try:
+        store = Store(args.store, op.workload)
+    except StoreError as e:
+        raise UsageError(str(e)) from None
+    configs = op.space.sample(args.sample, args.seed, unique=True)
+    done = store.keys()
+    todo = [c for c in configs if Space.key(c) not in done]
+    lines = [f"{op.name} {op.workload}: {len(configs)} sampled (seed {args.seed}), "
+             f"{len(configs) - len(todo)} already in {args.store}, {len(todo)} to measure"]
+    print(lines[0], flush=True)
+    runner = _make_runner(args.runner, args)
+    t0 = time.perf_counter()
+    with runner, Builder(workers=args.workers, timeout_s=args.build_timeout,
+                         compile=args.runner != "standin") as builder:
+        device = runner.device()
+        reference = store.get_meta("reference")
+        if reference is None or args.reference_again:
+            reference = runner.reference(op)
+            store.set_meta("reference", reference)
+        print(f"device: {device.get('gpu')} driver {device.get('driver')}; reference "
+              f"{reference.get('latency_ms', 0):.4f} ms, {reference.get('tflops', 0):.1f} TFLOPS "
+              f"({reference.get('what', '')})", flush=True)
+        measurer = Measurer(op, store, builder, runner, session_info={
+            "device": device, "runner": runner.name, "command": " ".join(sys.argv)})
+        n_done = [0]
+
+        def progress(rec):
+            n_done[0] += 1
+            if n_done[0] % args.progress_every == 0:
+                print(f"  {n_done[0]}/{len(todo)} measured, {time.perf_counter() - t0:.0f} s",
+                      flush=True)
+
+        for start in range(0, len(todo), args.batch):
+            measurer.measure(todo[start:start + args.batch], source=f"sample(seed={args.seed})",
+                             on_record=progress)
+    seconds = time.perf_counter() - t0
+    records = store.records()
+    summary, more = summarize_records(records, reference)
+    lines += more + [f"measured {len(todo)} in {seconds:.1f} s "
+                     f"({len(todo) / max(seconds, 1e-9):.2f} configurations/s)"]
+    summary.update(op=op.name, workload=op.workload, store=args.store, measured_now=len(todo),
+                   seconds=round(seconds, 2), reference=reference, device=device)
+    if args.export:
+        csv_path, meta_path = export_dataset(args.store, args.export, {
+            "workload": op.workload, "reference": reference, "device": device,
+            "sessions": store.sessions(), "sample_seed": args.seed,
+            "timing": "CUDA events around CUDA-graph replays of back-to-back launches; "
+                      f"median of {args.repeats} replays; inputs uniform[-1,1) fp16",
+        })
+        lines.append(f"exported {csv_path} and {meta_path}")
+    store.close()
+    _emit(args, summary, lines[1:])
+    return 0
+
+
 # ------------------------------------------------------------------------------ parser
 
 
@@ -153,6 +249,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-builds", help="write per-configuration build results as JSON lines")
     p.add_argument("--json", action="store_true", help="last line: one JSON summary")
     p.set_defaults(func=cmd_space)
+
+    p = sub.add_parser("measure", help="measure uniformly sampled configurations into a store")
+    _add_workload_args(p)
+    p.add_argument("--sample", type=int, required=True, help="configurations to sample")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--store", required=True, help="record store (SQLite); resumed if it exists")
+    p.add_argument("--runner", default="gpu", help="gpu (default) or standin (synthetic, tests)")
+    p.add_argument("--batch", type=int, default=64, help="configurations built per batch")
+    p.add_argument("--workers", type=int, default=None, help="build processes (default: cores)")
+    p.add_argument("--build-timeout", type=float, default=180.0)
+    p.add_argument("--run-timeout", type=float, default=30.0, help="seconds per kernel run")
+    p.add_argument("--repeats", type=int, default=10, help="timed repeats per kernel")
+    p.add_argument("--reference-again", action="store_true", help="re-time the reference")
+    p.add_argument("--export", help="write a compact dataset: PREFIX.csv.gz and PREFIX.json")
+    p.add_argument("--progress-every", type=int, default=50)
+    p.add_argument("--json", action="store_true", help="last line: one JSON summary")
+    p.set_defaults(func=cmd_measure)
 
     p = sub.add_parser("ops", help="list the operators and their shape syntax")
     p.add_argument("--json", action="store_true")

@@ -202,15 +202,22 @@ class Gemm(Operator):
         b = b.float().t() if self.layout == "NT" else b.float()
         return a.float() @ b
 
+    reference_name = "torch.matmul (cuBLAS)"
+
     def reference_fast(self, a, b):
-        """cuBLAS as users call it: fp16 operands, output in the workload's dtype."""
+        """cuBLAS as users call it on fp16 operands: output in the workload's dtype where torch
+        offers it (``torch.mm(..., out_dtype=float32)``), else fp16 output."""
         import torch
 
         b = b.t() if self.layout == "NT" else b
-        if self.out_dtype == "float16":
-            return torch.matmul(a, b)
-        return torch.matmul(a, b, out_dtype=torch.float32) if _has_out_dtype() else \
-            torch.matmul(a.float(), b.float())
+        if self.out_dtype == "float32":
+            try:
+                out = torch.mm(a, b, out_dtype=torch.float32)
+                self.reference_name = "torch.mm(out_dtype=float32) (cuBLAS, fp32 out)"
+                return out
+            except TypeError:
+                self.reference_name = "torch.matmul (cuBLAS, fp16 out; torch has no out_dtype)"
+        return torch.matmul(a, b)
 
     def prim_func(self):
         from tvm import te
@@ -345,15 +352,4 @@ def _has_block(sch, name: str) -> bool:
         sch.get_sblock(name)
         return True
     except Exception:  # noqa: BLE001 - TVM raises its own error type for a missing block
-        return False
-
-
-def _has_out_dtype() -> bool:
-    import inspect
-
-    import torch
-
-    try:
-        return "out_dtype" in inspect.signature(torch.matmul).parameters
-    except (TypeError, ValueError):
         return False

@@ -58,7 +58,8 @@ class TimedPool:
     """Runs ``fn(task)`` for each task in worker processes (``fn_ref`` is "module:function").
 
     Results come back in task order: ``fn``'s return value, or a :class:`TaskFailure` for a task
-    that timed out, crashed its worker, or raised (``kind`` "error", with the traceback)."""
+    that timed out, crashed its worker, or raised (``kind`` "error", with the traceback). A task
+    whose result is a dict with a true ``_restart`` has its worker replaced after it."""
 
     def __init__(self, fn_ref: str, workers: int, *, start_method: str = "spawn",
                  startup_timeout_s: float = 180.0):
@@ -133,6 +134,8 @@ class TimedPool:
                 w.task = None
                 finish(i, value if kind == "ok" else
                        TaskFailure("error", value, time.monotonic() - started))
+                if kind == "ok" and isinstance(value, dict) and value.get("_restart"):
+                    self._replace(w)  # the task left its process unusable (sticky CUDA error)
             now = time.monotonic()
             for w in list(self._workers):
                 if w.task is not None and now - w.task[1] > timeout_s:

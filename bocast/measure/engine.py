@@ -1,0 +1,82 @@
+"""The one path from proposed configurations to records.
+
+Every measurement goes through :meth:`Measurer.measure`: it rejects configurations that break a
+known constraint (recorded as ``invalid`` without building), skips those already in the store,
+builds the rest in parallel, runs the kernels that built, and appends each finished record to
+the store before anyone else sees it. A run killed at any point therefore resumes from the store
+with no finished row lost and none repeated.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from bocast.measure.builder import Builder, BuildResult
+from bocast.measure.runner import Runner, RunResult
+from bocast.measure.status import Status
+from bocast.operator import Operator
+from bocast.records import Record, Store, provenance
+from bocast.space import Config, Space
+
+
+class Measurer:
+    def __init__(self, op: Operator, store: Store, builder: Builder, runner: Runner | None, *,
+                 session_info: dict | None = None):
+        self.op, self.store, self.builder, self.runner = op, store, builder, runner
+        self.session = store.start_session(provenance(session_info))
+
+    def measure(self, configs: Sequence[Config], *, source: str = "",
+                on_record: Callable[[Record], None] | None = None) -> list[Record]:
+        """Measure configurations not yet in the store; returns their records in input order
+        (configurations already in the store, or repeated in the batch, are skipped)."""
+        space = self.op.space
+        todo: list[tuple[str, Config]] = []
+        seen = self.store.keys()
+        for c in configs:
+            key = Space.key(c)
+            if key not in seen:
+                seen.add(key)
+                todo.append((key, c))
+        records: dict[str, Record] = {}
+
+        def keep(rec: Record) -> None:
+            self.store.append(rec, self.session)
+            records[rec.key] = rec
+            if on_record is not None:
+                on_record(rec)
+
+        violations = space.validate_many([c for _, c in todo])
+        buildable = []
+        for (key, c), v in zip(todo, violations):
+            if v:
+                keep(Record(key, c, Status.INVALID, error=", ".join(v), source=source))
+            else:
+                buildable.append((key, c))
+
+        builds = self.builder.build(self.op, [c for _, c in buildable]) if buildable else []
+        runnable: list[tuple[Config, BuildResult]] = []
+        for (key, c), b in zip(buildable, builds):
+            if b.status is Status.OK and self.runner is not None:
+                runnable.append((c, b))
+            else:
+                keep(_record(key, c, b, None, source))
+        if runnable:
+            def ran(i: int, r: RunResult) -> None:
+                c, b = runnable[i]
+                keep(_record(b.key, c, b, r, source))
+
+            self.runner.run(self.op, [b for _, b in runnable], on_result=ran)
+        return [records[k] for k, _ in todo if k in records]
+
+
+def _record(key: str, config: Config, b: BuildResult, r: RunResult | None, source: str) -> Record:
+    rec = Record(key, config, b.status, build_s=b.times.get("total_s"), features=dict(b.features),
+                 stage=b.stage, error=b.error, source=source)
+    if b.status is Status.OK and r is not None:
+        rec.status = r.status
+        rec.error = r.error
+        rec.stage = "run" if r.status is not Status.OK else None
+        for k in ("latency_ms", "latency_min_ms", "latency_q25_ms", "latency_q75_ms",
+                  "latency_max_ms", "repeats", "tflops", "rel_error", "run_s"):
+            setattr(rec, k, getattr(r, k))
+    return rec

@@ -1,0 +1,256 @@
+"""The GPU side of the runner: runs inside a worker process that owns the CUDA context.
+
+Kernels are cubins loaded through the CUDA driver API (ctypes on libcuda, no TVM needed) and
+launched on torch's stream, so our kernels and the cuBLAS reference are timed the same way:
+CUDA events around replays of a CUDA graph holding ``number`` back-to-back launches (the graph
+removes the CPU launch gaps that would otherwise dominate microsecond kernels), after a warm-up,
+``repeats`` times; the per-launch time of each replay is one sample.
+
+Inputs are uniform in [-1, 1) (never zeros), redrawn for every configuration from a seed derived
+from its key; the output is poisoned with NaN before the first launch, so an element the kernel
+never writes fails the check. A fault that leaves the context unusable (illegal address, ...)
+returns its result with ``_restart`` so the pool replaces this process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import statistics
+import subprocess
+import time
+from typing import Any, Mapping
+
+_CU = None
+_OPS: dict[str, Any] = {}
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+# errors after which the context is unusable (sticky): the worker must be replaced
+_STICKY = {700, 701, 702, 703, 704, 705, 710, 714, 715, 716, 717, 718, 719, 720, 999}
+
+
+class CudaError(RuntimeError):
+    def __init__(self, call: str, code: int):
+        self.code = code
+        super().__init__(f"{call} failed: {_error_name(code)} ({code})")
+
+
+def _driver():
+    global _CU
+    if _CU is None:
+        import torch
+
+        torch.cuda.init()
+        torch.zeros(1, device="cuda")  # makes the primary context current on this thread
+        _CU = ctypes.CDLL("libcuda.so.1")
+        _CU.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    return _CU
+
+
+def _error_name(code: int) -> str:
+    name = ctypes.c_char_p()
+    if _CU is not None and _CU.cuGetErrorName(code, ctypes.byref(name)) == 0 and name.value:
+        return name.value.decode()
+    return "CUDA_ERROR"
+
+
+def _check(call: str, code: int) -> None:
+    if code != 0:
+        raise CudaError(call, code)
+
+
+class Kernel:
+    """A cubin loaded into the current context."""
+
+    def __init__(self, cubin: bytes, name: str, grid, block, dynamic_smem: int):
+        cu = _driver()
+        self.module = ctypes.c_void_p()
+        _check("cuModuleLoadData", cu.cuModuleLoadData(ctypes.byref(self.module), cubin))
+        self.func = ctypes.c_void_p()
+        _check("cuModuleGetFunction",
+               cu.cuModuleGetFunction(ctypes.byref(self.func), self.module, name.encode()))
+        if dynamic_smem > 48 * 1024:
+            _check("cuFuncSetAttribute", cu.cuFuncSetAttribute(
+                self.func, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(dynamic_smem)))
+        self.grid, self.block, self.dynamic_smem = tuple(grid), tuple(block), int(dynamic_smem)
+
+    def launch(self, pointers, stream: int) -> None:
+        values = [ctypes.c_void_p(p) for p in pointers]
+        params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p)
+                                                    for v in values])
+        _check("cuLaunchKernel", _CU.cuLaunchKernel(
+            self.func, *[ctypes.c_uint(x) for x in self.grid], *[ctypes.c_uint(x) for x in self.block],
+            ctypes.c_uint(self.dynamic_smem), ctypes.c_void_p(stream), params, None))
+
+    def unload(self) -> None:
+        if self.module:
+            _CU.cuModuleUnload(self.module)
+            self.module = ctypes.c_void_p()
+
+
+def _operator(workload: Mapping[str, Any]):
+    import json
+
+    from bocast.operator import from_workload
+
+    key = json.dumps(workload, sort_keys=True)
+    if key not in _OPS:
+        _OPS[key] = from_workload(workload)
+    return _OPS[key]
+
+
+def _seed(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & (2**63 - 1)
+
+
+def make_inputs(op, seed: int):
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    dtypes = {"float16": torch.float16, "float32": torch.float32}
+    out = {}
+    for t in op.tensors():
+        if t.role == "input":
+            x = torch.rand(t.shape, generator=gen, device="cuda", dtype=torch.float32) * 2 - 1
+            out[t.name] = x.to(dtypes[t.dtype])
+        else:
+            out[t.name] = torch.full(t.shape, float("nan"), device="cuda", dtype=dtypes[t.dtype])
+    return out
+
+
+def time_callable(fn, *, warmup_ms: float, repeats: int, target_ms: float = 1.0,
+                  max_number: int = 200) -> dict[str, Any]:
+    """Per-call milliseconds of ``fn`` (which launches on torch's current stream)."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # one eager call outside the capture (lazy init of handles, modules)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        single = max(start.elapsed_time(end), 1e-4)
+        number = int(min(max_number, max(1, math.ceil(target_ms / single))))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(number):
+                fn()
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < warmup_ms:
+            graph.replay()
+            torch.cuda.synchronize()
+        samples = []
+        for _ in range(repeats):
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / number)
+    samples.sort()
+    q = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
+    return {"latency_ms": statistics.median(samples), "latency_min_ms": samples[0],
+            "latency_q25_ms": q[0], "latency_q75_ms": q[2], "latency_max_ms": samples[-1],
+            "repeats": repeats, "number": number, "method": "cuda-graph-events"}
+
+
+def rel_error(out, ref) -> float:
+    import torch
+
+    out64, ref64 = out.double(), ref.double()
+    if not torch.isfinite(out64).all():
+        return float("inf")
+    return float(torch.linalg.vector_norm(out64 - ref64) / torch.linalg.vector_norm(ref64))
+
+
+def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    """One task: {"kind": "kernel" | "reference" | "device", ...}; returns a plain dict."""
+    kind = task.get("kind", "kernel")
+    if kind == "device":
+        return device_info()
+    if kind == "reference":
+        return _run_reference(task)
+    return _run_kernel(task)
+
+
+def _run_kernel(task: Mapping[str, Any]) -> dict[str, Any]:
+    import torch
+
+    t0 = time.perf_counter()
+    op = _operator(task["workload"])
+    res: dict[str, Any] = {"key": task["key"], "status": "ok"}
+    inputs = make_inputs(op, _seed(task["key"] + str(task.get("seed", 0))))
+    args = [inputs[name].data_ptr() for name in task["args"]]
+    kernel = None
+    try:
+        kernel = Kernel(task["cubin"], task["kernel"], task["grid"], task["block"],
+                        task.get("dynamic_smem", 0))
+        stream = torch.cuda.current_stream().cuda_stream
+        kernel.launch(args, stream)
+    except CudaError as e:
+        res.update(status="launch_error", error=str(e), run_s=time.perf_counter() - t0)
+        if e.code in _STICKY:
+            res["_restart"] = True
+        return res
+    code = _CU.cuCtxSynchronize()
+    if code != 0:
+        res.update(status="runtime_error", error=str(CudaError("kernel", code)),
+                   run_s=time.perf_counter() - t0, _restart=code in _STICKY or code > 0)
+        return res
+    outputs = [t for t in op.tensors() if t.role == "output"]
+    out = inputs[outputs[0].name]
+    ref = op.reference(*[inputs[t.name] for t in op.tensors() if t.role == "input"])
+    err = rel_error(out, ref)
+    res["rel_error"] = err
+    if not err <= task.get("tolerance", op.tolerance):
+        res.update(status="wrong_result", error=f"relative error {err:.3g} > {op.tolerance:g}"
+                   + (" (NaN/unwritten elements)" if math.isinf(err) else ""),
+                   run_s=time.perf_counter() - t0)
+        kernel.unload()
+        return res
+    try:
+        timing = time_callable(lambda: kernel.launch(args, torch.cuda.current_stream().cuda_stream),
+                               warmup_ms=task.get("warmup_ms", 20), repeats=task.get("repeats", 10))
+    except (CudaError, RuntimeError) as e:
+        res.update(status="runtime_error", error=f"while timing: {e}",
+                   run_s=time.perf_counter() - t0, _restart=True)
+        return res
+    kernel.unload()
+    res.update(timing)
+    res["tflops"] = op.flops / (res["latency_ms"] * 1e-3) / 1e12
+    res["run_s"] = time.perf_counter() - t0
+    return res
+
+
+def _run_reference(task: Mapping[str, Any]) -> dict[str, Any]:
+    op = _operator(task["workload"])
+    inputs = make_inputs(op, task.get("seed", 0))
+    ins = [inputs[t.name] for t in op.tensors() if t.role == "input"]
+    out = op.reference_fast(*ins)
+    err = rel_error(out, op.reference(*ins))
+    timing = time_callable(lambda: op.reference_fast(*ins), warmup_ms=task.get("warmup_ms", 50),
+                           repeats=task.get("repeats", 20))
+    return {**timing, "rel_error": err, "tflops": op.flops / (timing["latency_ms"] * 1e-3) / 1e12,
+            "what": getattr(op, "reference_name", "torch reference"), "out_dtype": str(out.dtype)}
+
+
+def device_info() -> dict[str, Any]:
+    import torch
+
+    _driver()
+    props = torch.cuda.get_device_properties(0)
+    info = {"gpu": props.name, "sm_count": props.multi_processor_count,
+            "memory_gb": round(props.total_memory / 2**30, 1),
+            "capability": f"{props.major}.{props.minor}", "torch": torch.__version__,
+            "cuda_runtime": torch.version.cuda}
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem,"
+                            "clocks.max.sm,temperature.gpu,power.draw", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20).stdout.strip().split(", ")
+        info.update(dict(zip(("driver", "sm_clock", "mem_clock", "max_sm_clock", "temperature",
+                              "power"), q)))
+    except (OSError, subprocess.SubprocessError):
+        info["driver"] = "unknown"
+    return info

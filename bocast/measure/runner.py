@@ -1,0 +1,131 @@
+"""Runners: time built kernels and return one typed result per configuration.
+
+``GpuRunner`` runs kernels in a separate worker process (:mod:`bocast.measure.gpu_worker`): a
+kernel that hangs is killed at its time limit (``run_timeout``), one that crashes the process or
+leaves a sticky CUDA error is recorded (``runtime_error``) and the worker is replaced; the tuner
+goes on either way. The worker function is a parameter, so tests run the same machinery with a
+stand-in worker on a CPU.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from bocast.measure.builder import BuildResult
+from bocast.measure.pool import TaskFailure, TimedPool
+from bocast.measure.status import Status, tail
+from bocast.operator import Operator
+
+
+@dataclass
+class RunResult:
+    key: str
+    status: Status
+    latency_ms: float | None = None
+    latency_min_ms: float | None = None
+    latency_q25_ms: float | None = None
+    latency_q75_ms: float | None = None
+    latency_max_ms: float | None = None
+    repeats: int | None = None
+    tflops: float | None = None
+    rel_error: float | None = None
+    run_s: float | None = None
+    error: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Runner(ABC):
+    """Times kernels of one operator. ``name`` is recorded with results."""
+
+    name: str = "runner"
+
+    @abstractmethod
+    def run(self, op: Operator, builds: Sequence[BuildResult]) -> list[RunResult]:
+        """One result per build (all builds must have status ``ok``)."""
+
+    def reference(self, op: Operator) -> dict[str, Any] | None:
+        """The vendor library on the same workload, timed the same way (None if unavailable)."""
+        return None
+
+    def device(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+_RESULT_FIELDS = ("latency_ms", "latency_min_ms", "latency_q25_ms", "latency_q75_ms",
+                  "latency_max_ms", "repeats", "tflops", "rel_error", "run_s")
+
+
+class WorkerRunner(Runner):
+    """Runs each kernel as one task of a single-process :class:`TimedPool`."""
+
+    def __init__(self, *, worker: str, timeout_s: float = 30.0, repeats: int = 10,
+                 warmup_ms: float = 20.0, seed: int = 0, startup_timeout_s: float = 300.0):
+        self.timeout_s, self.repeats, self.warmup_ms, self.seed = timeout_s, repeats, warmup_ms, seed
+        self._pool = TimedPool(worker, 1, startup_timeout_s=startup_timeout_s)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def _task(self, op: Operator, b: BuildResult) -> dict[str, Any]:
+        return {"kind": "kernel", "key": b.key, "workload": op.workload, "cubin": b.cubin,
+                "kernel": b.kernel, "grid": b.grid, "block": b.block, "args": b.args,
+                "dynamic_smem": int(b.features.get("dynamic_smem_bytes", 0)),
+                "seed": self.seed, "repeats": self.repeats, "warmup_ms": self.warmup_ms,
+                "tolerance": op.tolerance}
+
+    def run(self, op: Operator, builds: Sequence[BuildResult], on_result=None) -> list[RunResult]:
+        for b in builds:
+            if b.status is not Status.OK:
+                raise ValueError(f"cannot run {b.key}: build status {b.status}")
+        out: list[RunResult | None] = [None] * len(builds)
+
+        def collect(i: int, raw: Any) -> None:
+            out[i] = self._convert(builds[i].key, raw)
+            if on_result is not None:
+                on_result(i, out[i])
+
+        self._pool.map([self._task(op, b) for b in builds], self.timeout_s, on_result=collect)
+        return out  # type: ignore[return-value]
+
+    @staticmethod
+    def _convert(key: str, raw: Any) -> RunResult:
+        if isinstance(raw, TaskFailure):
+            status = {"timeout": Status.RUN_TIMEOUT}.get(raw.kind, Status.RUNTIME_ERROR)
+            return RunResult(key, status, run_s=raw.seconds, error=tail(f"{raw.kind}: {raw.detail}"))
+        res = RunResult(key, Status(raw["status"]), error=tail(raw.get("error", "")),
+                        **{k: raw.get(k) for k in _RESULT_FIELDS})
+        res.extra = {k: raw[k] for k in ("number", "method") if k in raw}
+        return res
+
+    def _single(self, task: Mapping[str, Any], timeout_s: float) -> Any:
+        (raw,) = self._pool.map([dict(task)], timeout_s)
+        if isinstance(raw, TaskFailure):
+            raise RuntimeError(f"runner worker {raw.kind}: {raw.detail}")
+        return raw
+
+    def reference(self, op: Operator) -> dict[str, Any] | None:
+        return self._single({"kind": "reference", "workload": op.workload, "seed": self.seed,
+                             "repeats": max(20, self.repeats)}, 120.0)
+
+    def device(self) -> dict[str, Any]:
+        return self._single({"kind": "device"}, 120.0)
+
+
+class GpuRunner(WorkerRunner):
+    """Kernels on the local CUDA GPU, in an isolated worker process."""
+
+    name = "gpu"
+
+    def __init__(self, **kwargs):
+        super().__init__(worker="bocast.measure.gpu_worker:run_task", **kwargs)

@@ -1,0 +1,52 @@
+"""Runner isolation on the CPU: the stand-in worker injects every GPU fault kind."""
+
+import pytest
+
+from bocast.measure.builder import BuildResult
+from bocast.measure.pool import TaskFailure, TimedPool
+from bocast.measure.standin import StandinRunner
+from bocast.measure.status import Status
+from bocast.operator import get_operator
+
+OP = get_operator("gemm").from_args((64, 64, 64))
+
+
+def build(kernel: str, key: str | None = None) -> BuildResult:
+    return BuildResult(key=key or kernel, status=Status.OK, kernel=kernel, grid=(1, 1, 1),
+                       block=(32, 1, 1), args=("A", "B", "C"))
+
+
+def test_every_fault_is_recorded_and_the_run_goes_on():
+    builds = [build("ok1"), build("hang"), build("ok2"), build("crash"), build("ok3"),
+              build("sticky"), build("ok4"), build("wrong"), build("launch"), build("ok5")]
+    with StandinRunner(timeout_s=3, startup_timeout_s=120) as runner:
+        results = runner.run(OP, builds)
+    status = {b.kernel: r.status for b, r in zip(builds, results)}
+    assert status == {
+        "ok1": Status.OK, "hang": Status.RUN_TIMEOUT, "ok2": Status.OK,
+        "crash": Status.RUNTIME_ERROR, "ok3": Status.OK, "sticky": Status.RUNTIME_ERROR,
+        "ok4": Status.OK, "wrong": Status.WRONG_RESULT, "launch": Status.LAUNCH_ERROR,
+        "ok5": Status.OK}
+    assert all(r.latency_ms for r in results if r.status is Status.OK)
+
+
+def test_worker_is_replaced_after_a_sticky_error():
+    with StandinRunner(timeout_s=10) as runner:
+        before = runner._single({"kind": "device"}, 60)["pid"]
+        runner.run(OP, [build("sticky")])
+        after = runner._single({"kind": "device"}, 60)["pid"]
+        runner.run(OP, [build("ok")])
+        again = runner._single({"kind": "device"}, 60)["pid"]
+    assert before != after == again
+
+
+def test_run_refuses_failed_builds():
+    with StandinRunner() as runner, pytest.raises(ValueError, match="build status"):
+        runner.run(OP, [BuildResult(key="x", status=Status.BUILD_ERROR)])
+
+
+def test_pool_reports_errors_as_data():
+    with TimedPool("tests.measure.pool_tasks:task", 2) as pool:
+        out = pool.map([{"do": "ok", "v": 1}, {"do": "raise"}, {"do": "ok", "v": 3}], timeout_s=30)
+    assert out[0] == 1 and out[2] == 3
+    assert isinstance(out[1], TaskFailure) and out[1].kind == "error" and "boom" in out[1].detail
