@@ -81,7 +81,7 @@ def _skip_tvm_cuda_compile() -> None:
 
         @tvm_ffi.register_global_func("tvm_callback_cuda_compile", override=True)
         def _source_only(code, *args):  # noqa: ARG001
-            return code
+            return code.encode() if isinstance(code, str) else bytes(code)
     except Exception:  # noqa: BLE001 - older/other TVM builds: nothing to override
         pass
 
