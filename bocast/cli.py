@@ -197,9 +197,8 @@ def cmd_measure(args) -> int:
                 print(f"  {n_done[0]}/{len(todo)} measured, {time.perf_counter() - t0:.0f} s",
                       flush=True)
 
-        for start in range(0, len(todo), args.batch):
-            measurer.measure(todo[start:start + args.batch], source=f"sample(seed={args.seed})",
-                             on_record=progress)
+        measurer.measure_batches([todo[i:i + args.batch] for i in range(0, len(todo), args.batch)],
+                                 source=f"sample(seed={args.seed})", on_record=progress)
     seconds = time.perf_counter() - t0
     records = store.records()
     summary, more = summarize_records(records, reference)

@@ -18,6 +18,7 @@ import os
 import platform
 import sqlite3
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -142,7 +143,10 @@ class Store:
         if exists:
             self._check_existing(path)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self._conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+        # one connection shared by the measuring threads; writes are serialised by the lock
+        self._conn = sqlite3.connect(path, timeout=30, isolation_level=None,
+                                     check_same_thread=False)
+        self._lock = threading.RLock()
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
         if not exists:
@@ -207,7 +211,8 @@ class Store:
 
     # --- rows ----------------------------------------------------------------------------
     def keys(self) -> set[str]:
-        return {k for (k,) in self._conn.execute("SELECT key FROM measurements")}
+        with self._lock:
+            return {k for (k,) in self._conn.execute("SELECT key FROM measurements")}
 
     def __contains__(self, key: str) -> bool:
         return self._conn.execute("SELECT 1 FROM measurements WHERE key = ?", (key,)).fetchone() \
@@ -232,7 +237,7 @@ class Store:
         names = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         try:
-            with self._conn:
+            with self._lock, self._conn:
                 self._conn.execute(f"INSERT INTO measurements ({names}) VALUES ({marks})",
                                    tuple(row.values()))
         except sqlite3.IntegrityError:

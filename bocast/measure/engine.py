@@ -3,12 +3,13 @@
 Every measurement goes through :meth:`Measurer.measure`: it rejects configurations that break a
 known constraint (recorded as ``invalid`` without building), skips those already in the store,
 builds the rest in parallel, runs the kernels that built, and appends each finished record to
-the store before anyone else sees it. A run killed at any point therefore resumes from the store
+the store before anyone else sees it. Building the next batch overlaps running the current one. A run killed at any point therefore resumes from the store
 with no finished row lost and none repeated.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from bocast.measure.builder import Builder, BuildResult
@@ -27,46 +28,65 @@ class Measurer:
 
     def measure(self, configs: Sequence[Config], *, source: str = "",
                 on_record: Callable[[Record], None] | None = None) -> list[Record]:
-        """Measure configurations not yet in the store; returns their records in input order
-        (configurations already in the store, or repeated in the batch, are skipped)."""
-        space = self.op.space
-        todo: list[tuple[str, Config]] = []
+        """Measure configurations not yet in the store (those already there, or repeated, are
+        skipped); returns the new records in the order they were written."""
+        return self.measure_batches([configs], source=source, on_record=on_record)
+
+    def measure_batches(self, batches: Sequence[Sequence[Config]], *, source: str = "",
+                        on_record: Callable[[Record], None] | None = None) -> list[Record]:
+        """Like :meth:`measure` over several batches, building batch i+1 while batch i runs."""
         seen = self.store.keys()
+        records: list[Record] = []
+
+        def keep(rec: Record) -> None:
+            self.store.append(rec, self.session)
+            records.append(rec)
+            if on_record is not None:
+                on_record(rec)
+
+        with ThreadPoolExecutor(max_workers=1) as prefetch:
+            pending = None
+            for i in range(len(batches) + 1):
+                nxt = prefetch.submit(self._prepare, batches[i], seen, source, keep) \
+                    if i < len(batches) else None
+                if pending is not None:
+                    self._run(pending.result(), source, keep)
+                pending = nxt
+        return records
+
+    def _prepare(self, configs, seen: set[str], source: str, keep) -> list[tuple[Config, BuildResult]]:
+        """Dedupe, record invalid configurations and failed builds; return what can run."""
+        todo: list[tuple[str, Config]] = []
         for c in configs:
             key = Space.key(c)
             if key not in seen:
                 seen.add(key)
                 todo.append((key, c))
-        records: dict[str, Record] = {}
-
-        def keep(rec: Record) -> None:
-            self.store.append(rec, self.session)
-            records[rec.key] = rec
-            if on_record is not None:
-                on_record(rec)
-
-        violations = space.validate_many([c for _, c in todo])
+        violations = self.op.space.validate_many([c for _, c in todo])
         buildable = []
         for (key, c), v in zip(todo, violations):
             if v:
                 keep(Record(key, c, Status.INVALID, error=", ".join(v), source=source))
             else:
                 buildable.append((key, c))
-
         builds = self.builder.build(self.op, [c for _, c in buildable]) if buildable else []
-        runnable: list[tuple[Config, BuildResult]] = []
+        runnable = []
         for (key, c), b in zip(buildable, builds):
             if b.status is Status.OK and self.runner is not None:
                 runnable.append((c, b))
             else:
                 keep(_record(key, c, b, None, source))
-        if runnable:
-            def ran(i: int, r: RunResult) -> None:
-                c, b = runnable[i]
-                keep(_record(b.key, c, b, r, source))
+        return runnable
 
-            self.runner.run(self.op, [b for _, b in runnable], on_result=ran)
-        return [records[k] for k, _ in todo if k in records]
+    def _run(self, runnable, source: str, keep) -> None:
+        if not runnable:
+            return
+
+        def ran(i: int, r: RunResult) -> None:
+            c, b = runnable[i]
+            keep(_record(b.key, c, b, r, source))
+
+        self.runner.run(self.op, [b for _, b in runnable], on_result=ran)
 
 
 def _record(key: str, config: Config, b: BuildResult, r: RunResult | None, source: str) -> Record:

@@ -69,7 +69,7 @@ class Kernel:
         self.func = ctypes.c_void_p()
         _check("cuModuleGetFunction",
                cu.cuModuleGetFunction(ctypes.byref(self.func), self.module, name.encode()))
-        if dynamic_smem > 48 * 1024:
+        if dynamic_smem > 0:  # needed as soon as static + dynamic exceed 48 KB; harmless below
             _check("cuFuncSetAttribute", cu.cuFuncSetAttribute(
                 self.func, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(dynamic_smem)))
         self.grid, self.block, self.dynamic_smem = tuple(grid), tuple(block), int(dynamic_smem)
