@@ -91,15 +91,21 @@ _FEATURES = ("registers", "smem_bytes", "dynamic_smem_bytes", "spill_stores", "s
 
 
 def git_sha(path: str | None = None) -> str:
+    """Commit of the code that ran: ``$BOCAST_GIT_SHA`` when set (the GPU machine receives a copy
+    of the tree without .git), else ``git rev-parse HEAD`` (+ "-dirty"), else "unknown"."""
+    if os.environ.get("BOCAST_GIT_SHA"):
+        return os.environ["BOCAST_GIT_SHA"]
     here = path or os.path.dirname(os.path.abspath(__file__))
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=10).stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                              text=True, timeout=10)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+                               capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
+    if head.returncode != 0 or not head.stdout.strip():
+        return "unknown"
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def package_versions() -> dict[str, str]:
