@@ -219,6 +219,105 @@ def cmd_measure(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------- tune
+
+
+def cmd_tune(args) -> int:
+    from bocast import config as cfgmod
+    from bocast.candidates import SpaceCandidates
+    from bocast.measure.replay import ReplayDataset, ReplayError, ReplayMeasurer
+    from bocast.operator import from_workload
+    from bocast.records import Store, StoreError, provenance
+    from bocast.strategies import StrategyError, make_strategy
+    from bocast.tuner import Tuner
+
+    # validate everything before writing anything
+    try:
+        cfg = cfgmod.load(args.config, runner=args.runner)
+    except cfgmod.ConfigError as e:
+        raise UsageError(f"{args.config}: {e}") from None
+    try:
+        op = from_workload(cfg.workload)
+    except (WorkloadError, TypeError) as e:
+        raise UsageError(f"{args.config}: workload: {e}") from None
+    dataset = None
+    if cfg.runner == "replay":
+        try:
+            dataset = ReplayDataset(cfg.dataset, op)
+        except ReplayError as e:
+            raise UsageError(f"{args.config}: dataset: {e}") from None
+        candidates = dataset.candidates()
+    else:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError(f"{args.config}: runner tvm needs a CUDA GPU; this machine has none "
+                             "(use --runner replay with a recorded dataset)")
+        candidates = SpaceCandidates(op.space)
+    try:
+        strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **cfg.strategy_options)
+    except StrategyError as e:
+        raise UsageError(f"{args.config}: strategy: {e}") from None
+    try:
+        store = Store(f"{cfg.output}/records.db", op.workload)
+    except StoreError as e:
+        raise UsageError(f"{args.config}: output: {e}") from None
+
+    previous = store.records()
+    closers = []
+    if dataset is not None:
+        measurer = ReplayMeasurer(dataset, store)
+        reference = (dataset.reference or {}).get("tflops")
+        print(f"runner: replay of {cfg.dataset} ({len(dataset.configs)} recorded configurations; "
+              "no GPU is used)", file=sys.stderr)
+    else:
+        from bocast.measure.builder import Builder
+        from bocast.measure.engine import Measurer
+        from bocast.measure.runner import GpuRunner
+
+        ro = cfg.runner_options
+        runner = GpuRunner(timeout_s=ro.get("run_timeout", 30), repeats=ro.get("repeats", 10),
+                           seed=cfg.seed)
+        builder = Builder(workers=ro.get("workers"), timeout_s=ro.get("build_timeout", 180))
+        closers += [runner, builder]
+        device = runner.device()
+        ref = store.get_meta("reference") or runner.reference(op)
+        store.set_meta("reference", ref)
+        reference = ref.get("tflops")
+        measurer = Measurer(op, store, builder, runner, session_info={
+            "device": device, "runner": "tvm", "config": cfg.raw})
+        print(f"runner: live on {device.get('gpu')}; reference {reference:.1f} TFLOPS",
+              file=sys.stderr)
+    if previous:
+        print(f"resuming: {len(previous)} trials already in {cfg.output}/records.db",
+              file=sys.stderr)
+    tuner = Tuner(strategy, measurer, trials=cfg.trials, seconds=cfg.seconds,
+                  batch_size=cfg.batch_size, optimum=dataset.best_tflops if dataset else None,
+                  reference=reference, progress=not args.json)
+    try:
+        result = tuner.run(previous)
+    finally:
+        for c in closers:
+            c.close()
+    summary = {**result.summary(), "config": cfg.path, "config_sha256": cfg.digest,
+               "strategy": cfg.strategy, "strategy_options": strategy.hyper, "seed": cfg.seed,
+               "runner": cfg.runner, "dataset": cfg.dataset, "output": cfg.output,
+               "provenance": provenance()}
+    with open(f"{cfg.output}/summary.json", "w") as f:
+        json.dump(summary, f, indent=1, sort_keys=True, default=str)
+    store.close()
+    best = result.best_tflops or 0.0
+    lines = [f"{cfg.strategy} ({strategy.hyper.get('acquisition', '')}) seed {cfg.seed}: "
+             f"{result.trials} trials, best {best:.1f} TFLOPS"
+             + (f" = {best / reference:.2f}x reference" if reference else "")]
+    if result.optimum:
+        lines.append(f"dataset best {result.optimum:.1f} TFLOPS; 95% reached at trial "
+                     f"{result.trials_to(0.95)}")
+    lines.append(f"records: {cfg.output}/records.db; summary: {cfg.output}/summary.json")
+    _emit(args, {k: summary[k] for k in summary if k != "provenance"}, lines)
+    return 0
+
+
 # ------------------------------------------------------------------------------ parser
 
 
@@ -265,6 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress-every", type=int, default=50)
     p.add_argument("--json", action="store_true", help="last line: one JSON summary")
     p.set_defaults(func=cmd_measure)
+
+    p = sub.add_parser("tune", help="run one experiment configuration (YAML)")
+    p.add_argument("config", help="experiment configuration file")
+    p.add_argument("--runner", choices=["replay", "tvm"], help="override the config's runner")
+    p.add_argument("--json", action="store_true", help="last line: one JSON summary")
+    p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("ops", help="list the operators and their shape syntax")
     p.add_argument("--json", action="store_true")

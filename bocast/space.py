@@ -596,6 +596,22 @@ class Space:
                 names.append(f"{k.name} (rank)")
         return names
 
+    def encoding_bounds(self) -> np.ndarray:
+        """(2, encoded_width) lower and upper bounds of every encoded column."""
+        lo, hi = [], []
+        for k in self.knobs:
+            if isinstance(k, Split):
+                top = max(k.extent_for(cond) for cond, _, _ in self._variants)
+                lo += [0.0] * k.parts
+                hi += [math.log2(top)] * k.parts
+            elif isinstance(k, PowerOfTwo):
+                lo.append(k._log(k.choices[0]))
+                hi.append(k._log(k.choices[-1]))
+            else:
+                lo += [0.0] * k.width
+                hi += [1.0] * k.width
+        return np.array([lo, hi])
+
     def encode(self, configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
         """Numeric matrix ``(n, encoded_width)`` for the GP: log2 of split factors and power-of-two
         knobs, one-hot categoricals, rank/(n-1) for ordinals; inactive knobs encode as zeros."""

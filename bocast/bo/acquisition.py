@@ -1,0 +1,98 @@
+"""Batch acquisitions over a finite pool of candidate configurations.
+
+Every acquisition picks ``q`` distinct rows of the pool (never a continuous relaxation: the
+pool holds only configurations the space contains). Shapes: the pool has ``m`` rows; ``pred``
+carries ``(m,)`` mean and latent variance of log(TFLOPS); feasibility tensors are ``(m,)``.
+
+- ``logei``: constrained LogEI, log EI(x) + log P(feasible | x); the batch is built greedily with
+  a Kriging believer (after each pick, the GP is conditioned on its predicted mean, which leaves
+  the mean unchanged and shrinks the variance around the pick).
+- ``becbo``: BE-CBO adapted to a discrete pool: EI over the candidates whose *optimistic*
+  feasibility (mean + beta * spread, beta shrinking as evidence grows) reaches 1/2, and a share
+  of the batch spent on the learned boundary (feasibility near 1/2, weighted by EI).
+- ``ts``: constrained Thompson sampling (SCBO style): per batch slot, one joint posterior sample
+  of the objective and one sample of feasibility; the best sampled value among the rows sampled
+  feasible wins (if none is, the most probably feasible row).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from bocast.bo.surrogate import Prediction, Surrogate, log_ei
+
+
+def kriging_believer(model: Surrogate, pred: Prediction, score, q: int) -> list[int]:
+    """Greedy batch: ``score(mean, std) -> (m,)`` is re-evaluated after each pick with the
+    variance reduced as if the pick had been observed at its mean."""
+    var = pred.var.clone()
+    noise = model.noise * model.y_std ** 2
+    picked: list[int] = []
+    columns: list[tuple[torch.Tensor, torch.Tensor]] = []  # conditioned covariance, denominator
+    for _ in range(min(q, len(var))):
+        s = score(pred.mean, var.sqrt())
+        if picked:
+            s[picked] = -torch.inf
+        j = int(torch.argmax(s))
+        picked.append(j)
+        c = model.posterior_cov_with(j)
+        for c_i, d_i in columns:  # condition the new column on the earlier fantasies
+            c = c - c_i * c_i[j] / d_i
+        d = c[j] + noise
+        columns.append((c, d))
+        var = (var - c * c / d).clamp_min(1e-12)
+    return picked
+
+
+def constrained_logei(model: Surrogate, pred: Prediction, p_feasible: torch.Tensor,
+                      best: float, q: int) -> list[int]:
+    log_pf = torch.log(p_feasible.clamp_min(1e-12))
+    return kriging_believer(model, pred, lambda mu, sd: log_ei(mu, sd, best) + log_pf, q)
+
+
+def becbo(model: Surrogate, pred: Prediction, p_feasible: torch.Tensor,
+          p_optimistic: torch.Tensor, best: float, q: int, boundary_share: float) -> list[int]:
+    eligible = p_optimistic >= 0.5
+    if not bool(eligible.any()):
+        eligible = p_optimistic >= p_optimistic.max()
+    mask = torch.where(eligible, 0.0, -torch.inf).to(pred.mean)
+    n_boundary = int(round(boundary_share * q)) if bool((p_feasible < 0.95).any()) else 0
+    picks = kriging_believer(model, pred, lambda mu, sd: log_ei(mu, sd, best) + mask,
+                             q - n_boundary)
+    if n_boundary:
+        closeness = torch.log((1 - 2 * (p_feasible - 0.5).abs()).clamp_min(1e-6))
+        score = log_ei(pred.mean, pred.var.sqrt(), best) + closeness + mask
+        score[picks] = -torch.inf
+        extra = torch.argsort(score, descending=True)[:n_boundary]
+        picks += [int(i) for i in extra if torch.isfinite(score[i])]
+    return picks
+
+
+def thompson(model: Surrogate, x_pool: np.ndarray, pred: Prediction, classifier, q: int,
+             generator: torch.Generator, screen: int = 768) -> list[int]:
+    """Joint samples over a screened subset (top rows by an optimistic bound, plus random rows),
+    which keeps the joint covariance small enough to factor each round."""
+    m = len(x_pool)
+    ucb = pred.mean + 3 * pred.var.sqrt()
+    top = torch.argsort(ucb, descending=True)[: screen]
+    rest = torch.tensor(sorted(set(range(m)) - set(top.tolist())), dtype=torch.long)
+    if len(rest):
+        rest = rest[torch.randperm(len(rest), generator=generator)[: screen // 4]]
+    sub = torch.cat([top, rest])
+    xs = torch.as_tensor(x_pool, dtype=torch.float64)[sub]
+    f = model.joint_samples(x_pool[sub.numpy()], q, generator)            # (q, s)
+    feas = classifier.sample(model.scale(xs), q, generator)               # (q, s)
+    p, _ = classifier.predict(model.scale(xs))
+    picked: list[int] = []
+    for t in range(q):
+        score = torch.where(feas[t], f[t], -torch.inf)
+        if not bool(torch.isfinite(score).any()):
+            score = p.clone()
+        order = torch.argsort(score, descending=True)
+        for i in order.tolist():
+            row = int(sub[i])
+            if row not in picked:
+                picked.append(row)
+                break
+    return picked

@@ -1,0 +1,155 @@
+"""The performance surrogate: a BoTorch GP on encoded configurations, y = log(TFLOPS).
+
+Hyperparameters are fitted with BoTorch (``SingleTaskGP`` + ``fit_gpytorch_mll``) on at most
+``fit_points`` observations (a uniform subset once there are more), warm-started from the
+previous round. Predictions then condition on *all* observations with those hyperparameters,
+through one Cholesky factor that this class keeps, so that scoring thousands of candidates and
+Kriging-believer batch selection cost matrix products rather than repeated GP calls.
+
+Inputs are scaled to [0, 1] with fixed bounds (from the candidate set), so lengthscales keep
+their meaning from one round to the next.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+DTYPE = torch.float64
+
+
+@dataclass
+class Prediction:
+    mean: torch.Tensor  # (m,) in y units
+    var: torch.Tensor   # (m,) latent (noise-free) variance in y units
+
+
+class Surrogate:
+    def __init__(self, bounds: np.ndarray, *, fit_points: int = 384, maxiter: int = 75,
+                 seed: int = 0):
+        lo, hi = np.asarray(bounds[0], float), np.asarray(bounds[1], float)
+        self.lo = torch.tensor(lo, dtype=DTYPE)
+        self.span = torch.tensor(np.where(hi > lo, hi - lo, 1.0), dtype=DTYPE)
+        self.fit_points, self.maxiter, self.seed = fit_points, maxiter, seed
+        self._hyper: dict[str, torch.Tensor] | None = None
+        self.model = None
+
+    def scale(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
+        return (torch.as_tensor(x, dtype=DTYPE) - self.lo) / self.span
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> None:
+        """x: (n, d) encoded configurations; y: (n,) log TFLOPS."""
+        from botorch.fit import fit_gpytorch_mll
+        from botorch.models import SingleTaskGP
+        from botorch.models.transforms import Standardize
+        from gpytorch.mlls import ExactMarginalLogLikelihood
+
+        X = self.scale(x)
+        Y = torch.as_tensor(y, dtype=DTYPE).reshape(-1, 1)
+        n = len(X)
+        gen = torch.Generator().manual_seed(self.seed + n)
+        sub = torch.randperm(n, generator=gen)[: self.fit_points] if n > self.fit_points \
+            else torch.arange(n)
+        model = SingleTaskGP(X[sub], Y[sub], outcome_transform=Standardize(m=1))
+        if self._hyper is not None:
+            model.load_state_dict(self._hyper, strict=False)
+        mll = ExactMarginalLogLikelihood(model.likelihood, model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": self.maxiter}})
+            except Exception:  # noqa: BLE001 - keep the previous/initial hyperparameters
+                pass
+        model.eval()
+        self._hyper = {k: v.detach().clone() for k, v in model.state_dict().items()
+                       if k.startswith(("covar_module", "likelihood", "mean_module"))}
+        self.model = model
+        # condition on all observations with the fitted hyperparameters (standardised y)
+        self.y_mean, self.y_std = float(Y.mean()), float(Y.std()) if n > 1 else 1.0
+        if not self.y_std > 0:
+            self.y_std = 1.0
+        self.X = X
+        ys = (Y.squeeze(-1) - self.y_mean) / self.y_std
+        # the GP was fitted on its subset's standardisation; re-express its scale parameters
+        sub_std = float(Y[sub].std()) if len(sub) > 1 else 1.0
+        ratio = (sub_std / self.y_std) ** 2 if sub_std > 0 else 1.0
+        self.mean_const = (float(model.mean_module.constant.detach()) * sub_std + float(Y[sub].mean())
+                           - self.y_mean) / self.y_std
+        self.kernel = model.covar_module
+        self.scale2 = ratio  # multiplies the fitted kernel to the all-data standardisation
+        self.noise = float(model.likelihood.noise) * ratio
+        with torch.no_grad():
+            K = self._k(X, X)
+            K.diagonal().add_(self.noise + 1e-8)
+            self.L = _cholesky(K)
+            self.alpha = torch.cholesky_solve((ys - self.mean_const).unsqueeze(-1), self.L)
+
+    def _k(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.kernel(a, b).to_dense() * self.scale2
+
+    def predict(self, x: np.ndarray | torch.Tensor) -> Prediction:
+        Xp = self.scale(x)
+        with torch.no_grad():
+            Ks = self._k(self.X, Xp)                      # (n, m)
+            mean = self.mean_const + (Ks * self.alpha).sum(0)
+            A = torch.linalg.solve_triangular(self.L, Ks, upper=False)
+            prior = self.kernel(Xp[:1], Xp[:1]).to_dense()[0, 0] * self.scale2  # stationary
+            var = (prior - (A * A).sum(0)).clamp_min(1e-12)
+        self._last = (Xp, A)
+        return Prediction(self.y_mean + self.y_std * mean, var * self.y_std ** 2)
+
+    def posterior_cov_with(self, j: int) -> torch.Tensor:
+        """Posterior covariance between every point of the last ``predict`` and its ``j``-th
+        point (y units), for Kriging-believer updates."""
+        Xp, A = self._last
+        with torch.no_grad():
+            k = self._k(Xp, Xp[j:j + 1]).squeeze(-1)
+            return (k - A.T @ A[:, j]) * self.y_std ** 2
+
+    def joint_samples(self, x: np.ndarray, n: int, generator: torch.Generator) -> torch.Tensor:
+        """``n`` joint posterior samples of the latent function at the rows of ``x``: (n, m)."""
+        Xp = self.scale(x)
+        with torch.no_grad():
+            Ks = self._k(self.X, Xp)
+            mean = self.mean_const + (Ks * self.alpha).sum(0)
+            A = torch.linalg.solve_triangular(self.L, Ks, upper=False)
+            cov = self._k(Xp, Xp) - A.T @ A
+            cov.diagonal().add_(1e-8)
+            Lc = _cholesky(cov)
+            z = torch.randn(len(Xp), n, dtype=DTYPE, generator=generator)
+            f = mean.unsqueeze(-1) + Lc @ z
+        return (self.y_mean + self.y_std * f).T
+
+
+def _cholesky(K: torch.Tensor) -> torch.Tensor:
+    jitter = 1e-8
+    for _ in range(8):
+        L, info = torch.linalg.cholesky_ex(K)
+        if int(info) == 0:
+            return L
+        K = K.clone()
+        K.diagonal().add_(jitter * float(K.diagonal().mean()))
+        jitter *= 10
+    raise RuntimeError("covariance matrix is not positive definite")
+
+
+def log_ei(mean: torch.Tensor, std: torch.Tensor, best: float) -> torch.Tensor:
+    """log E[max(f - best, 0)] for f ~ N(mean, std^2), stable for very negative z."""
+    z = (mean - best) / std
+    # h(z) = phi(z) + z Phi(z); for z < -1 use the Mills-ratio form through erfcx
+    log_phi = -0.5 * z * z - 0.5 * math.log(2 * math.pi)
+    big = z > -1
+    out = torch.empty_like(z)
+    zb = z[big]
+    out[big] = torch.log(torch.exp(-0.5 * zb * zb) / math.sqrt(2 * math.pi)
+                         + zb * torch.special.ndtr(zb))
+    zs = z[~big]
+    # h(z) = phi(z) * (1 + z * m(z)),  m(z) = Phi(z)/phi(z) = sqrt(pi/2) * erfcx(-z/sqrt2)
+    inner = 1 + zs * math.sqrt(math.pi / 2) * torch.special.erfcx(-zs / math.sqrt(2))
+    out[~big] = log_phi[~big] + torch.log(inner.clamp_min(1e-300))
+    return out + torch.log(std)

@@ -1,0 +1,97 @@
+"""The ask/tell interface every search strategy implements, and the strategy registry.
+
+A strategy proposes configurations (``ask``) and learns from finished records (``tell``); it
+never builds, runs or stores anything itself. It draws configurations only from its
+:class:`~bocast.candidates.Candidates`, and must not propose a configuration it has already
+been told about or already proposed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from bocast.candidates import Candidates
+from bocast.records import Record
+from bocast.space import Config, Space
+
+_STRATEGIES: dict[str, type["Strategy"]] = {}
+
+
+class StrategyError(ValueError):
+    """A strategy name or hyperparameter that cannot be used."""
+
+
+class Strategy(ABC):
+    name: ClassVar[str]
+    #: hyperparameter -> default; the config file may set exactly these
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, candidates: Candidates, *, seed: int = 0, **hyper: Any):
+        unknown = set(hyper) - set(self.defaults)
+        if unknown:
+            raise StrategyError(f"strategy {self.name!r} has no option(s) {sorted(unknown)}; "
+                                f"options: {sorted(self.defaults)}")
+        self.hyper = {**self.defaults, **hyper}
+        self.candidates = candidates
+        self.space: Space = candidates.space
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.history: list[Record] = []
+        self.proposed: set[str] = set()
+
+    @abstractmethod
+    def _ask(self, n: int) -> list[Config]:
+        """Up to ``n`` new configurations (the base class filters repeats)."""
+
+    def ask(self, n: int) -> list[Config]:
+        # randomness depends only on the seed and the history, so a resumed run that replays
+        # its records through ``tell`` proposes exactly what the uninterrupted run would have
+        self.rng = np.random.default_rng([self.seed, len(self.history), len(self.proposed)])
+        out = []
+        for c in self._ask(n):
+            key = Space.key(c)
+            if key not in self.proposed:
+                self.proposed.add(key)
+                out.append(c)
+        return out[:n]
+
+    def tell(self, records: Sequence[Record]) -> None:
+        for r in records:
+            self.proposed.add(r.key)
+        self.history.extend(records)
+        self._tell(records)
+
+    def _tell(self, records: Sequence[Record]) -> None:
+        """Hook for strategies that update state per batch."""
+
+    # helpers shared by strategies
+    def measured_ok(self) -> list[Record]:
+        return [r for r in self.history if r.ok and r.tflops]
+
+    def config_of(self, record: Record) -> Config:
+        return self.space.from_json(record.config)
+
+    def fresh_samples(self, n: int) -> list[Config]:
+        return self.candidates.sample(n, self.rng, self.proposed)
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    _STRATEGIES[cls.name] = cls
+    return cls
+
+
+def strategies() -> dict[str, type[Strategy]]:
+    # importing the modules registers them
+    from bocast.strategies import bo, random  # noqa: F401
+
+    return dict(sorted(_STRATEGIES.items()))
+
+
+def make_strategy(name: str, candidates: Candidates, *, seed: int, **hyper: Any) -> Strategy:
+    known = strategies()
+    if name not in known:
+        raise StrategyError(f"unknown strategy {name!r}; known: {', '.join(known)}")
+    return known[name](candidates, seed=seed, **hyper)

@@ -1,0 +1,101 @@
+"""Bayesian optimisation: GP surrogate of log(TFLOPS), feasibility classifier, batch acquisition
+over a discrete candidate pool.
+
+Each round: fit the surrogate on the successful measurements and, once failures have been seen,
+the classifier on all attempted ones; build a pool of fresh uniform samples plus the feasible
+neighbours of the best configurations so far (never anything already proposed); score it with
+the chosen acquisition (``logei``, ``becbo`` or ``ts``, see :mod:`bocast.bo.acquisition`); return
+``q`` picks. The first ``n_init`` proposals are uniform samples.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from bocast.bo import acquisition as acq
+from bocast.bo.feasibility import make_classifier
+from bocast.bo.surrogate import Surrogate
+from bocast.measure.status import Status
+from bocast.space import Space
+from bocast.strategies.base import Strategy, StrategyError, register
+
+ACQUISITIONS = ("logei", "becbo", "ts")
+
+
+@register
+class BayesOpt(Strategy):
+    name = "bo"
+    defaults = {
+        "acquisition": "logei",
+        "n_init": 32,
+        "pool_size": 4096,
+        "incumbents": 16,       # best configurations whose neighbours join the pool
+        "classifier": "gp",     # gp | ensemble
+        "fit_points": 384,      # observations used to fit hyperparameters
+        "fit_maxiter": 75,
+        "boundary_share": 0.25,  # becbo: share of the batch on the feasibility boundary
+        "beta0": 2.0,            # becbo: initial width of the optimistic feasibility bound
+    }
+
+    def __init__(self, candidates, *, seed=0, **hyper):
+        super().__init__(candidates, seed=seed, **hyper)
+        if self.hyper["acquisition"] not in ACQUISITIONS:
+            raise StrategyError(f"unknown acquisition {self.hyper['acquisition']!r}; "
+                                f"known: {', '.join(ACQUISITIONS)}")
+        if self.hyper["classifier"] not in ("gp", "ensemble"):
+            raise StrategyError(f"unknown classifier {self.hyper['classifier']!r}: gp or ensemble")
+        self.surrogate = Surrogate(candidates.bounds(), fit_points=self.hyper["fit_points"],
+                                   maxiter=self.hyper["fit_maxiter"], seed=seed)
+        self.last_round: dict = {}
+
+    def _ask(self, n):
+        ok = self.measured_ok()
+        if len(self.history) < self.hyper["n_init"] or len(ok) < 3:
+            return self.fresh_samples(n)
+        pool = self._pool()
+        if not pool:
+            return []
+        x_ok = self.candidates.encode([self.config_of(r) for r in ok])
+        y_ok = np.log([r.tflops for r in ok])
+        self.surrogate.fit(x_ok, y_ok)
+        attempted = [r for r in self.history if r.status is not Status.INVALID]
+        labels = np.array([1.0 if r.ok else 0.0 for r in attempted])
+        clf = make_classifier(self.hyper["classifier"], labels, seed=self.seed)
+        if labels.min() != labels.max():
+            x_att = self.surrogate.scale(self.candidates.encode([self.config_of(r) for r in attempted]))
+            clf.fit(x_att, torch.as_tensor(labels))
+        x_pool = self.candidates.encode(pool)
+        pred = self.surrogate.predict(x_pool)
+        xs = self.surrogate.scale(x_pool)
+        p_feas, _ = clf.predict(xs)
+        best = float(y_ok.max())
+        gen = torch.Generator().manual_seed(int(self.rng.integers(2**62)))
+        kind = self.hyper["acquisition"]
+        if kind == "logei":
+            picks = acq.constrained_logei(self.surrogate, pred, p_feas, best, n)
+        elif kind == "becbo":
+            n_fail = int((labels == 0).sum())
+            beta = self.hyper["beta0"] / math.sqrt(1 + n_fail / 10)
+            picks = acq.becbo(self.surrogate, pred, p_feas, clf.optimistic(xs, beta), best, n,
+                              self.hyper["boundary_share"])
+        else:
+            picks = acq.thompson(self.surrogate, x_pool, pred, clf, n, gen)
+        self.last_round = {"pool": len(pool), "observations": len(ok), "best_log_tflops": best,
+                           "failures_seen": int((labels == 0).sum())}
+        return [pool[i] for i in picks]
+
+    def _pool(self) -> list:
+        """Fresh uniform samples plus neighbours of the incumbents, all unproposed."""
+        pool = self.fresh_samples(self.hyper["pool_size"])
+        seen = set(self.proposed) | {Space.key(c) for c in pool}
+        best = sorted(self.measured_ok(), key=lambda r: r.tflops, reverse=True)
+        for r in best[: self.hyper["incumbents"]]:
+            for nb in self.candidates.neighbours(self.config_of(r)):
+                key = Space.key(nb)
+                if key not in seen:
+                    seen.add(key)
+                    pool.append(nb)
+        return pool
