@@ -132,13 +132,14 @@ def load(path: str, *, runner: str | None = None) -> TuneConfig:
 
 
 def _repo_root(start: str) -> str:
-    """Relative paths in configs are relative to the repository (the folder with
-    pyproject.toml above the config), so a config runs the same from any working directory."""
+    """Relative paths in a config are relative to the repository holding it (the folder with
+    pyproject.toml above it), so a committed config runs the same from any working directory;
+    for a config outside any repository, relative to the working directory."""
     d = start
     while True:
         if os.path.exists(os.path.join(d, "pyproject.toml")):
             return d
         parent = os.path.dirname(d)
         if parent == d:
-            return start
+            return os.getcwd()
         d = parent

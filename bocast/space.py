@@ -610,6 +610,9 @@ class Space:
             else:
                 lo += [0.0] * k.width
                 hi += [1.0] * k.width
+            if k.active_when:  # an inactive knob encodes as zeros
+                lo[-k.width:] = [min(v, 0.0) for v in lo[-k.width:]]
+                hi[-k.width:] = [max(v, 0.0) for v in hi[-k.width:]]
         return np.array([lo, hi])
 
     def encode(self, configs: Sequence[Mapping[str, Value]]) -> np.ndarray:

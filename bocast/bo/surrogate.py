@@ -2,7 +2,7 @@
 
 Hyperparameters are fitted with BoTorch (``SingleTaskGP`` + ``fit_gpytorch_mll``) on at most
 ``fit_points`` observations (a uniform subset once there are more), warm-started from the
-previous round. Predictions then condition on *all* observations with those hyperparameters,
+previous round (a third of the L-BFGS iterations of a cold fit). Predictions then condition on *all* observations with those hyperparameters,
 through one Cholesky factor that this class keeps, so that scoring thousands of candidates and
 Kriging-believer batch selection cost matrix products rather than repeated GP calls.
 
@@ -58,10 +58,12 @@ class Surrogate:
         if self._hyper is not None:
             model.load_state_dict(self._hyper, strict=False)
         mll = ExactMarginalLogLikelihood(model.likelihood, model)
+        # from a warm start L-BFGS needs few steps; a cold fit gets the full budget
+        maxiter = self.maxiter if self._hyper is None else max(10, self.maxiter // 3)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": self.maxiter}})
+                fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": maxiter}})
             except Exception:  # noqa: BLE001 - keep the previous/initial hyperparameters
                 pass
         model.eval()
@@ -81,7 +83,7 @@ class Surrogate:
                            - self.y_mean) / self.y_std
         self.kernel = model.covar_module
         self.scale2 = ratio  # multiplies the fitted kernel to the all-data standardisation
-        self.noise = float(model.likelihood.noise) * ratio
+        self.noise = float(model.likelihood.noise.detach()) * ratio
         with torch.no_grad():
             K = self._k(X, X)
             K.diagonal().add_(self.noise + 1e-8)

@@ -1,0 +1,66 @@
+"""Proposal cost of BO per round (surrogate fit + classifier + acquisition for q = 32) at
+100, 500 and 1000 observations, on this machine's CPU cores: a round warm-started from the
+previous round's hyperparameters, as in a run, and the first (cold) round.
+
+    python experiments/bench_proposal.py --out experiments/results/proposal_cost_cpu2.json
+
+Observations are rows of the recorded 4096^3 dataset; the candidate pool is the live space
+(4096 fresh samples plus neighbours of the 16 best), as in a live run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+
+from bocast.candidates import SpaceCandidates
+from bocast.measure.replay import ReplayDataset
+from bocast.operator import get_operator
+from bocast.strategies import make_strategy
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dataset", default="experiments/data/gemm_4096_4096_4096")
+    ap.add_argument("--sizes", type=int, nargs="*", default=[100, 500, 1000])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    op = get_operator("gemm").from_args((4096, 4096, 4096))
+    ds = ReplayDataset(args.dataset, op)
+    records = [ds.record(c) for c in ds.configs]
+    rows = []
+    for n in args.sizes:
+        for acq in ("logei", "becbo", "ts"):
+            cold, warm = [], []
+            for rep in range(args.repeats):
+                # a round as in a run: the previous round's hyperparameters are the warm start
+                s = make_strategy("bo", SpaceCandidates(op.space), seed=rep, acquisition=acq)
+                s.tell(records[:n - 32])
+                t0 = time.perf_counter()
+                s.ask(32)
+                cold.append(time.perf_counter() - t0)
+                s.tell(records[n - 32:n])
+                t0 = time.perf_counter()
+                got = s.ask(32)
+                warm.append(time.perf_counter() - t0)
+                assert len(got) == 32
+            rows.append({"observations": n, "acquisition": acq, "median_s": statistics.median(warm),
+                         "min_s": min(warm), "max_s": max(warm),
+                         "cold_median_s": statistics.median(cold), "pool": s.last_round.get("pool")})
+            print(f"{n:5d} obs  {acq:6s}  per round {rows[-1]['median_s']:.2f} s "
+                  f"(min {rows[-1]['min_s']:.2f}, max {rows[-1]['max_s']:.2f}); first round "
+                  f"(cold fit) {rows[-1]['cold_median_s']:.2f} s; pool {rows[-1]['pool']}",
+                  flush=True)
+    with open(args.out, "w") as f:
+        json.dump({"cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "rows": rows},
+                  f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

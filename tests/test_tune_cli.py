@@ -1,0 +1,76 @@
+"""`bocast tune`: a replay run end to end, resume, and one clear error per bad configuration."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+GOOD = {
+    "workload": {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout": "NT"},
+    "strategy": {"name": "bo", "acquisition": "logei", "n_init": 16, "pool_size": 256,
+                 "fit_maxiter": 20},
+    "batch_size": 16,
+    "budget": {"trials": 48},
+    "seed": 0,
+    "runner": "replay",
+    "dataset": "experiments/data/gemm_32_2048_1000",
+}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tune(tmp_path, cfg, *extra):
+    cfg = dict(cfg)
+    cfg.setdefault("output", str(tmp_path / "out"))
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return subprocess.run([sys.executable, "-m", "bocast.cli", "tune", str(path), *extra],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_replay_run_writes_records_and_json_summary(tmp_path):
+    proc = tune(tmp_path, GOOD, "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["trials"] == 48 and summary["best_tflops"] > 0
+    assert "trials_to_95pct" in summary and summary["seconds"] >= 0
+    assert "replay" in proc.stderr  # says which runner it uses
+    assert os.path.exists(tmp_path / "out" / "records.db")
+    saved = json.load(open(tmp_path / "out" / "summary.json"))
+    assert saved["provenance"]["git_sha"] and saved["config_sha256"]
+
+
+def test_resume_adds_only_the_missing_trials(tmp_path):
+    assert tune(tmp_path, GOOD).returncode == 0
+    more = {**GOOD, "budget": {"trials": 64}}
+    proc = tune(tmp_path, more, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming: 48 trials" in proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["trials"] == 64
+
+
+def _without(d, key):
+    return {k: v for k, v in d.items() if k != key}
+
+
+@pytest.mark.parametrize("cfg, message", [
+    (_without(GOOD, "seed"), "seed: missing"),
+    ({**GOOD, "seed": "zero"}, "seed: expected an integer"),
+    ({**GOOD, "budgett": {"trials": 3}}, "unknown field(s) ['budgett']"),
+    ({**GOOD, "budget": {"trials": 0}}, "budget.trials: must be >= 1"),
+    ({**GOOD, "strategy": {"name": "annealing"}}, "strategy: unknown strategy 'annealing'"),
+    ({**GOOD, "strategy": {"name": "bo", "acquisition": "ucb"}}, "unknown acquisition 'ucb'"),
+    ({**GOOD, "workload": {**GOOD["workload"], "shape": [1024, 1024, 1024]}},
+     "data/gemm_32_2048_1000 was recorded for workload"),
+    ({**GOOD, "workload": {"op": "gemm", "shape": [1, 2]}}, "workload: gemm: shape needs 3"),
+    ({**GOOD, "runner": "fpga"}, "runner: 'fpga' is not one of"),
+    (_without(GOOD, "dataset"), "dataset: the replay runner needs"),
+])
+def test_bad_config_one_error_exit_2_nothing_written(tmp_path, cfg, message):
+    proc = tune(tmp_path, cfg)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert not os.path.exists(tmp_path / "out")
