@@ -26,6 +26,12 @@ class Candidates(ABC):
         ``exclude``."""
 
     @abstractmethod
+    def sample_restricted(self, n: int, rng: np.random.Generator, allowed: dict,
+                          exclude: set[str]) -> list[Config]:
+        """Like :meth:`sample`, among configurations whose knobs in ``allowed`` take one of the
+        listed values (Heron's constrained crossover re-solves the constraints this way)."""
+
+    @abstractmethod
     def neighbours(self, config: Config) -> list[Config]:
         """Feasible configurations one knob away."""
 
@@ -60,6 +66,13 @@ class SpaceCandidates(Candidates):
                         return out
         return out
 
+    def sample_restricted(self, n, rng, allowed, exclude):
+        out = []
+        for c in self.space.sample_restricted(2 * n, rng, allowed):
+            if Space.key(c) not in exclude and c not in out:
+                out.append(c)
+        return out[:n]
+
     def neighbours(self, config):
         return self.space.neighbours(config)
 
@@ -76,6 +89,9 @@ class TableCandidates(Candidates):
         self.keys = [Space.key(c) for c in self.configs]
         self.index = {k: i for i, k in enumerate(self.keys)}
         self._x = space.encode(self.configs)
+        # per knob, a comparable text form of every row's value (for restricted sampling)
+        self._values = {k.name: np.array([_value_key(c[k.name]) for c in self.configs])
+                        for k in space.knobs}
         self._by_hole: dict[tuple[str, str], list[int]] = {}
         names = [k.name for k in space.knobs]
         self._holes = []
@@ -90,6 +106,15 @@ class TableCandidates(Candidates):
 
     def sample(self, n, rng, exclude):
         free = [i for i, k in enumerate(self.keys) if k not in exclude]
+        pick = rng.permutation(len(free))[:n]
+        return [self.configs[free[i]] for i in pick]
+
+    def sample_restricted(self, n, rng, allowed, exclude):
+        mask = np.array([k not in exclude for k in self.keys], dtype=bool)
+        for name, vals in allowed.items():
+            ok = [_value_key(v) for v in vals]
+            mask &= np.isin(self._values[name], ok) | (self._values[name] == _value_key(None))
+        free = np.flatnonzero(mask)
         pick = rng.permutation(len(free))[:n]
         return [self.configs[free[i]] for i in pick]
 
@@ -111,3 +136,7 @@ class TableCandidates(Candidates):
             return config
         x = self.space.encode([config])[0]
         return self.configs[int(np.argmin(((self._x - x) ** 2).sum(1)))]
+
+
+def _value_key(v) -> str:
+    return Space.key({"v": v})

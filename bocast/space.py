@@ -412,13 +412,15 @@ class Space:
                 for k in self.knobs}
 
     # --- sampling ------------------------------------------------------------------------
-    def _draw_columns(self, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """``n`` i.i.d. uniform draws from the structural set, as columns (inactive knobs hold
-        their fill value, as in :meth:`columns`)."""
-        weights = np.array([c for _, _, c in self._variants], dtype=float)
+    def _draw_columns(self, n: int, rng: np.random.Generator,
+                      variants=None) -> dict[str, np.ndarray]:
+        """``n`` i.i.d. uniform draws from the structural set (or from ``variants``, a restricted
+        copy of it), as columns (inactive knobs hold their fill value, as in :meth:`columns`)."""
+        variants = self._variants if variants is None else variants
+        weights = np.array([c for _, _, c in variants], dtype=float)
         counts = rng.multinomial(n, weights / weights.sum())
         parts: dict[str, list[np.ndarray]] = {k.name: [] for k in self.knobs}
-        for (cond, domains, _), m in zip(self._variants, counts):
+        for (cond, domains, _), m in zip(variants, counts):
             if m == 0:
                 continue
             for k in self.knobs:
@@ -429,6 +431,43 @@ class Space:
                 parts[k.name].append(arr[rng.integers(0, len(dom), m)])
         order = rng.permutation(n)
         return {name: np.concatenate(chunks)[order] for name, chunks in parts.items()}
+
+    def _restricted_variants(self, allowed: Mapping[str, Sequence[Value]]):
+        unknown = set(allowed) - set(self._by_name)
+        if unknown:
+            raise SpaceError(f"unknown knob(s) {sorted(unknown)}")
+        out = []
+        for cond, domains, _ in self._variants:
+            new, count = {}, 1
+            for name, dom in domains.items():
+                if name in allowed and dom != [None]:
+                    ok = {Space.key({"v": v}) for v in allowed[name]}
+                    dom = [v for v in dom if Space.key({"v": v}) in ok]
+                new[name] = dom
+                if name not in cond and dom != [None]:
+                    count *= len(dom)
+                if not dom:
+                    count = 0
+            if count:
+                out.append((cond, new, count))
+        return out
+
+    def sample_restricted(self, n: int, rng: np.random.Generator,
+                          allowed: Mapping[str, Sequence[Value]], *, max_draws: int = 200_000
+                          ) -> list[Config]:
+        """Up to ``n`` feasible configurations, uniform among those whose knobs in ``allowed``
+        take one of the listed values (knobs that are inactive ignore their restriction). Fewer
+        (possibly none) when the restricted feasible set is small or empty."""
+        variants = self._restricted_variants(allowed)
+        out: list[Config] = []
+        drawn = 0
+        while variants and len(out) < n and drawn < max_draws:
+            batch = min(max(256, 20 * (n - len(out))), max_draws - drawn)
+            cols = self._with_derived(self._draw_columns(batch, rng, variants))
+            drawn += batch
+            idx = np.flatnonzero(self.feasible_mask(cols))[: n - len(out)]
+            out += self._rows(cols, idx)
+        return out
 
     def _rows(self, cols: Mapping[str, np.ndarray], index: Iterable[int]) -> list[Config]:
         """Configurations (python values, ``None`` where inactive) for the given rows."""

@@ -85,7 +85,7 @@ def register(cls: type[Strategy]) -> type[Strategy]:
 
 def strategies() -> dict[str, type[Strategy]]:
     # importing the modules registers them
-    from bocast.strategies import bo, random  # noqa: F401
+    from bocast.strategies import bo, ga, random  # noqa: F401
 
     return dict(sorted(_STRATEGIES.items()))
 

@@ -1,0 +1,221 @@
+"""Genetic-algorithm baselines: Heron's constrained GA (``cga``) and a plain GA (``ga``).
+
+``cga`` follows Heron (ASPLOS'23; seed 003 and IPRC-ICT/Heron ``tuner/``): each round the
+population is the previous one, the best measured so far and fresh constrained random samples,
+ranked by a gradient-boosted-tree cost model; a few generations of roulette selection and
+constrained crossover/mutation follow, whose children are always feasible: crossover restricts
+each *key* knob (the most important features of the cost model) to the two parents' values and
+re-solves the known constraints by sampling; mutation drops one of those restrictions. The round
+measures the top predicted 60% of its batch and picks the rest by roulette. Heron's defaults:
+population 200, 5 generations, 32 selected parents, 32 best-in-history, key ratio 0.14 of its 37
+GEMM parameters (about 5 keys); our GEMM space has 15 knobs (splits are single knobs), so the
+default key ratio 0.3 gives the same number of keys.
+
+``ga`` is a textbook GA on measured fitness, no model: roulette selection among the measured
+configurations (the best ``elite`` always in the pool), uniform crossover, per-knob mutation;
+a child that breaks a known constraint is replaced by the closest measurable configuration.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bocast.measure.status import Status
+from bocast.space import Config, Space
+from bocast.strategies.base import Strategy, register
+
+
+class TreeCostModel:
+    """Gradient-boosted trees on the encoded configuration, predicting normalised throughput
+    (failures as 0), like Heron's XGBoost 'reg' model. Uses xgboost when installed, otherwise
+    scikit-learn's GradientBoostingRegressor (recorded in ``backend``)."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.model = None
+        try:
+            import xgboost  # noqa: F401
+
+            self.backend = "xgboost"
+        except ImportError:
+            self.backend = "sklearn-gbr"
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> None:
+        if self.backend == "xgboost":
+            import xgboost
+
+            self.model = xgboost.XGBRegressor(n_estimators=200, max_depth=6, learning_rate=0.1,
+                                              subsample=0.9, random_state=self.seed, n_jobs=1)
+        else:
+            from sklearn.ensemble import GradientBoostingRegressor
+
+            self.model = GradientBoostingRegressor(n_estimators=150, max_depth=5,
+                                                   learning_rate=0.1, subsample=0.9,
+                                                   random_state=self.seed)
+        self.model.fit(x, y)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        if self.model is None:
+            return np.zeros(len(x))
+        return np.asarray(self.model.predict(x), dtype=float)
+
+    def importances(self, n_features: int) -> np.ndarray:
+        if self.model is None:
+            return np.zeros(n_features)
+        return np.asarray(self.model.feature_importances_, dtype=float)
+
+
+def _roulette(values: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    if len(values) <= k:
+        return np.arange(len(values))
+    w = values - values.min() + 1e-16
+    return rng.choice(len(values), size=k, replace=False, p=w / w.sum())
+
+
+@register
+class ConstrainedGA(Strategy):
+    name = "cga"
+    defaults = {"pop_size": 200, "generations": 5, "select": 32, "history_topk": 32,
+                "key_ratio": 0.3, "epsilon": 0.6}
+
+    def __init__(self, candidates, *, seed=0, **hyper):
+        super().__init__(candidates, seed=seed, **hyper)
+        self.model = TreeCostModel(seed)
+        self.population: list[Config] = []
+        self._columns = self._knob_columns()
+
+    def _knob_columns(self) -> list[tuple[str, slice]]:
+        out, col = [], 0
+        for k in self.space.knobs:
+            out.append((k.name, slice(col, col + k.width)))
+            col += k.width
+        return out
+
+    def _predict(self, configs: list[Config]) -> np.ndarray:
+        return self.model.predict(self.candidates.encode(configs)) if configs else np.zeros(0)
+
+    def _train(self) -> None:
+        attempted = [r for r in self.history if r.status is not Status.INVALID]
+        if not any(r.ok for r in attempted):
+            return
+        best = max(r.tflops for r in attempted if r.ok)
+        x = self.candidates.encode([self.config_of(r) for r in attempted])
+        y = np.array([(r.tflops or 0.0) / best if r.ok else 0.0 for r in attempted])
+        self.model.fit(x, y)
+
+    def _keys(self) -> list[str]:
+        imp = self.model.importances(self.space.encoded_width)
+        score = [(imp[s].sum(), name) for name, s in self._columns]
+        n = max(1, int(round(self.hyper["key_ratio"] * len(score))))
+        return [name for _, name in sorted(score, key=lambda t: -t[0])[:n]]
+
+    def _children(self, parents: list[Config], n: int) -> list[Config]:
+        keys = self._keys()
+        out: list[Config] = []
+        for _ in range(n * 2):
+            if len(out) >= n:
+                break
+            a, b = (parents[i] for i in self.rng.integers(0, len(parents), 2))
+            drop = keys[int(self.rng.integers(len(keys)))]  # mutation: one restriction dropped
+            allowed = {k: [a[k], b[k]] for k in keys if k != drop}
+            out += self.candidates.sample_restricted(1, self.rng, allowed, self.proposed)
+        return out
+
+    def _ask(self, n):
+        self._train()
+        if self.model.model is None:  # nothing measured yet: Heron's first round is random
+            return self.fresh_samples(n)
+        pop_size = self.hyper["pop_size"]
+        best = sorted((r for r in self.history if r.ok and r.tflops), key=lambda r: -r.tflops)
+        topk = [self.config_of(r) for r in best[: self.hyper["history_topk"]]]
+        pool = self.population + topk + self.fresh_samples(pop_size)
+        pool = _unique(pool)
+        pred = self._predict(pool)
+        population = [pool[i] for i in np.argsort(-pred)[:pop_size]]
+        everything = list(population)
+        for _ in range(self.hyper["generations"]):
+            pred = self._predict(population)
+            parents = [population[i] for i in _roulette(pred, self.hyper["select"], self.rng)]
+            children = self._children(parents, pop_size)
+            if not children:
+                break
+            everything += children
+            everything = _unique(everything)
+            allp = self._predict(everything)
+            elite = [everything[i] for i in np.argsort(-allp)[:20]]
+            population = _unique(children + elite)
+        self.population = population
+        fresh = [c for c in everything if Space.key(c) not in self.proposed]
+        if not fresh:
+            return self.fresh_samples(n)
+        pred = self._predict(fresh)
+        order = list(np.argsort(-pred))
+        k = int(n * self.hyper["epsilon"])
+        picked = order[:k]
+        rest = order[k:]
+        if rest and n > k:
+            picked += [rest[i] for i in _roulette(pred[rest], n - k, self.rng)]
+        out = [fresh[i] for i in picked]
+        if len(out) < n:
+            out += self.fresh_samples(n - len(out))
+        return out
+
+
+@register
+class PlainGA(Strategy):
+    name = "ga"
+    defaults = {"elite": 8, "mutation": 0.1}
+
+    def _ask(self, n):
+        ok = [r for r in self.history if r.ok and r.tflops]
+        if len(ok) < 2:
+            return self.fresh_samples(n)
+        ok.sort(key=lambda r: -r.tflops)
+        fitness = np.array([r.tflops for r in ok])
+        parents = [self.config_of(r) for r in ok]
+        out: list[Config] = []
+        seen = set(self.proposed)
+        for _ in range(n * 10):
+            if len(out) >= n:
+                break
+            i, j = _roulette(fitness, 2, self.rng) if len(ok) > 2 else (0, 1)
+            if self.rng.random() < 0.5:  # elitism: half the matings involve an elite parent
+                i = int(self.rng.integers(min(self.hyper["elite"], len(ok))))
+            a, b = parents[i], parents[j]
+            child = {k.name: (a if self.rng.random() < 0.5 else b)[k.name] for k in self.space.knobs}
+            for k in self.space.knobs:
+                if child[k.name] is not None and self.rng.random() < self.hyper["mutation"]:
+                    other = self.candidates.sample_restricted(
+                        1, self.rng, {n_: [v] for n_, v in child.items() if n_ != k.name}, set())
+                    if other:
+                        child = other[0]
+            child = self.candidates.project(_repair(self.space, child))
+            if child is not None and Space.key(child) not in seen:
+                seen.add(Space.key(child))
+                out.append(child)
+        if len(out) < n:
+            out += self.fresh_samples(n - len(out))
+        return out
+
+
+def _repair(space: Space, child: Config) -> Config:
+    """Make a crossed-over child structurally valid (inactive knobs None, active knobs set)."""
+    cond = {n: child[n] for n in space.conditioning}
+    out = dict(child)
+    for k in space.knobs:
+        active = k.is_active(cond)
+        if not active:
+            out[k.name] = None
+        elif out[k.name] is None:
+            out[k.name] = k.domain(cond)[0]
+    return out
+
+
+def _unique(configs: list[Config]) -> list[Config]:
+    seen, out = set(), []
+    for c in configs:
+        key = Space.key(c)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out

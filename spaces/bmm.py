@@ -1,0 +1,104 @@
+"""Batched matmul on Tensor Cores (WMMA): C[b, M, N] = A[b, M, K] @ B[b], with B stored [b, N, K]
+("NT", C = A B^T, attention scores Q K^T) or [b, K, N] ("NN", attention output P V); fp16 inputs,
+fp32 or fp16 accumulation and output.
+
+The knobs and constraints are the GEMM's (``spaces/gemm.py``, built by ``spaces/_wmma_matmul.py``)
+on the M, N, K of one batch element, plus ``batch_bind``: the batch axis runs on blockIdx.y, or
+is fused outermost with the block tiles into blockIdx.x (one flat grid; consecutive blocks then
+share a batch element's operands in L2). Every thread block computes its tile of one batch
+element, so the per-block quantities (threads, shared memory, registers) are the GEMM's. Heron's
+bmm list (45 parameters) also tiles the batch axis over warps; that would multiply every shared
+tile by the batch tile, and is left out.
+
+Default shape: BERT-base attention scores, 12 heads x [512 x 64] @ [64 x 512]. Heron's figure 6
+(tests/figure6/configs/bmm.json, its order B,M,K,N) uses B1 [12,512,64,512], B2 [12,512,512,64],
+B3/B4 the same with 16 heads, B5/B6 [96,2048,128,2048] and [96,2048,2048,128].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bocast.operator import Operator, TensorSpec, WorkloadError, register
+from spaces import _wmma_matmul as wmma
+
+LAYOUTS = ("NT", "NN")
+
+
+@register
+class Bmm(Operator):
+    name = "bmm"
+    shape_help = ("B,M,N,K (C[b,M,N] = A[b,M,K] @ B[b]; B[b] is [N,K] with --layout NT, "
+                  "[K,N] with NN)")
+    default_shape = (12, 512, 512, 64)
+
+    def __init__(self, B: int, M: int, N: int, K: int, *, dtype: str = "fp16:fp32",
+                 layout: str = "NT"):
+        wmma.check_extents(self.name, ("B", "M", "N", "K"), (B, M, N, K))
+        self.in_dtype, self.out_dtype = wmma.dtype_pair(self.name, dtype)
+        if layout not in LAYOUTS:
+            raise WorkloadError(f"bmm: layout {layout!r} not supported; use one of {list(LAYOUTS)}")
+        self.B, self.M, self.N, self.K = int(B), int(M), int(N), int(K)
+        self.layout = layout
+        self.workload = {"op": self.name, "shape": [self.B, self.M, self.N, self.K],
+                         "dtype": dtype, "layout": layout}
+        self.matmul = wmma.MatmulSpec(self.M, self.N, self.K, self.in_dtype, self.out_dtype,
+                                      trans_b=layout == "NT", batch=self.B)
+        b_extent = self.K if layout == "NT" else self.N
+        self.space = wmma.space(self.matmul, wmma.vec_constraint(
+            "vec_divides_k", f"fetch vectors stay inside rows of A (K={self.K}) and "
+            f"B ({'K' if layout == 'NT' else 'N'}={b_extent})", (self.K, b_extent)))
+
+    @classmethod
+    def from_args(cls, shape=None, **options: Any) -> "Bmm":
+        shape = tuple(shape) if shape is not None else cls.default_shape
+        if len(shape) != 4:
+            raise WorkloadError(f"bmm: shape needs 4 extents B,M,N,K, got {len(shape)}: {shape}")
+        wmma.check_options(cls.name, options, ("dtype", "layout"))
+        return cls(*shape, **options)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.B * self.M * self.N * self.K
+
+    def tensors(self) -> list[TensorSpec]:
+        b_shape = (self.B, self.N, self.K) if self.layout == "NT" else (self.B, self.K, self.N)
+        return [TensorSpec("A", (self.B, self.M, self.K), self.in_dtype, "input"),
+                TensorSpec("B", b_shape, self.in_dtype, "input"),
+                TensorSpec("C", (self.B, self.M, self.N), self.out_dtype, "output")]
+
+    def reference(self, a, b):
+        b = b.float().transpose(1, 2) if self.layout == "NT" else b.float()
+        return a.float() @ b
+
+    reference_name = "torch.bmm (cuBLAS)"
+
+    def reference_fast(self, a, b):
+        """cuBLAS as users call it on fp16 operands, with fp32 output where torch offers it."""
+        import torch
+
+        b = b.transpose(1, 2) if self.layout == "NT" else b
+        if self.out_dtype == "float32":
+            try:
+                out = torch.bmm(a, b, out_dtype=torch.float32)
+                self.reference_name = "torch.bmm(out_dtype=float32) (cuBLAS, fp32 out)"
+                return out
+            except TypeError:
+                self.reference_name = "torch.bmm (cuBLAS, fp16 out; torch has no out_dtype)"
+        return torch.bmm(a, b)
+
+    def prim_func(self):
+        from tvm import te
+
+        acc = self.out_dtype
+        A = te.placeholder((self.B, self.M, self.K), self.in_dtype, name="A")
+        B = te.placeholder(self.tensors()[1].shape, self.in_dtype, name="B")
+        k = te.reduce_axis((0, self.K), name="k")
+        nt = self.layout == "NT"
+        C = te.compute((self.B, self.M, self.N), lambda b, i, j: te.sum(
+            A[b, i, k].astype(acc) * (B[b, j, k] if nt else B[b, k, j]).astype(acc), axis=k),
+            name="C")
+        return te.create_prim_func([A, B, C])
+
+    def apply(self, config):
+        return wmma.schedule(self.matmul, self.prim_func(), config)
