@@ -32,6 +32,10 @@ so shared-memory use is exactly their sum (TVM's allocator would otherwise reuse
 constraint cannot predict, and its storage rewrite fails when it merges the fp32 staging tile into
 an fp16 one). Threads per block are 32 x warps, so they are a multiple of 32 by construction; fragment
 tiles are whole WMMA tiles by construction (the splits count WMMA tiles).
+
+The schedule, knobs and constraints are in ``spaces/_wmma_matmul.py``, shared with every operator
+that runs as a WMMA matmul (bmm, the convolutions, gemv); this file only sets the GEMM's extents
+and its ``vec_divides_k`` rule.
 """
 
 from __future__ import annotations

@@ -1,0 +1,22 @@
+"""Dilated 2-D convolution on Tensor Cores: ``conv2d`` (``spaces/conv2d.py``) with the dilation
+required to be at least 2, the tap offsets ``r * dilation`` in the gather's index expressions.
+
+Heron tunes it as its own operator (dil, 59 parameters: the direct NHWC convolution with its four
+output axes and three reduction axes tiled separately); here it is the same implicit GEMM as
+conv2d, with the GEMM's knobs. Default: N=16, 14x14, 256 -> 256 channels, 3x3, dilation 2, pad 2
+(the output stays 14x14). Heron's figure-6 cases, in the same order: D1 [16,56,56,64,64,3,3,1,1,2],
+D3 [16,28,28,128,128,3,3,1,1,2], D5 [16,14,14,256,256,3,3,1,1,2] and 1x1 cases D2/D4/D6 (where
+dilation has no effect).
+"""
+
+from bocast.operator import register
+from spaces.conv2d import Conv2d
+
+
+@register
+class Conv2dDilated(Conv2d):
+    name = "conv2d_dilated"
+    min_dilation = 2
+    shape_help = ("N,H,W,C,K,R,S,stride,pad,dilation (X[N,H,W,C], W[K,R,S,C], Y[N,OH,OW,K]; "
+                  "dilation >= 2)")
+    default_shape = (16, 14, 14, 256, 256, 3, 3, 1, 2, 2)

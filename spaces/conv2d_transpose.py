@@ -1,0 +1,26 @@
+"""Transposed 2-D convolution on Tensor Cores as an implicit GEMM (``spaces/_conv.py``): the direct
+convolution of the stride-dilated input, input X[N,H,W,C], weights W[K,R,S,C] (torch's
+[C,K,R,S] in channels-last order), output Y[N,OH,OW,K] with OH = (H-1)*stride - 2*pad +
+dilation*(R-1) + output_padding + 1.
+
+Knobs and constraints: the GEMM's (``spaces/gemm.py``) over M = N*OH*OW, N = K, K = R*S*C, with
+``vec_divides_c`` in place of ``vec_divides_k``. With stride s, only one tap in s (per dimension)
+of the gathered A tile is a real input element; the kernel multiplies the zeros anyway (``flops``
+counts the useful ones). Default: the 2x upsampling of a DCGAN-style generator, 14x14 -> 28x28,
+256 -> 128 channels, 4x4, stride 2, pad 1. Heron's figure-6 cases (order N,H,W,C,K,R,S,stride,pad,
+dilation,output_padding): T1 [16,56,56,64,64,3,3,1,1,1,0], T3 [16,28,28,128,128,3,3,1,1,1,0],
+T5 [16,14,14,256,512,3,3,1,1,1,0] and 1x1 stride-2 cases T2/T4/T6.
+"""
+
+from bocast.operator import register
+from spaces._conv import Conv
+
+
+@register
+class Conv2dTranspose(Conv):
+    name = "conv2d_transpose"
+    spatial, kernel, torch_fn = ("H", "W"), ("R", "S"), "conv_transpose2d"
+    transposed = True
+    shape_help = ("N,H,W,C,K,R,S[,stride,pad,dilation,output_padding] (X[N,H,W,C], W[K,R,S,C], "
+                  "Y[N,OH,OW,K]; stride 1, pad 0, dilation 1, output_padding 0 when left out)")
+    default_shape = (16, 14, 14, 256, 128, 4, 4, 2, 1, 1, 0)

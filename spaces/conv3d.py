@@ -1,0 +1,22 @@
+"""3-D convolution on Tensor Cores as an implicit GEMM (``spaces/_conv.py``): input
+X[N,D,H,W,C], weights W[K,T,R,S,C], output Y[N,OD,OH,OW,K]; fp16 inputs, fp32 or fp16
+accumulation and output.
+
+Knobs and constraints: the GEMM's (``spaces/gemm.py``) over M = N*OD*OH*OW, N = K, K = T*R*S*C,
+with ``vec_divides_c`` in place of ``vec_divides_k``. Default: N=4, 16x28x28, 64 -> 64 channels,
+3x3x3, pad 1. Heron's figure-6 cases, in the same order: C3D1 [8,8,56,56,64,64,3,3,3,1,1,1],
+C3D3 [8,4,28,28,128,128,3,3,3,1,1,1], C3D5 [8,2,14,14,256,256,3,3,3,1,1,1] and 1x1x1 stride-2
+downsamples C3D2/C3D4/C3D6.
+"""
+
+from bocast.operator import register
+from spaces._conv import Conv
+
+
+@register
+class Conv3d(Conv):
+    name = "conv3d"
+    spatial, kernel, torch_fn = ("D", "H", "W"), ("T", "R", "S"), "conv3d"
+    shape_help = ("N,D,H,W,C,K,T,R,S[,stride,pad,dilation] (X[N,D,H,W,C], W[K,T,R,S,C], "
+                  "Y[N,OD,OH,OW,K]; stride 1, pad 0, dilation 1 when left out)")
+    default_shape = (4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1)

@@ -1,0 +1,312 @@
+"""The operator spaces built on the shared WMMA matmul (spaces/_wmma_matmul.py): bmm, the
+convolutions and gemv. Constraints, sampling coverage, encoding, workload errors, the TE
+definitions against torch references on the CPU, and static builds for sm_90."""
+
+import collections
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bocast.measure.nvcc import why_no_compiler
+from bocast.operator import WorkloadError, from_workload, get_operator
+from bocast.space import Space, Split
+from tests.spaces.test_gemm import only_violator
+
+needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
+
+OPS = ["bmm", "conv1d", "conv2d", "conv3d", "conv2d_transpose", "conv2d_dilated", "gemv"]
+
+#: Per operator: shapes on which every known constraint can be violated on its own. The defaults
+#: have extents that are multiples of 8 and of the WMMA tiles, so the odd shapes are needed for
+#: the vector-width and direct-write-back constraints (and a huge batch for the grid's y limit).
+CONSTRAINT_SHAPES = {
+    "bmm": [None, (3, 40, 18, 20), (70_000, 16, 16, 16)],
+    "conv1d": [None, (2, 25, 12, 18, 3, 1, 1, 1)],
+    "conv2d": [None, (2, 7, 7, 12, 18, 3, 3, 1, 1, 1)],
+    "conv3d": [None, (1, 3, 5, 5, 12, 18, 3, 3, 3, 1, 1, 1)],
+    "conv2d_transpose": [None, (2, 5, 5, 12, 18, 4, 4, 2, 1, 1, 0)],
+    "conv2d_dilated": [None, (2, 9, 9, 12, 18, 3, 3, 1, 2, 2)],
+    "gemv": [None, (18, 20, 3), (4096, 64, 512)],
+}
+
+#: Small shapes for the static builds, half of them with extents that need padding.
+BUILD_SHAPES = {
+    "bmm": [(2, 64, 64, 32), (3, 40, 24, 20)],
+    "conv1d": [(2, 32, 16, 32, 3, 1, 1, 1), (2, 25, 12, 18, 3, 2, 2, 2)],
+    "conv2d": [(2, 8, 8, 16, 32, 3, 3, 1, 1, 1), (1, 7, 7, 12, 18, 3, 3, 2, 1, 1)],
+    "conv3d": [(1, 4, 8, 8, 16, 16, 3, 3, 3, 1, 1, 1), (1, 3, 5, 5, 12, 18, 3, 3, 3, 1, 1, 1)],
+    "conv2d_transpose": [(2, 4, 4, 16, 32, 4, 4, 2, 1, 1, 0), (1, 5, 5, 12, 18, 3, 3, 2, 1, 1, 1)],
+    "conv2d_dilated": [(2, 8, 8, 16, 16, 3, 3, 1, 2, 2), (1, 9, 9, 12, 18, 3, 3, 1, 3, 3)],
+    "gemv": [(128, 64, 16), (40, 24, 1)],
+}
+
+
+def make(op_name, shape=None, **options):
+    return get_operator(op_name).from_args(shape, **options)
+
+
+# ------------------------------------------------------------------------- known constraints
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_each_constraint_rejects_a_configuration_built_to_violate_it(op_name):
+    spaces = [make(op_name, s).space for s in CONSTRAINT_SHAPES[op_name]]
+    names = spaces[0].constraint_names
+    assert all(s.constraint_names == names for s in spaces)
+    for name in names:
+        for space in spaces:
+            config = only_violator(space, name, draws=200_000)
+            if config is not None:
+                assert space.validate(config) == [name]
+                break
+        else:
+            pytest.fail(f"{op_name}: no configuration violates only {name}")
+
+
+def test_operator_specific_constraints_by_hand():
+    conv = make("conv2d", (2, 7, 7, 12, 20, 3, 3, 1, 1, 1))
+    assert "vec_divides_c" in conv.space.constraint_names
+    assert "vec_divides_k" not in conv.space.constraint_names
+    good = {"wmma": "16x16x16", "tile_i": (7, 1, 1), "tile_j": (1, 1, 2), "tile_k": (7, 1, 1),
+            "smem_at": 0, "frag_at": 1, "a_pad": 8, "b_pad": 8, "vec": 4, "pipeline": 2,
+            "unroll": 16, "writeback": "shared", "c_at": "block", "c_pad": 8, "out_vec": 4}
+    assert conv.space.validate(good) == []
+    assert conv.space.validate({**good, "vec": 8}) == ["vec_divides_c"]  # 12 channels
+    assert conv.space.validate({**good, "writeback": "direct", "c_at": None, "c_pad": None,
+                                "out_vec": None}) == ["direct_writeback_unpadded"]  # M = 98
+
+    bmm = make("bmm", (70_000, 16, 16, 16))
+    good = {"wmma": "16x16x16", "tile_i": (1, 1, 1), "tile_j": (1, 1, 1), "tile_k": (1, 1, 1),
+            "smem_at": 0, "frag_at": 0, "a_pad": 0, "b_pad": 0, "vec": 8, "pipeline": 1,
+            "unroll": 0, "writeback": "direct", "c_at": None, "c_pad": None, "out_vec": None,
+            "batch_bind": "x"}
+    assert bmm.space.validate(good) == []
+    assert bmm.space.validate({**good, "batch_bind": "y"}) == ["batch_grid_y_le_65535"]
+    assert bmm.space.validate({**good, "batch_bind": "z"}) == ["batch_bind.choice"]
+
+
+# ----------------------------------------------------------------------- sampling, encoding
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_sampling_covers_every_value_of_every_knob(op_name):
+    space = make(op_name).space
+    sample = space.sample(5000, rng=0)
+    assert not any(space.validate_many(sample))
+    for k in space.knobs:
+        if isinstance(k, Split):
+            continue  # split values depend on the shape; the GEMM tests cover their uniformity
+        seen = {c[k.name] for c in sample if c[k.name] is not None}
+        assert seen == set(k.choices), (k.name, set(k.choices) - seen)
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_splits_cover_their_common_values(op_name):
+    space = make(op_name).space
+    sample, reference = space.sample(5000, rng=0), space.sample(5000, rng=1)
+    for k in space.knobs:
+        if isinstance(k, Split):
+            for level in range(k.parts):
+                seen = {c[k.name][level] for c in sample}
+                common = {v for v, n in collections.Counter(
+                    c[k.name][level] for c in reference).items() if n >= 25}
+                assert common <= seen, (k.name, level, common - seen)
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_encode_decode_round_trip(op_name):
+    space = make(op_name, CONSTRAINT_SHAPES[op_name][1]).space
+    configs = space.sample(300, rng=0)
+    x = space.encode(configs)
+    assert x.shape == (300, space.encoded_width) and np.isfinite(x).all()
+    assert [Space.key(c) for c in space.decode(x)] == [Space.key(c) for c in configs]
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_neighbours_are_feasible(op_name):
+    space = make(op_name).space
+    for c in space.sample(5, rng=0):
+        nbs = space.neighbours(c)
+        assert nbs and not any(space.validate_many(nbs))
+
+
+def test_bmm_has_the_batch_knob_and_the_others_do_not():
+    assert make("bmm").space.knob("batch_bind").choices == ("y", "x")
+    for op_name in OPS[1:]:
+        assert "batch_bind" not in [k.name for k in make(op_name).space.knobs]
+
+
+# ------------------------------------------------------------------------------- workloads
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_from_workload_round_trip(op_name):
+    for shape in CONSTRAINT_SHAPES[op_name][:2]:
+        op = make(op_name, shape, dtype="fp16:fp16")
+        again = from_workload(json.loads(json.dumps(op.workload)))
+        assert type(again) is type(op)
+        assert again.workload == op.workload
+        assert again.tensors() == op.tensors() and again.flops == op.flops
+        assert again.space.describe() == op.space.describe()
+        assert again.workload["op"] == op_name and isinstance(again.workload["shape"], list)
+
+
+def test_defaults():
+    def shapes(op_name):
+        return [t.shape for t in make(op_name).tensors()]
+
+    assert shapes("bmm") == [(12, 512, 64), (12, 512, 64), (12, 512, 512)]
+    assert shapes("conv1d") == [(16, 512, 256), (256, 3, 256), (16, 512, 256)]
+    assert shapes("conv2d") == [(16, 14, 14, 256), (256, 3, 3, 256), (16, 14, 14, 256)]
+    assert shapes("conv3d") == [(4, 16, 28, 28, 64), (64, 3, 3, 3, 64), (4, 16, 28, 28, 64)]
+    assert shapes("conv2d_transpose") == [(16, 14, 14, 256), (128, 4, 4, 256), (16, 28, 28, 128)]
+    assert shapes("conv2d_dilated") == [(16, 14, 14, 256), (256, 3, 3, 256), (16, 14, 14, 256)]
+    assert shapes("gemv") == [(4096, 4096), (16, 4096), (16, 4096)]
+    assert make("gemv", (4096, 4096)).workload["shape"] == [4096, 4096, 1]
+    assert make("conv2d", (1, 8, 8, 16, 16, 3, 3)).workload["shape"] == [
+        1, 8, 8, 16, 16, 3, 3, 1, 0, 1]  # stride 1, pad 0, dilation 1 filled in
+
+
+@pytest.mark.parametrize("op_name, args, message", [
+    ("bmm", ((12, 512, 512),), "bmm: shape needs 4 extents B,M,N,K, got 3"),
+    ("bmm", ((0, 4, 4, 4),), "bmm: B must be a positive integer, got 0"),
+    ("bmm", ((2, 4, 4, 4), {"layout": "TT"}), "layout 'TT' not supported"),
+    ("bmm", ((2, 4, 4, 4), {"dtype": "int8"}), "bmm: dtype 'int8' not supported"),
+    ("bmm", ((2, 4, 4, 4), {"stride": 2}), r"bmm: unknown option\(s\) \['stride'\]"),
+    ("conv1d", ((16, 512, 256, 256),), "conv1d: shape needs 5 to 8 extents N,L,C,K,R,stride"),
+    ("conv2d", ((16, 14, 14, 256, 256, 3, 3, 1, -1, 1),), "conv2d: pad must be an integer >= 0"),
+    ("conv2d", ((16, 14, 14, 256, 256, 3, 3, 0, 1, 1),), "conv2d: stride must be a positive"),
+    ("conv2d", ((1, 2, 2, 8, 8, 5, 5),), "conv2d: the output would be empty"),
+    ("conv2d", ((1, 8, 8, 8, 8, 3, 3), {"layout": "NCHW"}),
+     r"conv2d: unknown option\(s\) \['layout'\]; known: dtype"),
+    ("conv3d", ((4, 16, 28, 28, 64, 64, 3, 3),), "conv3d: shape needs 9 to 12 extents"),
+    ("conv2d_transpose", ((1, 8, 8, 8, 8, 3, 3, 2, 1, 1, 2),),
+     r"conv2d_transpose: output_padding \(2\) must be smaller than stride or dilation \(2\)"),
+    ("conv2d_dilated", ((1, 8, 8, 8, 8, 3, 3, 1, 1, 1),), "conv2d_dilated: dilation must be >= 2"),
+    ("conv2d_dilated", ((1, 8, 8, 8, 8, 3, 3, 1, 2, 2), {"dtype": "fp32:fp32"}),
+     "conv2d_dilated: dtype 'fp32:fp32' not supported"),
+    ("gemv", ((4096,),), r"gemv: shape needs 2 or 3 extents M,K\[,B\], got 1"),
+    ("gemv", ((4096, 4096, 1.5),), "gemv: B must be a positive integer, got 1.5"),
+])
+def test_bad_workload_gives_one_clear_error(op_name, args, message):
+    shape, options = args[0], (args[1] if len(args) > 1 else {})
+    with pytest.raises(WorkloadError, match=message):
+        make(op_name, shape, **options)
+
+
+def test_cli_bad_shape_exits_2_with_one_line():
+    proc = subprocess.run([sys.executable, "-m", "bocast.cli", "space", "conv2d", "--shape",
+                           "16,14,14,256"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "conv2d: shape needs 7 to 10 extents" in lines[0]
+
+
+def test_ops_lists_every_operator_with_its_shape_syntax():
+    proc = subprocess.run([sys.executable, "-m", "bocast.cli", "ops"], capture_output=True,
+                          text=True, check=True)
+    for op_name in OPS:
+        assert op_name in proc.stdout and get_operator(op_name).shape_help in proc.stdout
+
+
+# ---------------------------------------------------------- TE definitions vs torch (CPU)
+
+#: Tiny shapes covering stride, padding, dilation and output padding in every operator.
+TINY = [
+    ("bmm", (2, 5, 6, 7), "NT"), ("bmm", (2, 5, 6, 7), "NN"),
+    ("conv1d", (2, 9, 8, 16, 3, 2, 2, 1), None),
+    ("conv2d", (2, 5, 6, 8, 16, 3, 3, 1, 1, 1), None),
+    ("conv2d", (2, 7, 6, 8, 16, 3, 2, 2, 1, 2), None),
+    ("conv3d", (1, 4, 5, 6, 8, 8, 3, 2, 3, 1, 1, 1), None),
+    ("conv2d_transpose", (2, 4, 5, 8, 16, 4, 4, 2, 1, 1, 0), None),
+    ("conv2d_transpose", (1, 3, 4, 8, 8, 3, 3, 3, 2, 2, 1), None),
+    ("conv2d_dilated", (2, 7, 7, 8, 8, 3, 3, 1, 2, 2), None),
+    ("gemv", (9, 16, 3), None), ("gemv", (9, 16), None),
+]
+
+
+def _inputs(op, seed=0):
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.rand(t.shape, generator=gen) * 2 - 1).to(getattr(torch, t.dtype))
+            for t in op.tensors() if t.role == "input"]
+
+
+@pytest.mark.parametrize("op_name, shape, layout", TINY)
+def test_reference_matches_the_te_definition_on_the_cpu(op_name, shape, layout):
+    """The unscheduled prim_func, compiled for the CPU, computes what ``reference`` computes from
+    the same inputs in the layouts ``tensors()`` declares, and ``reference_fast`` agrees."""
+    import tvm
+
+    op = make(op_name, shape, **({"layout": layout} if layout else {}))
+    inputs = _inputs(op)
+    out = op.tensors()[-1]
+    assert [t.role for t in op.tensors()] == ["input", "input", "output"]
+    args = [tvm.runtime.tensor(x.numpy()) for x in inputs]
+    args.append(tvm.runtime.tensor(np.full(out.shape, np.nan, dtype=out.dtype)))
+    tvm.compile(op.prim_func(), target="llvm")(*args)
+    got = args[-1].numpy()
+    ref = op.reference(*inputs)
+    assert ref.dtype.is_floating_point and tuple(ref.shape) == out.shape
+    np.testing.assert_allclose(got, ref.numpy(), rtol=1e-5, atol=1e-5)
+    fast = op.reference_fast(*inputs)
+    assert tuple(fast.shape) == out.shape
+    np.testing.assert_allclose(fast.float().numpy(), ref.numpy(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("op_name, shape", [(o, s) for o, s, _ in TINY if o.startswith("conv")])
+def test_conv_flops_count_the_multiply_adds_on_real_input(op_name, shape):
+    """With all-ones inputs every output element is its number of useful multiply-adds."""
+    import torch
+
+    op = make(op_name, shape)
+    ones = [torch.ones(t.shape) for t in op.tensors() if t.role == "input"]
+    assert op.flops == 2 * int(op.reference(*ones).sum().item())
+    nominal = 2 * math.prod(op.tensors()[-1].shape) * math.prod(op.tensors()[1].shape[1:])
+    assert op.flops <= nominal
+
+
+# --------------------------------------------------------------- static builds (nvcc)
+
+def _build(op, config):
+    from bocast.measure.builder import build_task
+
+    return build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+
+
+@needs_nvcc
+@pytest.mark.parametrize("op_name", OPS)
+def test_sampled_configurations_build_for_sm90(op_name):
+    for i, shape in enumerate(BUILD_SHAPES[op_name]):
+        op = make(op_name, shape, **({"dtype": "fp16:fp16"} if i else {}))
+        config = op.space.sample(1, rng=i)[0]
+        res = _build(op, config)
+        assert res["status"] == "ok", (config, res["error"])
+        assert set(res["args"]) == {t.name for t in op.tensors()}
+        # the shared-memory model is exact: static tiles (ptxas) and the dynamic staging tile
+        model = op.space.columns([config])
+        assert res["features"]["smem_bytes"] == model["static_smem_bytes"][0]
+        assert res["features"]["dynamic_smem_bytes"] == model["dynamic_smem_bytes"][0]
+        blocks = config["tile_i"][0] * config["tile_j"][0]
+        if op_name == "bmm":
+            grid = (blocks * op.B, 1) if config["batch_bind"] == "x" else (blocks, op.B)
+            assert tuple(res["grid"][:2]) == grid
+        else:
+            assert res["grid"][0] == blocks
+        assert tuple(res["block"][:2]) == (32, config["tile_i"][1] * config["tile_j"][1])
+
+
+@needs_nvcc
+def test_single_row_output_builds_through_the_staging_tile():
+    """Batch 1 (one real row of the padded tile): the staging copy has a single loop."""
+    op = make("gemv", (64, 32, 1))
+    config = {"wmma": "8x32x16", "tile_i": (1, 1, 1), "tile_j": (1, 2, 1), "tile_k": (1, 2, 1),
+              "smem_at": 0, "frag_at": 1, "a_pad": 8, "b_pad": 8, "vec": 8, "pipeline": 1,
+              "unroll": 16, "writeback": "shared", "c_at": "warp", "c_pad": 8, "out_vec": 4}
+    assert op.space.validate(config) == []
+    assert op.space.validate({**config, "writeback": "direct", "c_at": None, "c_pad": None,
+                              "out_vec": None}) == ["direct_writeback_unpadded"]
+    res = _build(op, config)
+    assert res["status"] == "ok", res["error"]
