@@ -318,6 +318,34 @@ def cmd_tune(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------ compare
+
+
+def cmd_compare(args) -> int:
+    from bocast import compare
+    from bocast.config import ConfigError
+
+    try:
+        cfg = compare.load(args.config)
+        compare.validate(cfg)
+        if cfg.runner != "replay":
+            raise ConfigError("runner: compare runs on replay; run live strategies with "
+                              "`bocast tune` (see experiments/README.md)")
+    except ConfigError as e:
+        raise UsageError(f"{args.config}: {e}") from None
+    summary = compare.run(cfg, progress=(lambda m: None) if args.json else print)
+    lines = [open(cfg.results + ".md").read(), f"wrote {cfg.results}.md/.csv/.json/.png "
+             f"and records under {cfg.output} in {summary['seconds']:.0f} s"]
+    brief = {"name": cfg.name, "seconds": summary["seconds"], "results": cfg.results,
+             "optimum_tflops": summary["optimum_tflops"],
+             "strategies": {lab: {"median_best": s["median_best"],
+                                  "median_trials_to_95pct": s["median_trials_to_95pct"]}
+                            for lab, s in summary["strategies"].items()},
+             "mann_whitney_u": summary["mann_whitney_u"]}
+    _emit(args, brief, lines)
+    return 0
+
+
 # ------------------------------------------------------------------------------ parser
 
 
@@ -370,6 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runner", choices=["replay", "tvm"], help="override the config's runner")
     p.add_argument("--json", action="store_true", help="last line: one JSON summary")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("compare", help="strategies x seeds on one workload (replay)")
+    p.add_argument("config", help="comparison configuration file")
+    p.add_argument("--json", action="store_true", help="last line: one JSON summary")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("ops", help="list the operators and their shape syntax")
     p.add_argument("--json", action="store_true")

@@ -1,12 +1,40 @@
 #!/usr/bin/env bash
-# On the H100 machine (carry .devbundle, and runs/ to resume): measure uniformly sampled GEMM
-# configurations into stores under $OUT and export compact datasets.
-#   SETS="1024,1024,1024:1000 32,2048,1000:500" bash experiments/device/datasets.sh
+# On the H100 machine (carry .devbundle; carry runs/ to resume): measure uniformly sampled
+# configurations of each operator into a store and export a compact dataset.
+#   SETS="gemm:1024,1024,1024:1000 conv2d:16,14,14,256,256,3,3,1,1,1:500" \
+#   BUDGET_S=540 bash experiments/device/datasets.sh
+# Stores live in /tmp (SQLite/WAL leaves three files per store while it runs); whatever is done
+# when BUDGET_S runs out, or at the end, is packed into $OUT/datasets.tar.gz: the exported
+# datasets, the logs and the stores (a store carried back as runs/NAME.db resumes where it
+# stopped, measuring nothing twice).
 set -uo pipefail
 source .devbundle/unpack.sh
-for item in $SETS; do
-  shape=${item%%:*}; n=${item##*:}; name=gemm_${shape//,/_}
-  [ -f "runs/$name.db" ] && cp "runs/$name.db" "$OUT/$name.db"   # resume a carried store
-  python3 -m bocast.cli measure gemm --shape "$shape" --sample "$n" --seed 0 --store "$OUT/$name.db" \
-      --progress-every 250 --export "$OUT/$name" --json 2>&1 | tee "$OUT/$name.log" | tail -4 | cut -c1-400
+work=/tmp/datasets; mkdir -p "$work"
+export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
+measure_all() {
+  for item in $SETS; do
+    op=${item%%:*}; rest=${item#*:}; shape=${rest%%:*}; n=${rest##*:}
+    name=${op}_${shape//,/_}
+    [ -f "runs/$name.db" ] && [ ! -f "$work/$name.db" ] && cp "runs/$name.db" "$work/$name.db"
+    python3 -m bocast.cli measure "$op" --shape "$shape" --sample "$n" --seed 0 \
+        --store "$work/$name.db" --progress-every 250 --export "$work/$name" --json \
+        > "$work/$name.log" 2>&1
+    echo "$name: exit $? $(tail -2 "$work/$name.log" | head -1 | cut -c1-200)"
+  done
+}
+export -f measure_all; export SETS work
+timeout "${BUDGET_S:-540}" bash -c measure_all
+for db in "$work"/*.db; do  # fold the WAL into the main file so one file carries the store
+  python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" "$db"
 done
+tar -C "$work" -czf "$OUT/datasets.tar.gz" --exclude='*.db-wal' --exclude='*.db-shm' .
+python3 - "$work" <<'EOF'
+import glob, json, os, sys
+for meta in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    m = json.load(open(meta)); ref = m.get("reference") or {}
+    import pandas as pd
+    df = pd.read_csv(meta[:-5] + ".csv.gz"); ok = df[df.status == "ok"]
+    print(f"{os.path.basename(meta)[:-5]:<44} rows {len(df):4d} ok {len(ok) / len(df):5.1%} "
+          f"best {ok.tflops.max():7.1f} median {ok.tflops.median():6.1f} "
+          f"ref {ref.get('tflops', float('nan')):7.1f} best/ref {ok.tflops.max() / ref.get('tflops', float('nan')):.2f}")
+EOF

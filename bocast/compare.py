@@ -1,0 +1,335 @@
+"""Comparisons: strategies x seeds on one workload, with the same space, candidates, runner and
+budget for all, from one configuration file.
+
+    name: replay_gemm1024
+    workload: {op: gemm, shape: [1024, 1024, 1024], dtype: "fp16:fp32", layout: NT}
+    runner: replay
+    dataset: experiments/data/gemm_1024_1024_1024
+    strategies:
+      - {label: bo-logei, name: bo, acquisition: logei}
+      - {label: cga, name: cga}
+      - {label: random, name: random}
+    seeds: 20                 # or a list of seeds
+    budget: {trials: 256}
+    batch_size: 32
+    budgets: [32, 64, 128, 256]   # where best-so-far is reported
+    baseline: cga             # the rank tests compare every strategy against this one
+    output: runs/compare_gemm1024          # one record store per run (not committed)
+    results: experiments/results/compare_gemm1024   # .csv, .md, .png, .json
+
+Every output carries provenance (git SHA, versions, date, config hash). With the replay runner a
+seed gives every strategy the same initial random design (paired comparison).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import yaml
+
+from bocast.config import ConfigError, _repo_root
+
+#: strategy-entry keys that are not hyperparameters; ``trials`` lets one strategy run longer
+#: than the budget (random search through a whole table, so its trials-to-95% is not censored)
+_NOT_HYPER = ("name", "label", "trials")
+_TOP = {"name", "description", "workload", "runner", "dataset", "strategies", "seeds", "budget",
+        "batch_size", "budgets", "baseline", "output", "results", "workers"}
+
+
+@dataclass
+class CompareConfig:
+    name: str
+    workload: dict[str, Any]
+    runner: str
+    dataset: str | None
+    strategies: list[dict[str, Any]]
+    seeds: list[int]
+    trials: int
+    batch_size: int
+    budgets: list[int]
+    baseline: str | None
+    output: str
+    results: str
+    workers: int | None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(json.dumps(self.raw, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load(path: str) -> CompareConfig:
+    try:
+        with open(path) as f:
+            raw = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(raw, Mapping):
+        raise ConfigError("the configuration must be a mapping of fields")
+    unknown = sorted(set(raw) - _TOP)
+    if unknown:
+        raise ConfigError(f"unknown field(s) {unknown}; known: {sorted(_TOP)}")
+    for key in ("name", "workload", "strategies", "seeds", "budget", "output", "results"):
+        if key not in raw:
+            raise ConfigError(f"{key}: missing")
+    if not isinstance(raw["workload"], Mapping) or "op" not in raw["workload"]:
+        raise ConfigError("workload: expected a mapping with op and shape")
+    strategies = raw["strategies"]
+    if not isinstance(strategies, list) or not strategies:
+        raise ConfigError("strategies: expected a non-empty list")
+    labels = []
+    for i, s in enumerate(strategies):
+        if not isinstance(s, Mapping) or "name" not in s:
+            raise ConfigError(f"strategies[{i}]: expected a mapping with a name")
+        labels.append(str(s.get("label", s["name"])))
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"strategies: labels must be distinct, got {labels}")
+    seeds = raw["seeds"]
+    if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > 0:
+        seeds = list(range(seeds))
+    elif not (isinstance(seeds, list) and seeds and all(isinstance(x, int) for x in seeds)):
+        raise ConfigError(f"seeds: expected a positive integer or a list of integers, got {seeds!r}")
+    budget = raw["budget"]
+    trials = budget.get("trials") if isinstance(budget, Mapping) else None
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ConfigError(f"budget.trials: expected an integer >= 1, got {trials!r}")
+    batch = raw.get("batch_size", 32)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ConfigError(f"batch_size: expected a positive integer, got {batch!r}")
+    budgets = raw.get("budgets", [b for b in (32, 64, 128, 256, 512, 1000) if b <= trials])
+    if not (isinstance(budgets, list) and all(isinstance(b, int) and 0 < b <= trials
+                                               for b in budgets)):
+        raise ConfigError(f"budgets: expected integers between 1 and budget.trials, got {budgets!r}")
+    runner = raw.get("runner", "replay")
+    if runner not in ("replay", "tvm"):
+        raise ConfigError(f"runner: {runner!r} is not one of ['replay', 'tvm']")
+    if runner == "replay" and not isinstance(raw.get("dataset"), str):
+        raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
+    baseline = raw.get("baseline")
+    if baseline is not None and baseline not in labels:
+        raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")
+    root = _repo_root(os.path.dirname(os.path.abspath(path)))
+    resolve = (lambda p: p if os.path.isabs(p) else os.path.join(root, p))
+    return CompareConfig(
+        name=str(raw["name"]), workload=dict(raw["workload"]), runner=runner,
+        dataset=resolve(raw["dataset"]) if raw.get("dataset") else None,
+        strategies=[{**s, "label": lab} for s, lab in zip(strategies, labels)], seeds=seeds,
+        trials=trials, batch_size=batch, budgets=sorted(budgets), baseline=baseline,
+        output=resolve(str(raw["output"])), results=resolve(str(raw["results"])),
+        workers=raw.get("workers"), raw=dict(raw))
+
+
+def validate(cfg: CompareConfig):
+    """Build every piece once (workload, dataset, each strategy) so that a bad field fails
+    before anything runs or is written. Returns (operator, dataset or None)."""
+    from bocast.candidates import SpaceCandidates
+    from bocast.measure.replay import ReplayDataset, ReplayError
+    from bocast.operator import WorkloadError, from_workload
+    from bocast.strategies import StrategyError, make_strategy
+
+    try:
+        op = from_workload(cfg.workload)
+    except (WorkloadError, TypeError, KeyError) as e:
+        raise ConfigError(f"workload: {e}") from None
+    dataset = None
+    if cfg.runner == "replay":
+        try:
+            dataset = ReplayDataset(cfg.dataset, op)
+        except ReplayError as e:
+            raise ConfigError(f"dataset: {e}") from None
+    cands = dataset.candidates() if dataset else SpaceCandidates(op.space)
+    for i, s in enumerate(cfg.strategies):
+        hyper = {k: v for k, v in s.items() if k not in _NOT_HYPER}
+        try:
+            make_strategy(s["name"], cands, seed=0, **hyper)
+        except StrategyError as e:
+            raise ConfigError(f"strategies[{i}] ({s['label']}): {e}") from None
+    return op, dataset
+
+
+def _replay_run(job) -> dict[str, Any]:
+    """One strategy x seed on replay; writes its record store; returns its curve."""
+    import torch
+
+    from bocast.measure.replay import ReplayDataset, ReplayMeasurer
+    from bocast.operator import from_workload
+    from bocast.records import Store
+    from bocast.strategies import make_strategy
+    from bocast.tuner import Tuner
+
+    torch.set_num_threads(1)
+    cfg, s, seed = job
+    op = from_workload(cfg.workload)
+    ds = ReplayDataset(cfg.dataset, op)
+    path = os.path.join(cfg.output, f"{s['label']}_seed{seed}.db")
+    if os.path.exists(path):
+        os.remove(path)  # a comparison run is redone whole, never mixed with an older one
+    hyper = {k: v for k, v in s.items() if k not in _NOT_HYPER}
+    strategy = make_strategy(s["name"], ds.candidates(), seed=seed, **hyper)
+    with Store(path, op.workload) as store:
+        res = Tuner(strategy, ReplayMeasurer(ds, store), trials=s.get("trials", cfg.trials),
+                    batch_size=cfg.batch_size, optimum=ds.best_tflops).run()
+    return {"label": s["label"], "seed": seed, "curve": res.best_so_far,
+            "trials_to_95pct": res.trials_to(0.95), "optimum": ds.best_tflops,
+            "reference": (ds.reference or {}).get("tflops"), "seconds": res.seconds,
+            "proposal_s": res.proposal_seconds}
+
+
+def run(cfg: CompareConfig, *, progress=print) -> dict[str, Any]:
+    if cfg.runner != "replay":
+        raise ConfigError("runner: live comparisons run strategy by strategy with `bocast tune` "
+                          "on the GPU machine (see experiments/README.md); compare reads replay")
+    os.makedirs(cfg.output, exist_ok=True)
+    jobs = [(cfg, s, seed) for s in cfg.strategies for seed in cfg.seeds]
+    t0 = time.perf_counter()
+    runs = []
+    with ProcessPoolExecutor(cfg.workers or os.cpu_count()) as pool:
+        for r in pool.map(_replay_run, jobs):
+            runs.append(r)
+            progress(f"  {r['label']} seed {r['seed']}: best {r['curve'][-1]:.1f} TFLOPS, "
+                     f"95% at {r['trials_to_95pct']}")
+    return summarize(cfg, runs, time.perf_counter() - t0)
+
+
+def _quartiles(v):
+    v = sorted(v)
+    if len(v) < 2:
+        return v[0], v[0], v[0]
+    q = statistics.quantiles(v, n=4)
+    return q[0], statistics.median(v), q[2]
+
+
+def summarize(cfg: CompareConfig, runs: list[dict], seconds: float) -> dict[str, Any]:
+    from scipy.stats import mannwhitneyu
+
+    from bocast.records import provenance
+
+    labels = [s["label"] for s in cfg.strategies]
+    optimum = runs[0]["optimum"]
+    censor = cfg.trials + 1
+    per: dict[str, Any] = {}
+    for lab, strat in zip(labels, cfg.strategies):
+        rs = [r for r in runs if r["label"] == lab]
+        t95 = [r["trials_to_95pct"] or strat.get("trials", cfg.trials) + 1 for r in rs]
+        per[lab] = {
+            "runs": len(rs),
+            "median_best": {str(b): _quartiles([r["curve"][b - 1] for r in rs])[1]
+                            for b in cfg.budgets},
+            "iqr_best": {str(b): _quartiles([r["curve"][b - 1] for r in rs])[::2]
+                         for b in cfg.budgets},
+            "median_trials_to_95pct": _quartiles(t95)[1],
+            "iqr_trials_to_95pct": _quartiles(t95)[::2],
+            "reached_95pct": sum(bool(r["trials_to_95pct"]) for r in rs),
+            "median_proposal_s": statistics.median(p for r in rs for p in r["proposal_s"]),
+        }
+    tests = {}
+    if cfg.baseline:
+        base = [r for r in runs if r["label"] == cfg.baseline]
+        for lab in labels:
+            if lab == cfg.baseline:
+                continue
+            mine = [r for r in runs if r["label"] == lab]
+            t = {}
+            a = [min(r["trials_to_95pct"] or censor, censor) for r in mine]
+            b = [min(r["trials_to_95pct"] or censor, censor) for r in base]
+            t["trials_to_95pct_less"] = float(mannwhitneyu(a, b, alternative="less").pvalue)
+            last = cfg.budgets[-1]
+            a = [r["curve"][last - 1] for r in mine]
+            b = [r["curve"][last - 1] for r in base]
+            t[f"best_at_{last}_greater"] = float(mannwhitneyu(a, b, alternative="greater").pvalue)
+            tests[f"{lab} vs {cfg.baseline}"] = t
+    summary = {"name": cfg.name, "workload": cfg.workload, "dataset": cfg.dataset,
+               "optimum_tflops": optimum, "reference_tflops": runs[0]["reference"],
+               "seeds": len(cfg.seeds), "trials": cfg.trials, "batch_size": cfg.batch_size,
+               "strategies": per, "mann_whitney_u": tests, "seconds": round(seconds, 1),
+               "config_sha256": cfg.digest, "provenance": provenance()}
+    _write_outputs(cfg, runs, summary)
+    return summary
+
+
+def _write_outputs(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None:
+    import csv
+
+    os.makedirs(os.path.dirname(cfg.results) or ".", exist_ok=True)
+    with open(cfg.results + ".csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["strategy", "seed", "trials_to_95pct"] + [f"best_at_{b}" for b in cfg.budgets])
+        for r in runs:
+            w.writerow([r["label"], r["seed"], r["trials_to_95pct"] or ""] +
+                       [f"{r['curve'][b - 1]:.4g}" for b in cfg.budgets])
+    with open(cfg.results + ".json", "w") as f:
+        json.dump(summary, f, indent=1, sort_keys=True, default=str)
+    prov = summary["provenance"]
+    lines = [f"# {cfg.name}", "",
+             f"{summary['workload']}; runner {cfg.runner}"
+             + (f" ({os.path.relpath(cfg.dataset)})" if cfg.dataset else "")
+             + f"; {len(cfg.seeds)} seeds; budget {cfg.trials}; batch {cfg.batch_size}.",
+             f"Dataset best {summary['optimum_tflops']:.1f} TFLOPS"
+             + (f"; cuBLAS {summary['reference_tflops']:.1f} TFLOPS (same run, same timing)"
+                if summary["reference_tflops"] else "") + ".",
+             f"Generated {prov['date']} at commit {prov['git_sha']}, config sha256 "
+             f"{summary['config_sha256']}.", "",
+             "Median [interquartile range] over seeds. Trials to 95%: first trial whose best "
+             f"reaches 95% of the dataset best; a run that never does counts as its budget + 1 "
+             f"(budget {cfg.trials} unless the strategy line says otherwise).", "",
+             "| strategy | trials to 95% | reached | " + " | ".join(
+                 f"best @{b}" for b in cfg.budgets) + " |",
+             "|---" * (3 + len(cfg.budgets)) + "|"]
+    for lab, s in summary["strategies"].items():
+        lo, hi = s["iqr_trials_to_95pct"]
+        cells = [f"{s['median_trials_to_95pct']:.0f} [{lo:.0f}-{hi:.0f}]",
+                 f"{s['reached_95pct']}/{s['runs']}"]
+        for b in cfg.budgets:
+            lo, hi = s["iqr_best"][str(b)]
+            cells.append(f"{s['median_best'][str(b)]:.1f} [{lo:.1f}-{hi:.1f}]")
+        extra = next(x.get("trials") for x in cfg.strategies if x["label"] == lab)
+        lines.append(f"| {lab}" + (f" (runs {extra} trials)" if extra else "") + " | "
+                     + " | ".join(cells) + " |")
+    if summary["mann_whitney_u"]:
+        lines += ["", "One-sided Mann-Whitney U tests (p-values):", "",
+                  "| comparison | fewer trials to 95% | higher best at budget |", "|---|---|---|"]
+        for name, t in summary["mann_whitney_u"].items():
+            vals = list(t.values())
+            lines.append(f"| {name} | {vals[0]:.2g} | {vals[1]:.2g} |")
+    lines += ["", f"![convergence]({os.path.basename(cfg.results)}.png)", ""]
+    with open(cfg.results + ".md", "w") as f:
+        f.write("\n".join(lines))
+    _plot(cfg, runs, summary)
+
+
+def _plot(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    x = np.arange(1, cfg.trials + 1)
+    for s in cfg.strategies:
+        curves = np.array([r["curve"][: cfg.trials] for r in runs if r["label"] == s["label"]])
+        q1, med, q3 = np.percentile(curves, [25, 50, 75], axis=0)
+        line, = ax.plot(x, med, label=s["label"])
+        ax.fill_between(x, q1, q3, color=line.get_color(), alpha=0.2)
+    if summary["reference_tflops"]:
+        ax.axhline(summary["reference_tflops"], color="k", ls=":", lw=1, label="cuBLAS")
+    ax.axhline(0.95 * summary["optimum_tflops"], color="grey", ls="--", lw=0.8,
+               label="95% of dataset best")
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best TFLOPS so far")
+    ax.set_title(f"{cfg.name} (median, IQR over {len(cfg.seeds)} seeds)", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(cfg.results + ".png")
+    plt.close(fig)
