@@ -328,18 +328,31 @@ def cmd_compare(args) -> int:
     try:
         cfg = compare.load(args.config)
         compare.validate(cfg)
-        if cfg.runner != "replay":
-            raise ConfigError("runner: compare runs on replay; run live strategies with "
-                              "`bocast tune` (see experiments/README.md)")
+        if cfg.runner == "tvm":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError("runner: tvm compares live on a CUDA GPU; this machine has "
+                                  "none (use runner: replay with a recorded dataset)")
     except ConfigError as e:
         raise UsageError(f"{args.config}: {e}") from None
-    summary = compare.run(cfg, progress=(lambda m: None) if args.json else print)
+    only = [x for x in args.only.split(",") if x] if args.only else None
+    try:
+        summary = compare.run(cfg, progress=(lambda m: None) if args.json else print, only=only)
+    except ConfigError as e:
+        raise UsageError(f"{args.config}: {e}") from None
+    if "missing" in summary:
+        _emit(args, summary, [f"ran {', '.join(only or [])}; results are written once these "
+                              f"runs have finished too: {', '.join(summary['missing'])}"])
+        return 0
     lines = [open(cfg.results + ".md").read(), f"wrote {cfg.results}.md/.csv/.json/.png "
              f"and records under {cfg.output} in {summary['seconds']:.0f} s"]
+    keep = ("median_best", "median_trials_to_95pct", "median_best_vs_reference",
+            "median_trials_to_95pct_of_baseline")
     brief = {"name": cfg.name, "seconds": summary["seconds"], "results": cfg.results,
-             "optimum_tflops": summary["optimum_tflops"],
-             "strategies": {lab: {"median_best": s["median_best"],
-                                  "median_trials_to_95pct": s["median_trials_to_95pct"]}
+             "optimum_tflops": summary["optimum_tflops"], "optimum_kind": summary["optimum_kind"],
+             "reference_tflops": summary["reference_tflops"],
+             "strategies": {lab: {k: s[k] for k in keep if k in s}
                             for lab, s in summary["strategies"].items()},
              "mann_whitney_u": summary["mann_whitney_u"]}
     _emit(args, brief, lines)
@@ -399,8 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="last line: one JSON summary")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("compare", help="strategies x seeds on one workload (replay)")
+    p = sub.add_parser("compare", help="strategies x seeds on one workload (replay or live)")
     p.add_argument("config", help="comparison configuration file")
+    p.add_argument("--only", help="live: run only these strategy labels (comma-separated); "
+                   "the results are written once every run of the comparison has finished")
     p.add_argument("--json", action="store_true", help="last line: one JSON summary")
     p.set_defaults(func=cmd_compare)
 

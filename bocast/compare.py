@@ -17,29 +17,45 @@ budget for all, from one configuration file.
     output: runs/compare_gemm1024          # one record store per run (not committed)
     results: experiments/results/compare_gemm1024   # .csv, .md, .png, .json
 
-Every output carries provenance (git SHA, versions, date, config hash). With the replay runner a
-seed gives every strategy the same initial random design (paired comparison).
+Every output carries provenance (git SHA, versions, date, config hash). A seed gives every
+strategy the same initial random design (paired comparison).
+
+``runner: tvm`` compares live on the GPU: one builder and one runner serve every run, the runs
+take turns batch by batch (:func:`bocast.tuner.run_interleaved`: while one batch is timed, the
+next run's batch is proposed and built), so all strategies are measured in the same session,
+by the same method, under the same drift. Each run has its own record store under ``output``;
+rerunning the comparison resumes every unfinished run where it stopped. A strategy entry
+``{name: metaschedule}`` runs TVM MetaSchedule with our builder and runner
+(:mod:`bocast.metaschedule`), after the interleaved runs. Without a dataset there is no known
+optimum: "best known" is then the best any run found.
+
+    runner: tvm
+    runner_options: {repeats: 10, run_timeout: 30, build_timeout: 180, workers: null}
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
 from bocast.config import ConfigError, _repo_root
 
 #: strategy-entry keys that are not hyperparameters; ``trials`` lets one strategy run longer
-#: than the budget (random search through a whole table, so its trials-to-95% is not censored)
-_NOT_HYPER = ("name", "label", "trials")
+#: than the budget (random search through a whole table, so its trials-to-95% is not censored),
+#: ``seeds`` lets an expensive competitor run fewer seeds (MetaSchedule live)
+_NOT_HYPER = ("name", "label", "trials", "seeds")
 _TOP = {"name", "description", "workload", "runner", "dataset", "strategies", "seeds", "budget",
-        "batch_size", "budgets", "baseline", "output", "results", "workers"}
+        "batch_size", "budgets", "baseline", "output", "results", "workers", "runner_options"}
+_RUNNER_OPTIONS = {"repeats", "run_timeout", "build_timeout", "workers"}
+METASCHEDULE = "metaschedule"
 
 
 @dataclass
@@ -57,6 +73,7 @@ class CompareConfig:
     output: str
     results: str
     workers: int | None
+    runner_options: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -94,11 +111,9 @@ def load(path: str) -> CompareConfig:
         labels.append(str(s.get("label", s["name"])))
     if len(set(labels)) != len(labels):
         raise ConfigError(f"strategies: labels must be distinct, got {labels}")
-    seeds = raw["seeds"]
-    if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > 0:
-        seeds = list(range(seeds))
-    elif not (isinstance(seeds, list) and seeds and all(isinstance(x, int) for x in seeds)):
-        raise ConfigError(f"seeds: expected a positive integer or a list of integers, got {seeds!r}")
+    seeds = _seeds(raw["seeds"], "seeds")
+    strategies = [{**s, "seeds": _seeds(s["seeds"], f"strategies[{i}].seeds")} if "seeds" in s
+                  else dict(s) for i, s in enumerate(strategies)]
     budget = raw["budget"]
     trials = budget.get("trials") if isinstance(budget, Mapping) else None
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
@@ -115,6 +130,13 @@ def load(path: str) -> CompareConfig:
         raise ConfigError(f"runner: {runner!r} is not one of ['replay', 'tvm']")
     if runner == "replay" and not isinstance(raw.get("dataset"), str):
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
+    if runner == "replay" and any(s["name"] == METASCHEDULE for s in strategies):
+        raise ConfigError(f"strategies: {METASCHEDULE} proposes its own schedules, which no "
+                          "recorded dataset holds; it needs runner: tvm")
+    ropts = raw.get("runner_options") or {}
+    if not isinstance(ropts, Mapping) or set(ropts) - _RUNNER_OPTIONS:
+        raise ConfigError(f"runner_options: expected a mapping with keys among "
+                          f"{sorted(_RUNNER_OPTIONS)}, got {ropts!r}")
     baseline = raw.get("baseline")
     if baseline is not None and baseline not in labels:
         raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")
@@ -126,7 +148,16 @@ def load(path: str) -> CompareConfig:
         strategies=[{**s, "label": lab} for s, lab in zip(strategies, labels)], seeds=seeds,
         trials=trials, batch_size=batch, budgets=sorted(budgets), baseline=baseline,
         output=resolve(str(raw["output"])), results=resolve(str(raw["results"])),
-        workers=raw.get("workers"), raw=dict(raw))
+        workers=raw.get("workers"), runner_options=dict(ropts), raw=dict(raw))
+
+
+def _seeds(seeds, where: str) -> list[int]:
+    if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > 0:
+        return list(range(seeds))
+    if isinstance(seeds, list) and seeds and all(isinstance(x, int) and not isinstance(x, bool)
+                                                 for x in seeds):
+        return seeds
+    raise ConfigError(f"{where}: expected a positive integer or a list of integers, got {seeds!r}")
 
 
 def validate(cfg: CompareConfig):
@@ -150,6 +181,11 @@ def validate(cfg: CompareConfig):
     cands = dataset.candidates() if dataset else SpaceCandidates(op.space)
     for i, s in enumerate(cfg.strategies):
         hyper = {k: v for k, v in s.items() if k not in _NOT_HYPER}
+        if s["name"] == METASCHEDULE:
+            if hyper:
+                raise ConfigError(f"strategies[{i}] ({s['label']}): {METASCHEDULE} takes no "
+                                  f"options, got {sorted(hyper)}")
+            continue
         try:
             make_strategy(s["name"], cands, seed=0, **hyper)
         except StrategyError as e:
@@ -181,24 +217,161 @@ def _replay_run(job) -> dict[str, Any]:
                     batch_size=cfg.batch_size, optimum=ds.best_tflops).run()
     return {"label": s["label"], "seed": seed, "curve": res.best_so_far,
             "trials_to_95pct": res.trials_to(0.95), "optimum": ds.best_tflops,
-            "reference": (ds.reference or {}).get("tflops"), "seconds": res.seconds,
+            "reference": (ds.reference or {}).get("tflops"),
+            "reference_what": (ds.reference or {}).get("what", ""), "seconds": res.seconds,
             "proposal_s": res.proposal_seconds}
 
 
-def run(cfg: CompareConfig, *, progress=print) -> dict[str, Any]:
-    if cfg.runner != "replay":
-        raise ConfigError("runner: live comparisons run strategy by strategy with `bocast tune` "
-                          "on the GPU machine (see experiments/README.md); compare reads replay")
+def run(cfg: CompareConfig, *, progress=print, runner=None, builder=None,
+        only: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the comparison and write its outputs. ``runner``/``builder`` replace the local GPU
+    runner and nvcc builder of a live comparison (tests pass the CPU stand-in). ``only`` runs
+    just those strategy labels of a live comparison, so that one can be spread over several
+    sessions; the outputs are written once every run has finished (else the summary lists
+    what is ``missing``)."""
     os.makedirs(cfg.output, exist_ok=True)
-    jobs = [(cfg, s, seed) for s in cfg.strategies for seed in cfg.seeds]
     t0 = time.perf_counter()
-    runs = []
-    with ProcessPoolExecutor(cfg.workers or os.cpu_count()) as pool:
-        for r in pool.map(_replay_run, jobs):
-            runs.append(r)
-            progress(f"  {r['label']} seed {r['seed']}: best {r['curve'][-1]:.1f} TFLOPS, "
-                     f"95% at {r['trials_to_95pct']}")
-    return summarize(cfg, runs, time.perf_counter() - t0)
+    if only is not None:
+        labels = [s["label"] for s in cfg.strategies]
+        unknown = sorted(set(only) - set(labels))
+        if unknown:
+            raise ConfigError(f"--only: {unknown} not among the strategy labels {labels}")
+        if cfg.runner != "tvm":
+            raise ConfigError("--only: only live comparisons are split; a replay one is cheap")
+    if cfg.runner == "tvm":
+        runs, extra = _run_live(cfg, progress, runner, builder,
+                                set(only) if only is not None else None)
+        if extra["missing"]:
+            return {"missing": extra["missing"], "seconds": time.perf_counter() - t0}
+    else:
+        jobs = [(cfg, s, seed) for s in cfg.strategies for seed in s.get("seeds", cfg.seeds)]
+        runs, extra = [], {}
+        with ProcessPoolExecutor(cfg.workers or os.cpu_count()) as pool:
+            for r in pool.map(_replay_run, jobs):
+                runs.append(r)
+                progress(f"  {r['label']} seed {r['seed']}: best {r['curve'][-1]:.1f} TFLOPS, "
+                         f"95% at {r['trials_to_95pct']}")
+    return summarize(cfg, runs, time.perf_counter() - t0, extra)
+
+
+def _curve(res, label: str, seed: int, trials: int) -> dict[str, Any]:
+    curve = list(res.best_so_far[:trials]) or [0.0]
+    curve += [curve[-1]] * (trials - len(curve))  # a run that ran out of candidates stays flat
+    return {"label": label, "seed": seed, "curve": curve, "trials_run": len(res.records),
+            "seconds": res.seconds, "proposal_s": res.proposal_seconds,
+            "status": dict(collections.Counter(str(r.status) for r in res.records))}
+
+
+def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
+              only: set[str] | None = None) -> tuple[list[dict], dict[str, Any]]:
+    """Every strategy x seed on the local GPU, interleaved; MetaSchedule runs after. With
+    ``only``, just those labels run; the others' finished stores are read."""
+    from bocast import metaschedule
+    from bocast.candidates import SpaceCandidates
+    from bocast.measure.builder import Builder
+    from bocast.measure.engine import Measurer
+    from bocast.measure.runner import GpuRunner
+    from bocast.operator import from_workload
+    from bocast.records import Store
+    from bocast.strategies import make_strategy
+    from bocast.tuner import TuneResult, Tuner, run_interleaved
+
+    op = from_workload(cfg.workload)
+    ro = cfg.runner_options
+    runner = runner or GpuRunner(timeout_s=ro.get("run_timeout", 30),
+                                 repeats=ro.get("repeats", 10))
+    builder = builder or Builder(workers=ro.get("workers"),
+                                 timeout_s=ro.get("build_timeout", 180))
+    plan = [(s, seed, os.path.join(cfg.output, f"{s['label']}_seed{seed}.db"),
+             s.get("trials", cfg.trials)) for s in cfg.strategies
+            for seed in s.get("seeds", cfg.seeds)]
+    with runner, builder:
+        device = runner.device()
+        # one reference for the whole comparison: the one timed when it started, if it did
+        reference = None
+        for _, _, path, _ in plan:
+            if os.path.exists(path):
+                with Store(path, op.workload) as store:
+                    reference = reference or store.get_meta("reference")
+        reference = reference or runner.reference(op)
+        progress(f"live on {device.get('gpu')}; reference {reference['tflops']:.1f} TFLOPS "
+                 f"({reference.get('what', '')})")
+        info = {"device": device, "runner": "tvm", "compare": cfg.name,
+                "config_sha256": cfg.digest}
+        runs: list[dict] = []
+        missing: list[str] = []
+        tuners, labels = [], []
+        for s, seed, path, trials in plan:
+            if only is not None and s["label"] not in only:
+                with Store(path, op.workload) as store:
+                    done = store.records()
+                if len(done) >= trials:
+                    runs.append(_curve(TuneResult(done, _best_so_far(done), 0.0, None),
+                                       s["label"], seed, trials))
+                else:
+                    missing.append(f"{s['label']} seed {seed}")
+            elif s["name"] != METASCHEDULE:
+                store = Store(path, op.workload)
+                store.set_meta("reference", reference)
+                hyper = {k: v for k, v in s.items() if k not in _NOT_HYPER}
+                strategy = make_strategy(s["name"], SpaceCandidates(op.space), seed=seed, **hyper)
+                measurer = Measurer(op, store, builder, runner, session_info={
+                    **info, "strategy": s["label"], "seed": seed})
+                tuner = Tuner(strategy, measurer, trials=trials, batch_size=cfg.batch_size,
+                              reference=reference["tflops"])
+                tuner.start(store.records())  # resumes an interrupted comparison
+                tuners.append(tuner)
+                labels.append((s["label"], seed))
+
+        def show(t):
+            label, seed = labels[tuners.index(t)]
+            progress(f"  {label} seed {seed}: {len(t.records)} trials, best {t.best[-1]:.1f} "
+                     f"TFLOPS, proposal {t.proposal_s[-1]:.1f} s")
+
+        results = run_interleaved(tuners, on_batch=show)
+        runs += [_curve(res, label, seed, t.trials)
+                 for res, t, (label, seed) in zip(results, tuners, labels)]
+        for s, seed, path, trials in plan:
+            if s["name"] != METASCHEDULE or (only is not None and s["label"] not in only):
+                continue
+            with Store(path, op.workload) as store:
+                done = store.records()
+            if len(done) < trials:  # not resumable: an unfinished run starts over
+                for suffix in ("", "-wal", "-shm"):
+                    if os.path.exists(path + suffix):
+                        os.replace(path + suffix, path + ".unfinished" + suffix)
+                with Store(path, op.workload) as store:
+                    store.set_meta("reference", reference)
+                    res = metaschedule.tune(
+                        op, trials=trials, seed=seed, store=store, builder=builder,
+                        runner=runner, work_dir=path[:-3] + "_ms", batch_size=cfg.batch_size,
+                        reference=reference["tflops"], session_info=info)
+            else:
+                res = TuneResult(done, _best_so_far(done), 0.0, None)
+            runs.append(_curve(res, s["label"], seed, trials))
+            progress(f"  {s['label']} seed {seed}: {len(res.records)} trials, best "
+                     f"{runs[-1]['curve'][-1]:.1f} TFLOPS")
+    order = [(s["label"], seed) for s, seed, _, _ in plan]
+    runs.sort(key=lambda r: order.index((r["label"], r["seed"])))
+    best_known = max(r["curve"][-1] for r in runs)
+    for r in runs:
+        r["optimum"], r["reference"] = best_known, reference["tflops"]
+        r["reference_what"] = reference.get("what", "")
+        r["trials_to_95pct"] = _first_at(r["curve"], 0.95 * best_known)
+    return runs, {"device": device, "reference": reference, "optimum_kind": "best known",
+                  "missing": missing}
+
+
+def _best_so_far(records) -> list[float]:
+    out, best = [], 0.0
+    for r in records:
+        best = max(best, r.tflops or 0.0) if r.ok else best
+        out.append(best)
+    return out
+
+
+def _first_at(curve: list[float], target: float) -> int | None:
+    return next((i + 1 for i, b in enumerate(curve) if b >= target), None)
 
 
 def _quartiles(v):
@@ -209,14 +382,20 @@ def _quartiles(v):
     return q[0], statistics.median(v), q[2]
 
 
-def summarize(cfg: CompareConfig, runs: list[dict], seconds: float) -> dict[str, Any]:
+def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
+              extra: dict[str, Any] | None = None) -> dict[str, Any]:
     from scipy.stats import mannwhitneyu
 
     from bocast.records import provenance
 
     labels = [s["label"] for s in cfg.strategies]
     optimum = runs[0]["optimum"]
+    reference = runs[0]["reference"]
     censor = cfg.trials + 1
+    last = cfg.budgets[-1]
+    # the baseline's median best at the last budget, and how soon each run reaches 95% of it
+    base_target = (statistics.median(r["curve"][last - 1] for r in runs
+                                     if r["label"] == cfg.baseline) if cfg.baseline else None)
     per: dict[str, Any] = {}
     for lab, strat in zip(labels, cfg.strategies):
         rs = [r for r in runs if r["label"] == lab]
@@ -230,8 +409,15 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float) -> dict[str,
             "median_trials_to_95pct": _quartiles(t95)[1],
             "iqr_trials_to_95pct": _quartiles(t95)[::2],
             "reached_95pct": sum(bool(r["trials_to_95pct"]) for r in rs),
-            "median_proposal_s": statistics.median(p for r in rs for p in r["proposal_s"]),
+            "median_proposal_s": (statistics.median(p for r in rs for p in r["proposal_s"])
+                                  if any(r["proposal_s"] for r in rs) else None),
         }
+        if reference:
+            per[lab]["median_best_vs_reference"] = per[lab]["median_best"][str(last)] / reference
+        if base_target:
+            tb = [_first_at(r["curve"], 0.95 * base_target) or strat.get("trials", cfg.trials) + 1
+                  for r in rs]
+            per[lab]["median_trials_to_95pct_of_baseline"] = _quartiles(tb)[1]
     tests = {}
     if cfg.baseline:
         base = [r for r in runs if r["label"] == cfg.baseline]
@@ -239,6 +425,8 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float) -> dict[str,
             if lab == cfg.baseline:
                 continue
             mine = [r for r in runs if r["label"] == lab]
+            if min(len(mine), len(base)) < 2:
+                continue  # too few runs for a rank test to say anything
             t = {}
             a = [min(r["trials_to_95pct"] or censor, censor) for r in mine]
             b = [min(r["trials_to_95pct"] or censor, censor) for r in base]
@@ -249,10 +437,15 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float) -> dict[str,
             t[f"best_at_{last}_greater"] = float(mannwhitneyu(a, b, alternative="greater").pvalue)
             tests[f"{lab} vs {cfg.baseline}"] = t
     summary = {"name": cfg.name, "workload": cfg.workload, "dataset": cfg.dataset,
-               "optimum_tflops": optimum, "reference_tflops": runs[0]["reference"],
+               "runner": cfg.runner, "optimum_tflops": optimum,
+               "optimum_kind": (extra or {}).get("optimum_kind", "dataset best"),
+               "baseline_best_at_budget": base_target, "reference_tflops": reference,
+               "reference_what": runs[0].get("reference_what", ""),
                "seeds": len(cfg.seeds), "trials": cfg.trials, "batch_size": cfg.batch_size,
                "strategies": per, "mann_whitney_u": tests, "seconds": round(seconds, 1),
-               "config_sha256": cfg.digest, "provenance": provenance()}
+               "config_sha256": cfg.digest,
+               "provenance": provenance({"device": (extra or {}).get("device")}
+                                        if extra and extra.get("device") else None)}
     _write_outputs(cfg, runs, summary)
     return summary
 
@@ -270,21 +463,33 @@ def _write_outputs(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]
     with open(cfg.results + ".json", "w") as f:
         json.dump(summary, f, indent=1, sort_keys=True, default=str)
     prov = summary["provenance"]
+    live = cfg.runner == "tvm"
+    where = (f"{prov.get('device', {}).get('gpu', 'GPU')}, driver "
+             f"{prov.get('device', {}).get('driver', '?')}" if live else "")
+    last = cfg.budgets[-1]
     lines = [f"# {cfg.name}", "",
              f"{summary['workload']}; runner {cfg.runner}"
-             + (f" ({os.path.relpath(cfg.dataset)})" if cfg.dataset else "")
+             + (f" ({os.path.relpath(cfg.dataset)})" if cfg.dataset else f" (live on {where})")
              + f"; {len(cfg.seeds)} seeds; budget {cfg.trials}; batch {cfg.batch_size}.",
-             f"Dataset best {summary['optimum_tflops']:.1f} TFLOPS"
-             + (f"; cuBLAS {summary['reference_tflops']:.1f} TFLOPS (same run, same timing)"
+             f"{summary['optimum_kind'].capitalize()} {summary['optimum_tflops']:.1f} TFLOPS"
+             + (f"; {_vendor(summary)} {summary['reference_tflops']:.1f} TFLOPS "
+                f"({summary['reference_what'] or 'vendor library'}; same run, same timing)"
                 if summary["reference_tflops"] else "") + ".",
              f"Generated {prov['date']} at commit {prov['git_sha']}, config sha256 "
              f"{summary['config_sha256']}.", "",
              "Median [interquartile range] over seeds. Trials to 95%: first trial whose best "
-             f"reaches 95% of the dataset best; a run that never does counts as its budget + 1 "
-             f"(budget {cfg.trials} unless the strategy line says otherwise).", "",
+             f"reaches 95% of the {summary['optimum_kind']}; a run that never does counts as its "
+             f"budget + 1 (budget {cfg.trials} unless the strategy line says otherwise)."
+             + (f" Last columns: the median best at {last} trials over {_vendor(summary)}, and "
+                f"the trials to "
+                f"reach 95% of {cfg.baseline}'s median best at {last} "
+                f"({summary['baseline_best_at_budget']:.1f} TFLOPS)."
+                if live and cfg.baseline else ""), "",
              "| strategy | trials to 95% | reached | " + " | ".join(
-                 f"best @{b}" for b in cfg.budgets) + " |",
-             "|---" * (3 + len(cfg.budgets)) + "|"]
+                 f"best @{b}" for b in cfg.budgets)
+             + (f" | best @{last} / {_vendor(summary)} | trials to 95% of {cfg.baseline}" if live and
+                cfg.baseline else "") + " |",
+             "|---" * (3 + len(cfg.budgets) + (2 if live and cfg.baseline else 0)) + "|"]
     for lab, s in summary["strategies"].items():
         lo, hi = s["iqr_trials_to_95pct"]
         cells = [f"{s['median_trials_to_95pct']:.0f} [{lo:.0f}-{hi:.0f}]",
@@ -292,8 +497,13 @@ def _write_outputs(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]
         for b in cfg.budgets:
             lo, hi = s["iqr_best"][str(b)]
             cells.append(f"{s['median_best'][str(b)]:.1f} [{lo:.1f}-{hi:.1f}]")
-        extra = next(x.get("trials") for x in cfg.strategies if x["label"] == lab)
-        lines.append(f"| {lab}" + (f" (runs {extra} trials)" if extra else "") + " | "
+        if live and cfg.baseline:
+            cells += [f"{s.get('median_best_vs_reference', float('nan')):.2f}",
+                      f"{s['median_trials_to_95pct_of_baseline']:.0f}"]
+        entry = next(x for x in cfg.strategies if x["label"] == lab)
+        notes = ([f"runs {entry['trials']} trials"] if "trials" in entry else []) + (
+            [f"{len(entry['seeds'])} seed(s)"] if "seeds" in entry else [])
+        lines.append(f"| {lab}" + (f" ({', '.join(notes)})" if notes else "") + " | "
                      + " | ".join(cells) + " |")
     if summary["mann_whitney_u"]:
         lines += ["", "One-sided Mann-Whitney U tests (p-values):", "",
@@ -305,6 +515,11 @@ def _write_outputs(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]
     with open(cfg.results + ".md", "w") as f:
         f.write("\n".join(lines))
     _plot(cfg, runs, summary)
+
+
+def _vendor(summary: dict[str, Any]) -> str:
+    what = summary.get("reference_what") or ""
+    return next((v for v in ("cuDNN", "cuBLAS") if v in what), "vendor reference")
 
 
 def _plot(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None:
@@ -322,9 +537,9 @@ def _plot(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None
         line, = ax.plot(x, med, label=s["label"])
         ax.fill_between(x, q1, q3, color=line.get_color(), alpha=0.2)
     if summary["reference_tflops"]:
-        ax.axhline(summary["reference_tflops"], color="k", ls=":", lw=1, label="cuBLAS")
+        ax.axhline(summary["reference_tflops"], color="k", ls=":", lw=1, label=_vendor(summary))
     ax.axhline(0.95 * summary["optimum_tflops"], color="grey", ls="--", lw=0.8,
-               label="95% of dataset best")
+               label=f"95% of {summary['optimum_kind']}")
     ax.set_xlabel("trials")
     ax.set_ylabel("best TFLOPS so far")
     ax.set_title(f"{cfg.name} (median, IQR over {len(cfg.seeds)} seeds)", fontsize=10)

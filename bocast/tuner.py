@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import collections
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from bocast.records import Record
+from bocast.space import Config
 from bocast.strategies.base import Strategy
 
 
@@ -73,7 +76,11 @@ def _count(values) -> dict[str, int]:
 
 class Tuner:
     """Drives ``strategy`` with ``measurer`` (anything with ``measure(configs) -> records``)
-    under a budget of trials and, optionally, wall seconds."""
+    under a budget of trials and, optionally, wall seconds.
+
+    :meth:`run` is the whole loop; :meth:`start`, :meth:`ask`, :meth:`tell`, :meth:`done` and
+    :meth:`result` are its steps, for drivers that interleave several tuners
+    (:func:`run_interleaved`)."""
 
     def __init__(self, strategy: Strategy, measurer, *, trials: int, seconds: float | None = None,
                  batch_size: int = 32, optimum: float | None = None,
@@ -83,49 +90,100 @@ class Tuner:
         self.strategy, self.measurer = strategy, measurer
         self.trials, self.seconds, self.batch_size = trials, seconds, batch_size
         self.optimum, self.reference, self.progress = optimum, reference, progress
+        self.start()
 
-    def run(self, previous: Sequence[Record] = ()) -> TuneResult:
-        records: list[Record] = []
-        best: list[float] = []
-
-        def add(rs: Sequence[Record]) -> None:
-            for r in rs:
-                records.append(r)
-                prev = best[-1] if best else 0.0
-                best.append(max(prev, r.tflops or 0.0) if r.ok else prev)
-
-        if previous:  # resume: the strategy learns the finished trials first
-            add(previous)
+    def start(self, previous: Sequence[Record] = ()) -> None:
+        """Begin (or resume: the strategy learns the finished ``previous`` trials first)."""
+        self.records: list[Record] = []
+        self.best: list[float] = []
+        self.proposal_s: list[float] = []
+        self.exhausted = False
+        if previous:
+            self._add(previous)
             self.strategy.tell(list(previous))
-        t0 = time.perf_counter()
-        proposal_s = []
-        while len(records) < self.trials:
-            if self.seconds is not None and time.perf_counter() - t0 > self.seconds:
-                break
-            n = min(self.batch_size, self.trials - len(records))
-            t = time.perf_counter()
-            configs = self.strategy.ask(n)
-            proposal_s.append(time.perf_counter() - t)
-            if not configs:
-                break  # the candidate set is exhausted
-            new = self.measurer.measure(configs, source=self.strategy.name)
-            add(new)
-            self.strategy.tell(new)
-            if self.progress:
-                self._show(records, best, proposal_s[-1])
+        self.t0 = time.perf_counter()
+
+    def _add(self, rs: Sequence[Record]) -> None:
+        for r in rs:
+            self.records.append(r)
+            prev = self.best[-1] if self.best else 0.0
+            self.best.append(max(prev, r.tflops or 0.0) if r.ok else prev)
+
+    def done(self) -> bool:
+        return (self.exhausted or len(self.records) >= self.trials
+                or (self.seconds is not None and time.perf_counter() - self.t0 > self.seconds))
+
+    def ask(self) -> list[Config]:
+        """The next batch (at most what the budget has left); empty once the candidates are
+        exhausted."""
+        n = min(self.batch_size, self.trials - len(self.records))
+        t = time.perf_counter()
+        configs = self.strategy.ask(n)
+        self.proposal_s.append(time.perf_counter() - t)
+        self.exhausted = not configs
+        return configs
+
+    def tell(self, records: Sequence[Record]) -> None:
+        self._add(records)
+        self.strategy.tell(records)
+        if self.progress:
+            self._show()
+
+    def result(self) -> TuneResult:
         if self.progress:
             print(file=sys.stderr)
-        return TuneResult(records, best, time.perf_counter() - t0,
-                          getattr(self.measurer, "clock_s", None), proposal_s, self.optimum,
+        return TuneResult(self.records, self.best, time.perf_counter() - self.t0,
+                          getattr(self.measurer, "clock_s", None), self.proposal_s, self.optimum,
                           self.reference)
 
-    def _show(self, records, best, proposal_s) -> None:
-        b = best[-1] if best else 0.0
-        line = f"trial {len(records)}/{self.trials}  best {b:.1f} TFLOPS"
+    def run(self, previous: Sequence[Record] = ()) -> TuneResult:
+        self.start(previous)
+        while not self.done():
+            configs = self.ask()
+            if configs:
+                self.tell(self.measurer.measure(configs, source=self.strategy.name))
+        return self.result()
+
+    def _show(self) -> None:
+        b = self.best[-1] if self.best else 0.0
+        line = f"trial {len(self.records)}/{self.trials}  best {b:.1f} TFLOPS"
         if self.reference:
             line += f" ({b / self.reference:.2f}x reference)"
         if self.optimum:
             line += f" ({b / self.optimum:.0%} of dataset best)"
-        line += f"  proposal {proposal_s:.1f} s"
+        line += f"  proposal {self.proposal_s[-1]:.1f} s"
         end = "\r" if sys.stderr.isatty() else "\n"
         print(line.ljust(90), end=end, file=sys.stderr, flush=True)
+
+
+def run_interleaved(tuners: Sequence[Tuner], *, on_batch=None) -> list[TuneResult]:
+    """Run several tuners round-robin, one batch at a time, so that one tuner's next batch is
+    proposed and built while another's runs on the GPU.
+
+    Each tuner's measurer must offer ``prepare``/``run`` (:class:`bocast.measure.engine.Measurer`)
+    and they may share one builder and one runner: the runner only ever times one batch at a
+    time, and the builder builds one other batch meanwhile. A tuner's batches stay in order and
+    it proposes only after it has been told its previous batch, so each trajectory is what
+    :meth:`Tuner.run` would produce; only wall time is shared. Tuners should be freshly started
+    (or resumed with :meth:`Tuner.start`) before the call. ``on_batch(tuner)`` is called after
+    each finished batch."""
+    queue = collections.deque(t for t in tuners if not t.done())
+
+    def prepare(t: Tuner):
+        configs = t.ask()
+        return t, (t.measurer.prepare(configs, source=t.strategy.name) if configs else None)
+
+    with ThreadPoolExecutor(max_workers=1) as prefetch:
+        pending = None
+        while pending is not None or queue:
+            if pending is None:
+                pending = prefetch.submit(prepare, queue.popleft())
+            tuner, batch = pending.result()
+            pending = prefetch.submit(prepare, queue.popleft()) if queue else None
+            if batch is not None:
+                tuner.tell(tuner.measurer.run(batch))
+                if on_batch is not None:
+                    on_batch(tuner)
+            if not tuner.done():
+                queue.append(tuner)
+    return [t.result() for t in tuners]

@@ -4,8 +4,13 @@ previous round's hyperparameters, as in a run, and the first (cold) round.
 
     python experiments/bench_proposal.py --out experiments/results/proposal_cost_cpu2.json
 
-Observations are rows of the recorded 4096^3 dataset; the candidate pool is the live space
-(4096 fresh samples plus neighbours of the 16 best), as in a live run.
+Observations are rows of a recorded dataset (default: GEMM 4096^3, which has no failures, so
+the feasibility classifier is never fitted; the conv3d dataset has 13% launch failures and
+exercises it); the candidate pool is the live space (4096 fresh samples plus neighbours of the
+16 best), as in a live run.
+
+    python experiments/bench_proposal.py --dataset experiments/data/conv3d_4_16_28_28_64_64_3_3_3_1_1_1 \
+        --out experiments/results/proposal_cost_conv3d_cpu2.json
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import torch
 
 from bocast.candidates import SpaceCandidates
 from bocast.measure.replay import ReplayDataset
-from bocast.operator import get_operator
+from bocast.operator import from_workload
+from bocast.records import load_dataset, provenance
 from bocast.strategies import make_strategy
 
 
@@ -31,9 +37,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    op = get_operator("gemm").from_args((4096, 4096, 4096))
+    op = from_workload(load_dataset(args.dataset)[1]["workload"])
     ds = ReplayDataset(args.dataset, op)
     records = [ds.record(c) for c in ds.configs]
+    # the first n rows in a seeded random order, so that failures are spread as in a run
+    order = torch.randperm(len(records), generator=torch.Generator().manual_seed(0)).tolist()
+    records = [records[i] for i in order]
     rows = []
     for n in args.sizes:
         for acq in ("logei", "becbo", "ts"):
@@ -52,14 +61,15 @@ def main() -> None:
                 assert len(got) == 32
             rows.append({"observations": n, "acquisition": acq, "median_s": statistics.median(warm),
                          "min_s": min(warm), "max_s": max(warm),
-                         "cold_median_s": statistics.median(cold), "pool": s.last_round.get("pool")})
+                         "cold_median_s": statistics.median(cold), "pool": s.last_round.get("pool"),
+                         "failures_seen": s.last_round.get("failures_seen")})
             print(f"{n:5d} obs  {acq:6s}  per round {rows[-1]['median_s']:.2f} s "
                   f"(min {rows[-1]['min_s']:.2f}, max {rows[-1]['max_s']:.2f}); first round "
                   f"(cold fit) {rows[-1]['cold_median_s']:.2f} s; pool {rows[-1]['pool']}",
                   flush=True)
     with open(args.out, "w") as f:
-        json.dump({"cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "rows": rows},
-                  f, indent=1)
+        json.dump({"cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                   "dataset": args.dataset, "provenance": provenance(), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -70,3 +70,67 @@ def test_bad_compare_config_names_the_field(tmp_path, change, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert not os.path.exists(tmp_path / "runs") and not os.path.exists(tmp_path / "res")
+
+
+LIVE = {
+    "name": "live",
+    "workload": {"op": "gemm", "shape": [256, 256, 256], "dtype": "fp16:fp32", "layout": "NT"},
+    "runner": "tvm",
+    "strategies": [{"label": "cga", "name": "cga", "pop_size": 32, "generations": 1},
+                   {"label": "random", "name": "random", "seeds": [0]}],
+    "seeds": 2,
+    "budget": {"trials": 8},
+    "batch_size": 4,
+    "budgets": [4, 8],
+    "baseline": "cga",
+}
+
+
+def test_live_compare_interleaves_runs_and_resumes(tmp_path):
+    """The live path on the CPU: real TVM lowering (no nvcc) and the stand-in runner, whose
+    timings are SYNTHETIC. Every run gets its own store; a second call measures nothing new."""
+    from bocast import compare as cmp
+    from bocast.measure.builder import Builder
+    from bocast.measure.standin import StandinRunner
+    from bocast.records import Store
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**LIVE, "output": str(tmp_path / "runs"),
+                                    "results": str(tmp_path / "res" / "live")}))
+    cfg = cmp.load(str(path))
+    cmp.validate(cfg)
+    lines = []
+    with StandinRunner() as runner, Builder(workers=2, compile=False) as builder:
+        first = cmp.run(cfg, progress=lines.append, runner=runner, builder=builder)
+        stores = sorted(os.listdir(tmp_path / "runs"))
+        assert stores == ["cga_seed0.db", "cga_seed1.db", "random_seed0.db"]
+        with Store(str(tmp_path / "runs" / "cga_seed1.db"), cfg.workload) as s:
+            rows = s.records()
+        assert len(rows) == 8 and len({r.key for r in rows}) == 8
+        turns = [ln.split(":")[0].strip() for ln in lines if "trials, best" in ln]
+        assert turns[:3] == ["cga seed 0", "cga seed 1", "random seed 0"], "runs take turns"
+        again = cmp.run(cfg, progress=lambda m: None, runner=runner, builder=builder)
+        os.remove(tmp_path / "runs" / "random_seed0.db")
+        part = cmp.run(cfg, progress=lambda m: None, runner=runner, builder=builder,
+                       only=["cga"])
+        assert part["missing"] == ["random seed 0"], "results wait for every run"
+    assert first["optimum_kind"] == "best known"
+    for lab in ("cga", "random"):
+        for k in ("median_best", "median_trials_to_95pct", "median_trials_to_95pct_of_baseline"):
+            assert again["strategies"][lab][k] == first["strategies"][lab][k]
+    with Store(str(tmp_path / "runs" / "cga_seed1.db"), cfg.workload) as s:
+        assert len(s.records()) == 8, "the rerun resumed finished runs and measured nothing"
+    md = (tmp_path / "res" / "live.md").read_text()
+    assert "trials to 95% of cga" in md and "random (1 seed(s))" in md
+
+
+def test_live_compare_without_a_gpu_says_so(tmp_path):
+    proc = compare(tmp_path, LIVE)
+    assert proc.returncode == 2
+    assert "runner: tvm compares live on a CUDA GPU; this machine has none" in proc.stderr
+
+
+def test_metaschedule_needs_the_live_runner(tmp_path):
+    cfg = {**GOOD, "strategies": GOOD["strategies"] + [{"name": "metaschedule"}]}
+    proc = compare(tmp_path, cfg)
+    assert proc.returncode == 2 and "metaschedule proposes its own schedules" in proc.stderr

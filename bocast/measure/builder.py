@@ -95,22 +95,28 @@ def build_task(task: Mapping[str, Any]) -> dict[str, Any]:
 
     _skip_tvm_cuda_compile()
     op = _operator(task["workload"])
-    config = op.space.from_json(task["config"])
-    res = BuildResult(key=Space.key(config), status=Status.OK)
     t0 = time.perf_counter()
-    try:
-        sch = op.apply(config)
-    except Exception as e:  # noqa: BLE001
-        msg = str(e)
-        m = _PRIMITIVE.search(msg)
-        res.status, res.stage, res.error = Status.SCHEDULE_ERROR, "apply", tail(msg)
-        res.primitive = m.group(1) if m else type(e).__name__
-        res.times["apply_s"] = time.perf_counter() - t0
-        return res.to_dict()
+    if "module" in task:  # an already scheduled IRModule (another tuner's candidate)
+        import tvm
+
+        res = BuildResult(key=task["key"], status=Status.OK)
+        mod = tvm.ir.load_json(task["module"])
+    else:
+        config = op.space.from_json(task["config"])
+        res = BuildResult(key=Space.key(config), status=Status.OK)
+        try:
+            mod = op.apply(config).mod
+        except Exception as e:  # noqa: BLE001
+            msg = str(e)
+            m = _PRIMITIVE.search(msg)
+            res.status, res.stage, res.error = Status.SCHEDULE_ERROR, "apply", tail(msg)
+            res.primitive = m.group(1) if m else type(e).__name__
+            res.times["apply_s"] = time.perf_counter() - t0
+            return res.to_dict()
     t1 = time.perf_counter()
     res.times["apply_s"] = t1 - t0
     try:
-        low = lower(sch.mod)
+        low = lower(mod)
         tensor_names = {t.name for t in op.tensors()}
         if not set(low.args) <= tensor_names:
             raise RuntimeError(f"kernel arguments {low.args} do not match tensors {tensor_names}")
@@ -173,9 +179,20 @@ class Builder:
 
     def build(self, op: Operator, configs: Sequence[Config],
               on_result=None) -> list[BuildResult]:
-        tasks = [{"workload": op.workload, "config": _jsonable(c), "compile": self.compile,
-                  "compile_timeout_s": self.timeout_s} for c in configs]
-        keys = [Space.key(c) for c in configs]
+        return self._build(op, [{"config": _jsonable(c)} for c in configs],
+                           [Space.key(c) for c in configs], on_result)
+
+    def build_modules(self, op: Operator, modules: Sequence[tuple[str, str]],
+                      on_result=None) -> list[BuildResult]:
+        """Build scheduled IRModules of ``op``'s workload, given as (key, ``tvm.ir.save_json``
+        text): the lowering, nvcc, limits and failure classes of :meth:`build`."""
+        return self._build(op, [{"key": k, "module": m} for k, m in modules],
+                           [k for k, _ in modules], on_result)
+
+    def _build(self, op: Operator, items: list[dict], keys: list[str],
+               on_result) -> list[BuildResult]:
+        tasks = [{"workload": op.workload, **item, "compile": self.compile,
+                  "compile_timeout_s": self.timeout_s} for item in items]
 
         def convert(i: int, raw: Any) -> BuildResult:
             if isinstance(raw, TaskFailure):
@@ -185,7 +202,7 @@ class Builder:
                                    times={"total_s": raw.seconds})
             return _from_dict(raw)
 
-        results: list[BuildResult | None] = [None] * len(configs)
+        results: list[BuildResult | None] = [None] * len(tasks)
 
         def collect(i: int, raw: Any) -> None:
             results[i] = convert(i, raw)

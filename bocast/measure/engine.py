@@ -3,13 +3,19 @@
 Every measurement goes through :meth:`Measurer.measure`: it rejects configurations that break a
 known constraint (recorded as ``invalid`` without building), skips those already in the store,
 builds the rest in parallel, runs the kernels that built, and appends each finished record to
-the store before anyone else sees it. Building the next batch overlaps running the current one. A run killed at any point therefore resumes from the store
+the store before anyone else sees it. A run killed at any point therefore resumes from the store
 with no finished row lost and none repeated.
+
+:meth:`Measurer.prepare` (dedupe, validate, build) and :meth:`Measurer.run` (time what built) are
+the two halves of a measurement, so that building one batch can overlap running another: the
+next batch of the same run (:meth:`Measurer.measure_batches`), or of another run that shares the
+builder and runner (:func:`bocast.tuner.run_interleaved`).
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from bocast.measure.builder import Builder, BuildResult
@@ -37,25 +43,23 @@ class Measurer:
         """Like :meth:`measure` over several batches, building batch i+1 while batch i runs."""
         seen = self.store.keys()
         records: list[Record] = []
-
-        def keep(rec: Record) -> None:
-            self.store.append(rec, self.session)
-            records.append(rec)
-            if on_record is not None:
-                on_record(rec)
-
         with ThreadPoolExecutor(max_workers=1) as prefetch:
             pending = None
             for i in range(len(batches) + 1):
-                nxt = prefetch.submit(self._prepare, batches[i], seen, source, keep) \
-                    if i < len(batches) else None
+                nxt = prefetch.submit(self.prepare, batches[i], source=source, seen=seen,
+                                      on_record=on_record) if i < len(batches) else None
                 if pending is not None:
-                    self._run(pending.result(), source, keep)
+                    records += self.run(pending.result())
                 pending = nxt
         return records
 
-    def _prepare(self, configs, seen: set[str], source: str, keep) -> list[tuple[Config, BuildResult]]:
-        """Dedupe, record invalid configurations and failed builds; return what can run."""
+    def prepare(self, configs: Sequence[Config], *, source: str = "", seen: set[str] | None = None,
+                on_record: Callable[[Record], None] | None = None) -> "Prepared":
+        """First half of a measurement, safe to overlap with :meth:`run` of another batch:
+        dedupe against ``seen`` (default: the store), record invalid configurations and failed
+        builds, and return what can run."""
+        seen = self.store.keys() if seen is None else seen
+        batch = Prepared(source, on_record)
         todo: list[tuple[str, Config]] = []
         for c in configs:
             key = Space.key(c)
@@ -66,27 +70,42 @@ class Measurer:
         buildable = []
         for (key, c), v in zip(todo, violations):
             if v:
-                keep(Record(key, c, Status.INVALID, error=", ".join(v), source=source))
+                self._keep(batch, Record(key, c, Status.INVALID, error=", ".join(v), source=source))
             else:
                 buildable.append((key, c))
         builds = self.builder.build(self.op, [c for _, c in buildable]) if buildable else []
-        runnable = []
         for (key, c), b in zip(buildable, builds):
             if b.status is Status.OK and self.runner is not None:
-                runnable.append((c, b))
+                batch.runnable.append((c, b))
             else:
-                keep(_record(key, c, b, None, source))
-        return runnable
+                self._keep(batch, _record(key, c, b, None, source))
+        return batch
 
-    def _run(self, runnable, source: str, keep) -> None:
-        if not runnable:
-            return
+    def run(self, batch: "Prepared") -> list[Record]:
+        """Second half: run what built; returns every record of the batch in write order."""
+        if batch.runnable:
+            def ran(i: int, r: RunResult) -> None:
+                c, b = batch.runnable[i]
+                self._keep(batch, _record(b.key, c, b, r, batch.source))
 
-        def ran(i: int, r: RunResult) -> None:
-            c, b = runnable[i]
-            keep(_record(b.key, c, b, r, source))
+            self.runner.run(self.op, [b for _, b in batch.runnable], on_result=ran)
+        return batch.records
 
-        self.runner.run(self.op, [b for _, b in runnable], on_result=ran)
+    def _keep(self, batch: "Prepared", rec: Record) -> None:
+        self.store.append(rec, self.session)  # on disk before anyone sees it
+        batch.records.append(rec)
+        if batch.on_record is not None:
+            batch.on_record(rec)
+
+
+@dataclass
+class Prepared:
+    """A batch between :meth:`Measurer.prepare` and :meth:`Measurer.run`."""
+
+    source: str
+    on_record: Callable[[Record], None] | None
+    records: list[Record] = field(default_factory=list)
+    runnable: list[tuple[Config, BuildResult]] = field(default_factory=list)
 
 
 def _record(key: str, config: Config, b: BuildResult, r: RunResult | None, source: str) -> Record:

@@ -72,6 +72,15 @@ class ReplayMeasurer:
         self.session = store.start_session({"runner": "replay", "dataset": dataset.prefix}) \
             if store is not None else None
 
+    def prepare(self, configs: Sequence[Config], *, source: str = "", on_record=None):
+        """The engine's two-phase interface (:func:`bocast.tuner.run_interleaved`); a lookup
+        has nothing to build, so all the work happens in :meth:`run`."""
+        return list(configs), source, on_record
+
+    def run(self, batch) -> list[Record]:
+        configs, source, on_record = batch
+        return self.measure(configs, source=source, on_record=on_record)
+
     def measure(self, configs: Sequence[Config], *, source: str = "", on_record=None) -> list[Record]:
         out = []
         for c in configs:

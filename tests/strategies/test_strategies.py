@@ -10,7 +10,7 @@ from bocast.operator import get_operator
 from bocast.records import Record
 from bocast.space import Space
 from bocast.strategies import StrategyError, make_strategy, strategies
-from bocast.tuner import Tuner
+from bocast.tuner import Tuner, run_interleaved
 
 DATASET = "experiments/data/gemm_32_2048_1000"
 OP = get_operator("gemm").from_args((32, 2048, 1000))
@@ -76,6 +76,20 @@ def test_resume_keeps_history_and_repeats_nothing(dataset):
     assert len(keys) == len(set(keys)) == 80
 
 
+def test_interleaved_runs_keep_their_own_trajectories(dataset):
+    """Live comparisons interleave runs batch by batch (one proposes and builds while another
+    runs); each run must still be exactly what it would be alone."""
+    specs = [("bo", {"acquisition": "ts"}, 1), ("cga", {}, 1), ("random", {}, 2)]
+    alone = [run(dataset, n, h, s, trials=48) for n, h, s in specs]
+    tuners = [Tuner(make_strategy(n, dataset.candidates(), seed=s, **hyper(n, h)),
+                    ReplayMeasurer(dataset), trials=48, batch_size=16) for n, h, s in specs]
+    order = []
+    together = run_interleaved(tuners, on_batch=lambda t: order.append(tuners.index(t)))
+    for a, b in zip(alone, together):
+        assert [r.key for r in a.records] == [r.key for r in b.records]
+    assert order == [0, 1, 2] * 3, "runs take turns, one batch each"
+
+
 def test_bo_beats_random_on_average(dataset):
     """Not a performance claim (that is the benchmark's job): a sanity check that the model is
     used. Over 4 seeds, BO's mean best at 64 trials is at least random's."""
@@ -110,6 +124,17 @@ def test_failures_train_the_classifier(dataset, acquisition, classifier):
     late = [r for r in res.records[32:]]
     assert sum(r.status is Status.LAUNCH_ERROR for r in late) <= 16, \
         "the classifier should steer most proposals away from the failing region"
+
+
+def test_recorded_launch_failures_reach_the_classifier():
+    """The conv3d dataset holds real failures (launches refused for their stack size, measured
+    on the H100): BO learns from them."""
+    op = get_operator("conv3d").from_args((4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1))
+    ds = ReplayDataset("experiments/data/conv3d_4_16_28_28_64_64_3_3_3_1_1_1", op)
+    strategy = make_strategy("bo", ds.candidates(), seed=0, acquisition="becbo", **FAST)
+    res = Tuner(strategy, ReplayMeasurer(ds), trials=64, batch_size=16).run()
+    assert any(r.status is Status.LAUNCH_ERROR for r in res.records)
+    assert strategy.last_round["failures_seen"] > 0
 
 
 def test_live_candidates_propose_feasible_configurations():

@@ -1,0 +1,130 @@
+"""TVM MetaSchedule as a competitor, measured by our builder and runner.
+
+``tune_tir`` keeps its own search (the post-order-apply space with TVM's CUDA Tensor Core rules,
+evolutionary search, XGBoost cost model); we plug in a builder and a runner so that its trials are
+
+- built like ours: TVM lowering and nvcc for sm_90 in our process pool, with our build time
+  limit (default 180 s, not MetaSchedule's 30 s, which on the H100 machine killed 90-100% of its
+  candidates: ../shared/anchors/README.md), failures classified the same way;
+- timed like ours: the same isolated runner, CUDA-graph event timing, random inputs and
+  correctness check against torch;
+- counted like ours: every candidate handed to the builder is one trial, failures included, and
+  each is appended to a bocast record store as it finishes (``config`` holds the candidate's
+  structural hash; the traces are in MetaSchedule's own database under ``work_dir``).
+
+MetaSchedule schedules the operator's unscheduled ``prim_func()``; it does not see our space.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from bocast.measure.builder import Builder, BuildResult
+from bocast.measure.engine import _record
+from bocast.measure.runner import Runner
+from bocast.measure.status import Status
+from bocast.operator import Operator
+from bocast.records import Record, Store, provenance
+from bocast.tensorcore import SM90_TARGET
+from bocast.tuner import TuneResult
+
+NAME = "metaschedule"
+
+
+class _Bridge:
+    """What MetaSchedule's builder and runner calls reach: our builder, runner and store."""
+
+    def __init__(self, op: Operator, store: Store, builder: Builder, runner: Runner,
+                 session: int):
+        self.op, self.store, self.builder, self.runner = op, store, builder, runner
+        self.session = session
+        self.built: dict[str, BuildResult] = {}
+        self.records: list[Record] = []
+
+    def keep(self, rec: Record) -> None:
+        self.store.append(rec, self.session)
+        self.records.append(rec)
+
+    def build(self, mods) -> list[tuple[str | None, str | None]]:
+        """(artifact key, error) per module; failed builds are recorded here."""
+        import tvm
+        from tvm_ffi.structural import structural_hash
+
+        keyed = []
+        for mod in mods:
+            key = f"ms:{structural_hash(mod) & (2**64 - 1):016x}"
+            keyed.append((key, tvm.ir.save_json(mod)))
+        # MetaSchedule may propose a module it has measured before (its database dedupes by
+        # structure, we by hash); measure it again but do not count it twice
+        out = []
+        for b in self.builder.build_modules(self.op, keyed):
+            if b.status is Status.OK:
+                self.built[b.key] = b
+                out.append((b.key, None))
+            else:
+                if b.key not in self.store:
+                    self.keep(_record(b.key, {"metaschedule": b.key}, b, None, NAME))
+                out.append((None, f"{b.status}: {b.error}"))
+        return out
+
+    def run(self, keys: Sequence[str]) -> list[tuple[float | None, str | None]]:
+        """(seconds, error) per built artifact; every result is recorded."""
+        builds = [self.built.pop(k) for k in keys]
+        out = []
+        for b, r in zip(builds, self.runner.run(self.op, builds)):
+            if b.key not in self.store:
+                self.keep(_record(b.key, {"metaschedule": b.key}, b, r, NAME))
+            if r.status is Status.OK:
+                out.append((r.latency_ms * 1e-3, None))
+            else:
+                out.append((None, f"{r.status}: {r.error}"))
+        return out
+
+
+def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder, runner: Runner,
+         work_dir: str, batch_size: int = 32, reference: float | None = None,
+         session_info: dict | None = None) -> TuneResult:
+    """Run MetaSchedule on ``op`` for ``trials`` candidates; returns our TuneResult (records in
+    the order they were written). Not resumable: a store that already holds trials is refused."""
+    import time
+
+    import tvm
+    import tvm.s_tir.tensor_intrin.cuda  # noqa: F401 - registers the WMMA/MMA intrinsics it uses
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+    from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
+    from tvm.ir.utils import derived_object
+
+    if len(store):
+        raise ValueError(f"{NAME}: store already holds {len(store)} trials; MetaSchedule runs "
+                         "are not resumable, start from an empty store")
+    bridge = _Bridge(op, store, builder, runner,
+                     store.start_session(provenance({**(session_info or {}), "strategy": NAME})))
+
+    @derived_object
+    class _Builder(PyBuilder):
+        def build(self, build_inputs):
+            return [BuilderResult(key, err) for key, err in bridge.build([b.mod for b in build_inputs])]
+
+    @derived_object
+    class _Runner(PyRunner):
+        def run(self, runner_inputs):
+            results = bridge.run([r.artifact_path for r in runner_inputs])
+            return [RunnerFuture(lambda: True,
+                                 lambda s=s, e=e: RunnerResult([s] if s is not None else None, e))
+                    for s, e in results]
+
+    space = ms.space_generator.PostOrderApply(sch_rules="cuda-tensorcore",
+                                              postprocs="cuda-tensorcore",
+                                              mutator_probs="cuda-tensorcore")
+    os.makedirs(work_dir, exist_ok=True)
+    t0 = time.perf_counter()
+    ms.tune_tir(tvm.IRModule({"main": op.prim_func()}), tvm.target.Target(SM90_TARGET), work_dir,
+                max_trials_global=trials, num_trials_per_iter=batch_size, builder=_Builder(),
+                runner=_Runner(), space=space, seed=seed, num_tuning_cores=os.cpu_count() or 1)
+    best, curve = 0.0, []
+    for r in bridge.records:
+        best = max(best, r.tflops or 0.0) if r.ok else best
+        curve.append(best)
+    return TuneResult(bridge.records, curve, time.perf_counter() - t0, None, [], None, reference)
