@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
-# On the H100 machine (carry .devbundle with the TVM and xgboost archives; carry runs/ to
-# resume): one live comparison, stopped after BUDGET_S seconds if unfinished. Everything it
-# wrote (record stores, MetaSchedule's database, results) is packed into $OUT/live.tar.gz;
-# carried back as runs/, the stores resume where they stopped.
-#   CONFIG=experiments/compare/live_gemm_1024_1024_1024.yaml BUDGET_S=540 \
-#   bash experiments/device/live_compare.sh
+# On the H100 machine: live comparisons, one after another, stopped after BUDGET_S seconds in
+# all. Carry .devbundle (TVM and xgboost archives) and, to resume, .devcarry/runs.tar.gz (the
+# record stores of earlier calls: a store resumes where it stopped). Everything written (stores,
+# MetaSchedule's database, results) is packed into $OUT/live.tar.gz.
+#   CONFIGS="experiments/compare/live_gemm_1024_1024_1024.yaml" ONLY=bo-becbo,cga \
+#   BUDGET_S=540 bash experiments/device/live_compare.sh
 set -uo pipefail
 source .devbundle/unpack.sh
 export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
 python3 -c "import xgboost; print('xgboost', xgboost.__version__)"
-name=$(python3 -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$CONFIG")
-timeout "${BUDGET_S:-540}" python3 -m bocast.cli compare "$CONFIG" > "$OUT/$name.log" 2>&1
-echo "compare exit $?"
-for db in runs/"$name"/*.db; do  # one file per store: fold the WAL in
-  python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" "$db"
+[ -f .devcarry/runs.tar.gz ] && tar -xzf .devcarry/runs.tar.gz
+names=""
+for c in $CONFIGS; do
+  names="$names $(python3 -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$c")"
 done
-tar -czf "$OUT/live.tar.gz" --exclude='*.db-wal' --exclude='*.db-shm' runs/"$name" \
-    $(ls experiments/results/"$name".* 2>/dev/null)
-grep -v "^  " "$OUT/$name.log" | tail -25
+compare_all() {
+  for c in $CONFIGS; do
+    name=$(python3 -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$c")
+    python3 -m bocast.cli compare "$c" ${ONLY:+--only "$ONLY"} > "/tmp/$name.log" 2>&1
+    echo "$name: exit $?"; grep -v "^  " "/tmp/$name.log" | tail -22
+  done
+}
+export -f compare_all; export CONFIGS ONLY
+timeout "${BUDGET_S:-540}" bash -c compare_all
+for name in $names; do
+  cp "/tmp/$name.log" "runs/$name/compare.log" 2>/dev/null
+  for db in runs/"$name"/*.db; do  # one file per store: fold the WAL in
+    python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" "$db"
+  done
+done
+tar -czf "$OUT/live.tar.gz" --exclude='*.db-wal' --exclude='*.db-shm' \
+    $(for n in $names; do echo runs/$n; ls experiments/results/$n.* 2>/dev/null; done)
+ls -la "$OUT"
