@@ -122,7 +122,11 @@ def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder
     t0 = time.perf_counter()
     ms.tune_tir(tvm.IRModule({"main": op.prim_func()}), tvm.target.Target(SM90_TARGET), work_dir,
                 max_trials_global=trials, num_trials_per_iter=batch_size, builder=_Builder(),
-                runner=_Runner(), space=space, seed=seed, num_tuning_cores=os.cpu_count() or 1)
+                runner=_Runner(), space=space, seed=seed, num_tuning_cores=os.cpu_count() or 1,
+                # the default callbacks also delete build artifacts, which are files for its
+                # own builder and keys for ours
+                measure_callbacks=[ms.measure_callback.AddToDatabase(),
+                                   ms.measure_callback.UpdateCostModel()])
     best, curve = 0.0, []
     for r in bridge.records:
         best = max(best, r.tflops or 0.0) if r.ok else best

@@ -441,8 +441,8 @@ class Space:
             new, count = {}, 1
             for name, dom in domains.items():
                 if name in allowed and dom != [None]:
-                    ok = {Space.key({"v": v}) for v in allowed[name]}
-                    dom = [v for v in dom if Space.key({"v": v}) in ok]
+                    ok = {_hashable(v) for v in allowed[name]}
+                    dom = [v for v in dom if _hashable(v) in ok]
                 new[name] = dom
                 if name not in cond and dom != [None]:
                     count *= len(dom)
@@ -733,3 +733,8 @@ def _chunks(it: Iterable, size: int):
             buf = []
     if buf:
         yield buf
+
+
+def _hashable(value: Value):
+    """A value as a set member that equals its JSON round trip (lists become tuples)."""
+    return tuple(value) if isinstance(value, (list, tuple)) else value

@@ -156,34 +156,38 @@ class Tuner:
         print(line.ljust(90), end=end, file=sys.stderr, flush=True)
 
 
-def run_interleaved(tuners: Sequence[Tuner], *, on_batch=None) -> list[TuneResult]:
-    """Run several tuners round-robin, one batch at a time, so that one tuner's next batch is
-    proposed and built while another's runs on the GPU.
+def run_interleaved(tuners: Sequence[Tuner], *, on_batch=None, ahead: int = 2) -> list[TuneResult]:
+    """Run several tuners round-robin, one batch at a time, as a three-stage pipeline: while
+    one tuner's batch runs on the GPU (this thread), the next one's is built and the one after
+    is proposed (one thread each; ``ahead`` batches are prepared ahead of the one running).
 
     Each tuner's measurer must offer ``prepare``/``run`` (:class:`bocast.measure.engine.Measurer`)
-    and they may share one builder and one runner: the runner only ever times one batch at a
-    time, and the builder builds one other batch meanwhile. A tuner's batches stay in order and
-    it proposes only after it has been told its previous batch, so each trajectory is what
-    :meth:`Tuner.run` would produce; only wall time is shared. Tuners should be freshly started
-    (or resumed with :meth:`Tuner.start`) before the call. ``on_batch(tuner)`` is called after
-    each finished batch."""
-    queue = collections.deque(t for t in tuners if not t.done())
+    and they may share one builder and one runner: the runner times one batch at a time and the
+    builder builds one batch at a time. A tuner proposes only after it has been told its
+    previous batch, so each trajectory is what :meth:`Tuner.run` would produce; only wall time
+    is shared. Tuners should be freshly started (or resumed with :meth:`Tuner.start`) before
+    the call. ``on_batch(tuner)`` is called after each finished batch."""
+    waiting = collections.deque(t for t in tuners if not t.done())
+    inflight: collections.deque = collections.deque()
 
-    def prepare(t: Tuner):
-        configs = t.ask()
-        return t, (t.measurer.prepare(configs, source=t.strategy.name) if configs else None)
+    with ThreadPoolExecutor(max_workers=1) as asker, ThreadPoolExecutor(max_workers=1) as builder:
+        def launch(t: Tuner):
+            asked = asker.submit(t.ask)
 
-    with ThreadPoolExecutor(max_workers=1) as prefetch:
-        pending = None
-        while pending is not None or queue:
-            if pending is None:
-                pending = prefetch.submit(prepare, queue.popleft())
-            tuner, batch = pending.result()
-            pending = prefetch.submit(prepare, queue.popleft()) if queue else None
+            def prepare():
+                configs = asked.result()
+                return t, (t.measurer.prepare(configs, source=t.strategy.name) if configs else None)
+
+            return builder.submit(prepare)
+
+        while waiting or inflight:
+            while waiting and len(inflight) < ahead + 1:
+                inflight.append(launch(waiting.popleft()))
+            tuner, batch = inflight.popleft().result()
             if batch is not None:
                 tuner.tell(tuner.measurer.run(batch))
                 if on_batch is not None:
                     on_batch(tuner)
             if not tuner.done():
-                queue.append(tuner)
+                waiting.append(tuner)
     return [t.result() for t in tuners]
