@@ -3,7 +3,8 @@
 # all. Carry .devbundle (TVM and xgboost archives) and, to resume, .devcarry/runs.tar.gz (the
 # record stores of earlier calls: a store resumes where it stopped). Everything written (stores,
 # MetaSchedule's database, results) is packed into $OUT/live.tar.gz.
-#   CONFIGS="experiments/compare/live_gemm_1024_1024_1024.yaml" ONLY=bo-becbo,cga \
+# CONFIGS lists config files, each optionally with ":LABEL,LABEL" to run only those strategies:
+#   CONFIGS="experiments/compare/live_gemm_1024_1024_1024.yaml:bo-becbo,cga" \
 #   BUDGET_S=540 bash experiments/device/live_compare.sh
 set -uo pipefail
 source .devbundle/unpack.sh
@@ -11,17 +12,18 @@ export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
 python3 -c "import xgboost; print('xgboost', xgboost.__version__)"
 [ -f .devcarry/runs.tar.gz ] && tar -xzf .devcarry/runs.tar.gz
 names=""
-for c in $CONFIGS; do
-  names="$names $(python3 -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$c")"
+for item in $CONFIGS; do
+  names="$names $(python3 -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['name'])" "${item%%:*}")"
 done
 compare_all() {
-  for c in $CONFIGS; do
+  for item in $CONFIGS; do
+    c=${item%%:*}; only=${item#"$c"}; only=${only#:}
     name=$(python3 -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$c")
-    python3 -m bocast.cli compare "$c" ${ONLY:+--only "$ONLY"} > "/tmp/$name.log" 2>&1
+    python3 -m bocast.cli compare "$c" ${only:+--only "$only"} >> "/tmp/$name.log" 2>&1
     echo "$name: exit $?"; grep -v "^  " "/tmp/$name.log" | tail -22
   done
 }
-export -f compare_all; export CONFIGS ONLY
+export -f compare_all; export CONFIGS
 timeout "${BUDGET_S:-540}" bash -c compare_all
 for name in $names; do
   cp "/tmp/$name.log" "runs/$name/compare.log" 2>/dev/null
