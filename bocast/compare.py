@@ -334,20 +334,16 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
         for s, seed, path, trials in plan:
             if s["name"] != METASCHEDULE or (only is not None and s["label"] not in only):
                 continue
+            work_dir = path[:-3] + "_ms"
             with Store(path, op.workload) as store:
-                done = store.records()
-            if len(done) < trials:  # not resumable: an unfinished run starts over
-                for suffix in ("", "-wal", "-shm"):
-                    if os.path.exists(path + suffix):
-                        os.replace(path + suffix, path + ".unfinished" + suffix)
-                with Store(path, op.workload) as store:
-                    store.set_meta("reference", reference)
-                    res = metaschedule.tune(
-                        op, trials=trials, seed=seed, store=store, builder=builder,
-                        runner=runner, work_dir=path[:-3] + "_ms", batch_size=cfg.batch_size,
-                        reference=reference["tflops"], session_info=info)
-            else:
-                res = TuneResult(done, _best_so_far(done), 0.0, None)
+                if len(store) and not os.path.exists(work_dir):  # its database is lost
+                    raise ConfigError(f"{path}: a MetaSchedule run without its database "
+                                      f"{work_dir}; move the store away to start it over")
+                store.set_meta("reference", reference)
+                res = metaschedule.tune(
+                    op, trials=trials, seed=seed, store=store, builder=builder, runner=runner,
+                    work_dir=work_dir, batch_size=cfg.batch_size,
+                    reference=reference["tflops"], session_info=info)
             runs.append(_curve(res, s["label"], seed, trials))
             progress(f"  {s['label']} seed {seed}: {len(res.records)} trials, best "
                      f"{runs[-1]['curve'][-1]:.1f} TFLOPS")

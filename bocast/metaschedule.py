@@ -85,8 +85,13 @@ class _Bridge:
 def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder, runner: Runner,
          work_dir: str, batch_size: int = 32, reference: float | None = None,
          session_info: dict | None = None) -> TuneResult:
-    """Run MetaSchedule on ``op`` for ``trials`` candidates; returns our TuneResult (records in
-    the order they were written). Not resumable: a store that already holds trials is refused."""
+    """Run MetaSchedule on ``op`` until ``store`` holds ``trials`` candidates; returns our
+    TuneResult (records in the order they were written).
+
+    An interrupted run resumes from ``work_dir``: MetaSchedule reloads its database (every
+    candidate measured so far, which seeds its evolutionary search and excludes repeats) and
+    runs the trials that are missing from the store. Its cost model restarts from that
+    database rather than from the lost process's state."""
     import time
 
     import tvm
@@ -96,11 +101,15 @@ def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder
     from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
     from tvm.ir.utils import derived_object
 
-    if len(store):
-        raise ValueError(f"{NAME}: store already holds {len(store)} trials; MetaSchedule runs "
-                         "are not resumable, start from an empty store")
+    done = store.records()
+    if done and not os.path.exists(os.path.join(work_dir, "database_tuning_record.json")):
+        raise ValueError(f"{NAME}: the store holds {len(done)} trials but {work_dir} has no "
+                         "MetaSchedule database to resume from")
     bridge = _Bridge(op, store, builder, runner,
                      store.start_session(provenance({**(session_info or {}), "strategy": NAME})))
+    bridge.records = list(done)
+    if len(done) >= trials:
+        return TuneResult(done, _curve(done), 0.0, None, [], None, reference)
 
     @derived_object
     class _Builder(PyBuilder):
@@ -121,14 +130,20 @@ def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder
     os.makedirs(work_dir, exist_ok=True)
     t0 = time.perf_counter()
     ms.tune_tir(tvm.IRModule({"main": op.prim_func()}), tvm.target.Target(SM90_TARGET), work_dir,
-                max_trials_global=trials, num_trials_per_iter=batch_size, builder=_Builder(),
+                max_trials_global=trials - len(done), num_trials_per_iter=batch_size,
+                builder=_Builder(),
                 runner=_Runner(), space=space, seed=seed, num_tuning_cores=os.cpu_count() or 1,
                 # the default callbacks also delete build artifacts, which are files for its
                 # own builder and keys for ours
                 measure_callbacks=[ms.measure_callback.AddToDatabase(),
                                    ms.measure_callback.UpdateCostModel()])
-    best, curve = 0.0, []
-    for r in bridge.records:
+    return TuneResult(bridge.records, _curve(bridge.records), time.perf_counter() - t0, None, [],
+                      None, reference)
+
+
+def _curve(records) -> list[float]:
+    best, out = 0.0, []
+    for r in records:
         best = max(best, r.tflops or 0.0) if r.ok else best
-        curve.append(best)
-    return TuneResult(bridge.records, curve, time.perf_counter() - t0, None, [], None, reference)
+        out.append(best)
+    return out
