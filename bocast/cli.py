@@ -328,7 +328,7 @@ def cmd_compare(args) -> int:
     try:
         cfg = compare.load(args.config)
         compare.validate(cfg)
-        if cfg.runner == "tvm":
+        if cfg.runner == "tvm" and not args.summarize:
             import torch
 
             if not torch.cuda.is_available():
@@ -337,13 +337,15 @@ def cmd_compare(args) -> int:
     except ConfigError as e:
         raise UsageError(f"{args.config}: {e}") from None
     only = [x for x in args.only.split(",") if x] if args.only else None
+    if args.summarize:
+        only = []
     try:
         summary = compare.run(cfg, progress=(lambda m: None) if args.json else print, only=only)
     except ConfigError as e:
         raise UsageError(f"{args.config}: {e}") from None
     if "missing" in summary:
-        _emit(args, summary, [f"ran {', '.join(only or [])}; results are written once these "
-                              f"runs have finished too: {', '.join(summary['missing'])}"])
+        _emit(args, summary, [f"ran {', '.join(only) or 'nothing'}; results are written once "
+                              f"these runs have finished too: {', '.join(summary['missing'])}"])
         return 0
     lines = [open(cfg.results + ".md").read(), f"wrote {cfg.results}.md/.csv/.json/.png "
              f"and records under {cfg.output} in {summary['seconds']:.0f} s"]
@@ -416,6 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="comparison configuration file")
     p.add_argument("--only", help="live: run only these strategy labels (comma-separated); "
                    "the results are written once every run of the comparison has finished")
+    p.add_argument("--summarize", action="store_true",
+                   help="live: run nothing, write the results from the finished record stores "
+                        "(needs no GPU)")
     p.add_argument("--json", action="store_true", help="last line: one JSON summary")
     p.set_defaults(func=cmd_compare)
 

@@ -237,7 +237,8 @@ def run(cfg: CompareConfig, *, progress=print, runner=None, builder=None,
         if unknown:
             raise ConfigError(f"--only: {unknown} not among the strategy labels {labels}")
         if cfg.runner != "tvm":
-            raise ConfigError("--only: only live comparisons are split; a replay one is cheap")
+            raise ConfigError("--only/--summarize: only live comparisons are split; a replay "
+                              "one is cheap")
     if cfg.runner == "tvm":
         runs, extra = _run_live(cfg, progress, runner, builder,
                                 set(only) if only is not None else None)
@@ -285,6 +286,8 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
     plan = [(s, seed, os.path.join(cfg.output, f"{s['label']}_seed{seed}.db"),
              s.get("trials", cfg.trials)) for s in cfg.strategies
             for seed in s.get("seeds", cfg.seeds)]
+    if only is not None and not only:
+        return _read_live(op, plan)
     with runner, builder:
         device = runner.device()
         # one reference for the whole comparison: the one timed when it started, if it did
@@ -347,8 +350,40 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
             runs.append(_curve(res, s["label"], seed, trials))
             progress(f"  {s['label']} seed {seed}: {len(res.records)} trials, best "
                      f"{runs[-1]['curve'][-1]:.1f} TFLOPS")
+    return _finish_live(plan, runs, missing, device, reference)
+
+
+def _read_live(op, plan) -> tuple[list[dict], dict[str, Any]]:
+    """The runs of a live comparison from their record stores, without a GPU: the device and
+    the reference are those the stores recorded."""
+    from bocast.records import Store
+    from bocast.tuner import TuneResult
+
+    runs, missing, device, reference = [], [], None, None
+    for s, seed, path, trials in plan:
+        if not os.path.exists(path):
+            missing.append(f"{s['label']} seed {seed}")
+            continue
+        with Store(path, op.workload, create=False) as store:
+            done = store.records()
+            reference = reference or store.get_meta("reference")
+            device = device or next((x.get("device") for x in store.sessions()
+                                     if x.get("device")), None)
+        if len(done) >= trials:
+            runs.append(_curve(TuneResult(done, _best_so_far(done), 0.0, None), s["label"], seed,
+                               trials))
+        else:
+            missing.append(f"{s['label']} seed {seed}")
+    if reference is None:
+        raise ConfigError("no record store of this comparison holds its reference timing")
+    return _finish_live(plan, runs, missing, device or {}, reference)
+
+
+def _finish_live(plan, runs, missing, device, reference) -> tuple[list[dict], dict[str, Any]]:
     order = [(s["label"], seed) for s, seed, _, _ in plan]
     runs.sort(key=lambda r: order.index((r["label"], r["seed"])))
+    if not runs:
+        return runs, {"device": device, "reference": reference, "missing": missing}
     best_known = max(r["curve"][-1] for r in runs)
     for r in runs:
         r["optimum"], r["reference"] = best_known, reference["tflops"]

@@ -110,6 +110,11 @@ def test_live_compare_interleaves_runs_and_resumes(tmp_path):
         turns = [ln.split(":")[0].strip() for ln in lines if "trials, best" in ln]
         assert turns[:3] == ["cga seed 0", "cga seed 1", "random seed 0"], "runs take turns"
         again = cmp.run(cfg, progress=lambda m: None, runner=runner, builder=builder)
+    # every run finished: the outputs can be written again from the stores, with no runner
+    again_summary = cmp.run(cfg, progress=lambda m: None, only=[])
+    assert again_summary["strategies"]["cga"]["median_best"] == \
+        first["strategies"]["cga"]["median_best"]
+    with StandinRunner() as runner, Builder(workers=2, compile=False) as builder:
         os.remove(tmp_path / "runs" / "random_seed0.db")
         part = cmp.run(cfg, progress=lambda m: None, runner=runner, builder=builder,
                        only=["cga"])
