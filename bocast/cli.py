@@ -225,8 +225,7 @@ def cmd_measure(args) -> int:
 def cmd_tune(args) -> int:
     from bocast import config as cfgmod
     from bocast.candidates import SpaceCandidates
-    from bocast.measure.replay import ReplayDataset, ReplayError, ReplayMeasurer
-    from bocast.operator import from_workload
+    from bocast.measure.replay import ReplayMeasurer
     from bocast.records import Store, StoreError, provenance
     from bocast.strategies import StrategyError, make_strategy
     from bocast.tuner import Tuner
@@ -237,15 +236,10 @@ def cmd_tune(args) -> int:
     except cfgmod.ConfigError as e:
         raise UsageError(f"{args.config}: {e}") from None
     try:
-        op = from_workload(cfg.workload)
-    except (WorkloadError, TypeError) as e:
-        raise UsageError(f"{args.config}: workload: {e}") from None
-    dataset = None
-    if cfg.runner == "replay":
-        try:
-            dataset = ReplayDataset(cfg.dataset, op)
-        except ReplayError as e:
-            raise UsageError(f"{args.config}: dataset: {e}") from None
+        op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
+    except cfgmod.ConfigError as e:
+        raise UsageError(f"{args.config}: {e}") from None
+    if dataset is not None:
         candidates = dataset.candidates()
     else:
         import torch

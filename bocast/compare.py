@@ -44,9 +44,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-import yaml
-
-from bocast.config import ConfigError, _repo_root
+from bocast.config import ConfigError, _repo_root, read_yaml, workload_and_dataset
 
 #: strategy-entry keys that are not hyperparameters; ``trials`` lets one strategy run longer
 #: than the budget (random search through a whole table, so its trials-to-95% is not censored),
@@ -84,13 +82,7 @@ class CompareConfig:
 
 
 def load(path: str) -> CompareConfig:
-    try:
-        with open(path) as f:
-            raw = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    raw = read_yaml(path)
     if not isinstance(raw, Mapping):
         raise ConfigError("the configuration must be a mapping of fields")
     unknown = sorted(set(raw) - _TOP)
@@ -164,20 +156,9 @@ def validate(cfg: CompareConfig):
     """Build every piece once (workload, dataset, each strategy) so that a bad field fails
     before anything runs or is written. Returns (operator, dataset or None)."""
     from bocast.candidates import SpaceCandidates
-    from bocast.measure.replay import ReplayDataset, ReplayError
-    from bocast.operator import WorkloadError, from_workload
     from bocast.strategies import StrategyError, make_strategy
 
-    try:
-        op = from_workload(cfg.workload)
-    except (WorkloadError, TypeError, KeyError) as e:
-        raise ConfigError(f"workload: {e}") from None
-    dataset = None
-    if cfg.runner == "replay":
-        try:
-            dataset = ReplayDataset(cfg.dataset, op)
-        except ReplayError as e:
-            raise ConfigError(f"dataset: {e}") from None
+    op, dataset = workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
     cands = dataset.candidates() if dataset else SpaceCandidates(op.space)
     for i, s in enumerate(cfg.strategies):
         hyper = {k: v for k, v in s.items() if k not in _NOT_HYPER}

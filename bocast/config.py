@@ -120,15 +120,36 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None) 
                       raw=dict(raw))
 
 
-def load(path: str, *, runner: str | None = None) -> TuneConfig:
+def read_yaml(path: str) -> Any:
     try:
         with open(path) as f:
-            raw = yaml.safe_load(f)
+            return yaml.safe_load(f)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML ({e})") from None
-    return parse(raw, path=path, runner=runner)
+
+
+def load(path: str, *, runner: str | None = None) -> TuneConfig:
+    return parse(read_yaml(path), path=path, runner=runner)
+
+
+def workload_and_dataset(workload: Mapping[str, Any], runner: str, dataset: str | None):
+    """The operator of a config's workload and, for the replay runner, its recorded dataset
+    (checked to be of that workload); a ConfigError names the field that is wrong."""
+    from bocast.measure.replay import ReplayDataset, ReplayError
+    from bocast.operator import WorkloadError, from_workload
+
+    try:
+        op = from_workload(workload)
+    except (WorkloadError, TypeError, KeyError) as e:
+        raise ConfigError(f"workload: {e}") from None
+    if runner != "replay":
+        return op, None
+    try:
+        return op, ReplayDataset(dataset, op)
+    except ReplayError as e:
+        raise ConfigError(f"dataset: {e}") from None
 
 
 def _repo_root(start: str) -> str:
