@@ -21,7 +21,7 @@ import os
 from typing import Sequence
 
 from bocast.measure.builder import Builder, BuildResult
-from bocast.measure.engine import _record
+from bocast.measure.engine import to_record
 from bocast.measure.runner import Runner
 from bocast.measure.status import Status
 from bocast.operator import Operator
@@ -51,6 +51,7 @@ class _Bridge:
         import tvm
         from tvm_ffi.structural import structural_hash
 
+        self.built.clear()  # artifacts live from one build call to the run that follows it
         keyed = []
         for mod in mods:
             key = f"ms:{structural_hash(mod) & (2**64 - 1):016x}"
@@ -64,17 +65,17 @@ class _Bridge:
                 out.append((b.key, None))
             else:
                 if b.key not in self.store:
-                    self.keep(_record(b.key, {"metaschedule": b.key}, b, None, NAME))
+                    self.keep(to_record(b.key, {"metaschedule": b.key}, b, None, NAME))
                 out.append((None, f"{b.status}: {b.error}"))
         return out
 
     def run(self, keys: Sequence[str]) -> list[tuple[float | None, str | None]]:
         """(seconds, error) per built artifact; every result is recorded."""
-        builds = [self.built.pop(k) for k in keys]
+        builds = [self.built[k] for k in keys]
         out = []
         for b, r in zip(builds, self.runner.run(self.op, builds)):
             if b.key not in self.store:
-                self.keep(_record(b.key, {"metaschedule": b.key}, b, r, NAME))
+                self.keep(to_record(b.key, {"metaschedule": b.key}, b, r, NAME))
             if r.status is Status.OK:
                 out.append((r.latency_ms * 1e-3, None))
             else:

@@ -78,7 +78,7 @@ class Measurer:
             if b.status is Status.OK and self.runner is not None:
                 batch.runnable.append((c, b))
             else:
-                self._keep(batch, _record(key, c, b, None, source))
+                self._keep(batch, to_record(key, c, b, None, source))
         return batch
 
     def run(self, batch: "Prepared") -> list[Record]:
@@ -86,7 +86,7 @@ class Measurer:
         if batch.runnable:
             def ran(i: int, r: RunResult) -> None:
                 c, b = batch.runnable[i]
-                self._keep(batch, _record(b.key, c, b, r, batch.source))
+                self._keep(batch, to_record(b.key, c, b, r, batch.source))
 
             self.runner.run(self.op, [b for _, b in batch.runnable], on_result=ran)
         return batch.records
@@ -108,7 +108,8 @@ class Prepared:
     runnable: list[tuple[Config, BuildResult]] = field(default_factory=list)
 
 
-def _record(key: str, config: Config, b: BuildResult, r: RunResult | None, source: str) -> Record:
+def to_record(key: str, config: Config, b: BuildResult, r: RunResult | None, source: str) -> Record:
+    """The record of one build and, if it ran, its run."""
     rec = Record(key, config, b.status, build_s=b.times.get("total_s"), features=dict(b.features),
                  stage=b.stage, error=b.error, source=source)
     if b.status is Status.OK and r is not None:
