@@ -209,7 +209,8 @@ def run(cfg: CompareConfig, *, progress=print, runner=None, builder=None,
     runner and nvcc builder of a live comparison (tests pass the CPU stand-in). ``only`` runs
     just those strategy labels of a live comparison, so that one can be spread over several
     sessions; the outputs are written once every run has finished (else the summary lists
-    what is ``missing``)."""
+    what is ``missing``). An empty ``only`` runs nothing and needs no GPU: it writes the outputs
+    from the finished stores."""
     os.makedirs(cfg.output, exist_ok=True)
     t0 = time.perf_counter()
     if only is not None:
@@ -256,7 +257,7 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
     from bocast.operator import from_workload
     from bocast.records import Store
     from bocast.strategies import make_strategy
-    from bocast.tuner import TuneResult, Tuner, run_interleaved
+    from bocast.tuner import TuneResult, Tuner, best_so_far, run_interleaved
 
     op = from_workload(cfg.workload)
     ro = cfg.runner_options
@@ -290,7 +291,7 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
                 with Store(path, op.workload) as store:
                     done = store.records()
                 if len(done) >= trials:
-                    runs.append(_curve(TuneResult(done, _best_so_far(done), 0.0, None),
+                    runs.append(_curve(TuneResult(done, best_so_far(done), 0.0, None),
                                        s["label"], seed, trials))
                 else:
                     missing.append(f"{s['label']} seed {seed}")
@@ -338,7 +339,7 @@ def _read_live(op, plan) -> tuple[list[dict], dict[str, Any]]:
     """The runs of a live comparison from their record stores, without a GPU: the device and
     the reference are those the stores recorded."""
     from bocast.records import Store
-    from bocast.tuner import TuneResult
+    from bocast.tuner import TuneResult, best_so_far
 
     runs, missing, device, reference = [], [], None, None
     for s, seed, path, trials in plan:
@@ -351,7 +352,7 @@ def _read_live(op, plan) -> tuple[list[dict], dict[str, Any]]:
             device = device or next((x.get("device") for x in store.sessions()
                                      if x.get("device")), None)
         if len(done) >= trials:
-            runs.append(_curve(TuneResult(done, _best_so_far(done), 0.0, None), s["label"], seed,
+            runs.append(_curve(TuneResult(done, best_so_far(done), 0.0, None), s["label"], seed,
                                trials))
         else:
             missing.append(f"{s['label']} seed {seed}")
@@ -372,14 +373,6 @@ def _finish_live(plan, runs, missing, device, reference) -> tuple[list[dict], di
         r["trials_to_95pct"] = _first_at(r["curve"], 0.95 * best_known)
     return runs, {"device": device, "reference": reference, "optimum_kind": "best known",
                   "missing": missing}
-
-
-def _best_so_far(records) -> list[float]:
-    out, best = [], 0.0
-    for r in records:
-        best = max(best, r.tflops or 0.0) if r.ok else best
-        out.append(best)
-    return out
 
 
 def _first_at(curve: list[float], target: float) -> int | None:

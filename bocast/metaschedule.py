@@ -27,7 +27,7 @@ from bocast.measure.status import Status
 from bocast.operator import Operator
 from bocast.records import Record, Store, provenance
 from bocast.tensorcore import SM90_TARGET
-from bocast.tuner import TuneResult
+from bocast.tuner import TuneResult, best_so_far
 
 NAME = "metaschedule"
 
@@ -110,12 +110,13 @@ def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder
                      store.start_session(provenance({**(session_info or {}), "strategy": NAME})))
     bridge.records = list(done)
     if len(done) >= trials:
-        return TuneResult(done, _curve(done), 0.0, None, [], None, reference)
+        return TuneResult(done, best_so_far(done), 0.0, None, [], None, reference)
 
     @derived_object
     class _Builder(PyBuilder):
         def build(self, build_inputs):
-            return [BuilderResult(key, err) for key, err in bridge.build([b.mod for b in build_inputs])]
+            return [BuilderResult(key, err)
+                    for key, err in bridge.build([b.mod for b in build_inputs])]
 
     @derived_object
     class _Runner(PyRunner):
@@ -138,13 +139,6 @@ def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder
                 # own builder and keys for ours
                 measure_callbacks=[ms.measure_callback.AddToDatabase(),
                                    ms.measure_callback.UpdateCostModel()])
-    return TuneResult(bridge.records, _curve(bridge.records), time.perf_counter() - t0, None, [],
-                      None, reference)
+    return TuneResult(bridge.records, best_so_far(bridge.records), time.perf_counter() - t0,
+                      None, [], None, reference)
 
-
-def _curve(records) -> list[float]:
-    best, out = 0.0, []
-    for r in records:
-        best = max(best, r.tflops or 0.0) if r.ok else best
-        out.append(best)
-    return out

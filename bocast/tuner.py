@@ -67,6 +67,15 @@ class TuneResult:
         return out
 
 
+def best_so_far(records: Sequence[Record]) -> list[float]:
+    """Best TFLOPS after each record (0 until the first success)."""
+    out, best = [], 0.0
+    for r in records:
+        best = max(best, r.tflops or 0.0) if r.ok else best
+        out.append(best)
+    return out
+
+
 def _count(values) -> dict[str, int]:
     out: dict[str, int] = {}
     for v in values:
@@ -104,10 +113,8 @@ class Tuner:
         self.t0 = time.perf_counter()
 
     def _add(self, rs: Sequence[Record]) -> None:
-        for r in rs:
-            self.records.append(r)
-            prev = self.best[-1] if self.best else 0.0
-            self.best.append(max(prev, r.tflops or 0.0) if r.ok else prev)
+        self.records += rs
+        self.best = best_so_far(self.records)
 
     def done(self) -> bool:
         return (self.exhausted or len(self.records) >= self.trials
