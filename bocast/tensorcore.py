@@ -51,8 +51,12 @@ def _helpers() -> types.ModuleType:
     def top_level_call(node):
         return any(isinstance(x, ast.Call) for x in ast.walk(node))
 
+    # Decorated top-level functions are registrations (``@register_global_func``): running them
+    # here would make a later ``import tvm.s_tir.tensor_intrin.cuda`` (MetaSchedule needs it)
+    # fail with "already registered". The get_wmma_* generators carry no decorator.
     keep = [n for n in tree.body
-            if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            or (isinstance(n, ast.FunctionDef) and not n.decorator_list)
             or (isinstance(n, (ast.Assign, ast.AnnAssign)) and not top_level_call(n))]
     mod = types.ModuleType("bocast._tvm_cuda_intrin_helpers")
     exec(compile(ast.Module(body=keep, type_ignores=[]), origin, "exec"), mod.__dict__)
