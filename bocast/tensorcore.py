@@ -109,15 +109,16 @@ class Lowered:
 _CALL = re.compile(r'T\.call_ffi_kernel\("(\w+)", (.*?), launch_params=\[([^\]]*)\]')
 
 
-def lower(mod) -> Lowered:
+def lower(mod, *, pass_config: dict | None = None) -> Lowered:
     """Run TVM's default TIR pipeline and CUDA codegen (what ``tvm.compile`` does), keeping the
-    host-side launch call so that grid, block and dynamic shared memory are exactly TVM's."""
+    host-side launch call so that grid, block and dynamic shared memory are exactly TVM's.
+    ``pass_config`` adds to :data:`PASS_CONFIG`."""
     import tvm
     from tvm.tirx.build import split_host_device_mods, tir_to_runtime
 
     tgt = target()
     host_target = tvm.target.Target("llvm" if tvm.runtime.enabled("llvm") else "c")
-    with tvm.transform.PassContext(config=PASS_CONFIG):
+    with tvm.transform.PassContext(config={**PASS_CONFIG, **(pass_config or {})}):
         mod = tvm.tirx.transform.BindTarget(tgt.with_host(host_target))(mod)
         pipeline, finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(tgt)
         host_mod, device_mods = split_host_device_mods(pipeline(mod))

@@ -116,7 +116,7 @@ def build_task(task: Mapping[str, Any]) -> dict[str, Any]:
     t1 = time.perf_counter()
     res.times["apply_s"] = t1 - t0
     try:
-        low = lower(mod)
+        low = lower(mod, pass_config=task.get("pass_config"))
         tensor_names = {t.name for t in op.tensors()}
         if not set(low.args) <= tensor_names:
             raise RuntimeError(f"kernel arguments {low.args} do not match tensors {tensor_names}")
@@ -183,10 +183,12 @@ class Builder:
                            [Space.key(c) for c in configs], on_result)
 
     def build_modules(self, op: Operator, modules: Sequence[tuple[str, str]],
-                      on_result=None) -> list[BuildResult]:
+                      on_result=None, *, pass_config: dict | None = None) -> list[BuildResult]:
         """Build scheduled IRModules of ``op``'s workload, given as (key, ``tvm.ir.save_json``
-        text): the lowering, nvcc, limits and failure classes of :meth:`build`."""
-        return self._build(op, [{"key": k, "module": m} for k, m in modules],
+        text): the lowering, nvcc, limits and failure classes of :meth:`build`.
+        ``pass_config``: extra TVM pass options for the lowering of these modules."""
+        return self._build(op, [{"key": k, "module": m, "pass_config": pass_config or {}}
+                                for k, m in modules],
                            [k for k, _ in modules], on_result)
 
     def _build(self, op: Operator, items: list[dict], keys: list[str],
