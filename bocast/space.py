@@ -416,6 +416,14 @@ class Space:
                       variants=None) -> dict[str, np.ndarray]:
         """``n`` i.i.d. uniform draws from the structural set (or from ``variants``, a restricted
         copy of it), as columns (inactive knobs hold their fill value, as in :meth:`columns`)."""
+        cols, order = self._draw_grouped(n, rng, variants)
+        return {name: col[order] for name, col in cols.items()}
+
+    def _draw_grouped(self, n: int, rng: np.random.Generator,
+                      variants=None) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The draws of :meth:`_draw_columns` before their shuffle: columns grouped by variant
+        and the permutation that shuffles them. Samplers test the grouped rows and shuffle only
+        the accepted ones (at 1% acceptance, gathering every column was a third of the time)."""
         variants = self._variants if variants is None else variants
         weights = np.array([c for _, _, c in variants], dtype=float)
         counts = rng.multinomial(n, weights / weights.sum())
@@ -430,7 +438,14 @@ class Space:
                 arr = np.array(dom)
                 parts[k.name].append(arr[rng.integers(0, len(dom), m)])
         order = rng.permutation(n)
-        return {name: np.concatenate(chunks)[order] for name, chunks in parts.items()}
+        return {name: np.concatenate(chunks) for name, chunks in parts.items()}, order
+
+    def _draw_feasible(self, n: int, rng: np.random.Generator, variants=None):
+        """Columns of ``n`` draws (grouped, derived included) and the indices of the feasible
+        ones in shuffled order: the rows :meth:`_draw_columns` would have, filtered."""
+        cols, order = self._draw_grouped(n, rng, variants)
+        cols = self._with_derived(cols)
+        return cols, order[np.flatnonzero(self.feasible_mask(cols)[order])]
 
     def _restricted_variants(self, allowed: Mapping[str, Sequence[Value]]):
         unknown = set(allowed) - set(self._by_name)
@@ -463,27 +478,22 @@ class Space:
         drawn = 0
         while variants and len(out) < n and drawn < max_draws:
             batch = min(max(256, 20 * (n - len(out))), max_draws - drawn)
-            cols = self._with_derived(self._draw_columns(batch, rng, variants))
+            cols, idx = self._draw_feasible(batch, rng, variants)
             drawn += batch
-            idx = np.flatnonzero(self.feasible_mask(cols))[: n - len(out)]
-            out += self._rows(cols, idx)
+            out += self._rows(cols, idx[: n - len(out)])
         return out
 
     def _rows(self, cols: Mapping[str, np.ndarray], index: Iterable[int]) -> list[Config]:
         """Configurations (python values, ``None`` where inactive) for the given rows."""
-        active = {k.name: self._active_mask(k, cols) for k in self.knobs}
-        out = []
-        for i in index:
-            cfg = {}
-            for k in self.knobs:
-                if not active[k.name][i]:
-                    cfg[k.name] = None
-                elif isinstance(k, Split):
-                    cfg[k.name] = tuple(int(x) for x in cols[k.name][i])
-                else:
-                    cfg[k.name] = cols[k.name][i].item()
-            out.append(cfg)
-        return out
+        index = np.asarray(index, dtype=np.int64)
+        values = {}  # per knob, python values of the selected rows (one tolist per column)
+        for k in self.knobs:
+            col = cols[k.name][index].tolist()
+            if isinstance(k, Split):
+                col = [tuple(v) for v in col]
+            active = self._active_mask(k, cols)[index].tolist()
+            values[k.name] = [v if a else None for v, a in zip(col, active)]
+        return [dict(zip(values, row)) for row in zip(*values.values())] if len(index) else []
 
     @staticmethod
     def _active_mask(k: Knob, cols: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -504,9 +514,8 @@ class Space:
         while len(out) < n:
             rate = (accepted + 1) / (drawn + 2)
             batch = int(min(max(1024, 1.2 * (n - len(out)) / rate), 500_000))
-            cols = self._with_derived(self._draw_columns(batch, rng))
+            cols, idx = self._draw_feasible(batch, rng)
             drawn += batch
-            idx = np.flatnonzero(self.feasible_mask(cols))
             accepted += len(idx)
             for cfg in self._rows(cols, idx[: (n - len(out)) if not unique else None]):
                 if unique:

@@ -11,6 +11,9 @@ exercises it); the candidate pool is the live space (4096 fresh samples plus nei
 
     python experiments/bench_proposal.py --dataset experiments/data/conv3d_4_16_28_28_64_64_3_3_3_1_1_1 \
         --out experiments/results/proposal_cost_conv3d_cpu2.json
+
+``--threads N`` caps torch's threads, to see whether the many threads of a large host help or
+cost on matrices of this size (1000 x 1000 at most).
 """
 
 from __future__ import annotations
@@ -35,8 +38,12 @@ def main() -> None:
     ap.add_argument("--dataset", default="experiments/data/gemm_4096_4096_4096")
     ap.add_argument("--sizes", type=int, nargs="*", default=[100, 500, 1000])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads (default: torch's, one per core)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     op = from_workload(load_dataset(args.dataset)[1]["workload"])
     ds = ReplayDataset(args.dataset, op)
     records = [ds.record(c) for c in ds.configs]

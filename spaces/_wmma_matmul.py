@@ -105,8 +105,9 @@ def vendor_matmul(op, fn, a, b, what: str):
 
 
 def _wmma_dim(axis: int):
-    table = {s: v[axis] for s, v in WMMA_SHAPES.items()}
-    return lambda col: np.vectorize(table.get, otypes=[np.int64])(col)
+    names = list(WMMA_SHAPES)
+    dims = np.array([WMMA_SHAPES[s][axis] for s in names], dtype=np.int64)
+    return lambda col: np.select([col == s for s in names], dims, 0)
 
 
 def knobs(spec: MatmulSpec) -> list[Knob]:
