@@ -74,9 +74,11 @@ def main() -> None:
                   f"(min {rows[-1]['min_s']:.2f}, max {rows[-1]['max_s']:.2f}); first round "
                   f"(cold fit) {rows[-1]['cold_median_s']:.2f} s; pool {rows[-1]['pool']}",
                   flush=True)
+    # provenance first: opening the output (a tracked file) would mark the tree dirty
+    result = {"cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+              "dataset": args.dataset, "provenance": provenance(), "rows": rows}
     with open(args.out, "w") as f:
-        json.dump({"cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                   "dataset": args.dataset, "provenance": provenance(), "rows": rows}, f, indent=1)
+        json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":
