@@ -257,7 +257,7 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
     from bocast.operator import from_workload
     from bocast.records import Store
     from bocast.strategies import make_strategy
-    from bocast.tuner import TuneResult, Tuner, best_so_far, run_interleaved
+    from bocast.tuner import Tuner, run_interleaved
 
     op = from_workload(cfg.workload)
     ro = cfg.runner_options
@@ -288,13 +288,11 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
         tuners, labels = [], []
         for s, seed, path, trials in plan:
             if only is not None and s["label"] not in only:
-                with Store(path, op.workload) as store:
-                    done = store.records()
-                if len(done) >= trials:
-                    runs.append(_curve(TuneResult(done, best_so_far(done), 0.0, None),
-                                       s["label"], seed, trials))
-                else:
+                run = _finished_run(op, s, seed, path, trials)
+                if run is None:
                     missing.append(f"{s['label']} seed {seed}")
+                else:
+                    runs.append(run)
             elif s["name"] != METASCHEDULE:
                 store = Store(path, op.workload)
                 store.set_meta("reference", reference)
@@ -321,9 +319,9 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
                 continue
             work_dir = path[:-3] + "_ms"
             with Store(path, op.workload) as store:
-                if len(store) and not os.path.exists(work_dir):  # its database is lost
-                    raise ConfigError(f"{path}: a MetaSchedule run without its database "
-                                      f"{work_dir}; move the store away to start it over")
+                problem = metaschedule.cannot_resume(store, work_dir)
+                if problem:
+                    raise ConfigError(f"{path}: {problem}; move the store away to start over")
                 store.set_meta("reference", reference)
                 res = metaschedule.tune(
                     op, trials=trials, seed=seed, store=store, builder=builder, runner=runner,
@@ -339,26 +337,36 @@ def _read_live(op, plan) -> tuple[list[dict], dict[str, Any]]:
     """The runs of a live comparison from their record stores, without a GPU: the device and
     the reference are those the stores recorded."""
     from bocast.records import Store
-    from bocast.tuner import TuneResult, best_so_far
 
     runs, missing, device, reference = [], [], None, None
     for s, seed, path, trials in plan:
-        if not os.path.exists(path):
+        if os.path.exists(path):
+            with Store(path, op.workload, create=False) as store:
+                reference = reference or store.get_meta("reference")
+                device = device or next((x.get("device") for x in store.sessions()
+                                         if x.get("device")), None)
+        run = _finished_run(op, s, seed, path, trials)
+        if run is None:
             missing.append(f"{s['label']} seed {seed}")
-            continue
-        with Store(path, op.workload, create=False) as store:
-            done = store.records()
-            reference = reference or store.get_meta("reference")
-            device = device or next((x.get("device") for x in store.sessions()
-                                     if x.get("device")), None)
-        if len(done) >= trials:
-            runs.append(_curve(TuneResult(done, best_so_far(done), 0.0, None), s["label"], seed,
-                               trials))
         else:
-            missing.append(f"{s['label']} seed {seed}")
+            runs.append(run)
     if reference is None:
         raise ConfigError("no record store of this comparison holds its reference timing")
     return _finish_live(plan, runs, missing, device or {}, reference)
+
+
+def _finished_run(op, s, seed: int, path: str, trials: int) -> dict | None:
+    """The curve of a run whose store holds all its trials; None if it is absent or short."""
+    from bocast.records import Store
+    from bocast.tuner import TuneResult, best_so_far
+
+    if not os.path.exists(path):
+        return None
+    with Store(path, op.workload, create=False) as store:
+        done = store.records()
+    if len(done) < trials:
+        return None
+    return _curve(TuneResult(done, best_so_far(done), 0.0, None), s["label"], seed, trials)
 
 
 def _finish_live(plan, runs, missing, device, reference) -> tuple[list[dict], dict[str, Any]]:

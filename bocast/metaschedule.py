@@ -93,6 +93,15 @@ class _Bridge:
         return out
 
 
+def cannot_resume(store: Store, work_dir: str) -> str | None:
+    """Why a run cannot go on from ``store`` and ``work_dir`` (None when it can): a store with
+    trials needs the MetaSchedule database they came from."""
+    if len(store) and not os.path.exists(os.path.join(work_dir, "database_tuning_record.json")):
+        return (f"the store holds {len(store)} MetaSchedule trials but {work_dir} has no "
+                "MetaSchedule database to resume from")
+    return None
+
+
 def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder, runner: Runner,
          work_dir: str, batch_size: int = 32, reference: float | None = None,
          session_info: dict | None = None) -> TuneResult:
@@ -112,10 +121,10 @@ def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder
     from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
     from tvm.ir.utils import derived_object
 
+    problem = cannot_resume(store, work_dir)
+    if problem:
+        raise ValueError(f"{NAME}: {problem}")
     done = store.records()
-    if done and not os.path.exists(os.path.join(work_dir, "database_tuning_record.json")):
-        raise ValueError(f"{NAME}: the store holds {len(done)} trials but {work_dir} has no "
-                         "MetaSchedule database to resume from")
     bridge = _Bridge(op, store, builder, runner,
                      store.start_session(provenance({**(session_info or {}), "strategy": NAME,
                                                      "pass_config": PASS_CONFIG})))

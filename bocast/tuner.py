@@ -67,9 +67,10 @@ class TuneResult:
         return out
 
 
-def best_so_far(records: Sequence[Record]) -> list[float]:
-    """Best TFLOPS after each record (0 until the first success)."""
-    out, best = [], 0.0
+def best_so_far(records: Sequence[Record], *, start: float = 0.0) -> list[float]:
+    """Best TFLOPS after each record (``start`` until the first success): ``start`` continues
+    the curve of earlier records."""
+    out, best = [], start
     for r in records:
         best = max(best, r.tflops or 0.0) if r.ok else best
         out.append(best)
@@ -114,7 +115,7 @@ class Tuner:
 
     def _add(self, rs: Sequence[Record]) -> None:
         self.records += rs
-        self.best = best_so_far(self.records)
+        self.best += best_so_far(rs, start=self.best[-1] if self.best else 0.0)
 
     def done(self) -> bool:
         return (self.exhausted or len(self.records) >= self.trials
