@@ -12,8 +12,9 @@ exercises it); the candidate pool is the live space (4096 fresh samples plus nei
     python experiments/bench_proposal.py --dataset experiments/data/conv3d_4_16_28_28_64_64_3_3_3_1_1_1 \
         --out experiments/results/proposal_cost_conv3d_cpu2.json
 
-``--threads N`` caps torch's threads, to see whether the many threads of a large host help or
-cost on matrices of this size (1000 x 1000 at most).
+``--threads N`` sets the strategy's ``threads`` option (torch threads during a round, at most;
+default 4), to see whether the many threads of a large host help or cost on matrices of this
+size: ``--threads 16`` on a 16-core host is what torch would use uncapped.
 """
 
 from __future__ import annotations
@@ -39,11 +40,10 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[100, 500, 1000])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None,
-                    help="torch intra-op threads (default: torch's, one per core)")
+                    help="the BO strategy's threads option (default: the strategy's)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    hyper = {} if args.threads is None else {"threads": args.threads}
     op = from_workload(load_dataset(args.dataset)[1]["workload"])
     ds = ReplayDataset(args.dataset, op)
     records = [ds.record(c) for c in ds.configs]
@@ -56,7 +56,8 @@ def main() -> None:
             cold, warm = [], []
             for rep in range(args.repeats):
                 # a round as in a run: the previous round's hyperparameters are the warm start
-                s = make_strategy("bo", SpaceCandidates(op.space), seed=rep, acquisition=acq)
+                s = make_strategy("bo", SpaceCandidates(op.space), seed=rep, acquisition=acq,
+                                  **hyper)
                 s.tell(records[:n - 32])
                 t0 = time.perf_counter()
                 s.ask(32)
@@ -75,7 +76,8 @@ def main() -> None:
                   f"(cold fit) {rows[-1]['cold_median_s']:.2f} s; pool {rows[-1]['pool']}",
                   flush=True)
     # provenance first: opening the output (a tracked file) would mark the tree dirty
-    result = {"cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    threads = min(s.hyper["threads"], torch.get_num_threads())
+    result = {"cores": os.cpu_count(), "torch_threads": threads,
               "dataset": args.dataset, "provenance": provenance(), "rows": rows}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)

@@ -10,6 +10,7 @@ the chosen acquisition (``logei``, ``becbo`` or ``ts``, see :mod:`bocast.bo.acqu
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -38,6 +39,9 @@ class BayesOpt(Strategy):
         "fit_maxiter": 75,
         "boundary_share": 0.25,  # becbo: share of the batch on the feasibility boundary
         "beta0": 2.0,            # becbo: initial width of the optimistic feasibility bound
+        # torch threads for a round, at most: its matrices are no wider than fit_points x pool,
+        # where the 16 threads of the H100 host were slower than 4 (experiments/bench_proposal.py)
+        "threads": 4,
     }
 
     def __init__(self, candidates, *, seed=0, **hyper):
@@ -47,11 +51,17 @@ class BayesOpt(Strategy):
                                 f"known: {', '.join(ACQUISITIONS)}")
         if self.hyper["classifier"] not in ("gp", "ensemble"):
             raise StrategyError(f"unknown classifier {self.hyper['classifier']!r}: gp or ensemble")
+        if not (isinstance(self.hyper["threads"], int) and self.hyper["threads"] >= 1):
+            raise StrategyError(f"threads must be a positive integer, not {self.hyper['threads']!r}")
         self.surrogate = Surrogate(candidates.bounds(), fit_points=self.hyper["fit_points"],
                                    maxiter=self.hyper["fit_maxiter"], seed=seed)
         self.last_round: dict = {}
 
     def _ask(self, n):
+        with _torch_threads(self.hyper["threads"]):
+            return self._round(n)
+
+    def _round(self, n):
         ok = self.measured_ok()
         if len(self.history) < self.hyper["n_init"] or len(ok) < 3:
             return self.fresh_samples(n)
@@ -99,3 +109,14 @@ class BayesOpt(Strategy):
                     seen.add(key)
                     pool.append(nb)
         return pool
+
+
+@contextlib.contextmanager
+def _torch_threads(cap: int):
+    """Lower torch's intra-op threads to ``cap`` (never raise them) for the block."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(min(cap, before))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
