@@ -143,10 +143,30 @@ def test_live_candidates_propose_feasible_configurations():
     assert len(configs) == 20 and not any(OP.space.validate_many(configs))
 
 
+def test_bo_round_caps_torch_threads_and_restores_them(dataset, monkeypatch):
+    import torch
+
+    strategy = make_strategy("bo", dataset.candidates(), seed=0, threads=1, **FAST)
+    seen = []
+    fit = strategy.surrogate.fit
+    monkeypatch.setattr(strategy.surrogate, "fit",
+                        lambda *a, **k: (seen.append(torch.get_num_threads()), fit(*a, **k))[1])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        Tuner(strategy, ReplayMeasurer(dataset), trials=48, batch_size=16).run()
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {1}
+    assert after == 2
+
+
 @pytest.mark.parametrize("name, h, message", [
     ("nope", {}, "unknown strategy 'nope'"),
     ("bo", {"acquisition": "pi"}, "unknown acquisition 'pi'"),
     ("bo", {"learning_rate": 1}, "has no option"),
+    ("bo", {"threads": 0}, "threads must be a positive integer"),
 ])
 def test_bad_strategy_names_the_problem(dataset, name, h, message):
     with pytest.raises(StrategyError, match=message):
