@@ -39,8 +39,9 @@ class BayesOpt(Strategy):
         "fit_maxiter": 75,
         "boundary_share": 0.25,  # becbo: share of the batch on the feasibility boundary
         "beta0": 2.0,            # becbo: initial width of the optimistic feasibility bound
-        # torch threads for a round, at most: its matrices are no wider than fit_points x pool,
-        # where the 16 threads of the H100 host were slower than 4 (experiments/bench_proposal.py)
+        # torch threads for a round, at most: its matrices (the fit on fit_points observations,
+        # then up to 1000 observations x a pool of ~4500) are too small for the 16 threads of
+        # the H100 host, which were slower than 4 (experiments/bench_proposal.py)
         "threads": 4,
     }
 
