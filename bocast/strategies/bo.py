@@ -52,7 +52,8 @@ class BayesOpt(Strategy):
                                 f"known: {', '.join(ACQUISITIONS)}")
         if self.hyper["classifier"] not in ("gp", "ensemble"):
             raise StrategyError(f"unknown classifier {self.hyper['classifier']!r}: gp or ensemble")
-        if not (isinstance(self.hyper["threads"], int) and self.hyper["threads"] >= 1):
+        threads = self.hyper["threads"]
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise StrategyError(f"threads must be a positive integer, not {self.hyper['threads']!r}")
         self.surrogate = Surrogate(candidates.bounds(), fit_points=self.hyper["fit_points"],
                                    maxiter=self.hyper["fit_maxiter"], seed=seed)

@@ -167,6 +167,7 @@ def test_bo_round_caps_torch_threads_and_restores_them(dataset, monkeypatch):
     ("bo", {"acquisition": "pi"}, "unknown acquisition 'pi'"),
     ("bo", {"learning_rate": 1}, "has no option"),
     ("bo", {"threads": 0}, "threads must be a positive integer"),
+    ("bo", {"threads": True}, "threads must be a positive integer"),
 ])
 def test_bad_strategy_names_the_problem(dataset, name, h, message):
     with pytest.raises(StrategyError, match=message):
