@@ -544,7 +544,9 @@ class Space:
         acc = 0
         for start in range(0, draws, 100_000):
             m = min(100_000, draws - start)
-            acc += int(self.feasible_mask(self._with_derived(self._draw_columns(m, rng))).sum())
+            # a count needs no shuffle: the grouped draws (same rng stream) are enough
+            cols = self._with_derived(self._draw_grouped(m, rng)[0])
+            acc += int(self.feasible_mask(cols).sum())
         p = acc / draws
         z = 1.96
         denom = 1 + z * z / draws
