@@ -187,7 +187,7 @@ class Builder:
         """Build scheduled IRModules of ``op``'s workload, given as (key, ``tvm.ir.save_json``
         text): the lowering, nvcc, limits and failure classes of :meth:`build`.
         ``pass_config``: extra TVM pass options for the lowering of these modules."""
-        return self._build(op, [{"key": k, "module": m, "pass_config": pass_config or {}}
+        return self._build(op, [{"key": k, "module": m, "pass_config": pass_config}
                                 for k, m in modules],
                            [k for k, _ in modules], on_result)
 

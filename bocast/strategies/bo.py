@@ -54,7 +54,7 @@ class BayesOpt(Strategy):
             raise StrategyError(f"unknown classifier {self.hyper['classifier']!r}: gp or ensemble")
         threads = self.hyper["threads"]
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise StrategyError(f"threads must be a positive integer, not {self.hyper['threads']!r}")
+            raise StrategyError(f"threads must be a positive integer, not {threads!r}")
         self.surrogate = Surrogate(candidates.bounds(), fit_points=self.hyper["fit_points"],
                                    maxiter=self.hyper["fit_maxiter"], seed=seed)
         self.last_round: dict = {}
