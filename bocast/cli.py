@@ -39,6 +39,8 @@ def _operator_from(args):
         options["dtype"] = args.dtype
     if args.layout:
         options["layout"] = args.layout
+    if args.space:
+        options["space"] = args.space
     return op_cls.from_args(shape, **options)
 
 
@@ -107,11 +109,14 @@ def cmd_space(args) -> int:
         ok = [r for r in results if r.failure_class is None]
         if ok:
             regs = [r.features.get("registers", 0) for r in ok]
-            smem = [r.features.get("smem_bytes", 0) for r in ok]
+            smem = [r.features.get("smem_bytes", 0) + r.features.get("dynamic_smem_bytes", 0)
+                    for r in ok]  # static (ptxas) + dynamic (launch)
             spills = sum(1 for r in ok if r.features.get("spill_stores", 0) > 0)
+            stack = sum(1 for r in ok if r.features.get("stack_bytes", 0) > 0)
             lines.append(f"  registers median {statistics.median(regs):.0f} (max {max(regs):.0f}); "
                          f"shared memory median {statistics.median(smem) / 1024:.1f} KB "
-                         f"(max {max(smem) / 1024:.1f} KB); {spills} with spills")
+                         f"(max {max(smem) / 1024:.1f} KB); {spills} with spills, {stack} with "
+                         "a stack frame")
         summary.update(built=built, build_failed=len(results) - built,
                        failures=dict(failures), build_seconds=round(build_s, 2))
         if args.out_builds:
@@ -363,6 +368,8 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", help="extents, comma-separated (per operator; see `bocast ops`)")
     p.add_argument("--dtype", help="input:output types, e.g. fp16:fp32 (default) or fp16:fp16")
     p.add_argument("--layout", help="operand layout where the operator has one (gemm: NT or NN)")
+    p.add_argument("--space", help="schedule space generation: v2 (default; pipelined) or v1 "
+                                   "(Heron's WMMA knobs, the space of the v1 datasets)")
 
 
 def build_parser() -> argparse.ArgumentParser:

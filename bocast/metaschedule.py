@@ -115,11 +115,14 @@ def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder
     import time
 
     import tvm
-    import tvm.s_tir.tensor_intrin.cuda  # noqa: F401 - registers the WMMA/MMA intrinsics it uses
+    from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
     from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
-    from tvm.ir.utils import derived_object
+
+    from bocast.tensorcore import import_all_intrinsics
+
+    import_all_intrinsics()  # the WMMA/MMA intrinsics its Tensor Core rules use
 
     problem = cannot_resume(store, work_dir)
     if problem:

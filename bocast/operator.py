@@ -77,6 +77,11 @@ class Operator(ABC):
     def flops(self) -> int:
         """Useful floating-point operations of one run (padding excluded)."""
 
+    def build_options(self, config: Config) -> dict[str, Any]:
+        """How to lower ``config``: ``{"pass_config": TVM pass options, "target": overrides of
+        the sm_90 target's attributes}``, either may be left out (TVM's defaults)."""
+        return {}
+
     def reference_fast(self, *inputs):
         """What the same-run vendor baseline runs (defaults to ``reference``)."""
         return self.reference(*inputs)
@@ -117,8 +122,15 @@ def get_operator(name: str) -> type[Operator]:
     return ops[name]
 
 
+def canonical_workload(workload: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded workload (of a store or a dataset) as this version spells it: those recorded
+    before schedule spaces had versions carry no ``space``; they are space ``v1``. (A workload
+    written in a configuration without ``space`` gets the operator's default, v2.)"""
+    return {"space": "v1", **workload}
+
+
 def from_workload(workload: Mapping[str, Any]) -> Operator:
-    """Rebuild an operator from its stored ``workload`` dict."""
+    """Rebuild an operator from a ``workload`` dict (an operator's, or a configuration's)."""
     w = dict(workload)
     op = get_operator(w.pop("op"))
     shape = tuple(w.pop("shape"))

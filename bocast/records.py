@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from bocast.measure.status import Status
+from bocast.operator import canonical_workload
 
 SCHEMA_VERSION = 1
 
@@ -172,7 +173,7 @@ class Store:
             raise StoreError(f"{path} has schema {rows.get('schema')}, this bocast reads "
                              f"{SCHEMA_VERSION}")
         stored = json.loads(rows["workload"])
-        if _canon(stored) != _canon(self.workload):
+        if _canon(canonical_workload(stored)) != _canon(canonical_workload(self.workload)):
             raise StoreError(f"{path} holds records of workload {stored}, not {self.workload}; "
                              "use another file")
 

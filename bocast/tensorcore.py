@@ -35,10 +35,12 @@ SM90_TARGET = {
 PASS_CONFIG: dict = {}
 
 
-def target():
+def target(overrides: dict | None = None):
+    """The sm_90 target; ``overrides`` replaces some of its attributes (a space that uses more
+    than 48 KB of dynamic shared memory raises ``max_shared_memory_per_block``)."""
     import tvm
 
-    return tvm.target.Target(SM90_TARGET)
+    return tvm.target.Target({**SM90_TARGET, **(overrides or {})})
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,16 +50,21 @@ def _helpers() -> types.ModuleType:
     with open(origin) as f:
         tree = ast.parse(f.read())
 
-    def top_level_call(node):
-        return any(isinstance(x, ast.Call) for x in ast.walk(node))
+    def registers(node):
+        return any(isinstance(x, ast.Call) and "register" in ast.unparse(x.func)
+                   for x in ast.walk(node))
 
-    # Decorated top-level functions are registrations (``@register_global_func``): running them
-    # here would make a later ``import tvm.s_tir.tensor_intrin.cuda`` (MetaSchedule needs it)
-    # fail with "already registered". The get_wmma_* generators carry no decorator.
-    keep = [n for n in tree.body
-            if isinstance(n, (ast.Import, ast.ImportFrom))
-            or (isinstance(n, ast.FunctionDef) and not n.decorator_list)
-            or (isinstance(n, (ast.Assign, ast.AnnAssign)) and not top_level_call(n))]
+    # Decorated top-level functions are registrations (``@register_global_func``): running the
+    # decorators here would make a later ``import tvm.s_tir.tensor_intrin.cuda`` (MetaSchedule
+    # needs it) fail with "already registered"; we keep the functions without them.
+    keep = []
+    for n in tree.body:
+        if isinstance(n, ast.FunctionDef):
+            n.decorator_list = []
+            keep.append(n)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)) or (
+                isinstance(n, (ast.Assign, ast.AnnAssign)) and not registers(n)):
+            keep.append(n)
     mod = types.ModuleType("bocast._tvm_cuda_intrin_helpers")
     exec(compile(ast.Module(body=keep, type_ignores=[]), origin, "exec"), mod.__dict__)
     return mod
@@ -94,6 +101,74 @@ def wmma_intrin(kind: str, shape: tuple[int, int, int], dtype: str, *, scope: st
     return name
 
 
+#: Global functions TVM's CUDA codegen looks up (mma_store's address map) that only the full
+#: ``tvm.s_tir.tensor_intrin.cuda`` registers: we register them where that module is not loaded,
+#: and give them back before it is (:func:`import_all_intrinsics`).
+_CODEGEN_FUNCS = {"tirx.index_map.shared_16x16_to_ldmatrix_32x8_layout":
+                  "index_map_shared_16x16_to_ldmatrix_32x8_layout"}
+_REGISTERED: set[str] = set()
+
+
+def _register_codegen_funcs() -> None:
+    import tvm_ffi
+
+    for name, fn in _CODEGEN_FUNCS.items():
+        if tvm_ffi.get_global_func(name, allow_missing=True) is None:
+            tvm_ffi.register_global_func(name, getattr(_helpers(), fn))
+            _REGISTERED.add(name)
+
+
+def import_all_intrinsics() -> None:
+    """Import TVM's whole CUDA intrinsic module (every intrinsic it registers), after removing
+    the codegen functions we registered in its stead (it registers them itself)."""
+    import tvm_ffi
+
+    for name in list(_REGISTERED):
+        tvm_ffi.remove_global_func(name)
+        _REGISTERED.discard(name)
+    import tvm.s_tir.tensor_intrin.cuda  # noqa: F401
+
+
+def mma_intrin(kind: str, dtype: str, *, scope: str = "shared",
+               b_transposed: bool = False) -> str:
+    """Name of a registered ldmatrix / mma.sync intrinsic on 16x16x16 tiles (fp16 operands),
+    registering it on first use.
+
+    kind: ``load_a`` | ``load_b`` (ldmatrix from ``scope``) | ``fill`` | ``store`` (to
+    ``scope``) | ``sync`` (two mma.sync m16n8k16). ``dtype`` is the operand type for loads and
+    the accumulator type otherwise. ``b_transposed``: B is stored [N, K]."""
+    from tvm.s_tir import TensorIntrin
+
+    name = f"bocast_mma_{kind}_{dtype}_{scope.replace('.', '_')}{'_bt' if b_transposed else ''}"
+    if TensorIntrin.get(name, allow_missing=True) is not None:
+        return name
+    h = _helpers()
+    if kind == "load_a":
+        pair = h.get_ldmatrix_intrin(16, dtype, "A", False, scope)
+    elif kind == "load_b":
+        pair = h.get_ldmatrix_intrin(16, dtype, "B", b_transposed, scope)
+    elif kind == "fill":
+        pair = h.get_mma_fill_intrin(dtype, 8)
+    elif kind == "store":
+        # mma_store (paired stores) to global memory; element-wise stores to shared memory
+        # (TVM's "simple" store, the one its permuted layouts are tested with)
+        pair = h.get_mma_store_intrin(dtype, 8, scope, scope == "global")
+        _register_codegen_funcs()
+    elif kind == "sync":
+        pair = h.get_mma_intrin(16, "float16", "float16", dtype, False, b_transposed)
+    else:
+        raise ValueError(f"unknown mma intrinsic kind {kind!r}")
+    TensorIntrin.register(name, *pair)
+    return name
+
+
+def ldmatrix_layout(i, j):
+    """Index map of a warp's fragments: 16x16 tiles, each in the 32-thread x 8-element layout of
+    ldmatrix / mma.sync."""
+    h = _helpers()
+    return (i // 16, j // 16, *h.shared_16x16_to_ldmatrix_32x8_layout(i % 16, j % 16))
+
+
 @dataclass(frozen=True)
 class Lowered:
     """A scheduled PrimFunc lowered to one CUDA kernel, with what it takes to launch it."""
@@ -109,14 +184,15 @@ class Lowered:
 _CALL = re.compile(r'T\.call_ffi_kernel\("(\w+)", (.*?), launch_params=\[([^\]]*)\]')
 
 
-def lower(mod, *, pass_config: dict | None = None) -> Lowered:
+def lower(mod, *, pass_config: dict | None = None, target_overrides: dict | None = None
+          ) -> Lowered:
     """Run TVM's default TIR pipeline and CUDA codegen (what ``tvm.compile`` does), keeping the
     host-side launch call so that grid, block and dynamic shared memory are exactly TVM's.
-    ``pass_config`` adds to :data:`PASS_CONFIG`."""
+    ``pass_config`` adds to :data:`PASS_CONFIG`; ``target_overrides`` to :data:`SM90_TARGET`."""
     import tvm
     from tvm.tirx.build import split_host_device_mods, tir_to_runtime
 
-    tgt = target()
+    tgt = target(target_overrides)
     host_target = tvm.target.Target("llvm" if tvm.runtime.enabled("llvm") else "c")
     with tvm.transform.PassContext(config={**PASS_CONFIG, **(pass_config or {})}):
         mod = tvm.tirx.transform.BindTarget(tgt.with_host(host_target))(mod)

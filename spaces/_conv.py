@@ -8,7 +8,7 @@ OHWI), output Y[N, *out, K]. The convolution is the matmul
 with A the im2col gather of X (zero where a tap falls in the padding), as Heron writes its
 c1d/c2d/c3d/t2d/dil operators. ``prim_func()`` states it in TE as four blocks: ``A`` (the gather,
 with padding, stride and dilation in its index expressions), ``B`` (the weights seen as [K, R*S*C]),
-the matmul ``C`` and ``Y`` (C seen as NHWC). The shared schedule (``_wmma_matmul``) inlines A and B
+the matmul ``C`` and ``Y`` (C seen as NHWC). The shared schedules (``_matmul``) inlines A and B
 into the shared-memory fetch and writes Y straight from the accumulators, so the kernel reads X and
 W and writes Y and nothing else. The reduction runs over (*r, c) with c innermost, so a fetch
 vector reads consecutive channels of one tap: contiguous and aligned when C is a multiple of its
@@ -31,11 +31,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bocast.operator import Operator, TensorSpec, WorkloadError
-from spaces import _wmma_matmul as wmma
+from bocast.operator import TensorSpec, WorkloadError
+from spaces import _matmul as mm
 
 
-class Conv(Operator):
+class Conv(mm.MatmulOperator):
     """An N-d convolution; subclasses set the class attributes and register."""
 
     spatial: ClassVar[tuple[str, ...]]  # names of the input's spatial extents, e.g. ("H", "W")
@@ -44,7 +44,8 @@ class Conv(Operator):
     min_dilation: ClassVar[int] = 1
     torch_fn: ClassVar[str]  # torch.nn.functional function of the reference
 
-    def __init__(self, shape: tuple[int, ...], *, dtype: str = "fp16:fp32"):
+    def __init__(self, shape: tuple[int, ...], *, dtype: str = "fp16:fp32",
+                 space: str = mm.DEFAULT_SPACE):
         name = self.name
         fields = self.fields()
         if not self.min_fields() <= len(shape) <= len(fields):
@@ -52,14 +53,14 @@ class Conv(Operator):
                                 f"{','.join(fields)}, got {len(shape)}: {tuple(shape)}")
         values = dict(zip(fields, shape))
         for k, v in values.items():
-            wmma.check_extents(name, (k,), (v,), minimum=0 if k in ("pad", "output_padding") else 1)
+            mm.check_extents(name, (k,), (v,), minimum=0 if k in ("pad", "output_padding") else 1)
         for k, v in {"stride": 1, "pad": 0, "dilation": 1, "output_padding": 0}.items():
             if k in fields:
                 values.setdefault(k, v)
         if values["dilation"] < self.min_dilation:
             raise WorkloadError(f"{name}: dilation must be >= {self.min_dilation}, got "
                                 f"{values['dilation']} (use conv2d for an undilated convolution)")
-        self.in_dtype, self.out_dtype = wmma.dtype_pair(name, dtype)
+        self.in_dtype, self.out_dtype = mm.dtype_pair(name, dtype)
         self.N, self.C, self.K = (int(values[k]) for k in ("N", "C", "K"))
         self.size = tuple(int(values[k]) for k in self.spatial)
         self.ksize = tuple(int(values[k]) for k in self.kernel)
@@ -72,12 +73,13 @@ class Conv(Operator):
         if min(self.out) < 1:
             raise WorkloadError(f"{name}: the output would be empty ({self.out}): the dilated "
                                 f"kernel is larger than the padded input")
-        self.workload = {"op": name, "shape": [int(values[k]) for k in fields], "dtype": dtype}
-        self.matmul = wmma.MatmulSpec(
+        self.workload = {"op": name, "shape": [int(values[k]) for k in fields], "dtype": dtype,
+                         "space": mm.space_version(name, space)}
+        self.matmul = mm.MatmulSpec(
             self.N * math.prod(self.out), self.K, math.prod(self.ksize) * self.C,
             self.in_dtype, self.out_dtype, trans_b=True, epilogue="Y",
-            epilogue_map=lambda n, *rest: (self._ravel(n, rest[:-1]), rest[-1]))
-        self.space = wmma.space(self.matmul, wmma.vec_constraint(
+            epilogue_map=lambda n, *rest: (self._ravel(n, rest[:-1]), rest[-1]), space=space)
+        self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_c", f"fetch vectors stay inside one tap's run of C={self.C} input "
                              f"channels (contiguous and aligned in X and W)", (self.C,)))
 
@@ -99,7 +101,7 @@ class Conv(Operator):
     @classmethod
     def from_args(cls, shape=None, **options: Any) -> "Conv":
         shape = tuple(shape) if shape is not None else cls.default_shape
-        wmma.check_options(cls.name, options, ("dtype",))
+        mm.check_options(cls.name, options, ("dtype", "space"))
         return cls(shape, **options)
 
     def _out_extent(self, n: int, r: int) -> int:
@@ -181,7 +183,7 @@ class Conv(Operator):
         from tvm import te
 
         dims, C, acc = len(self.spatial), self.C, self.out_dtype
-        mm = self.matmul
+        spec = self.matmul
         X = te.placeholder((self.N, *self.size, C), self.in_dtype, name="X")
         W = te.placeholder((self.K, *self.ksize, C), self.in_dtype, name="W")
 
@@ -203,18 +205,15 @@ class Conv(Operator):
             return te.if_then_else(tvm.tirx.all(*conds), X[(n, *idx, c)],
                                    tvm.tirx.const(0, self.in_dtype))
 
-        A = te.compute((mm.M, mm.K), gather, name="A")
-        B = te.compute((self.K, mm.K),
+        A = te.compute((spec.M, spec.K), gather, name="A")
+        B = te.compute((self.K, spec.K),
                        lambda j, kr: W[(j, *unravel(kr, (*self.ksize, C))[1:])], name="B")
-        k = te.reduce_axis((0, mm.K), name="k")
-        Cm = te.compute((mm.M, self.K), lambda i, j: te.sum(
+        k = te.reduce_axis((0, spec.K), name="k")
+        Cm = te.compute((spec.M, self.K), lambda i, j: te.sum(
             A[i, k].astype(acc) * B[j, k].astype(acc), axis=k), name="C")
         Y = te.compute((self.N, *self.out, self.K),
                        lambda n, *rest: Cm[self._ravel(n, rest[:-1]), rest[-1]], name="Y")
         return te.create_prim_func([X, W, Y])
-
-    def apply(self, config):
-        return wmma.schedule(self.matmul, self.prim_func(), config)
 
 
 # Floor division and modulo for numpy arrays (flops) and TE expressions (prim_func) alike.

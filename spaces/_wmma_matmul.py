@@ -1,104 +1,27 @@
-"""The WMMA matmul schedule every Tensor Core space maps onto, with its knobs and constraints.
+"""Space v1: Heron's WMMA knob set on the matmul of ``spaces/_matmul.py``.
 
-Every operator here is, like in Heron, one matmul on Tensor Cores:
-
-    C[(b,) i, j] = sum_k A[(b,) i, k] * B[(b,) j, k]      (trans_b, "NT")
-    C[(b,) i, j] = sum_k A[(b,) i, k] * B[(b,) k, j]      ("NN")
-
-with fp16 operands and an fp32 or fp16 accumulator. An operator describes its matmul with a
-:class:`MatmulSpec` and writes ``prim_func()`` so that one block (``spec.block``) is that einsum.
-Its operands may be produced by other blocks (padding, an im2col gather, a reshape of the weights):
-the schedule inlines every such producer into the shared-memory fetch, so the gather costs index
-arithmetic in the cooperative copy and no extra kernel. Its result may be copied by one more block
-(``spec.epilogue``) into the operator's output layout when that layout is a row-major reshape of
-the matmul's ``[M, N]`` (NHWC convolution outputs are ``[N*OH*OW, K]``): the schedule views the
-output buffer through that reshape (``transform_layout``, which leaves its memory unchanged) and
-inlines the copy into the write-back, so the kernel writes the operator's output directly.
-
-The knobs and constraints (Heron's GEMM set, seed 003) are documented in ``spaces/gemm.py``; the
-GEMM space is this module with M, N, K taken from its shape.
+The space of the datasets and results recorded before space v2 (``spaces/_pipelined_matmul.py``);
+kept so that they replay and rerun. The knobs are documented in ``spaces/gemm.py``. Its
+``pipeline`` knob annotates the fetch loop for TVM's software pipeline with async stage 0, but the
+lowering never set ``tirx.use_async_copy``: the copies were synchronous (commit/wait groups around
+plain loads and stores). Space v2 makes that a knob of its own (``async_copy``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from bocast.operator import WorkloadError
 from bocast.space import Categorical, Constraint, Knob, Ordinal, PowerOfTwo, Space, Split
 from bocast.tensorcore import WMMA_SHAPES, wmma_intrin
+from spaces._matmul import round_up
 
 STATIC_SMEM_LIMIT = 48 * 1024  # static shared memory per block (ptxas)
 SMEM_LIMIT = 227 * 1024  # static + dynamic shared memory per block on Hopper (with opt-in)
 ACC_REGISTER_LIMIT = 128  # accumulator registers per thread (see the constraint's doc)
-GRID_Y_LIMIT = 65535
-DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "float16")}
 UNROLL_STEPS = (0, 16, 64, 512, 1500)
 STAGE_SCOPE = "shared.dyn"
-
-
-def round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
-def dtype_pair(op: str, dtype: str) -> tuple[str, str]:
-    if dtype not in DTYPE_PAIRS:
-        raise WorkloadError(f"{op}: dtype {dtype!r} not supported; use one of {list(DTYPE_PAIRS)}")
-    return DTYPE_PAIRS[dtype]
-
-
-def check_extents(op: str, names: Sequence[str], values: Sequence[Any], *, minimum: int = 1) -> None:
-    """Every value an integer >= ``minimum``; else one WorkloadError naming the first bad one."""
-    for name, v in zip(names, values):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < minimum:
-            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise WorkloadError(f"{op}: {name} must be {what}, got {v!r}")
-
-
-def check_options(op: str, options: dict, allowed: Sequence[str]) -> None:
-    unknown = set(options) - set(allowed)
-    if unknown:
-        raise WorkloadError(f"{op}: unknown option(s) {sorted(unknown)}"
-                            + (f"; known: {', '.join(allowed)}" if allowed else ""))
-
-
-@dataclass(frozen=True)
-class MatmulSpec:
-    """The matmul an operator runs on Tensor Cores, and where ``prim_func()`` keeps it."""
-
-    M: int
-    N: int
-    K: int
-    in_dtype: str = "float16"
-    acc_dtype: str = "float32"
-    trans_b: bool = True  # B is [N, K] ("NT"); else [K, N] ("NN")
-    batch: int = 0  # extent of a leading batch axis of A, B and C (0: none)
-    block: str = "C"  # name of the matmul block
-    epilogue: str | None = None  # block copying the matmul result into the output layout
-    # the epilogue's iterators -> (i, j) of the matmul (a row-major flattening of the output)
-    epilogue_map: Callable | None = None
-
-    @property
-    def acc_bytes(self) -> int:
-        return 4 if self.acc_dtype == "float32" else 2
-
-
-def vendor_matmul(op, fn, a, b, what: str):
-    """cuBLAS as users call it on fp16 operands (``fn`` is torch.mm or torch.bmm): fp32 output
-    where the workload has it and torch offers ``out_dtype``, else fp16 output. Sets
-    ``op.reference_name`` to what ran."""
-    import torch
-
-    if op.out_dtype == "float32":
-        try:
-            out = fn(a, b, out_dtype=torch.float32)
-            op.reference_name = f"{what}(out_dtype=float32) (cuBLAS, fp32 out)"
-            return out
-        except (TypeError, NotImplementedError):  # older torch; or a CPU tensor (tests)
-            op.reference_name = f"{what} (cuBLAS, fp16 out; no out_dtype here)"
-    return fn(a, b)
 
 
 # ------------------------------------------------------------------------------------ space
@@ -110,7 +33,7 @@ def _wmma_dim(axis: int):
     return lambda col: np.select([col == s for s in names], dims, 0)
 
 
-def knobs(spec: MatmulSpec) -> list[Knob]:
+def knobs(spec) -> list[Knob]:
     """Heron's GEMM knobs; ``spaces/gemm.py`` documents what each one sets."""
     M, N, K = spec.M, spec.N, spec.K
     out_vecs = (1, 2, 4) if spec.acc_bytes == 4 else (1, 2, 4, 8)
@@ -138,19 +61,7 @@ def knobs(spec: MatmulSpec) -> list[Knob]:
     ]
 
 
-def batch_knob() -> Knob:
-    return Categorical("batch_bind", ("y", "x"),
-                       doc="batch axis on blockIdx.y, or fused outermost with the block tiles "
-                           "into blockIdx.x")
-
-
-def batch_constraint(batch: int) -> Constraint:
-    return Constraint("batch_grid_y_le_65535",
-                      f"batch on blockIdx.y needs batch ({batch}) <= 65535, the grid's y limit",
-                      lambda c: (c["batch_bind"] != "y") | (batch <= GRID_Y_LIMIT))
-
-
-def derive(spec: MatmulSpec):
+def derive(spec):
     """Tile sizes, threads, shared memory and registers of a batch of configurations."""
     acc_bytes, trans_b = spec.acc_bytes, spec.trans_b
     wm_of, wn_of = _wmma_dim(0), _wmma_dim(1)
@@ -184,16 +95,7 @@ def derive(spec: MatmulSpec):
     return run
 
 
-def vec_constraint(name: str, doc: str, extents: Sequence[int]) -> Constraint:
-    """The fetch's vector width must divide every extent in ``extents``: the lengths of the
-    contiguous, vector-aligned runs the operands are read in (rows of A and B for a GEMM, runs of
-    input channels for an implicit-GEMM convolution). A vector across a run's end would be a
-    misaligned or out-of-bounds vector access."""
-    ext = tuple(int(e) for e in extents)
-    return Constraint(name, doc, lambda c: np.logical_and.reduce([e % c["vec"] == 0 for e in ext]))
-
-
-def constraints(spec: MatmulSpec, vec: Constraint) -> list[Constraint]:
+def constraints(spec, vec: Constraint) -> list[Constraint]:
     M, N = spec.M, spec.N
     return [
         Constraint("threads_le_1024", "32 x warps per block <= 1024",
@@ -232,44 +134,29 @@ def constraints(spec: MatmulSpec, vec: Constraint) -> list[Constraint]:
     ]
 
 
-def space(spec: MatmulSpec, vec: Constraint) -> Space:
-    """The GEMM knobs and constraints, plus the batch binding when the matmul has a batch axis."""
-    ks, cs = knobs(spec), constraints(spec, vec)
-    if spec.batch:
-        ks.append(batch_knob())
-        cs.append(batch_constraint(spec.batch))
-    return Space(ks, cs, derive(spec))
+def space(spec, vec: Constraint, extra_knobs: Sequence[Knob] = (),
+          extra_constraints: Sequence[Constraint] = ()) -> Space:
+    return Space(knobs(spec) + list(extra_knobs), constraints(spec, vec) + list(extra_constraints),
+                 derive(spec))
+
+
+def build_options(config) -> dict:
+    return {}  # TVM's defaults and bocast.tensorcore.SM90_TARGET
 
 
 # --------------------------------------------------------------------------------- schedule
 
 
-def schedule(spec: MatmulSpec, func, config):
+def schedule(spec, func, config, prepare):
     """Apply a feasible configuration to ``func`` (the operator's prim_func); returns the
-    ``tvm.s_tir.Schedule``."""
+    ``tvm.s_tir.Schedule``. ``prepare`` is ``spaces/_matmul.py``'s first steps."""
     from tvm import s_tir
 
     c = config
     wm, wn, wk = WMMA_SHAPES[c["wmma"]]
     trans_b, acc = spec.trans_b, spec.acc_dtype
     sch = s_tir.Schedule(func)
-    if spec.epilogue is not None:
-        # The output is a row-major reshape of C: view it as C's [M, N] so that the epilogue
-        # becomes a plain copy, which the write-back absorbs below.
-        from tvm.tirx import IndexMap
-
-        iters = sch.get(sch.get_sblock(spec.epilogue)).iter_vars
-        view = IndexMap.from_func(spec.epilogue_map, ndim=len(iters),
-                                  index_dtype=str(iters[0].var.ty))
-        sch.transform_layout(spec.epilogue, ("write", 0), view)
-        sch.transform_block_layout(spec.epilogue, view)
-    blk = sch.get_sblock(spec.block)
-    pad_mn = spec.M % wm or spec.N % wn
-    if pad_mn or spec.K % wk:
-        sch.pad_einsum(blk, ([1] if spec.batch else []) + [wm, wn, wk])
-
-    loops = sch.get_loops(blk)
-    b, (i, j, k) = (loops[0] if spec.batch else None), loops[-3:]
+    blk, b, (i, j, k), pad_mn = prepare(sch, wm, wn, wk)
     i, ii = sch.split(i, [None, wm])
     j, ji = sch.split(j, [None, wn])
     k, ki = sch.split(k, [None, wk])

@@ -19,33 +19,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from bocast.operator import Operator, TensorSpec, WorkloadError, register
-from spaces import _wmma_matmul as wmma
+from bocast.operator import TensorSpec, WorkloadError, register
+from spaces import _matmul as mm
 
 LAYOUTS = ("NT", "NN")
 
 
 @register
-class Bmm(Operator):
+class Bmm(mm.MatmulOperator):
     name = "bmm"
     shape_help = ("B,M,N,K (C[b,M,N] = A[b,M,K] @ B[b]; B[b] is [N,K] with --layout NT, "
                   "[K,N] with NN)")
     default_shape = (12, 512, 512, 64)
 
     def __init__(self, B: int, M: int, N: int, K: int, *, dtype: str = "fp16:fp32",
-                 layout: str = "NT"):
-        wmma.check_extents(self.name, ("B", "M", "N", "K"), (B, M, N, K))
-        self.in_dtype, self.out_dtype = wmma.dtype_pair(self.name, dtype)
+                 layout: str = "NT", space: str = mm.DEFAULT_SPACE):
+        mm.check_extents(self.name, ("B", "M", "N", "K"), (B, M, N, K))
+        self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype)
         if layout not in LAYOUTS:
             raise WorkloadError(f"bmm: layout {layout!r} not supported; use one of {list(LAYOUTS)}")
         self.B, self.M, self.N, self.K = int(B), int(M), int(N), int(K)
         self.layout = layout
         self.workload = {"op": self.name, "shape": [self.B, self.M, self.N, self.K],
-                         "dtype": dtype, "layout": layout}
-        self.matmul = wmma.MatmulSpec(self.M, self.N, self.K, self.in_dtype, self.out_dtype,
-                                      trans_b=layout == "NT", batch=self.B)
+                         "dtype": dtype, "layout": layout,
+                         "space": mm.space_version(self.name, space)}
+        self.matmul = mm.MatmulSpec(self.M, self.N, self.K, self.in_dtype, self.out_dtype,
+                                      trans_b=layout == "NT", batch=self.B, space=space)
         b_extent = self.K if layout == "NT" else self.N
-        self.space = wmma.space(self.matmul, wmma.vec_constraint(
+        self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_k", f"fetch vectors stay inside rows of A (K={self.K}) and "
             f"B ({'K' if layout == 'NT' else 'N'}={b_extent})", (self.K, b_extent)))
 
@@ -54,7 +55,7 @@ class Bmm(Operator):
         shape = tuple(shape) if shape is not None else cls.default_shape
         if len(shape) != 4:
             raise WorkloadError(f"bmm: shape needs 4 extents B,M,N,K, got {len(shape)}: {shape}")
-        wmma.check_options(cls.name, options, ("dtype", "layout"))
+        mm.check_options(cls.name, options, ("dtype", "layout", "space"))
         return cls(*shape, **options)
 
     @property
@@ -77,7 +78,7 @@ class Bmm(Operator):
         import torch
 
         b = b.transpose(1, 2) if self.layout == "NT" else b
-        return wmma.vendor_matmul(self, torch.bmm, a, b, "torch.bmm")
+        return mm.vendor_matmul(self, torch.bmm, a, b, "torch.bmm")
 
     def prim_func(self):
         from tvm import te
@@ -91,6 +92,3 @@ class Bmm(Operator):
             A[b, i, k].astype(acc) * (B[b, j, k] if nt else B[b, k, j]).astype(acc), axis=k),
             name="C")
         return te.create_prim_func([A, B, C])
-
-    def apply(self, config):
-        return wmma.schedule(self.matmul, self.prim_func(), config)

@@ -1,7 +1,14 @@
-"""GEMM on Tensor Cores (WMMA): C[M, N] = A[M, K] @ B, with B stored [N, K] ("NT", C = A B^T) or
+"""GEMM on Tensor Cores: C[M, N] = A[M, K] @ B, with B stored [N, K] ("NT", C = A B^T) or
 [K, N] ("NN"); fp16 inputs, fp32 or fp16 accumulation and output.
 
-Heron's GEMM knob set (seed 003) brought to TensorIR:
+Two schedule spaces (``--space``, the workload's ``space``), both shared with every operator that
+runs as a Tensor Core matmul (bmm, the convolutions, gemv; ``spaces/_matmul.py``):
+
+- ``v2`` (the default): the pipelined space of ``spaces/_pipelined_matmul.py`` (its docstring
+  lists the knobs): ldmatrix + mma.sync or WMMA, cp.async stages, fragment double buffers,
+  XOR-swizzled or padded dynamic shared memory, block rasterisation, CTA tiles up to 256 x 256.
+- ``v1``: Heron's GEMM knob set (seed 003) brought to TensorIR, ``spaces/_wmma_matmul.py``; the
+  space of every dataset and result recorded before v2. Its knobs:
 
 ====================  =========================================================================
 knob                  what it sets in the schedule
@@ -17,7 +24,8 @@ frag_at               loop (ko, km or ki) under which WMMA fragments are loaded 
                       memory (Heron: dense.wmma.accumulator_local_pos)
 a_pad, b_pad          storage_align offsets (elements) of the shared A / B tiles (Heron: *.shared_offset)
 vec                   vector width of the cooperative global->shared fetch (Heron: *.shared_vectorize)
-pipeline              software-pipelining depth of the fetch loop; >1 uses cp.async
+pipeline              software-pipelining depth of the fetch loop (synchronous copies: v1 never
+                      set TVM's ``tirx.use_async_copy``)
 unroll                auto_unroll_max_step on the block loop (Heron: dense_unroll_pragma)
 writeback             accumulators to global directly (store_matrix_sync) or staged in shared memory
 c_at                  (staged) the staging copy runs per thread block or per warp (Heron: dense_shared_pos)
@@ -25,77 +33,60 @@ c_pad                 (staged) storage_align offset of the staging tile (Heron: 
 out_vec               (staged) vector width of the shared->global copy (Heron: output_vectorize)
 ====================  =========================================================================
 
-Extents that are not multiples of the WMMA shape are padded with ``pad_einsum`` (zeros read past
-the edge, stores past the edge predicated off), which needs the staged write-back when M or N is
-padded. The A/B tiles live in static shared memory and the staging tile in dynamic shared memory,
-so shared-memory use is exactly their sum (TVM's allocator would otherwise reuse space in ways a
-constraint cannot predict, and its storage rewrite fails when it merges the fp32 staging tile into
-an fp16 one). Threads per block are 32 x warps, so they are a multiple of 32 by construction; fragment
-tiles are whole WMMA tiles by construction (the splits count WMMA tiles).
+In both spaces, extents that are not multiples of the Tensor Core tile are padded with
+``pad_einsum`` (zeros read past the edge, stores past the edge predicated off), which needs the
+staged write-back when M or N is padded. In v1 the A/B tiles live in static shared memory and the
+staging tile in dynamic shared memory, so shared-memory use is exactly their sum (TVM's allocator
+would otherwise reuse space in ways a constraint cannot predict, and its storage rewrite fails when
+it merges the fp32 staging tile into an fp16 one). Threads per block are 32 x warps, so they are a
+multiple of 32 by construction; fragment tiles are whole Tensor Core tiles by construction (the
+splits count them).
 
-The schedule, knobs and constraints are in ``spaces/_wmma_matmul.py``, shared with every operator
-that runs as a WMMA matmul (bmm, the convolutions, gemv); this file only sets the GEMM's extents
-and its ``vec_divides_k`` rule.
+This file only sets the GEMM's extents and its ``vec_divides_k`` rule.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from bocast.operator import Operator, TensorSpec, WorkloadError, register
-from spaces import _wmma_matmul as wmma
-from spaces._wmma_matmul import DTYPE_PAIRS
+from bocast.operator import TensorSpec, WorkloadError, register
+from spaces import _matmul as mm
 
 LAYOUTS = ("NT", "NN")
 
 
 @register
-class Gemm(Operator):
+class Gemm(mm.MatmulOperator):
     name = "gemm"
     shape_help = "M,N,K (C[M,N] = A[M,K] @ B; B is [N,K] with --layout NT, [K,N] with NN)"
     default_shape = (1024, 1024, 1024)
 
-    def __init__(self, M: int, N: int, K: int, *, dtype: str = "fp16:fp32", layout: str = "NT"):
-        for name, v in (("M", M), ("N", N), ("K", K)):
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise WorkloadError(f"gemm: {name} must be a positive integer, got {v!r}")
-        if dtype not in DTYPE_PAIRS:
-            raise WorkloadError(f"gemm: dtype {dtype!r} not supported; use one of {list(DTYPE_PAIRS)}")
+    def __init__(self, M: int, N: int, K: int, *, dtype: str = "fp16:fp32", layout: str = "NT",
+                 space: str = mm.DEFAULT_SPACE):
+        mm.check_extents(self.name, ("M", "N", "K"), (M, N, K))
+        self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype)
         if layout not in LAYOUTS:
             raise WorkloadError(f"gemm: layout {layout!r} not supported; use one of {list(LAYOUTS)}")
         self.M, self.N, self.K = int(M), int(N), int(K)
-        self.in_dtype, self.out_dtype = DTYPE_PAIRS[dtype]
         self.layout = layout
         self.workload = {"op": self.name, "shape": [self.M, self.N, self.K], "dtype": dtype,
-                         "layout": layout}
-        self.space = self._space()
+                         "layout": layout, "space": mm.space_version(self.name, space)}
+        trans_b = layout == "NT"
+        self.matmul = mm.MatmulSpec(self.M, self.N, self.K, self.in_dtype, self.out_dtype,
+                                    trans_b=trans_b, space=space)
+        vec_b_extent = self.K if trans_b else self.N
+        self.space = self.matmul_space(mm.vec_constraint(
+            "vec_divides_k", f"fetch vectors stay inside rows of A (K={self.K}) and "
+            f"B ({'K' if trans_b else 'N'}={vec_b_extent}) at the padded edge",
+            (self.K, vec_b_extent)))
 
     @classmethod
     def from_args(cls, shape=None, **options: Any) -> "Gemm":
         shape = tuple(shape) if shape is not None else cls.default_shape
         if len(shape) != 3:
             raise WorkloadError(f"gemm: shape needs 3 extents M,N,K, got {len(shape)}: {shape}")
-        unknown = set(options) - {"dtype", "layout"}
-        if unknown:
-            raise WorkloadError(f"gemm: unknown option(s) {sorted(unknown)}")
+        mm.check_options(cls.name, options, ("dtype", "layout", "space"))
         return cls(*shape, **options)
-
-    # ------------------------------------------------------------------------------ space
-    @property
-    def matmul(self) -> wmma.MatmulSpec:
-        return wmma.MatmulSpec(self.M, self.N, self.K, self.in_dtype, self.out_dtype,
-                               trans_b=self.layout == "NT")
-
-    def _space(self):
-        trans_b = self.layout == "NT"
-        vec_b_extent = self.K if trans_b else self.N
-        vec = wmma.vec_constraint(
-            "vec_divides_k", f"fetch vectors stay inside rows of A (K={self.K}) and "
-            f"B ({'K' if trans_b else 'N'}={vec_b_extent}) at the padded edge",
-            (self.K, vec_b_extent))
-        return wmma.space(self.matmul, vec)
 
     # --------------------------------------------------------------------------- workload
     @property
@@ -115,19 +106,10 @@ class Gemm(Operator):
     reference_name = "torch.matmul (cuBLAS)"
 
     def reference_fast(self, a, b):
-        """cuBLAS as users call it on fp16 operands: output in the workload's dtype where torch
-        offers it (``torch.mm(..., out_dtype=float32)``), else fp16 output."""
         import torch
 
         b = b.t() if self.layout == "NT" else b
-        if self.out_dtype == "float32":
-            try:
-                out = torch.mm(a, b, out_dtype=torch.float32)
-                self.reference_name = "torch.mm(out_dtype=float32) (cuBLAS, fp32 out)"
-                return out
-            except TypeError:
-                self.reference_name = "torch.matmul (cuBLAS, fp16 out; torch has no out_dtype)"
-        return torch.matmul(a, b)
+        return mm.vendor_matmul(self, torch.mm, a, b, "torch.mm")
 
     def prim_func(self):
         from tvm import te
@@ -140,7 +122,3 @@ class Gemm(Operator):
         C = te.compute((self.M, self.N), lambda i, j: te.sum(
             A[i, k].astype(acc) * (B[j, k] if nt else B[k, j]).astype(acc), axis=k), name="C")
         return te.create_prim_func([A, B, C])
-
-    # ---------------------------------------------------------------------------- schedule
-    def apply(self, config):
-        return wmma.schedule(self.matmul, self.prim_func(), config)

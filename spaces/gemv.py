@@ -18,25 +18,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from bocast.operator import Operator, TensorSpec, WorkloadError, register
-from spaces import _wmma_matmul as wmma
+from bocast.operator import TensorSpec, WorkloadError, register
+from spaces import _matmul as mm
 
 
 @register
-class Gemv(Operator):
+class Gemv(mm.MatmulOperator):
     name = "gemv"
     shape_help = "M,K[,B] (Y[B,M] = X[B,K] @ A[M,K]^T: B vectors times an M x K matrix; B=1 when left out)"
     default_shape = (4096, 4096, 16)
 
-    def __init__(self, M: int, K: int, B: int = 1, *, dtype: str = "fp16:fp32"):
-        wmma.check_extents(self.name, ("M", "K", "B"), (M, K, B))
-        self.in_dtype, self.out_dtype = wmma.dtype_pair(self.name, dtype)
+    def __init__(self, M: int, K: int, B: int = 1, *, dtype: str = "fp16:fp32",
+                 space: str = mm.DEFAULT_SPACE):
+        mm.check_extents(self.name, ("M", "K", "B"), (M, K, B))
+        self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype)
         self.M, self.K, self.B = int(M), int(K), int(B)
-        self.workload = {"op": self.name, "shape": [self.M, self.K, self.B], "dtype": dtype}
+        self.workload = {"op": self.name, "shape": [self.M, self.K, self.B], "dtype": dtype,
+                         "space": mm.space_version(self.name, space)}
         # the vectors are the matmul's A operand and the matrix its (transposed) B
-        self.matmul = wmma.MatmulSpec(self.B, self.M, self.K, self.in_dtype, self.out_dtype,
-                                      trans_b=True, block="Y")
-        self.space = wmma.space(self.matmul, wmma.vec_constraint(
+        self.matmul = mm.MatmulSpec(self.B, self.M, self.K, self.in_dtype, self.out_dtype,
+                                      trans_b=True, block="Y", space=space)
+        self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_k", f"fetch vectors stay inside rows of X and A (K={self.K})", (self.K,)))
 
     @classmethod
@@ -45,7 +47,7 @@ class Gemv(Operator):
         if len(shape) not in (2, 3):
             raise WorkloadError(f"gemv: shape needs 2 or 3 extents M,K[,B], got {len(shape)}: "
                                 f"{shape}")
-        wmma.check_options(cls.name, options, ("dtype",))
+        mm.check_options(cls.name, options, ("dtype", "space"))
         return cls(*shape, **options)
 
     @property
@@ -65,7 +67,7 @@ class Gemv(Operator):
     def reference_fast(self, a, x):
         import torch
 
-        return wmma.vendor_matmul(self, torch.mm, x, a.t(), "torch.mm")
+        return mm.vendor_matmul(self, torch.mm, x, a.t(), "torch.mm")
 
     def prim_func(self):
         from tvm import te
@@ -77,6 +79,3 @@ class Gemv(Operator):
         Y = te.compute((self.B, self.M), lambda b, m: te.sum(
             X[b, k].astype(acc) * A[m, k].astype(acc), axis=k), name="Y")
         return te.create_prim_func([A, X, Y])
-
-    def apply(self, config):
-        return wmma.schedule(self.matmul, self.prim_func(), config)

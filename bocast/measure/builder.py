@@ -115,8 +115,10 @@ def build_task(task: Mapping[str, Any]) -> dict[str, Any]:
             return res.to_dict()
     t1 = time.perf_counter()
     res.times["apply_s"] = t1 - t0
+    options = {} if "module" in task else op.build_options(config)
     try:
-        low = lower(mod, pass_config=task.get("pass_config"))
+        low = lower(mod, pass_config=task.get("pass_config", options.get("pass_config")),
+                    target_overrides=options.get("target"))
         tensor_names = {t.name for t in op.tensors()}
         if not set(low.args) <= tensor_names:
             raise RuntimeError(f"kernel arguments {low.args} do not match tensors {tensor_names}")

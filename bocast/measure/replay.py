@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from bocast.candidates import TableCandidates
 from bocast.measure.status import Status
-from bocast.operator import Operator
+from bocast.operator import Operator, canonical_workload
 from bocast.records import Record, dataset_configs, load_dataset
 from bocast.space import Config, Space
 
@@ -28,7 +28,8 @@ class ReplayDataset:
             df, meta = load_dataset(prefix)
         except FileNotFoundError as e:
             raise ReplayError(f"dataset {prefix}: {e.filename} not found") from None
-        if _canon(meta.get("workload")) != _canon(op.workload):
+        if _canon(canonical_workload(meta.get("workload") or {})) != _canon(
+                canonical_workload(op.workload)):
             raise ReplayError(f"dataset {prefix} was recorded for workload {meta.get('workload')}, "
                               f"not {op.workload}")
         self.prefix, self.meta, self.op = prefix, meta, op

@@ -1,0 +1,184 @@
+"""The Tensor Core matmul every operator space maps onto, and its two space generations.
+
+Every operator here is, like in Heron, one matmul on Tensor Cores:
+
+    C[(b,) i, j] = sum_k A[(b,) i, k] * B[(b,) j, k]      (trans_b, "NT")
+    C[(b,) i, j] = sum_k A[(b,) i, k] * B[(b,) k, j]      ("NN")
+
+with fp16 operands and an fp32 or fp16 accumulator. An operator describes its matmul with a
+:class:`MatmulSpec` and writes ``prim_func()`` so that one block (``spec.block``) is that einsum.
+Its operands may be produced by other blocks (padding, an im2col gather, a reshape of the weights):
+the schedules inline every such producer into the shared-memory fetch, so the gather costs index
+arithmetic in the cooperative copy and no extra kernel. Its result may be copied by one more block
+(``spec.epilogue``) into the operator's output layout when that layout is a row-major reshape of
+the matmul's ``[M, N]`` (NHWC convolution outputs are ``[N*OH*OW, K]``): the schedules view the
+output buffer through that reshape (``transform_layout``, which leaves its memory unchanged) and
+inline the copy into the write-back, so the kernel writes the operator's output directly.
+
+Two schedule spaces implement it, chosen by the workload's ``space``:
+
+- ``v2`` (default): ``spaces/_pipelined_matmul.py``, cp.async software pipelines, ldmatrix +
+  mma.sync or WMMA, XOR-swizzled or padded dynamic shared memory, block rasterisation;
+- ``v1``: ``spaces/_wmma_matmul.py``, Heron's WMMA knob set (the space of the datasets and
+  results recorded before space v2; kept so that they replay and rerun).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from bocast.operator import Operator, WorkloadError
+from bocast.space import Categorical, Constraint, Space
+
+DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "float16")}
+GRID_Y_LIMIT = 65535
+SPACES = ("v2", "v1")
+DEFAULT_SPACE = "v2"
+
+
+def round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def dtype_pair(op: str, dtype: str) -> tuple[str, str]:
+    if dtype not in DTYPE_PAIRS:
+        raise WorkloadError(f"{op}: dtype {dtype!r} not supported; use one of {list(DTYPE_PAIRS)}")
+    return DTYPE_PAIRS[dtype]
+
+
+def space_version(op: str, space: str) -> str:
+    if space not in SPACES:
+        raise WorkloadError(f"{op}: space {space!r} not known; use one of {list(SPACES)}")
+    return space
+
+
+def check_extents(op: str, names: Sequence[str], values: Sequence[Any], *, minimum: int = 1) -> None:
+    """Every value an integer >= ``minimum``; else one WorkloadError naming the first bad one."""
+    for name, v in zip(names, values):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < minimum:
+            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise WorkloadError(f"{op}: {name} must be {what}, got {v!r}")
+
+
+def check_options(op: str, options: dict, allowed: Sequence[str]) -> None:
+    unknown = set(options) - set(allowed)
+    if unknown:
+        raise WorkloadError(f"{op}: unknown option(s) {sorted(unknown)}"
+                            + (f"; known: {', '.join(allowed)}" if allowed else ""))
+
+
+@dataclass(frozen=True)
+class MatmulSpec:
+    """The matmul an operator runs on Tensor Cores, and where ``prim_func()`` keeps it."""
+
+    M: int
+    N: int
+    K: int
+    in_dtype: str = "float16"
+    acc_dtype: str = "float32"
+    trans_b: bool = True  # B is [N, K] ("NT"); else [K, N] ("NN")
+    batch: int = 0  # extent of a leading batch axis of A, B and C (0: none)
+    block: str = "C"  # name of the matmul block
+    epilogue: str | None = None  # block copying the matmul result into the output layout
+    # the epilogue's iterators -> (i, j) of the matmul (a row-major flattening of the output)
+    epilogue_map: Callable | None = None
+    space: str = DEFAULT_SPACE
+
+    @property
+    def acc_bytes(self) -> int:
+        return 4 if self.acc_dtype == "float32" else 2
+
+
+def vendor_matmul(op, fn, a, b, what: str):
+    """cuBLAS as users call it on fp16 operands (``fn`` is torch.mm or torch.bmm): fp32 output
+    where the workload has it and torch offers ``out_dtype``, else fp16 output. Sets
+    ``op.reference_name`` to what ran."""
+    import torch
+
+    if op.out_dtype == "float32":
+        try:
+            out = fn(a, b, out_dtype=torch.float32)
+            op.reference_name = f"{what}(out_dtype=float32) (cuBLAS, fp32 out)"
+            return out
+        except (TypeError, NotImplementedError):  # older torch; or a CPU tensor (tests)
+            op.reference_name = f"{what} (cuBLAS, fp16 out; no out_dtype here)"
+    return fn(a, b)
+
+
+# ------------------------------------------------------------------------------------ space
+
+
+def vec_constraint(name: str, doc: str, extents: Sequence[int]) -> Constraint:
+    """The fetch's vector width must divide every extent in ``extents``: the lengths of the
+    contiguous, vector-aligned runs the operands are read in (rows of A and B for a GEMM, runs of
+    input channels for an implicit-GEMM convolution). A vector across a run's end would be a
+    misaligned or out-of-bounds vector access."""
+    ext = tuple(int(e) for e in extents)
+    return Constraint(name, doc, lambda c: np.logical_and.reduce([e % c["vec"] == 0 for e in ext]))
+
+
+def _generation(spec: MatmulSpec):
+    if spec.space == "v1":
+        from spaces import _wmma_matmul as gen
+    else:
+        from spaces import _pipelined_matmul as gen
+    return gen
+
+
+def space(spec: MatmulSpec, vec: Constraint) -> Space:
+    """The knobs and constraints of the spec's space generation, plus the batch binding when the
+    matmul has a batch axis."""
+    extra_k, extra_c = [], []
+    if spec.batch:
+        extra_k.append(Categorical(
+            "batch_bind", ("y", "x"), doc="batch axis on blockIdx.y, or fused outermost with the "
+                                          "block tiles into blockIdx.x"))
+        batch = spec.batch
+        extra_c.append(Constraint(
+            "batch_grid_y_le_65535",
+            f"batch on blockIdx.y needs batch ({batch}) <= 65535, the grid's y limit",
+            lambda c: (c["batch_bind"] != "y") | (batch <= GRID_Y_LIMIT)))
+    return _generation(spec).space(spec, vec, extra_k, extra_c)
+
+
+def prepare(sch, spec: MatmulSpec, m: int, n: int, k: int):
+    """The first steps of both schedules: view the output as the matmul's [M, N] (when the
+    operator has an epilogue) and pad the einsum to whole (m, n, k) tiles. Returns the matmul
+    block, its batch loop (or None), its (i, j, k) loops and whether M or N was padded."""
+    if spec.epilogue is not None:
+        # The output is a row-major reshape of C: view it as C's [M, N] so that the epilogue
+        # becomes a plain copy, which the write-back absorbs.
+        from tvm.tirx import IndexMap
+
+        iters = sch.get(sch.get_sblock(spec.epilogue)).iter_vars
+        view = IndexMap.from_func(spec.epilogue_map, ndim=len(iters),
+                                  index_dtype=str(iters[0].var.ty))
+        sch.transform_layout(spec.epilogue, ("write", 0), view)
+        sch.transform_block_layout(spec.epilogue, view)
+    blk = sch.get_sblock(spec.block)
+    padded_mn = bool(spec.M % m or spec.N % n)
+    if padded_mn or spec.K % k:
+        sch.pad_einsum(blk, ([1] if spec.batch else []) + [m, n, k])
+    loops = sch.get_loops(blk)
+    return blk, (loops[0] if spec.batch else None), loops[-3:], padded_mn
+
+
+class MatmulOperator(Operator):
+    """An operator that runs as one Tensor Core matmul: subclasses set ``self.matmul`` (a
+    :class:`MatmulSpec`) and build ``self.space`` with :meth:`matmul_space`."""
+
+    matmul: MatmulSpec
+
+    def matmul_space(self, vec: Constraint) -> Space:
+        return space(self.matmul, vec)
+
+    def apply(self, config):
+        gen = _generation(self.matmul)
+        return gen.schedule(self.matmul, self.prim_func(), config,
+                            lambda sch, m, n, k: prepare(sch, self.matmul, m, n, k))
+
+    def build_options(self, config) -> dict[str, Any]:
+        return _generation(self.matmul).build_options(config)
