@@ -3,6 +3,9 @@
 # configurations of each operator into a store and export a compact dataset.
 #   SETS="gemm:1024,1024,1024:1000 conv2d:16,14,14,256,256,3,3,1,1,1:500" \
 #   BUDGET_S=540 bash experiments/device/datasets.sh
+# Batches of BATCH (default 256) configurations are built while the previous one runs: a batch
+# waits for its slowest build (some space-v2 kernels take 40 s in nvcc), so large batches keep
+# the 16 build processes busy.
 # Stores live in /tmp (SQLite/WAL leaves three files per store while it runs); whatever is done
 # when BUDGET_S runs out, or at the end, is packed into $OUT/datasets.tar.gz: the exported
 # datasets, the logs and the stores (a store carried back as runs/NAME.db resumes where it
@@ -17,7 +20,8 @@ measure_all() {
     name=${op}_${shape//,/_}
     [ -f "runs/$name.db" ] && [ ! -f "$work/$name.db" ] && cp "runs/$name.db" "$work/$name.db"
     python3 -m bocast.cli measure "$op" --shape "$shape" --sample "$n" --seed 0 \
-        --store "$work/$name.db" --progress-every 250 --export "$work/$name" --json \
+        --store "$work/$name.db" --batch "${BATCH:-256}" --progress-every 250 \
+        --export "$work/$name" --json \
         > "$work/$name.log" 2>&1
     echo "$name: exit $? $(tail -2 "$work/$name.log" | head -1 | cut -c1-200)"
   done
