@@ -11,7 +11,8 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOOD = {
     "name": "t",
-    "workload": {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout": "NT"},
+    "workload": {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout": "NT",
+                 "space": "v1"},
     "runner": "replay",
     "dataset": "experiments/data/gemm_32_2048_1000",
     "strategies": [{"label": "bo", "name": "bo", "n_init": 16, "pool_size": 256,

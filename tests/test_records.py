@@ -42,7 +42,7 @@ def test_append_and_read_back(tmp_path):
         assert [r.config for r in store.records()] == [_json(c) for c in configs]
         assert store.sessions()[0]["gpu"] == "none"
     df = load(path)
-    assert len(df) == 5 and {"tile_i_0", "tile_i_2", "wmma", "status", "tflops"} <= set(df.columns)
+    assert len(df) == 5 and {"tile_i_0", "tile_i_2", "instr", "status", "tflops"} <= set(df.columns)
 
 
 def _json(c):

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 GOOD = {
-    "workload": {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout": "NT"},
+    "workload": {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout": "NT",
+                 "space": "v1"},
     "strategy": {"name": "bo", "acquisition": "logei", "n_init": 16, "pool_size": 256,
                  "fit_maxiter": 20},
     "batch_size": 16,

@@ -13,7 +13,7 @@ from bocast.strategies import StrategyError, make_strategy, strategies
 from bocast.tuner import Tuner, run_interleaved
 
 DATASET = "experiments/data/gemm_32_2048_1000"
-OP = get_operator("gemm").from_args((32, 2048, 1000))
+OP = get_operator("gemm").from_args((32, 2048, 1000), space="v1")
 
 # (name, hyperparameters): every registered strategy, and every acquisition of BO
 VARIANTS = [("random", {}), ("bo", {"acquisition": "logei"}), ("bo", {"acquisition": "becbo"}),
@@ -129,7 +129,7 @@ def test_failures_train_the_classifier(dataset, acquisition, classifier):
 def test_recorded_launch_failures_reach_the_classifier():
     """The conv3d dataset holds real failures (launches refused for their stack size, measured
     on the H100): BO learns from them."""
-    op = get_operator("conv3d").from_args((4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1))
+    op = get_operator("conv3d").from_args((4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1), space="v1")
     ds = ReplayDataset("experiments/data/conv3d_4_16_28_28_64_64_3_3_3_1_1_1", op)
     strategy = make_strategy("bo", ds.candidates(), seed=0, acquisition="becbo", **FAST)
     res = Tuner(strategy, ReplayMeasurer(ds), trials=64, batch_size=16).run()
