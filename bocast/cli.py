@@ -93,7 +93,8 @@ def cmd_space(args) -> int:
             if not args.json and sys.stderr.isatty():
                 print(f"\r  built {done[0]}/{len(configs)}", end="", file=sys.stderr, flush=True)
 
-        with Builder(workers=args.workers, timeout_s=args.build_timeout) as builder:
+        with Builder(workers=args.workers, timeout_s=args.build_timeout,
+                     reject_spills=args.reject_spills) as builder:
             results = builder.build(op, configs, on_result=progress)
         if not args.json and sys.stderr.isatty():
             print(file=sys.stderr)
@@ -183,7 +184,8 @@ def cmd_measure(args) -> int:
     runner = _make_runner(args.runner, args)
     t0 = time.perf_counter()
     with runner, Builder(workers=args.workers, timeout_s=args.build_timeout,
-                         compile=args.runner != "standin") as builder:
+                         compile=args.runner != "standin",
+                         reject_spills=args.reject_spills) as builder:
         device = runner.device()
         reference = store.get_meta("reference")
         if reference is None or args.reference_again:
@@ -277,7 +279,8 @@ def cmd_tune(args) -> int:
         ro = cfg.runner_options
         runner = GpuRunner(timeout_s=ro.get("run_timeout", 30), repeats=ro.get("repeats", 10),
                            seed=cfg.seed)
-        builder = Builder(workers=ro.get("workers"), timeout_s=ro.get("build_timeout", 180))
+        builder = Builder(workers=ro.get("workers"), timeout_s=ro.get("build_timeout", 180),
+                          reject_spills=ro.get("reject_spills", False))
         closers += [runner, builder]
         device = runner.device()
         ref = store.get_meta("reference") or runner.reference(op)
@@ -372,6 +375,10 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
                                    "(Heron's WMMA knobs, the space of the v1 datasets)")
 
 
+REJECT_SPILLS_HELP = ("build-time filter: record kernels whose ptxas report shows register "
+                      "spills or a stack frame as build_rejected, without running them")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bocast", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -387,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="apply, lower and compile every sample with nvcc for sm_90")
     p.add_argument("--workers", type=int, default=None, help="build processes (default: cores)")
     p.add_argument("--build-timeout", type=float, default=180.0, help="seconds per build")
+    p.add_argument("--reject-spills", action="store_true", help=REJECT_SPILLS_HELP)
     p.add_argument("--out", help="write the sampled configurations as JSON lines")
     p.add_argument("--out-builds", help="write per-configuration build results as JSON lines")
     p.add_argument("--json", action="store_true", help="last line: one JSON summary")
@@ -401,6 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=64, help="configurations built per batch")
     p.add_argument("--workers", type=int, default=None, help="build processes (default: cores)")
     p.add_argument("--build-timeout", type=float, default=180.0)
+    p.add_argument("--reject-spills", action="store_true", help=REJECT_SPILLS_HELP)
     p.add_argument("--run-timeout", type=float, default=30.0, help="seconds per kernel run")
     p.add_argument("--repeats", type=int, default=10, help="timed repeats per kernel")
     p.add_argument("--reference-again", action="store_true", help="re-time the reference")

@@ -44,7 +44,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from bocast.config import ConfigError, _repo_root, read_yaml, workload_and_dataset
+from bocast.config import ConfigError, _repo_root, read_yaml, runner_options, workload_and_dataset
 
 #: strategy-entry keys that are not hyperparameters; ``trials`` lets one strategy run longer
 #: than the budget (random search through a whole table, so its trials-to-95% is not censored),
@@ -52,7 +52,6 @@ from bocast.config import ConfigError, _repo_root, read_yaml, workload_and_datas
 _NOT_HYPER = ("name", "label", "trials", "seeds")
 _TOP = {"name", "description", "workload", "runner", "dataset", "strategies", "seeds", "budget",
         "batch_size", "budgets", "baseline", "output", "results", "workers", "runner_options"}
-_RUNNER_OPTIONS = {"repeats", "run_timeout", "build_timeout", "workers"}
 METASCHEDULE = "metaschedule"
 
 
@@ -125,10 +124,7 @@ def load(path: str) -> CompareConfig:
     if runner == "replay" and any(s["name"] == METASCHEDULE for s in strategies):
         raise ConfigError(f"strategies: {METASCHEDULE} proposes its own schedules, which no "
                           "recorded dataset holds; it needs runner: tvm")
-    ropts = raw.get("runner_options") or {}
-    if not isinstance(ropts, Mapping) or set(ropts) - _RUNNER_OPTIONS:
-        raise ConfigError(f"runner_options: expected a mapping with keys among "
-                          f"{sorted(_RUNNER_OPTIONS)}, got {ropts!r}")
+    ropts = runner_options(raw.get("runner_options"))
     baseline = raw.get("baseline")
     if baseline is not None and baseline not in labels:
         raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")
@@ -264,7 +260,8 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
     runner = runner or GpuRunner(timeout_s=ro.get("run_timeout", 30),
                                  repeats=ro.get("repeats", 10))
     builder = builder or Builder(workers=ro.get("workers"),
-                                 timeout_s=ro.get("build_timeout", 180))
+                                 timeout_s=ro.get("build_timeout", 180),
+                                 reject_spills=ro.get("reject_spills", False))
     plan = [(s, seed, os.path.join(cfg.output, f"{s['label']}_seed{seed}.db"),
              s.get("trials", cfg.trials)) for s in cfg.strategies
             for seed in s.get("seeds", cfg.seeds)]

@@ -8,7 +8,8 @@
     runner: replay                              # replay | tvm (live, on a GPU)
     dataset: experiments/data/gemm_1024_1024_1024   # replay only
     output: runs/bo_logei_gemm1024             # records.db and summary.json go here
-    runner_options: {repeats: 10, run_timeout: 30, build_timeout: 180, workers: null}
+    runner_options: {repeats: 10, run_timeout: 30, build_timeout: 180, workers: null,
+                     reject_spills: false}      # reject_spills: see bocast.measure.builder
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import yaml
 RUNNERS = ("replay", "tvm")
 _TOP = {"workload", "strategy", "batch_size", "budget", "seed", "runner", "dataset", "output",
         "runner_options", "name", "description"}
-_RUNNER_OPTIONS = {"repeats", "run_timeout", "build_timeout", "workers"}
+#: runner_options of tune and compare configurations
+RUNNER_OPTIONS = {"repeats", "run_timeout", "build_timeout", "workers", "reject_spills"}
 
 
 class ConfigError(ValueError):
@@ -104,11 +106,7 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None) 
     if run == "replay" and not isinstance(dataset, str):
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
     output = _need(raw, "output", "", str)
-    ropts = dict(raw.get("runner_options") or {})
-    unknown = sorted(set(ropts) - _RUNNER_OPTIONS)
-    if unknown:
-        raise ConfigError(f"runner_options: unknown field(s) {unknown}; "
-                          f"known: {sorted(_RUNNER_OPTIONS)}")
+    ropts = runner_options(raw.get("runner_options"))
     base = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
     root = _repo_root(base)
     resolve = (lambda p: p if os.path.isabs(p) else os.path.join(root, p))
@@ -118,6 +116,22 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None) 
                       dataset=resolve(dataset) if dataset else None, output=resolve(output),
                       runner_options=ropts, name=str(raw.get("name", "")), path=path,
                       raw=dict(raw))
+
+
+def runner_options(raw: Any) -> dict[str, Any]:
+    """The runner_options mapping of a configuration, checked (keys, and reject_spills a
+    boolean)."""
+    ropts = dict(raw or {}) if isinstance(raw, Mapping) or raw is None else None
+    if ropts is None:
+        raise ConfigError(f"runner_options: expected a mapping, got {raw!r}")
+    unknown = sorted(set(ropts) - RUNNER_OPTIONS)
+    if unknown:
+        raise ConfigError(f"runner_options: unknown field(s) {unknown}; "
+                          f"known: {sorted(RUNNER_OPTIONS)}")
+    if not isinstance(ropts.get("reject_spills", False), bool):
+        raise ConfigError(f"runner_options.reject_spills: expected true or false, got "
+                          f"{ropts['reject_spills']!r}")
+    return ropts
 
 
 def read_yaml(path: str) -> Any:

@@ -75,7 +75,8 @@ def test_bad_compare_config_names_the_field(tmp_path, change, message):
 
 LIVE = {
     "name": "live",
-    "workload": {"op": "gemm", "shape": [256, 256, 256], "dtype": "fp16:fp32", "layout": "NT"},
+    "workload": {"op": "gemm", "shape": [256, 256, 256], "dtype": "fp16:fp32", "layout": "NT",
+                 "space": "v2"},
     "runner": "tvm",
     "strategies": [{"label": "cga", "name": "cga", "pop_size": 32, "generations": 1},
                    {"label": "random", "name": "random", "seeds": [0]}],

@@ -75,3 +75,9 @@ def test_bad_config_one_error_exit_2_nothing_written(tmp_path, cfg, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_reject_spills_must_be_a_boolean(tmp_path):
+    proc = tune(tmp_path, {**GOOD, "runner_options": {"reject_spills": "yes"}})
+    assert proc.returncode == 2
+    assert "runner_options.reject_spills: expected true or false" in proc.stderr
