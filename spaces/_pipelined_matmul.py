@@ -215,10 +215,13 @@ def constraints(spec, vec: Constraint) -> list[Constraint]:
         Constraint("xor_swizzle_needs_ldmatrix",
                    "the XOR swizzle rewrites ldmatrix reads, not WMMA loads",
                    lambda c: (c["smem_layout"] != "xor") | mma(c)),
-        Constraint("xor_rows_multiple_of_32",
-                   "the XOR swizzle permutes 16-byte chunks of rows of 32 or 64k elements",
+        Constraint("xor_rows_32_or_multiple_of_64",
+                   "the XOR swizzle permutes 16-byte chunks of rows of 32 or 64k elements (TVM "
+                   "also takes other multiples of 32, but its CUDA codegen then emits 8-lane "
+                   "int64 vectors nvcc rejects: every BK = 96 kernel failed to compile)",
                    lambda c: (c["smem_layout"] != "xor")
-                   | ((c["a_row"] % 32 == 0) & (c["b_row"] % 32 == 0))),
+                   | (((c["a_row"] == 32) | (c["a_row"] % 64 == 0))
+                      & ((c["b_row"] == 32) | (c["b_row"] % 64 == 0)))),
         Constraint("pad_lt_row", "padding below the row width (TVM ignores larger offsets)",
                    lambda c: (c["pad"] < c["a_row"]) & (c["pad"] < c["b_row"])),
         Constraint("raster_divides_block_rows",
