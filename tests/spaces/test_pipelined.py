@@ -199,3 +199,19 @@ def test_the_spill_filter_rejects_kernels_with_local_memory_before_they_run():
     with Builder(workers=1) as builder:
         (kept,) = builder.build(op, [SPILLS_4096])
     assert str(kept.status) == "ok" and kept.features["spill_stores"] > 0
+
+
+@needs_nvcc
+def test_swizzled_rows_of_96_are_refused_because_tvm_cannot_compile_them():
+    """The TVM 0.27 limit behind xor_rows_32_or_multiple_of_64: swizzled rows of 96 elements
+    lower to 8-lane int64 vectors that nvcc rejects (if a TVM upgrade fixes it, this fails and
+    the constraint can go)."""
+    from bocast.measure.nvcc import compile_cubin
+
+    op = Gemm(1024, 1024, 1536)
+    config = {"instr": "mma", "tile_i": (8, 4, 2), "tile_j": (16, 2, 2), "tile_k": (16, 6),
+              "stages": 2, "async_copy": "off", "frag_pipeline": "full", "smem_layout": "xor",
+              "vec": 8, "raster": 4, "unroll": 64, "writeback": "shared", "out_vec": 1}
+    assert op.space.validate(config) == ["xor_rows_32_or_multiple_of_64"]
+    assert op.space.validate({**config, "tile_k": (24, 4)}) == []
+    assert not compile_cubin(lowered(op, config).source).ok
