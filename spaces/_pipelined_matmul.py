@@ -114,7 +114,7 @@ def merged_dynamic_bytes(a, b, c):
     ``c``, from the largest down until they cover it; failing that, it is allocated beside them.
 
     This is TVM's best case, and it was exact for every lowered GEMM kernel with fp32
-    accumulators and a long k loop that we compared (336 samples at 1024^3..4096^3 and 32x4096
+    accumulators and a long k loop that we compared (400 samples at 1024^3, 4096^3 and 32x4096
     x4096). TVM's liveness is statement-grained, so where the A/B buffers stay alive longer than
     this assumes (short k loops that the unroll knob unrolls, or whose pipeline has no steady
     state; fp16 accumulators with equal A and B tiles) the kernel asks for more, never less; a
