@@ -48,8 +48,9 @@ from bocast.config import ConfigError, _repo_root, read_yaml, workload_and_datas
 
 #: strategy-entry keys that are not hyperparameters; ``trials`` lets one strategy run longer
 #: than the budget (random search through a whole table, so its trials-to-95% is not censored),
-#: ``seeds`` lets an expensive competitor run fewer seeds (MetaSchedule live)
-_NOT_HYPER = ("name", "label", "trials", "seeds")
+#: ``seeds`` lets an expensive competitor run fewer seeds (MetaSchedule live), ``batch_size``
+#: gives one strategy its own batch (BO with smaller q: more model updates per trial)
+_NOT_HYPER = ("name", "label", "trials", "seeds", "batch_size")
 _TOP = {"name", "description", "workload", "runner", "dataset", "strategies", "seeds", "budget",
         "batch_size", "budgets", "baseline", "output", "results", "workers", "runner_options"}
 _RUNNER_OPTIONS = {"repeats", "run_timeout", "build_timeout", "workers"}
@@ -106,6 +107,10 @@ def load(path: str) -> CompareConfig:
     seeds = _seeds(raw["seeds"], "seeds")
     strategies = [{**s, "seeds": _seeds(s["seeds"], f"strategies[{i}].seeds")} if "seeds" in s
                   else dict(s) for i, s in enumerate(strategies)]
+    for i, s in enumerate(strategies):
+        b = s.get("batch_size", 1)
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ConfigError(f"strategies[{i}].batch_size: expected a positive integer, got {b!r}")
     budget = raw["budget"]
     trials = budget.get("trials") if isinstance(budget, Mapping) else None
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
@@ -195,7 +200,7 @@ def _replay_run(job) -> dict[str, Any]:
     strategy = make_strategy(s["name"], ds.candidates(), seed=seed, **hyper)
     with Store(path, op.workload) as store:
         res = Tuner(strategy, ReplayMeasurer(ds, store), trials=s.get("trials", cfg.trials),
-                    batch_size=cfg.batch_size, optimum=ds.best_tflops).run()
+                    batch_size=s.get("batch_size", cfg.batch_size), optimum=ds.best_tflops).run()
     return {"label": s["label"], "seed": seed, "curve": res.best_so_far,
             "trials_to_95pct": res.trials_to(0.95), "optimum": ds.best_tflops,
             "reference": (ds.reference or {}).get("tflops"),
@@ -300,7 +305,8 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
                 strategy = make_strategy(s["name"], SpaceCandidates(op.space), seed=seed, **hyper)
                 measurer = Measurer(op, store, builder, runner, session_info={
                     **info, "strategy": s["label"], "seed": seed})
-                tuner = Tuner(strategy, measurer, trials=trials, batch_size=cfg.batch_size,
+                tuner = Tuner(strategy, measurer, trials=trials,
+                              batch_size=s.get("batch_size", cfg.batch_size),
                               reference=reference["tflops"])
                 tuner.start(store.records())  # resumes an interrupted comparison
                 tuners.append(tuner)
@@ -515,7 +521,8 @@ def _write_outputs(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]
                       f"{s['median_trials_to_95pct_of_baseline']:.0f}"]
         entry = next(x for x in cfg.strategies if x["label"] == lab)
         notes = ([f"runs {entry['trials']} trials"] if "trials" in entry else []) + (
-            [f"{len(entry['seeds'])} seed(s)"] if "seeds" in entry else [])
+            [f"{len(entry['seeds'])} seed(s)"] if "seeds" in entry else []) + (
+            [f"batch {entry['batch_size']}"] if "batch_size" in entry else [])
         lines.append(f"| {lab}" + (f" ({', '.join(notes)})" if notes else "") + " | "
                      + " | ".join(cells) + " |")
     if summary["mann_whitney_u"]:

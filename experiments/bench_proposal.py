@@ -12,6 +12,9 @@ exercises it); the candidate pool is the live space (4096 fresh samples plus nei
     python experiments/bench_proposal.py --dataset experiments/data/conv3d_4_16_28_28_64_64_3_3_3_1_1_1 \
         --out experiments/results/proposal_cost_conv3d_cpu2.json
 
+``--options JSON`` sets other options of the strategy (e.g. ``'{"features": "derived",
+"local_search": 16}'``), ``--acquisitions`` which acquisitions are timed, ``--q`` the batch.
+
 ``--threads N`` sets the strategy's ``threads`` option (torch threads during a round, at most;
 default 4), to see whether the many threads of a large host help or cost on matrices of this
 size: ``--threads 16`` on a 16-core host is what torch would use uncapped.
@@ -41,9 +44,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None,
                     help="the BO strategy's threads option (default: the strategy's)")
+    ap.add_argument("--options", default="{}", help="other BO options, as JSON")
+    ap.add_argument("--acquisitions", nargs="*", default=["logei", "becbo", "ts"])
+    ap.add_argument("--q", type=int, default=32, help="batch size of a round")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    hyper = {} if args.threads is None else {"threads": args.threads}
+    hyper = {**json.loads(args.options), **({} if args.threads is None else {"threads": args.threads})}
+    q = args.q
     op = from_workload(load_dataset(args.dataset)[1]["workload"])
     ds = ReplayDataset(args.dataset, op)
     records = [ds.record(c) for c in ds.configs]
@@ -52,21 +59,21 @@ def main() -> None:
     records = [records[i] for i in order]
     rows = []
     for n in args.sizes:
-        for acq in ("logei", "becbo", "ts"):
+        for acq in args.acquisitions:
             cold, warm = [], []
             for rep in range(args.repeats):
                 # a round as in a run: the previous round's hyperparameters are the warm start
                 s = make_strategy("bo", SpaceCandidates(op.space), seed=rep, acquisition=acq,
                                   **hyper)
-                s.tell(records[:n - 32])
+                s.tell(records[:n - q])
                 t0 = time.perf_counter()
-                s.ask(32)
+                s.ask(q)
                 cold.append(time.perf_counter() - t0)
-                s.tell(records[n - 32:n])
+                s.tell(records[n - q:n])
                 t0 = time.perf_counter()
-                got = s.ask(32)
+                got = s.ask(q)
                 warm.append(time.perf_counter() - t0)
-                assert len(got) == 32
+                assert len(got) == q
             rows.append({"observations": n, "acquisition": acq, "median_s": statistics.median(warm),
                          "min_s": min(warm), "max_s": max(warm),
                          "cold_median_s": statistics.median(cold), "pool": s.last_round.get("pool"),
@@ -77,7 +84,7 @@ def main() -> None:
                   flush=True)
     # provenance first: opening the output (a tracked file) would mark the tree dirty
     threads = min(s.hyper["threads"], torch.get_num_threads())
-    result = {"cores": os.cpu_count(), "torch_threads": threads,
+    result = {"cores": os.cpu_count(), "torch_threads": threads, "options": hyper, "q": q,
               "dataset": args.dataset, "provenance": provenance(), "rows": rows}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
