@@ -83,7 +83,12 @@ class CompareConfig:
 
 
 def load(path: str) -> CompareConfig:
-    raw = read_yaml(path)
+    return parse(read_yaml(path), os.path.dirname(os.path.abspath(path)))
+
+
+def parse(raw: Any, where: str) -> CompareConfig:
+    """A comparison from its fields; relative paths are those of the repository holding the
+    folder ``where`` (:func:`bocast.config._repo_root`)."""
     if not isinstance(raw, Mapping):
         raise ConfigError("the configuration must be a mapping of fields")
     unknown = sorted(set(raw) - _TOP)
@@ -137,7 +142,7 @@ def load(path: str) -> CompareConfig:
     baseline = raw.get("baseline")
     if baseline is not None and baseline not in labels:
         raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")
-    root = _repo_root(os.path.dirname(os.path.abspath(path)))
+    root = _repo_root(where)
     resolve = (lambda p: p if os.path.isabs(p) else os.path.join(root, p))
     return CompareConfig(
         name=str(raw["name"]), workload=dict(raw["workload"]), runner=runner,
