@@ -9,6 +9,7 @@ budget for all, from one configuration file.
       - {label: bo-logei, name: bo, acquisition: logei}
       - {label: cga, name: cga}
       - {label: random, name: random}
+      - {label: bo-q8, name: bo, batch_size: 8}   # its own batch (default: batch_size below)
     seeds: 20                 # or a list of seeds
     budget: {trials: 256}
     batch_size: 32

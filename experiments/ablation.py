@@ -55,11 +55,11 @@ def _job(job):
     cfg, s, seed, cache = job
     if os.path.exists(cache):
         with open(cache) as f:
-            return json.load(f)
+            return {**json.load(f), "cached": True}
     run = compare._replay_run((cfg, s, seed))
     with open(cache, "w") as f:
         json.dump(run, f)
-    return run
+    return {**run, "cached": False}
 
 
 def _good_rows(prefix: str) -> tuple[int, int]:
@@ -146,7 +146,11 @@ def main(path: str) -> None:
         held = _holm([t["variants"][lab]["wilcoxon_p"] for t in tables])
         for t, p in zip(tables, held):
             t["variants"][lab]["wilcoxon_p_holm"] = p
-    result = {"name": spec["name"], "config": os.path.relpath(path), "reference": ref,
+    every = [r for rs in runs.values() for r in rs]
+    result = {"name": spec["name"], "description": spec.get("description", ""),
+              "config": os.path.relpath(path), "reference": ref,
+              "runs": len(every), "runs_cached": sum(r["cached"] for r in every),
+              "run_seconds": round(sum(r["seconds"] for r in every), 1),
               "seeds": len(cfgs[0].seeds), "budget": budget, "batch_size": spec["batch_size"],
               "variants": spec["variants"], "tables": tables, "seconds": round(seconds, 1),
               "cpu_count": os.cpu_count(), "provenance": provenance()}
@@ -163,8 +167,10 @@ def _markdown(res: dict) -> str:
              f"REPLAY on recorded tables (CPU, {res['cpu_count']} cores, shared with other work "
              f"while it ran): {res['seeds']} paired seeds, budget {res['budget']}, batch "
              f"{res['batch_size']} unless a variant says otherwise. `python experiments/ablation.py "
-             f"{res['config']}` at commit {prov['git_sha']} ({prov['date']}); {res['seconds']:.0f} s.",
-             "",
+             f"{res['config']}` at commit {prov['git_sha']} ({prov['date']}); the {res['runs']} "
+             f"runs took {res['run_seconds']:.0f} s in all"
+             + (f" ({res['runs_cached']} read from the per-run cache of an earlier call)"
+                if res["runs_cached"] else "") + ".", "", res["description"], "",
              "Trials to 95% of the table's best: median [IQR] over seeds (budget + 1 when never "
              "reached). Difference: median over seeds of (variant - "
              f"{res['reference']}) in trials to 95%, bootstrap 95% interval; p: two-sided "
