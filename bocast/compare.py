@@ -408,7 +408,10 @@ def _quartiles(v):
 
 
 def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
-              extra: dict[str, Any] | None = None) -> dict[str, Any]:
+              extra: dict[str, Any] | None = None, prov: dict[str, Any] | None = None
+              ) -> dict[str, Any]:
+    """Statistics and outputs of finished runs. ``prov``: provenance taken before anything was
+    written (a caller that writes several comparisons; else it is taken here)."""
     from scipy.stats import mannwhitneyu
 
     from bocast.records import provenance
@@ -469,8 +472,8 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
                "seeds": len(cfg.seeds), "trials": cfg.trials, "batch_size": cfg.batch_size,
                "strategies": per, "mann_whitney_u": tests, "seconds": round(seconds, 1),
                "config_sha256": cfg.digest,
-               "provenance": provenance({"device": (extra or {}).get("device")}
-                                        if extra and extra.get("device") else None)}
+               "provenance": prov or provenance({"device": (extra or {}).get("device")}
+                                                if extra and extra.get("device") else None)}
     _write_outputs(cfg, runs, summary)
     return summary
 

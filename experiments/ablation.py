@@ -93,6 +93,7 @@ def _holm(p: list[float]) -> list[float]:
 
 def main(path: str) -> None:
     spec = read_yaml(path)
+    prov = provenance()  # before writing anything: the outputs are tracked files
     where = os.path.dirname(os.path.abspath(path))
     cfgs = _configs(spec, where)
     t0 = time.perf_counter()
@@ -112,7 +113,7 @@ def main(path: str) -> None:
     ref, budget, rng = spec["reference"], spec["budget"], np.random.default_rng(0)
     tables = []
     for cfg in cfgs:
-        compare.summarize(cfg, runs[cfg.name], seconds)  # the table's standard outputs
+        compare.summarize(cfg, runs[cfg.name], seconds, prov=prov)  # its standard outputs
         n_rows, k_good = _good_rows(cfg.dataset)
         by = {s["label"]: sorted((r for r in runs[cfg.name] if r["label"] == s["label"]),
                                  key=lambda r: r["seed"]) for s in cfg.strategies}
@@ -153,7 +154,7 @@ def main(path: str) -> None:
               "run_seconds": round(sum(r["seconds"] for r in every), 1),
               "seeds": len(cfgs[0].seeds), "budget": budget, "batch_size": spec["batch_size"],
               "variants": spec["variants"], "tables": tables, "seconds": round(seconds, 1),
-              "cpu_count": os.cpu_count(), "provenance": provenance()}
+              "cpu_count": os.cpu_count(), "provenance": prov}
     with open(spec["results"] + ".json", "w") as f:
         json.dump(result, f, indent=1, default=str)
     with open(spec["results"] + ".md", "w") as f:
