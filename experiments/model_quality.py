@@ -57,6 +57,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--out", required=True, help="prefix of the .json and .md written")
     args = ap.parse_args()
+    prov = provenance()  # before anything is written: the outputs are tracked files
     import torch
 
     torch.set_num_threads(1)
@@ -91,7 +92,7 @@ def main() -> None:
     summary = _summary(rows)
     result = {"tables": args.tables, "sizes": args.sizes, "splits": args.splits, "k": args.k,
               "tree_backend": backend, "summary": summary, "rows": rows,
-              "provenance": provenance()}
+              "provenance": prov}
     with open(args.out + ".json", "w") as f:
         json.dump(result, f, indent=1)
     md = _markdown(result)
