@@ -14,6 +14,8 @@ import sys
 import time
 from typing import Any, Sequence
 
+import numpy as np
+
 from bocast.operator import WorkloadError, get_operator, operators, parse_shape
 from bocast.space import Space, SpaceError
 
@@ -32,6 +34,18 @@ def _emit(args, summary: dict[str, Any], lines: Sequence[str]) -> None:
 
 
 def _operator_from(args):
+    """The operator named on the command line, or the one of ``--subspace``'s file."""
+    if getattr(args, "subspace", None):
+        from bocast.operator import from_workload
+        from bocast.subspace import load
+
+        if args.op or args.shape or args.dtype or args.layout or args.space:
+            raise UsageError("--subspace names its own workload: give no operator, --shape, "
+                             "--dtype, --layout or --space with it")
+        args.loaded_subspace = load(args.subspace)
+        return from_workload(args.loaded_subspace.workload)
+    if not args.op:
+        raise UsageError("name an operator (or give --subspace FILE)")
     op_cls = get_operator(args.op)
     shape = parse_shape(args.shape) if args.shape else None
     options = {}
@@ -59,6 +73,12 @@ def cmd_space(args) -> int:
         lines.append(space.describe())
     summary: dict[str, Any] = {"op": op.name, "workload": op.workload,
                                "structural_size": space.structural_size}
+    allowed = _restriction(args, op)
+    if allowed is not None:
+        n = space.count_feasible(allowed)
+        lines.append(f"sub-space ({_fixed_text(allowed)}): {n:,} feasible of "
+                     f"{space.restricted_structural_size(allowed):,} structural (exact)")
+        summary.update(subspace_feasible=n, subspace=_jsonable_allowed(allowed))
     if args.size:
         size = space.size(draws=args.size_draws, rng=args.seed)
         lines.append(f"feasible set: {size.describe()}")
@@ -163,22 +183,75 @@ def summarize_records(records, reference: dict | None) -> tuple[dict[str, Any], 
     return summary, lines
 
 
+def _restriction(args, op) -> dict | None:
+    """The knob restriction of ``--subspace`` or ``--fix`` (None: the whole space)."""
+    from bocast.subspace import parse_fix_args
+
+    sub = getattr(args, "loaded_subspace", None)
+    if sub is not None:
+        if args.fix:
+            raise UsageError("--fix and --subspace: put the fixed knobs in the file")
+        n = sub.count(op.space)
+        if sub.expected is not None and n != sub.expected:
+            raise UsageError(f"{args.subspace}: the sub-space has {n} feasible configurations, "
+                             f"the file says {sub.expected} (the space changed?)")
+        return sub.allowed
+    return parse_fix_args(op.space, args.fix) if args.fix else None
+
+
+def _jsonable_allowed(allowed: dict) -> dict:
+    return {k: [list(v) if isinstance(v, tuple) else v for v in vals] for k, vals in allowed.items()}
+
+
+def _fixed_text(allowed: dict) -> str:
+    return ", ".join(f"{k}={'|'.join(map(str, v))}" for k, v in allowed.items()) or "no knob fixed"
+
+
 def cmd_measure(args) -> int:
     from bocast.measure.builder import Builder
     from bocast.measure.engine import Measurer
     from bocast.records import Store, StoreError, export_dataset
 
     op = _operator_from(args)
-    if args.sample <= 0:
+    exhaustive = args.all or bool(args.subspace)
+    if exhaustive == (args.sample is not None):
+        raise UsageError("give --sample N (a uniform sample), or --all / --subspace FILE (every "
+                         "feasible configuration)")
+    if args.fix and not exhaustive:
+        raise UsageError("--fix restricts --all: give --all too")
+    if args.sample is not None and args.sample <= 0:
         raise UsageError("--sample must be > 0")
+    if args.max_seconds is not None and args.max_seconds <= 0:
+        raise UsageError("--max-seconds must be > 0")
+    allowed = _restriction(args, op)
+    if exhaustive:  # enumerated before the store opens: a sub-space too large writes nothing
+        configs = op.space.enumerate_feasible(allowed)
+        # measured in a seeded random order, so a table stopped part-way (a device session's
+        # time ran out) is a uniform sample of its sub-space, and the next call resumes it
+        order = np.random.default_rng(args.seed).permutation(len(configs))
+        configs = [configs[i] for i in order]
+        subspace = {**(args.loaded_subspace.describe() if args.subspace else
+                       {"name": "", "allowed": _jsonable_allowed(allowed or {})}),
+                    "feasible": len(configs)}
+        what = f"every feasible configuration of the sub-space ({_fixed_text(allowed or {})}): " \
+               f"{len(configs)}, in random order (seed {args.seed})"
+    else:
+        configs = op.space.sample(args.sample, args.seed, unique=True)
+        subspace = None
+        what = f"{len(configs)} sampled (seed {args.seed})"
     try:
         store = Store(args.store, op.workload)
     except StoreError as e:
         raise UsageError(str(e)) from None
-    configs = op.space.sample(args.sample, args.seed, unique=True)
+    if subspace is not None:
+        held = store.get_meta("subspace")
+        if held not in (None, subspace):
+            store.close()
+            raise UsageError(f"{args.store} holds the table of another sub-space: {held}")
+        store.set_meta("subspace", subspace)
     done = store.keys()
     todo = [c for c in configs if Space.key(c) not in done]
-    lines = [f"{op.name} {op.workload}: {len(configs)} sampled (seed {args.seed}), "
+    lines = [f"{op.name} {op.workload}: {what}, "
              f"{len(configs) - len(todo)} already in {args.store}, {len(todo)} to measure"]
     print(lines[0], flush=True)
     runner = _make_runner(args.runner, args)
@@ -204,19 +277,28 @@ def cmd_measure(args) -> int:
                 print(f"  {n_done[0]}/{len(todo)} measured, {time.perf_counter() - t0:.0f} s",
                       flush=True)
 
-        measurer.measure_batches([todo[i:i + args.batch] for i in range(0, len(todo), args.batch)],
-                                 source=f"sample(seed={args.seed})", on_record=progress)
+        deadline = None if args.max_seconds is None else time.monotonic() + args.max_seconds
+        measured = measurer.measure_batches(
+            [todo[i:i + args.batch] for i in range(0, len(todo), args.batch)],
+            source=f"{'all' if exhaustive else 'sample'}(seed={args.seed})", on_record=progress,
+            deadline=deadline)
     seconds = time.perf_counter() - t0
     records = store.records()
     summary, more = summarize_records(records, reference)
-    lines += more + [f"measured {len(todo)} in {seconds:.1f} s "
-                     f"({len(todo) / max(seconds, 1e-9):.2f} configurations/s)"]
-    summary.update(op=op.name, workload=op.workload, store=args.store, measured_now=len(todo),
-                   seconds=round(seconds, 2), reference=reference, device=device)
+    left = len(todo) - len(measured)
+    lines += more + [f"measured {len(measured)} in {seconds:.1f} s "
+                     f"({len(measured) / max(seconds, 1e-9):.2f} configurations/s)"
+                     + (f"; {left} left for the next call (--max-seconds)" if left else "")]
+    summary.update(op=op.name, workload=op.workload, store=args.store,
+                   measured_now=len(measured), left=left, seconds=round(seconds, 2),
+                   reference=reference, device=device)
+    if subspace is not None:
+        summary["subspace"] = subspace
     if args.export:
         csv_path, meta_path = export_dataset(args.store, args.export, {
             "workload": op.workload, "reference": reference, "device": device,
             "sessions": store.sessions(), "sample_seed": args.seed,
+            **({"subspace": subspace, "complete": left == 0} if subspace else {}),
             "timing": "CUDA events around CUDA-graph replays of back-to-back launches; "
                       f"median of {args.repeats} replays; inputs uniform[-1,1) fp16",
         })
@@ -366,8 +448,17 @@ def cmd_compare(args) -> int:
 # ------------------------------------------------------------------------------ parser
 
 
-def _add_workload_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("op", help=f"operator: {', '.join(operators())}")
+def _add_workload_args(p: argparse.ArgumentParser, *, subspace: bool = False) -> None:
+    if subspace:
+        p.add_argument("op", nargs="?", help=f"operator: {', '.join(operators())} (none with "
+                                             "--subspace)")
+        p.add_argument("--subspace", help="a sub-space file (experiments/exhaustive/*.yaml): its "
+                                          "workload and fixed knobs")
+        p.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
+                       help="restrict a knob to a value (repeat a knob for several values; a "
+                            "split's value is its factors, comma-separated)")
+    else:
+        p.add_argument("op", help=f"operator: {', '.join(operators())}")
     p.add_argument("--shape", help="extents, comma-separated (per operator; see `bocast ops`)")
     p.add_argument("--dtype", help="input:output types, e.g. fp16:fp32 (default) or fp16:fp16")
     p.add_argument("--layout", help="operand layout where the operator has one (gemm: NT or NN)")
@@ -384,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("space", help="inspect, sample and statically build a schedule space")
-    _add_workload_args(p)
+    _add_workload_args(p, subspace=True)
     p.add_argument("--sample", type=int, default=0, help="number of feasible configurations")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--describe", action="store_true", help="list knobs and known constraints")
@@ -400,9 +491,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="last line: one JSON summary")
     p.set_defaults(func=cmd_space)
 
-    p = sub.add_parser("measure", help="measure uniformly sampled configurations into a store")
-    _add_workload_args(p)
-    p.add_argument("--sample", type=int, required=True, help="configurations to sample")
+    p = sub.add_parser("measure", help="measure uniformly sampled configurations, or every "
+                                       "feasible one of a sub-space, into a store")
+    _add_workload_args(p, subspace=True)
+    p.add_argument("--sample", type=int, help="configurations to sample")
+    p.add_argument("--all", action="store_true",
+                   help="every feasible configuration (of the sub-space of --fix or --subspace)")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="start no new batch after this many seconds; the next call resumes "
+                        "from the store (a device session's time limit)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--store", required=True, help="record store (SQLite); resumed if it exists")
     p.add_argument("--runner", default="gpu", help="gpu (default) or standin (synthetic, tests)")

@@ -9,6 +9,7 @@ budget for all, from one configuration file.
       - {label: bo-logei, name: bo, acquisition: logei}
       - {label: cga, name: cga}
       - {label: random, name: random}
+      - {label: bo-q8, name: bo, batch_size: 8}   # its own batch (default: batch_size below)
     seeds: 20                 # or a list of seeds
     budget: {trials: 256}
     batch_size: 32
@@ -48,8 +49,9 @@ from bocast.config import ConfigError, _repo_root, read_yaml, runner_options, wo
 
 #: strategy-entry keys that are not hyperparameters; ``trials`` lets one strategy run longer
 #: than the budget (random search through a whole table, so its trials-to-95% is not censored),
-#: ``seeds`` lets an expensive competitor run fewer seeds (MetaSchedule live)
-_NOT_HYPER = ("name", "label", "trials", "seeds")
+#: ``seeds`` lets an expensive competitor run fewer seeds (MetaSchedule live), ``batch_size``
+#: gives one strategy its own batch (BO with smaller q: more model updates per trial)
+_NOT_HYPER = ("name", "label", "trials", "seeds", "batch_size")
 _TOP = {"name", "description", "workload", "runner", "dataset", "strategies", "seeds", "budget",
         "batch_size", "budgets", "baseline", "output", "results", "workers", "runner_options"}
 METASCHEDULE = "metaschedule"
@@ -81,7 +83,12 @@ class CompareConfig:
 
 
 def load(path: str) -> CompareConfig:
-    raw = read_yaml(path)
+    return parse(read_yaml(path), os.path.dirname(os.path.abspath(path)))
+
+
+def parse(raw: Any, where: str) -> CompareConfig:
+    """A comparison from its fields; relative paths are those of the repository holding the
+    folder ``where`` (:func:`bocast.config._repo_root`)."""
     if not isinstance(raw, Mapping):
         raise ConfigError("the configuration must be a mapping of fields")
     unknown = sorted(set(raw) - _TOP)
@@ -105,6 +112,10 @@ def load(path: str) -> CompareConfig:
     seeds = _seeds(raw["seeds"], "seeds")
     strategies = [{**s, "seeds": _seeds(s["seeds"], f"strategies[{i}].seeds")} if "seeds" in s
                   else dict(s) for i, s in enumerate(strategies)]
+    for i, s in enumerate(strategies):
+        b = s.get("batch_size", 1)
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ConfigError(f"strategies[{i}].batch_size: expected a positive integer, got {b!r}")
     budget = raw["budget"]
     trials = budget.get("trials") if isinstance(budget, Mapping) else None
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
@@ -128,7 +139,7 @@ def load(path: str) -> CompareConfig:
     baseline = raw.get("baseline")
     if baseline is not None and baseline not in labels:
         raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")
-    root = _repo_root(os.path.dirname(os.path.abspath(path)))
+    root = _repo_root(where)
     resolve = (lambda p: p if os.path.isabs(p) else os.path.join(root, p))
     return CompareConfig(
         name=str(raw["name"]), workload=dict(raw["workload"]), runner=runner,
@@ -191,7 +202,7 @@ def _replay_run(job) -> dict[str, Any]:
     strategy = make_strategy(s["name"], ds.candidates(), seed=seed, **hyper)
     with Store(path, op.workload) as store:
         res = Tuner(strategy, ReplayMeasurer(ds, store), trials=s.get("trials", cfg.trials),
-                    batch_size=cfg.batch_size, optimum=ds.best_tflops).run()
+                    batch_size=s.get("batch_size", cfg.batch_size), optimum=ds.best_tflops).run()
     return {"label": s["label"], "seed": seed, "curve": res.best_so_far,
             "trials_to_95pct": res.trials_to(0.95), "optimum": ds.best_tflops,
             "reference": (ds.reference or {}).get("tflops"),
@@ -297,7 +308,8 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
                 strategy = make_strategy(s["name"], SpaceCandidates(op.space), seed=seed, **hyper)
                 measurer = Measurer(op, store, builder, runner, session_info={
                     **info, "strategy": s["label"], "seed": seed})
-                tuner = Tuner(strategy, measurer, trials=trials, batch_size=cfg.batch_size,
+                tuner = Tuner(strategy, measurer, trials=trials,
+                              batch_size=s.get("batch_size", cfg.batch_size),
                               reference=reference["tflops"])
                 tuner.start(store.records())  # resumes an interrupted comparison
                 tuners.append(tuner)
@@ -393,7 +405,10 @@ def _quartiles(v):
 
 
 def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
-              extra: dict[str, Any] | None = None) -> dict[str, Any]:
+              extra: dict[str, Any] | None = None, prov: dict[str, Any] | None = None
+              ) -> dict[str, Any]:
+    """Statistics and outputs of finished runs. ``prov``: provenance taken before anything was
+    written (a caller that writes several comparisons; else it is taken here)."""
     from scipy.stats import mannwhitneyu
 
     from bocast.records import provenance
@@ -454,8 +469,8 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
                "seeds": len(cfg.seeds), "trials": cfg.trials, "batch_size": cfg.batch_size,
                "strategies": per, "mann_whitney_u": tests, "seconds": round(seconds, 1),
                "config_sha256": cfg.digest,
-               "provenance": provenance({"device": (extra or {}).get("device")}
-                                        if extra and extra.get("device") else None)}
+               "provenance": prov or provenance({"device": (extra or {}).get("device")}
+                                                if extra and extra.get("device") else None)}
     _write_outputs(cfg, runs, summary)
     return summary
 
@@ -512,7 +527,8 @@ def _write_outputs(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]
                       f"{s['median_trials_to_95pct_of_baseline']:.0f}"]
         entry = next(x for x in cfg.strategies if x["label"] == lab)
         notes = ([f"runs {entry['trials']} trials"] if "trials" in entry else []) + (
-            [f"{len(entry['seeds'])} seed(s)"] if "seeds" in entry else [])
+            [f"{len(entry['seeds'])} seed(s)"] if "seeds" in entry else []) + (
+            [f"batch {entry['batch_size']}"] if "batch_size" in entry else [])
         lines.append(f"| {lab}" + (f" ({', '.join(notes)})" if notes else "") + " | "
                      + " | ".join(cells) + " |")
     if summary["mann_whitney_u"]:

@@ -18,7 +18,7 @@ GOOD = {
     "strategies": [{"label": "bo", "name": "bo", "n_init": 16, "pool_size": 256,
                     "fit_maxiter": 20},
                    {"label": "cga", "name": "cga", "pop_size": 64, "generations": 2},
-                   {"label": "random", "name": "random", "trials": 96}],
+                   {"label": "random", "name": "random", "trials": 96, "batch_size": 8}],
     "seeds": 2,
     "budget": {"trials": 48},
     "batch_size": 16,
@@ -47,6 +47,7 @@ def test_compare_writes_tables_plot_records_and_json(tmp_path):
     for ext in ("md", "csv", "json", "png"):
         assert os.path.getsize(tmp_path / "res" / f"t.{ext}") > 0
     assert len(os.listdir(tmp_path / "runs")) == 6
+    assert "| random (runs 96 trials, batch 8) |" in open(tmp_path / "res" / "t.md").read()
     saved = json.load(open(tmp_path / "res" / "t.json"))
     assert saved["provenance"]["git_sha"] and saved["config_sha256"]
 
@@ -58,6 +59,8 @@ def test_compare_writes_tables_plot_records_and_json(tmp_path):
     ({"strategies": [{"name": "bo", "acquisition": "pi"}]}, "strategies[0] (bo): unknown acquisition"),
     ({"strategies": [{"name": "tabu"}]}, "strategies[0] (tabu): unknown strategy 'tabu'"),
     ({"budget": {"trials": -1}}, "budget.trials: expected an integer >= 1"),
+    ({"strategies": [{"name": "bo", "batch_size": 0}]},
+     "strategies[0].batch_size: expected a positive integer"),
     ({"budgets": [1000]}, "budgets: expected integers between 1 and budget.trials"),
     ({"seedz": 3}, "unknown field(s) ['seedz']"),
     ({"dataset": "experiments/data/gemm_1024_1024_1024"}, "was recorded for workload"),
