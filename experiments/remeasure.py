@@ -1,0 +1,159 @@
+"""Re-measure the best kernels of record stores beside cuBLAS, in one process, several rounds.
+
+A tuning run times cuBLAS once, at its start, and each kernel once; on the H100 cuBLAS readings
+of one day differ 10-20% between processes, so "fraction of cuBLAS" from two runs mixes two
+readings. This script takes the N best distinct ``ok`` configurations of one or more stores (of
+one workload), builds them again, and then for R rounds times cuBLAS and every kernel (in a
+fresh random order per round) with the same runner, so each ratio is against a cuBLAS reading
+of the same process and minutes. It prints a table (median [min-max] over rounds) and writes
+JSON with provenance.
+
+    python experiments/remeasure.py runs/live_v2_gemm_4096_4096_4096/*.db --top 10 --rounds 5 \
+        --out $OUT/remeasure_4096.json
+
+``--runner standin`` exercises the same path on a CPU with SYNTHETIC timings (tests only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np
+
+from bocast.operator import canonical_workload, from_workload
+from bocast.records import provenance
+
+
+def best_configs(stores: list[str], top: int) -> tuple[dict, list[dict]]:
+    """The workload of ``stores`` and their ``top`` best distinct ok rows, best first. A
+    ``.json`` argument is the ``--picks`` output of an earlier call (a few KB to carry to the
+    GPU machine instead of the stores)."""
+    workload, rows = None, {}
+    for path in stores:
+        if path.endswith(".json"):
+            with open(path) as f:
+                saved = json.load(f)
+            w = canonical_workload(saved["workload"])
+            if workload not in (None, w):
+                raise SystemExit(f"{path}: workload {w} differs from {workload}")
+            workload = w
+            for r in saved["kernels"]:
+                if r["key"] not in rows or r["recorded_tflops"] > rows[r["key"]]["recorded_tflops"]:
+                    rows[r["key"]] = dict(r)
+            continue
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            w = json.loads(dict(conn.execute("SELECT name, value FROM meta").fetchall())["workload"])
+            found = conn.execute("SELECT key, config, tflops FROM measurements "
+                                 "WHERE status = 'ok' AND tflops IS NOT NULL").fetchall()
+        finally:
+            conn.close()
+        w = canonical_workload(w)
+        if workload is None:
+            workload = w
+        elif w != workload:
+            raise SystemExit(f"{path}: workload {w} differs from the first store's {workload}")
+        for key, config, tflops in found:
+            if key not in rows or tflops > rows[key]["recorded_tflops"]:
+                rows[key] = {"key": key, "config": json.loads(config), "recorded_tflops": tflops,
+                             "store": os.path.basename(path)}
+    if workload is None:
+        raise SystemExit("no store given")
+    ranked = sorted(rows.values(), key=lambda r: -r["recorded_tflops"])
+    return workload, ranked[:top]
+
+
+def _spread(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("stores", nargs="+", help="record stores (SQLite) of one workload")
+    ap.add_argument("--top", type=int, default=10, help="distinct best configurations")
+    ap.add_argument("--rounds", type=int, default=5, help="cuBLAS + every kernel, this many times")
+    ap.add_argument("--repeats", type=int, default=10, help="timed repeats per kernel per round")
+    ap.add_argument("--runner", choices=("gpu", "standin"), default="gpu")
+    ap.add_argument("--workers", type=int, default=None, help="build processes")
+    ap.add_argument("--seed", type=int, default=0, help="order of kernels within rounds")
+    ap.add_argument("--out", help="JSON results")
+    ap.add_argument("--picks", help="only write the picked configurations to this JSON file "
+                    "(no GPU needed) and stop")
+    args = ap.parse_args(argv)
+    if args.top < 1 or args.rounds < 1 or args.repeats < 1:
+        ap.error("--top, --rounds and --repeats must be >= 1")
+
+    from bocast.measure.builder import Builder
+    from bocast.measure.status import Status
+
+    if args.runner == "gpu":
+        from bocast.measure.runner import GpuRunner as RunnerClass
+    else:
+        from bocast.measure.standin import StandinRunner as RunnerClass
+
+    workload, picked = best_configs(args.stores, args.top)
+    if args.picks:
+        with open(args.picks, "w") as f:
+            json.dump({"workload": workload, "kernels": picked}, f, indent=0)
+        print(f"{len(picked)} configurations of {workload} -> {args.picks}")
+        return 0
+    op = from_workload(workload)
+    configs = [op.space.from_json(r["config"]) for r in picked]
+    prov = provenance({"command": " ".join(sys.argv)})
+    rng = np.random.default_rng(args.seed)
+    with RunnerClass(repeats=args.repeats, seed=0) as runner, \
+            Builder(workers=args.workers, compile=args.runner == "gpu") as builder:
+        prov["device"] = runner.device()
+        builds = builder.build(op, configs)
+        for r, b in zip(picked, builds):
+            r["build_status"] = str(b.status)
+            if b.status is not Status.OK:
+                r["build_error"] = b.error[-300:]
+            r["tflops"] = []
+        ok = [i for i, b in enumerate(builds) if b.status is Status.OK]
+        cublas = []
+        for _ in range(args.rounds):
+            cublas.append(runner.reference(op)["tflops"])
+            order = [ok[j] for j in rng.permutation(len(ok))]
+            for i, res in zip(order, runner.run(op, [builds[i] for i in order])):
+                picked[i]["tflops"].append(res.tflops if res.status is Status.OK else None)
+                if res.status is not Status.OK:
+                    picked[i].setdefault("errors", []).append(f"{res.status}: {res.error[:200]}")
+        cublas.append(runner.reference(op)["tflops"])
+    ref = _spread(cublas)
+    for r in picked:
+        good = [t for t in r["tflops"] if t is not None]
+        r["remeasured"] = _spread(good) if good else None
+        r["fraction_of_cublas"] = (r["remeasured"]["median"] / ref["median"]) if good else None
+    result = {"workload": workload, "stores": args.stores, "rounds": args.rounds,
+              "repeats": args.repeats, "runner": args.runner, "cublas_tflops": ref,
+              "cublas_readings": cublas, "kernels": picked, "provenance": prov,
+              "timing": "the runner's method (CUDA events around CUDA-graph replays), cuBLAS "
+                        "before each round and after the last, kernels in a random order per "
+                        "round, all in one runner process"}
+    if args.out:
+        tmp = args.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp, args.out)
+    print(f"{workload}  cuBLAS {ref['median']:.1f} [{ref['min']:.1f}-{ref['max']:.1f}] TFLOPS "
+          f"({len(cublas)} readings); device {prov['device'].get('gpu')}")
+    print("| # | recorded | re-measured median [min-max] | / cuBLAS | store |")
+    print("|---|---|---|---|---|")
+    for n, r in enumerate(picked, 1):
+        m = r["remeasured"]
+        got = (f"{m['median']:.1f} [{m['min']:.1f}-{m['max']:.1f}]" if m else r["build_status"])
+        frac = f"{r['fraction_of_cublas']:.3f}" if m else "-"
+        print(f"| {n} | {r['recorded_tflops']:.1f} | {got} | {frac} | {r['store']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
