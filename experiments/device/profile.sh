@@ -10,10 +10,11 @@ python3 experiments/profile_kernel.py build "$PICKS" --index "${INDEX:-0}" --out
 kernel=$(python3 -c "import pickle; print(pickle.load(open('/tmp/k.pkl','rb'))['kernel'])")
 sections="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
           --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis"
-# the third launch of each (caches and clocks warm); cuBLAS kernels are every other name
+# the third launch of each (caches and clocks warm); cuBLAS's GEMM kernels by their name
+# (sm90_xmma_*, nvjet_*, cutlass_*), not the input generator's elementwise kernels
 ncu $sections -k "regex:^$kernel\$" --launch-skip 2 --launch-count 1 \
     python3 experiments/profile_kernel.py launch /tmp/k.pkl > "$OUT/ncu_${name}_tvm.txt" 2>&1
-ncu $sections -k "regex:^(?!$kernel\$)" --launch-skip 2 --launch-count 1 \
+ncu $sections -k "regex:gemm|nvjet|xmma|cutlass" --launch-skip 2 --launch-count 1 \
     python3 experiments/profile_kernel.py launch /tmp/k.pkl > "$OUT/ncu_${name}_cublas.txt" 2>&1
 for side in tvm cublas; do
   echo "== $side"
