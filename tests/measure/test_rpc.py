@@ -1,0 +1,277 @@
+"""The RPC runner on the CPU: a tracker and three stand-in servers on 127.0.0.1, real TVM RPC
+sessions, the stand-in measurement worker (synthetic timings, no GPU)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from bocast.measure import rpc_tracker as trk
+from bocast.measure.builder import BuildResult
+from bocast.measure.rpc import RpcRunner, RpcUnavailable, parse_options
+from bocast.measure.standin import StandinRunner
+from bocast.measure.status import Status
+from bocast.operator import get_operator
+
+OP = get_operator("gemm").from_args((64, 64, 64))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KEY = "standin"
+SERVERS = 3
+
+
+def build(kernel: str, key: str) -> BuildResult:
+    return BuildResult(key=key, status=Status.OK, kernel=kernel, grid=(1, 1, 1),
+                       block=(32, 1, 1), args=("A", "B", "C"))
+
+
+def builds(n: int, tag: str) -> list[BuildResult]:
+    return [build("ok", f"{tag}-{i}") for i in range(n)]
+
+
+class Cluster:
+    def __init__(self):
+        self.tracker = trk.Tracker("127.0.0.1", 0, 1).start()
+        env = dict(os.environ, BOCAST_STANDIN_SLEEP="0.2",
+                   PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+        self.serve = subprocess.Popen(
+            [sys.executable, "-m", "bocast.measure.rpc_server", "serve", "--key", KEY,
+             "--tracker", f"127.0.0.1:{self.tracker.port}", "--gpus", "a,b,c",
+             "--host", "127.0.0.1", "--port", "0", "--worker", "standin",
+             "--startup-timeout", "120"], env=env, start_new_session=True)
+
+    def servers(self) -> list[dict]:
+        return [s["bocast"] for s in trk.servers(self.tracker.addr, KEY)]
+
+    def wait_free(self, n: int = SERVERS, timeout_s: float = 120.0) -> list[dict]:
+        """Block until ``n`` servers are registered and free (no session open)."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            free = trk.summary(self.tracker.addr)["queue_info"].get(KEY, {}).get("free", 0)
+            if free >= n and len(self.servers()) >= n:
+                return self.servers()
+            time.sleep(0.2)
+        raise AssertionError(f"{n} free servers not seen in {timeout_s} s: {self.servers()}")
+
+    def runner(self, **kw) -> RpcRunner:
+        kw = {"timeout_s": 5.0, "slack_s": 30.0, "server_wait_s": 60.0, "log": lambda m: None,
+              **kw}
+        return RpcRunner(self.tracker.addr, KEY, **kw)
+
+    def close(self) -> None:
+        self.serve.terminate()  # serve stops its servers
+        try:
+            self.serve.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.serve.pid, signal.SIGKILL)
+        self.tracker.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster()
+    try:
+        c.wait_free()
+        yield c
+    finally:
+        c.close()
+
+
+def run_in_thread(runner: RpcRunner, bs: list[BuildResult]):
+    """Runs a batch in a thread; returns (thread, results, per-result callback log)."""
+    got: list = []
+    out: dict = {}
+
+    def go():
+        try:
+            out["results"] = runner.run(OP, bs, on_result=lambda i, r: got.append(i))
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            out["error"] = e
+
+    t = threading.Thread(target=go)
+    t.start()
+    return t, out, got
+
+
+def servers_of(results) -> collections.Counter:
+    return collections.Counter((r.extra["measured_on"]["gpu_index"]) for r in results)
+
+
+# ------------------------------------------------------------------------- no processes
+
+
+def test_protocol_constants_are_tvms():
+    from tvm.rpc import base
+
+    assert (trk.TRACKER_MAGIC, trk.RPC_MAGIC, trk.RPC_CODE_SUCCESS, trk.RPC_CODE_MISMATCH) == (
+        base.RPC_TRACKER_MAGIC, base.RPC_MAGIC, base.RPC_CODE_SUCCESS, base.RPC_CODE_MISMATCH)
+    c = base.TrackerCode
+    assert (trk.FAIL, trk.SUCCESS, trk.PING, trk.STOP, trk.PUT, trk.REQUEST, trk.UPDATE_INFO,
+            trk.SUMMARY, trk.PENDING) == (c.FAIL, c.SUCCESS, c.PING, c.STOP, c.PUT, c.REQUEST,
+                                          c.UPDATE_INFO, c.SUMMARY, c.GET_PENDING_MATCHKEYS)
+
+
+def test_tracker_hands_out_the_longest_waiting_server_and_forgets_dead_ones():
+    with trk.Tracker("127.0.0.1", 0, 1) as tracker:
+        servers = []
+        for port in (1001, 1002, 1003):
+            s = trk.connect(tracker.addr)
+            trk.send_msg(s, [trk.UPDATE_INFO, {"key": "server:k", "addr": [None, port]}])
+            assert trk.recv_msg(s) == trk.SUCCESS
+            trk.send_msg(s, [trk.PUT, "k", [port, f"k:m{port}"], None])
+            assert trk.recv_msg(s) == trk.SUCCESS
+            servers.append(s)
+        servers[0].close()  # died: must never be handed out
+        time.sleep(0.3)
+        assert trk.summary(tracker.addr)["queue_info"]["k"] == {"free": 2, "pending": 0}
+        first, second = trk.Request(tracker.addr, "k", 0), trk.Request(tracker.addr, "k", 0)
+        assert first.poll(2.0) == ("127.0.0.1", 1002, "k:m1002")
+        assert second.poll(2.0) == ("127.0.0.1", 1003, "k:m1003")
+        low = trk.Request(tracker.addr, "k", priority=0)
+        time.sleep(0.2)
+        high = trk.Request(tracker.addr, "k", priority=5)
+        assert low.poll(0.3) is None and high.poll(0.3) is None  # nothing free: both wait
+        trk.send_msg(servers[1], [trk.PENDING])
+        assert trk.recv_msg(servers[1]) == []  # its offer was taken
+        trk.send_msg(servers[1], [trk.PUT, "k", [1002, "k:again"], None])
+        assert trk.recv_msg(servers[1]) == trk.SUCCESS
+        assert high.poll(2.0) == ("127.0.0.1", 1002, "k:again")  # priority before arrival
+        assert low.poll(0.3) is None
+        for s in (first, second, low, high, *servers[1:]):
+            s.close()
+
+
+def test_bad_rpc_options_are_named():
+    assert parse_options({"tracker": "h:9190", "key": "h100"})["key"] == "h100"
+    for raw, field in (({"key": "x"}, "rpc.tracker"), ({"tracker": "h:1", "key": "x", "k": 1},
+                       "unknown"), ({"tracker": "h:x", "key": "x"}, "HOST:PORT"),
+                       ({"tracker": "h:1", "key": "x", "sessions": 0}, "rpc.sessions")):
+        with pytest.raises(ValueError, match=field):
+            parse_options(raw)
+
+
+def test_no_tracker_is_a_one_line_error():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    runner = RpcRunner(("127.0.0.1", port), KEY, server_wait_s=2, log=lambda m: None)
+    with pytest.raises(RpcUnavailable, match="no tracker") as e:
+        runner.device()
+    assert "\n" not in str(e.value)
+    t0 = time.monotonic()
+    with pytest.raises(RpcUnavailable, match="2 kernel"):
+        runner.run(OP, builds(2, "nt"))
+    assert time.monotonic() - t0 < 20
+
+
+# --------------------------------------------------------- a tracker and three servers
+
+
+def test_batch_spreads_over_all_servers_with_the_local_runners_results(cluster):
+    cluster.wait_free()
+    runner = cluster.runner()
+    device = runner.device()
+    assert device["gpu"].startswith("stand-in") and len(device["servers"]) == SERVERS
+    bs = builds(30, "spread")
+    order: list[int] = []
+    results = runner.run(OP, bs, on_result=lambda i, r: order.append(i))
+    assert sorted(order) == list(range(30))  # each kernel reported exactly once
+    assert all(r.status is Status.OK for r in results)
+    assert set(servers_of(results)) == {"a", "b", "c"}
+    with StandinRunner(timeout_s=5) as local:
+        expected = local.run(OP, bs[:5])
+    assert [r.latency_ms for r in results[:5]] == [r.latency_ms for r in expected]
+    assert results[0].key == "spread-0" and results[0].repeats == expected[0].repeats
+
+
+def test_kernel_faults_are_the_local_statuses_and_servers_survive(cluster):
+    pids = {s["pid"] for s in cluster.wait_free()}
+    kinds = ["ok", "hang", "crash", "sticky", "wrong", "launch", "ok"]
+    bs = [build(k, f"fault-{i}-{k}") for i, k in enumerate(kinds)]
+    results = cluster.runner(timeout_s=3.0).run(OP, bs)
+    assert [r.status for r in results] == [
+        Status.OK, Status.RUN_TIMEOUT, Status.RUNTIME_ERROR, Status.RUNTIME_ERROR,
+        Status.WRONG_RESULT, Status.LAUNCH_ERROR, Status.OK]
+    assert {s["pid"] for s in cluster.wait_free()} == pids  # workers replaced, not servers
+
+
+def test_tvm_client_reaches_a_server_through_the_tracker(cluster):
+    import json
+
+    from tvm import rpc
+
+    cluster.wait_free()
+    sess = rpc.connect_tracker(*cluster.tracker.addr).request(KEY, session_timeout=60)
+    info = json.loads(sess.get_function("bocast.rpc.info")())
+    assert info["protocol"] == 1 and info["gpu_index"] in ("a", "b", "c")
+    del sess
+
+
+def test_server_killed_mid_batch_loses_nothing_and_restarts(cluster):
+    before = {s["gpu_index"]: s for s in cluster.wait_free()}
+    runner = cluster.runner()
+    bs = builds(30, "kill")
+    t, out, got = run_in_thread(runner, bs)
+    while len(got) < 4 and t.is_alive():
+        time.sleep(0.02)
+    os.kill(before["b"]["pid"], signal.SIGKILL)
+    t.join(120)
+    assert "error" not in out, out.get("error")
+    results = out["results"]
+    assert sorted(got) == list(range(30)) and all(r.status is Status.OK for r in results)
+    assert [r.key for r in results] == [b.key for b in bs]
+    assert any("lost" in line for line in runner.lost)
+    after = {s["gpu_index"]: s for s in cluster.wait_free()}
+    assert after["b"]["restarts"] == 1 and after["b"]["pid"] != before["b"]["pid"]
+
+
+def test_hung_server_has_its_kernel_measured_elsewhere(cluster):
+    before = {s["gpu_index"]: s for s in cluster.wait_free()}
+    runner = cluster.runner(timeout_s=2.0, slack_s=1.0)
+    bs = builds(24, "hang")
+    t, out, got = run_in_thread(runner, bs)
+    while len(got) < 4 and t.is_alive():
+        time.sleep(0.02)
+    pid = before["c"]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t.join(120)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert "error" not in out, out.get("error")
+    results = out["results"]
+    assert sorted(got) == list(range(24)) and all(r.status is Status.OK for r in results)
+    assert any("hung" in line for line in runner.lost)
+    # resumed, it finishes the abandoned call, closes the session and is offered again
+    after = {s["gpu_index"]: s for s in cluster.wait_free()}
+    assert after["c"]["pid"] == pid
+
+
+def test_concurrent_runs_share_the_servers(cluster):
+    cluster.wait_free()
+    runner = cluster.runner()
+    runs = [run_in_thread(runner, builds(12, f"run{j}")) for j in range(2)]
+    for t, out, got in runs:
+        t.join(120)
+        assert "error" not in out, out.get("error")
+        assert sorted(got) == list(range(12))
+        assert all(r.status is Status.OK for r in out["results"])
+    used = servers_of(r for _, out, _ in runs for r in out["results"])
+    assert len(used) >= 2
+
+
+def test_servers_of_another_gpu_model_are_refused(cluster):
+    cluster.wait_free()
+    runner = cluster.runner(gpu_model="NVIDIA H100 80GB HBM3", server_wait_s=3.0)
+    with pytest.raises(RpcUnavailable, match="refused") as e:
+        runner.run(OP, builds(3, "model"))
+    assert "\n" not in str(e.value) and len(runner.refused) == SERVERS
+    cluster.wait_free()  # the refused servers are released when the batch gives up
