@@ -275,3 +275,60 @@ def test_servers_of_another_gpu_model_are_refused(cluster):
         runner.run(OP, builds(3, "model"))
     assert "\n" not in str(e.value) and len(runner.refused) == SERVERS
     cluster.wait_free()  # the refused servers are released when the batch gives up
+
+
+def test_rpc_check_script_on_the_standin(cluster, tmp_path, capsys):
+    import importlib.util
+    import json
+
+    cluster.wait_free()
+    spec = importlib.util.spec_from_file_location(
+        "rpc_check", os.path.join(ROOT, "experiments", "rpc_check.py"))
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    out = tmp_path / "check.json"
+    assert check.main([
+        "--tracker", f"127.0.0.1:{cluster.tracker.port}", "--key", KEY, "--standin",
+        "--dataset", os.path.join(ROOT, "experiments", "data", "gemm_4096_4096_4096_v2"),
+        "--tune-trials", "24", "--batch", "12", "--tune-local", "--top", "4", "--rounds", "2",
+        "--store-prefix", str(tmp_path / "tune"), "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["tune"]["rpc"]["trials"] == res["tune"]["local"]["trials"] == 24
+    # a seeded random search proposes the same kernels through either runner
+    assert res["tune"]["per_kernel_ratio"]["kernels"] == 24
+    assert res["tune"]["per_kernel_ratio"]["median"] == 1.0
+    rows = res["remeasure"]["rows"]
+    assert len(rows) == 4 and all(r["ratio"] == 1.0 for r in rows)
+    assert not res["remeasure"]["failures"] and not res["rpc_lost"]
+    assert set(res["remeasure"]["kernels_per_s"]) == {"local", "rpc"}
+    assert "worst deviation 0.00% (within 2%)" in capsys.readouterr().out
+
+
+def test_servers_and_runner_work_with_tvms_own_tracker():
+    """TVM's tracker (it needs tornado, absent from TVM's wheel dependencies: skipped there)."""
+    pytest.importorskip("tornado")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    tracker = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host",
+                                "127.0.0.1", "--port", str(port), "--port-end", str(port + 1),
+                                "--silent"], env=env, start_new_session=True)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "bocast.measure.rpc_server", "serve", "--key", "tvmtracker",
+         "--tracker", f"127.0.0.1:{port}", "--gpus", "x,y", "--host", "127.0.0.1", "--port",
+         "0", "--worker", "standin"], env={**env, "BOCAST_STANDIN_SLEEP": "0.1"},
+        start_new_session=True)
+    try:
+        trk.wait_for_servers(("127.0.0.1", port), "tvmtracker", 2, 120)
+        runner = RpcRunner(("127.0.0.1", port), "tvmtracker", timeout_s=5, slack_s=30,
+                           server_wait_s=60, log=lambda m: None)
+        results = runner.run(OP, builds(12, "tvm"))
+        assert all(r.status is Status.OK for r in results)
+        assert set(servers_of(results)) == {"x", "y"}
+    finally:
+        serve.terminate()
+        serve.wait(30)
+        os.killpg(tracker.pid, signal.SIGTERM)
+        tracker.wait(30)
