@@ -77,7 +77,15 @@ class Service:
         task = json.loads(task_json)
         if cubin:
             task["cubin"] = bytes(cubin)
-        return json.dumps(self.call(task, float(timeout_s)))
+        try:
+            return json.dumps(self.call(task, float(timeout_s)))
+        except RuntimeError as e:
+            # the worker cannot be restarted (GPU gone, driver broken): this server must leave
+            # the tracker rather than fail every kernel handed to it; the runner re-queues the
+            # kernel, the supervisor restarts the server, which registers again only if its
+            # worker starts
+            log(f"measurement worker cannot be restarted ({e}); exiting")
+            os._exit(4)
 
     def register(self) -> None:
         import tvm_ffi
@@ -177,7 +185,7 @@ def _bind(host: str, port: int, port_end: int) -> socket.socket:
     raise OSError(f"no free port in [{port}, {port_end}) on {host}")
 
 
-def _handshake(conn: socket.socket, matchkey: str | None, key: str) -> bool:
+def _handshake(conn: socket.socket, matchkey: str | None, key: str, idle_s: float) -> bool:
     """TVM's RPC handshake: the client sends ``client:<matchkey>``, the server answers with
     its own key; a stale or foreign matchkey is refused."""
     conn.settimeout(10)
@@ -196,6 +204,11 @@ def _handshake(conn: socket.socket, matchkey: str | None, key: str) -> bool:
     except (OSError, ConnectionError, struct.error):
         return False
     conn.settimeout(None)
+    # a client that stops calling (stopped, or its host gone) frees the server after idle_s:
+    # the session loop's receive fails and the session ends
+    sec = int(idle_s)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                    struct.pack("ll", sec, int((idle_s - sec) * 1e6)))
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     for opt, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)):
         if hasattr(socket, opt):  # a client host that vanished ends the session in ~2 min
@@ -203,7 +216,7 @@ def _handshake(conn: socket.socket, matchkey: str | None, key: str) -> bool:
     return True
 
 
-def serve_sessions(listen: socket.socket, link: _TrackerLink) -> None:
+def serve_sessions(listen: socket.socket, link: _TrackerLink, idle_s: float) -> None:
     """Accept and serve sessions, one at a time, forever."""
     from tvm.rpc import _ffi_api
 
@@ -216,7 +229,7 @@ def serve_sessions(listen: socket.socket, link: _TrackerLink) -> None:
             link.check()
             continue
         conn, peer = listen.accept()
-        if not _handshake(conn, link.matchkey, link.key):
+        if not _handshake(conn, link.matchkey, link.key, idle_s):
             conn.close()
             continue
         t0 = time.monotonic()
@@ -275,7 +288,8 @@ def run_server(args) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    worker = threading.Thread(target=serve_sessions, args=(listen, link), daemon=True)
+    worker = threading.Thread(target=serve_sessions, args=(listen, link, args.session_idle),
+                              daemon=True)
     worker.start()
     while worker.is_alive():  # the main thread stays in Python, where signals are handled
         worker.join(1.0)
@@ -365,7 +379,8 @@ def serve(args) -> int:
                  "--port", str(args.port + i if args.port else 0),  # 0: any free port
                  "--port-end", str(args.port_end),
                  "--worker", args.worker, "--gpu-label", label or "",
-                 "--startup-timeout", str(args.startup_timeout)]
+                 "--startup-timeout", str(args.startup_timeout),
+                 "--session-idle", str(args.session_idle)]
         if args.custom_addr:
             child += ["--custom-addr", args.custom_addr]
         sups.append(Supervisor(child, env, label or ""))
@@ -407,6 +422,8 @@ def _server_args(p: argparse.ArgumentParser) -> None:
                                                   "timings, tests on a CPU)")
     p.add_argument("--startup-timeout", type=float, default=300.0,
                    help="seconds for the measurement worker to start")
+    p.add_argument("--session-idle", type=float, default=600.0,
+                   help="seconds a session may wait for the client's next call")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -45,7 +45,8 @@ class Cluster:
             [sys.executable, "-m", "bocast.measure.rpc_server", "serve", "--key", KEY,
              "--tracker", f"127.0.0.1:{self.tracker.port}", "--gpus", "a,b,c",
              "--host", "127.0.0.1", "--port", "0", "--worker", "standin",
-             "--startup-timeout", "120"], env=env, start_new_session=True)
+             "--startup-timeout", "120", "--session-idle", "4"], env=env,
+            start_new_session=True)
 
     def servers(self) -> list[dict]:
         return [s["bocast"] for s in trk.servers(self.tracker.addr, KEY)]
@@ -212,6 +213,19 @@ def test_tvm_client_reaches_a_server_through_the_tracker(cluster):
     sess = rpc.connect_tracker(*cluster.tracker.addr).request(KEY, session_timeout=60)
     info = json.loads(sess.get_function("bocast.rpc.info")())
     assert info["protocol"] == 1 and info["gpu_index"] in ("a", "b", "c")
+    del sess
+
+
+def test_a_client_that_stops_calling_frees_its_server(cluster):
+    from tvm import rpc
+
+    cluster.wait_free()
+    sess = rpc.connect_tracker(*cluster.tracker.addr).request(KEY)
+    time.sleep(0.5)
+    assert trk.summary(cluster.tracker.addr)["queue_info"][KEY]["free"] == SERVERS - 1
+    t0 = time.monotonic()
+    cluster.wait_free(timeout_s=30)  # the server ends the idle session after 4 s
+    assert time.monotonic() - t0 > 2
     del sess
 
 
