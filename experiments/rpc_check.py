@@ -3,14 +3,18 @@
 Against servers already registered under ``--key`` at ``--tracker`` (experiments/device/
 rpc_check.sh starts them):
 
-1. optionally, the same tuning run twice, ``--tune-trials`` trials of ``--strategy`` with one
-   seed, through the RPC runner and through the local :class:`GpuRunner` (a seeded random
-   search proposes the same configurations both times): wall time, kernels per second of the
-   runner, best configuration, and the ratio of the two runs' latencies kernel by kernel;
-2. re-measurement of ``--top`` configurations (the best of the RPC tuning run, else of
-   ``--dataset``), built once, timed ``--rounds`` times by each runner in alternation (local
-   first in even rounds, RPC first in odd ones, so drift of the clocks hits both): the median
-   latency per configuration and runner, their ratio, and each runner's kernels per second.
+1. optionally, a tuning run through the RPC runner: ``--tune-trials`` trials of
+   ``--strategy`` with one seed: wall time, kernels per second of the runner, best kernel;
+2. re-measurement of ``--top`` configurations (the best of that run, else of ``--dataset``),
+   built once, timed ``--rounds`` times by each runner in alternation (local first in even
+   rounds, RPC first in odd ones, so drift of the clocks hits both): the median latency per
+   configuration and runner, their ratio, and each runner's kernels per second;
+3. with ``--tune-local``, the same tuning run through the local :class:`GpuRunner` (a seeded
+   random search proposes the same configurations): its throughput, and the ratio of the two
+   runs' latencies kernel by kernel. It runs last, as the claim needs it least.
+
+The JSON (``--out``) is rewritten after every phase, so a call stopped by its time limit keeps
+the phases it finished.
 
 ``--standin`` runs the same code on a CPU: stand-in runner, stand-in servers, no compilation
 (configurations are "built" without TVM). Its timings are synthetic: it tests the plumbing,
@@ -110,7 +114,9 @@ def tune(label: str, op, runner, builder, args) -> dict[str, Any]:
             "best_key": best.key if best else None,
             "status": dict(result.summary()["status"]),
             "latency": {r.key: r.latency_ms for r in records if r.ok},
-            "configs": {r.key: r.config for r in records if r.ok}}
+            "configs": {r.key: r.config for r in records if r.ok},
+            "measured_on": sorted({json.dumps(r.measured_on, sort_keys=True)
+                                   for r in records if r.measured_on})}
 
 
 def top_of_dataset(prefix: str, op, k: int) -> list[dict]:
@@ -194,37 +200,45 @@ def main(argv=None) -> int:
     out: dict[str, Any] = {"workload": op.workload, "standin": args.standin,
                            "rpc_device": device, "local_device": local.device(),
                            "args": vars(args), "provenance": provenance()}
+    def save():  # after every phase: a call stopped by its time limit keeps what it did
+        out["rpc_lost"] = list(rpc.lost)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(out, f, indent=1, sort_keys=True, default=str)
+
     try:
         if args.tune_trials:
             out["tune"] = {"rpc": tune("rpc", op, rpc, builder, args)}
-            if args.tune_local:
-                out["tune"]["local"] = tune("local", op, local, builder, args)
-                a, b = out["tune"]["rpc"]["latency"], out["tune"]["local"]["latency"]
-                both = sorted(set(a) & set(b))
-                ratios = [a[k] / b[k] for k in both]
-                if ratios:
-                    out["tune"]["per_kernel_ratio"] = {
-                        "kernels": len(ratios), "median": statistics.median(ratios),
-                        "within_2pct": sum(abs(r - 1) <= 0.02 for r in ratios) / len(ratios),
-                        "min": min(ratios), "max": max(ratios)}
-                    print(f"same kernels in both tuning runs: {len(ratios)}; RPC/local latency "
-                          f"median {statistics.median(ratios):.4f}, "
-                          f"{out['tune']['per_kernel_ratio']['within_2pct']:.0%} within 2%",
-                          flush=True)
+            save()
             lat = out["tune"]["rpc"]["latency"]
-            keys = sorted(lat, key=lat.get)[:args.top]
-            configs = [out["tune"]["rpc"]["configs"][k] for k in keys]
+            configs = [out["tune"]["rpc"]["configs"][k] for k in sorted(lat, key=lat.get)]
+            configs = configs[:args.top]
             what = f"the {len(configs)} best of the RPC tuning run"
         else:
             configs = top_of_dataset(args.dataset, op, args.top)
             what = f"the {len(configs)} best of {args.dataset}"
         print(f"re-measuring {what}, {args.rounds} rounds, alternating", flush=True)
-        configs = [op.space.from_json(c) if isinstance(c, dict) else c for c in configs]
+        configs = [op.space.from_json(c) for c in configs]
         out["remeasure"] = remeasure(op, configs, {"local": local, "rpc": rpc}, builder, args)
+        report(out["remeasure"])
+        save()
+        if args.tune_trials and args.tune_local:  # last: the claim above needs it least
+            out["tune"]["local"] = tune("local", op, local, builder, args)
+            compare_tunes(out["tune"])
+            save()
     finally:
         local.close()
         builder.close()
-    rm = out["remeasure"]
+    if rpc.lost:
+        print(f"servers lost or hung: {rpc.lost}")
+    if args.out:
+        print(f"wrote {args.out}")
+    if args.standin:
+        print("(stand-in: synthetic timings, a plumbing test only)")
+    return 0
+
+
+def report(rm: dict[str, Any]) -> None:
     print(f"{'#':>2} {'local ms':>10} {'rpc ms':>10} {'rpc/local':>9}  config")
     for r in rm["rows"]:
         m = r["median_ms"]
@@ -233,26 +247,28 @@ def main(argv=None) -> int:
     ratios = [r["ratio"] for r in rm["rows"] if r["ratio"]]
     if ratios:
         worst = max(abs(x - 1) for x in ratios)
-        out["max_abs_deviation"] = worst
+        rm["max_abs_deviation"] = worst
         print(f"RPC/local median ratio {statistics.median(ratios):.4f}, worst deviation "
               f"{worst:.2%} ({'within' if worst <= 0.02 else 'OUTSIDE'} 2%)")
     print("kernels/s (median over rounds): " + ", ".join(
-        f"{n} {v:.2f}" for n, v in rm["kernels_per_s"].items()))
+        f"{n} {v:.2f}" for n, v in rm["kernels_per_s"].items()), flush=True)
     if rm["failures"]:
         print(f"{len(rm['failures'])} failed re-measurements, e.g. {rm['failures'][0]}")
-    if rpc.lost:
-        print(f"servers lost or hung: {rpc.lost}")
-    out["rpc_lost"] = rpc.lost
-    if args.out:
-        for t in out.get("tune", {}).values():
-            if isinstance(t, dict):
-                t.pop("configs", None)
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1, sort_keys=True, default=str)
-        print(f"wrote {args.out}")
-    if args.standin:
-        print("(stand-in: synthetic timings, a plumbing test only)")
-    return 0
+
+
+def compare_tunes(tunes: dict[str, Any]) -> None:
+    """The two tuning runs measured the same kernels (seeded random search): their ratio."""
+    a, b = tunes["rpc"]["latency"], tunes["local"]["latency"]
+    ratios = [a[k] / b[k] for k in sorted(set(a) & set(b))]
+    if not ratios:
+        return
+    tunes["per_kernel_ratio"] = {
+        "kernels": len(ratios), "median": statistics.median(ratios),
+        "within_2pct": sum(abs(r - 1) <= 0.02 for r in ratios) / len(ratios),
+        "min": min(ratios), "max": max(ratios)}
+    print(f"same kernels in both tuning runs: {len(ratios)}; RPC/local latency median "
+          f"{statistics.median(ratios):.4f}, {tunes['per_kernel_ratio']['within_2pct']:.0%} "
+          "within 2%", flush=True)
 
 
 if __name__ == "__main__":

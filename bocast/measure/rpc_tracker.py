@@ -315,7 +315,7 @@ class Tracker:
         with self._lock:
             conn.closed = True
             self._conns.discard(conn)
-            for key, offers in self._offers.items():
+            for offers in self._offers.values():
                 offers[:] = [o for o in offers if o[0] is not conn]
         try:
             conn.sock.close()
