@@ -346,3 +346,106 @@ def test_servers_and_runner_work_with_tvms_own_tracker():
         serve.wait(30)
         os.killpg(tracker.pid, signal.SIGTERM)
         tracker.wait(30)
+
+
+# ------------------------------------------- wiring: records, configuration, command line
+
+
+class NoBuilder:
+    """Every configuration "builds" into an OK kernel for the stand-in worker."""
+
+    def build(self, op, configs, on_result=None):
+        from bocast.space import Space
+
+        return [build("ok", Space.key(c)) for c in configs]
+
+
+def test_records_name_the_host_and_gpu_that_measured_them(cluster, tmp_path):
+    import sqlite3
+
+    from bocast.measure.engine import Measurer
+    from bocast.records import Store
+
+    cluster.wait_free()
+    path = str(tmp_path / "r.db")
+    with Store(path, OP.workload) as store:
+        measurer = Measurer(OP, store, NoBuilder(), cluster.runner())
+        configs = OP.space.sample(9, 0, unique=True)
+        assert len(measurer.measure(configs)) == 9
+    conn = sqlite3.connect(path)  # a store from before the column: it is added on open
+    conn.execute("ALTER TABLE measurements DROP COLUMN measured_on")
+    conn.execute("UPDATE measurements SET error = 'old' WHERE id = 1")
+    conn.commit()
+    conn.close()
+    with pytest.raises(sqlite3.OperationalError):
+        sqlite3.connect(path).execute("SELECT measured_on FROM measurements")
+    with Store(path, OP.workload) as store:
+        assert all(r.measured_on is None for r in store.records())
+        Measurer(OP, store, NoBuilder(), cluster.runner()).measure(
+            OP.space.sample(12, 1, unique=True))
+        records = store.records()
+    new = [r for r in records if r.measured_on]
+    assert len(records) == len({r.key for r in records}) and 0 < len(new) <= 12
+    assert {r.measured_on["gpu_index"] for r in new} <= {"a", "b", "c"}
+    assert all(r.measured_on["gpu"].startswith("stand-in") and r.measured_on["host"]
+               for r in new)
+
+
+def test_runner_rpc_in_configurations():
+    from bocast import config
+
+    raw = {"workload": {"op": "gemm", "shape": [64, 64, 64]}, "strategy": {"name": "random"},
+           "budget": {"trials": 4}, "seed": 0, "output": "/tmp/x", "runner": "rpc",
+           "rpc": {"tracker": "gpu-host:9190", "key": "h100"}}
+    cfg = config.parse(raw)
+    assert cfg.runner == "rpc" and cfg.rpc == {"tracker": "gpu-host:9190", "key": "h100"}
+    assert config.parse({**raw, "rpc": None}, rpc={"tracker": "h:1", "key": "k"}).rpc["key"] == "k"
+    with pytest.raises(config.ConfigError, match=r"rpc\.key"):
+        config.parse({**raw, "rpc": {"tracker": "h:1"}})
+    with pytest.raises(config.ConfigError, match="rpc: expected a mapping"):
+        config.parse({**raw, "rpc": "h:1"})
+    assert config.parse({**raw, "runner": "replay", "dataset": "d"}).rpc == {}
+
+
+def test_command_line_serve_and_a_missing_tracker(tmp_path, monkeypatch, capsys):
+    from bocast import cli
+    from bocast.measure import rpc_server
+
+    seen = []
+    monkeypatch.setattr(rpc_server, "main", lambda argv: seen.append(argv) or 0)
+    assert cli.main(["serve", "--key", "h100", "--gpus", "0,1"]) == 0
+    assert cli.main(["serve", "tracker", "--port", "9190"]) == 0
+    assert seen == [["serve", "--key", "h100", "--gpus", "0,1"], ["tracker", "--port", "9190"]]
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("workload: {op: gemm, shape: [64, 64, 64]}\nstrategy: {name: random}\n"
+                   f"budget: {{trials: 4}}\nseed: 0\noutput: {tmp_path / 'out'}\nrunner: rpc\n")
+    assert cli.main(["tune", str(cfg)]) == 2
+    assert "rpc.tracker: missing" in capsys.readouterr().err
+    assert cli.main(["tune", str(cfg), "--tracker", f"127.0.0.1:{port}", "--key", "k"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bocast: error: no tracker at 127.0.0.1") and "\n" not in err
+
+
+def test_bocast_tune_through_rpc_builds_here_and_records_the_servers(cluster, tmp_path):
+    """The whole command: nvcc builds on this host, stand-in servers time (needs nvcc)."""
+    from bocast import cli
+    from bocast.measure.nvcc import why_no_compiler
+    from bocast.records import Store
+
+    if why_no_compiler():
+        pytest.skip(why_no_compiler())
+    cluster.wait_free()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("workload: {op: gemm, shape: [256, 256, 256]}\nstrategy: {name: random}\n"
+                   "budget: {trials: 4}\nbatch_size: 4\nseed: 0\nrunner: rpc\n"
+                   f"output: {tmp_path / 'out'}\nrunner_options: {{workers: 2}}\n"
+                   f"rpc: {{tracker: '127.0.0.1:{cluster.tracker.port}', key: {KEY}}}\n")
+    assert cli.main(["tune", str(cfg), "--json"]) == 0
+    with Store(str(tmp_path / "out" / "records.db"), OP.workload | {"shape": [256] * 3}) as st:
+        records, sessions = st.records(), st.sessions()
+    assert len(records) == 4 and all(r.measured_on for r in records if r.ok)
+    assert sessions[-1]["runner"] == "rpc" and len(sessions[-1]["device"]["servers"]) == SERVERS
