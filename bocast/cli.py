@@ -163,7 +163,13 @@ def _make_runner(name: str, args):
         from bocast.measure.standin import StandinRunner
 
         return StandinRunner(**kwargs)
-    raise UsageError(f"unknown runner {name!r}: use gpu or standin")
+    if name == "rpc":
+        if not (args.tracker and args.key):
+            raise UsageError("--runner rpc needs --tracker HOST:PORT and --key KEY")
+        from bocast.measure.rpc import RpcRunner
+
+        return RpcRunner(args.tracker, args.key, **kwargs)
+    raise UsageError(f"unknown runner {name!r}: use gpu, rpc or standin")
 
 
 def summarize_records(records, reference: dict | None) -> tuple[dict[str, Any], list[str]]:
@@ -320,8 +326,10 @@ def cmd_tune(args) -> int:
     from bocast.tuner import Tuner
 
     # validate everything before writing anything
+    overrides = {k: v for k, v in (("tracker", args.tracker), ("key", args.key),
+                                   ("gpu_model", args.gpu_model)) if v}
     try:
-        cfg = cfgmod.load(args.config, runner=args.runner)
+        cfg = cfgmod.load(args.config, runner=args.runner, rpc=overrides)
     except cfgmod.ConfigError as e:
         raise UsageError(f"{args.config}: {e}") from None
     try:
@@ -330,6 +338,8 @@ def cmd_tune(args) -> int:
         raise UsageError(f"{args.config}: {e}") from None
     if dataset is not None:
         candidates = dataset.candidates()
+    elif cfg.runner == "rpc":  # kernels run on the servers; this host only builds them
+        candidates = SpaceCandidates(op.space)
     else:
         import torch
 
@@ -356,20 +366,23 @@ def cmd_tune(args) -> int:
     else:
         from bocast.measure.builder import Builder
         from bocast.measure.engine import Measurer
+        from bocast.measure.rpc import RpcRunner
         from bocast.measure.runner import GpuRunner
 
         ro = cfg.runner_options
-        runner = GpuRunner(timeout_s=ro.get("run_timeout", 30), repeats=ro.get("repeats", 10),
-                           seed=cfg.seed)
-        builder = Builder(workers=ro.get("workers"), timeout_s=ro.get("build_timeout", 180),
-                          reject_spills=ro.get("reject_spills", False))
-        closers += [runner, builder]
+        kw = dict(timeout_s=ro.get("run_timeout", 30), repeats=ro.get("repeats", 10),
+                  seed=cfg.seed)
+        runner = RpcRunner(**cfg.rpc, **kw) if cfg.runner == "rpc" else GpuRunner(**kw)
+        closers.append(runner)
         device = runner.device()
         ref = store.get_meta("reference") or runner.reference(op)
+        builder = Builder(workers=ro.get("workers"), timeout_s=ro.get("build_timeout", 180),
+                          reject_spills=ro.get("reject_spills", False))
+        closers.append(builder)
         store.set_meta("reference", ref)
         reference = ref.get("tflops")
         measurer = Measurer(op, store, builder, runner, session_info={
-            "device": device, "runner": "tvm", "config": cfg.raw})
+            "device": device, "runner": cfg.runner, "config": cfg.raw})
         print(f"runner: live on {device.get('gpu')}; reference {reference:.1f} TFLOPS",
               file=sys.stderr)
     if previous:
@@ -502,7 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "from the store (a device session's time limit)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--store", required=True, help="record store (SQLite); resumed if it exists")
-    p.add_argument("--runner", default="gpu", help="gpu (default) or standin (synthetic, tests)")
+    p.add_argument("--runner", default="gpu", help="gpu (default), rpc (GPU servers of a "
+                                                  "tracker) or standin (synthetic, tests)")
+    _add_rpc_args(p)
     p.add_argument("--batch", type=int, default=64, help="configurations built per batch")
     p.add_argument("--workers", type=int, default=None, help="build processes (default: cores)")
     p.add_argument("--build-timeout", type=float, default=180.0)
@@ -517,7 +532,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tune", help="run one experiment configuration (YAML)")
     p.add_argument("config", help="experiment configuration file")
-    p.add_argument("--runner", choices=["replay", "tvm"], help="override the config's runner")
+    p.add_argument("--runner", choices=["replay", "tvm", "rpc"],
+                   help="override the config's runner")
+    _add_rpc_args(p)
+    p.add_argument("--gpu-model", help="rpc: measure only on GPUs of this name (or 'any')")
     p.add_argument("--json", action="store_true", help="last line: one JSON summary")
     p.set_defaults(func=cmd_tune)
 
@@ -531,10 +549,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="last line: one JSON summary")
     p.set_defaults(func=cmd_compare)
 
+    p = sub.add_parser("serve", help="RPC tracker and one GPU server per GPU for runner rpc "
+                                     "(`bocast serve --help` lists the options)",
+                       add_help=False)
+    p.add_argument("serve_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=lambda args: cmd_serve(args.serve_args))
+
     p = sub.add_parser("ops", help="list the operators and their shape syntax")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ops)
     return parser
+
+
+def _add_rpc_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tracker", help="rpc: the tracker, HOST:PORT (see `bocast serve`)")
+    p.add_argument("--key", help="rpc: the key the GPU servers registered under")
+
+
+def cmd_serve(rest: Sequence[str]) -> int:
+    """``bocast serve ARGS`` is ``python -m bocast.measure.rpc_server serve ARGS``, and
+    ``bocast serve tracker ARGS`` starts a tracker alone."""
+    from bocast.measure import rpc_server
+
+    rest = list(rest)
+    return rpc_server.main(rest if rest[:1] == ["tracker"] else ["serve", *rest])
 
 
 def cmd_ops(args) -> int:
@@ -546,11 +584,16 @@ def cmd_ops(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from bocast.measure.rpc import RpcUnavailable
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:  # its options are rpc_server's, which argparse cannot forward
+        return cmd_serve(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (UsageError, WorkloadError, SpaceError) as e:
+    except (UsageError, WorkloadError, SpaceError, RpcUnavailable) as e:
         print(f"bocast: error: {e}", file=sys.stderr)
         return 2
 

@@ -5,7 +5,8 @@
     batch_size: 32
     budget: {trials: 256, seconds: null}
     seed: 0
-    runner: replay                              # replay | tvm (live, on a GPU)
+    runner: replay                              # replay | tvm (live, on a GPU) | rpc
+    rpc: {tracker: "host:9190", key: h100}      # rpc only: see bocast.measure.rpc
     dataset: experiments/data/gemm_1024_1024_1024   # replay only
     output: runs/bo_logei_gemm1024             # records.db and summary.json go here
     runner_options: {repeats: 10, run_timeout: 30, build_timeout: 180, workers: null,
@@ -22,9 +23,9 @@ from typing import Any, Mapping
 
 import yaml
 
-RUNNERS = ("replay", "tvm")
+RUNNERS = ("replay", "tvm", "rpc")
 _TOP = {"workload", "strategy", "batch_size", "budget", "seed", "runner", "dataset", "output",
-        "runner_options", "name", "description"}
+        "runner_options", "name", "description", "rpc"}
 #: runner_options of tune and compare configurations
 RUNNER_OPTIONS = {"repeats", "run_timeout", "build_timeout", "workers", "reject_spills"}
 
@@ -46,6 +47,7 @@ class TuneConfig:
     dataset: str | None
     output: str
     runner_options: dict[str, Any] = field(default_factory=dict)
+    rpc: dict[str, Any] = field(default_factory=dict)
     name: str = ""
     path: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
@@ -70,7 +72,8 @@ def _need(d: Mapping[str, Any], key: str, where: str, kind, *, allow_none: bool 
     return v
 
 
-def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None) -> TuneConfig:
+def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
+          rpc: Mapping[str, Any] | None = None) -> TuneConfig:
     if not isinstance(raw, Mapping):
         raise ConfigError("the configuration must be a mapping of fields")
     unknown = sorted(set(raw) - _TOP)
@@ -107,6 +110,16 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None) 
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
     output = _need(raw, "output", "", str)
     ropts = runner_options(raw.get("runner_options"))
+    rpc_opts = {}
+    if run == "rpc":  # rpc: the YAML's mapping, with the command line's fields over it
+        from bocast.measure.rpc import parse_options
+
+        try:
+            section = raw.get("rpc") or {}
+            rpc_opts = parse_options({**section, **(rpc or {})}
+                                     if isinstance(section, Mapping) else section)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     base = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
     root = _repo_root(base)
     resolve = (lambda p: p if os.path.isabs(p) else os.path.join(root, p))
@@ -114,7 +127,8 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None) 
                       strategy_options={k: v for k, v in strategy.items() if k != "name"},
                       batch_size=batch, trials=trials, seconds=seconds, seed=seed, runner=run,
                       dataset=resolve(dataset) if dataset else None, output=resolve(output),
-                      runner_options=ropts, name=str(raw.get("name", "")), path=path,
+                      runner_options=ropts, rpc=rpc_opts, name=str(raw.get("name", "")),
+                      path=path,
                       raw=dict(raw))
 
 
@@ -144,8 +158,9 @@ def read_yaml(path: str) -> Any:
         raise ConfigError(f"{path}: not valid YAML ({e})") from None
 
 
-def load(path: str, *, runner: str | None = None) -> TuneConfig:
-    return parse(read_yaml(path), path=path, runner=runner)
+def load(path: str, *, runner: str | None = None, rpc: Mapping[str, Any] | None = None
+         ) -> TuneConfig:
+    return parse(read_yaml(path), path=path, runner=runner, rpc=rpc)
 
 
 def workload_and_dataset(workload: Mapping[str, Any], runner: str, dataset: str | None):

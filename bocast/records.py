@@ -53,6 +53,7 @@ _COLUMNS = (
     "source TEXT",            # who proposed it: strategy name, "sample", ...
     "session INTEGER",
     "created TEXT NOT NULL",
+    "measured_on TEXT",       # JSON: host, port, GPU index and model (runner: rpc)
 )
 
 
@@ -81,6 +82,7 @@ class Record:
     stage: str | None = None
     error: str = ""
     source: str = ""
+    measured_on: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -158,6 +160,9 @@ class Store:
         self._conn.execute("PRAGMA synchronous=FULL")
         if not exists:
             self._create()
+        elif "measured_on" not in {r[1] for r in self._conn.execute(
+                "PRAGMA table_info(measurements)")}:  # stores written before the column
+            self._conn.execute("ALTER TABLE measurements ADD COLUMN measured_on TEXT")
 
     def _check_existing(self, path: str) -> None:
         try:
@@ -239,6 +244,8 @@ class Store:
                 "error", "source")},
             **{k: record.features.get(k) for k in _FEATURES},
             "session": session,
+            "measured_on": json.dumps(record.measured_on, sort_keys=True)
+            if record.measured_on else None,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
         }
         names = ", ".join(row)
@@ -262,7 +269,8 @@ class Store:
                                      "latency_q75_ms", "latency_max_ms", "repeats", "tflops",
                                      "rel_error", "build_s", "run_s", "stage", "source")},
                 error=r["error"] or "",
-                features={k: r[k] for k in _FEATURES if r[k] is not None}))
+                features={k: r[k] for k in _FEATURES if r[k] is not None},
+                measured_on=json.loads(r["measured_on"]) if r.get("measured_on") else None))
         return out
 
 
@@ -313,7 +321,7 @@ def export_dataset(store_path: str, out_prefix: str, meta: Mapping[str, Any]) ->
     features; errors dropped) and ``<prefix>.json`` (workload, provenance, references)."""
     df = load(store_path)
     knob_cols = [c for c in df.columns if c not in DATASET_COLUMNS and c not in (
-        "id", "key", "error", "source", "session", "created")]
+        "id", "key", "error", "source", "session", "created", "measured_on")]
     df = df[knob_cols + list(DATASET_COLUMNS)]
     for col in df.columns:  # integer-valued knob columns stay integers (nullable for inactive)
         if col in knob_cols and df[col].dtype.kind == "f":

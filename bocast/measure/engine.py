@@ -126,4 +126,5 @@ def to_record(key: str, config: Config, b: BuildResult, r: RunResult | None, sou
         for k in ("latency_ms", "latency_min_ms", "latency_q25_ms", "latency_q75_ms",
                   "latency_max_ms", "repeats", "tflops", "rel_error", "run_s"):
             setattr(rec, k, getattr(r, k))
+        rec.measured_on = r.extra.get("measured_on")
     return rec

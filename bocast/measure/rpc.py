@@ -1,0 +1,412 @@
+"""The RPC runner: kernels built here are timed on GPU servers that a tracker hands out.
+
+``runner: rpc`` measures exactly what :class:`~bocast.measure.runner.GpuRunner` measures: each
+kernel is the same task (:meth:`WorkerRunner._task`) for the same worker
+(:mod:`bocast.measure.gpu_worker`: CUDA-graph events, the torch correctness check), which runs
+isolated in the server's measurement process (:mod:`bocast.measure.rpc_server`), and its answer
+becomes a :class:`RunResult` by the same conversion. What the RPC layer adds is where it runs:
+
+- one TVM RPC session per server per batch: a batch (one :meth:`RpcRunner.run` call) asks the
+  tracker for up to ``sessions`` servers (default: as many as are registered under the key)
+  and each session takes kernels from the batch's queue until it is empty, so fast servers
+  take more and a batch is spread over every free server;
+- a server lost mid-batch (its session breaks: killed, crashed, unreachable) or hung (no answer
+  within the kernel's time limit plus ``slack_s``) has its kernel re-queued for another
+  session; the first answer for a kernel is its result and any later one is dropped, so each
+  kernel is reported exactly once. A kernel whose server is lost ``max_attempts`` times is
+  reported as ``runtime_error`` naming the servers, never retried for ever;
+- several runs (threads) calling :meth:`run` at once share the servers through the tracker;
+- each result names where it ran (``extra["measured_on"]``: host, port, GPU index and model),
+  and the runner uses only servers of one GPU model (``gpu_model``: a name, or None for the
+  model of the servers registered when the runner starts; ``"any"`` allows mixing);
+- no server answering for ``server_wait_s`` raises :class:`RpcUnavailable`: nothing unfinished
+  is recorded, so a resumed run measures it later.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from bocast.measure import rpc_tracker as trk
+from bocast.measure.builder import BuildResult
+from bocast.measure.pool import TaskFailure
+from bocast.measure.rpc_server import PROTOCOL
+from bocast.measure.runner import Runner, RunResult, WorkerRunner
+from bocast.measure.status import Status
+from bocast.operator import Operator
+
+OPTIONS = {"tracker", "key", "gpu_model", "sessions", "slack_s", "server_wait_s",
+           "max_attempts"}
+
+
+class RpcUnavailable(RuntimeError):
+    """No server could be had for a batch (tracker gone, no server under the key, or none of
+    the required GPU model)."""
+
+
+def parse_options(raw: Any) -> dict[str, Any]:
+    """The ``rpc`` mapping of a configuration, checked; ValueError names the bad field."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"rpc: expected a mapping with tracker and key, got {raw!r}")
+    unknown = sorted(set(raw) - OPTIONS)
+    if unknown:
+        raise ValueError(f"rpc: unknown field(s) {unknown}; known: {sorted(OPTIONS)}")
+    out = dict(raw)
+    for name in ("tracker", "key"):
+        if not isinstance(out.get(name), str) or not out[name]:
+            raise ValueError(f"rpc.{name}: missing (tracker: HOST:PORT, key: the servers' key)")
+    trk.parse_addr(out["tracker"])
+    if out.get("gpu_model") is not None and not isinstance(out["gpu_model"], str):
+        raise ValueError(f"rpc.gpu_model: expected a GPU name or 'any', got {out['gpu_model']!r}")
+    for name in ("sessions", "max_attempts"):
+        v = out.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"rpc.{name}: expected a positive integer, got {v!r}")
+    for name in ("slack_s", "server_wait_s"):
+        v = out.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
+            raise ValueError(f"rpc.{name}: expected a positive number of seconds, got {v!r}")
+    return out
+
+
+def measured_on(info: Mapping[str, Any]) -> dict[str, Any]:
+    return {"host": info.get("host"), "port": info.get("port"),
+            "gpu_index": info.get("gpu_index"), "gpu": (info.get("device") or {}).get("gpu")}
+
+
+def server_name(info: Mapping[str, Any]) -> str:
+    gpu = f" gpu {info['gpu_index']}" if info.get("gpu_index") not in (None, "") else ""
+    return f"{info.get('host')}:{info.get('port')}{gpu}"
+
+
+# --------------------------------------------------------------------------- one batch
+
+
+@dataclass
+class _Call:
+    task: dict[str, Any]   # the worker task, without its cubin
+    cubin: bytes
+    timeout_s: float
+
+
+@dataclass(eq=False)
+class _Session:
+    """One thread holding (or waiting for) one server during one batch."""
+
+    phase: str = "tracker"      # tracker | connect | run | done
+    since: float = field(default_factory=time.monotonic)
+    deadline: float | None = None
+    current: int | None = None
+    server: str = ""
+    abandoned: bool = False     # declared hung: whatever it answers later is dropped
+    refused: bool = False       # a server of another GPU model, held idle until the batch ends
+
+
+class _Batch:
+    """The queue of one :meth:`RpcRunner.run` and the sessions working on it."""
+
+    def __init__(self, calls: list[_Call]):
+        self.calls = calls
+        self.todo = collections.deque(range(len(calls)))
+        self.attempts = [0] * len(calls)
+        self.lost_on: list[list[str]] = [[] for _ in calls]
+        self.done = [False] * len(calls)
+        self.answers: queue.Queue = queue.Queue()
+        self.lock = threading.Lock()
+        self.finished = threading.Event()
+        self.sessions: list[_Session] = []
+        self.last_server_s = time.monotonic()  # when a session last held a server
+        self.notes: list[str] = []
+
+    def take(self, s: _Session, slack_s: float) -> int | None:
+        with self.lock:
+            while self.todo:
+                i = self.todo.popleft()
+                if not self.done[i]:
+                    s.current, s.phase, s.since = i, "run", time.monotonic()
+                    s.deadline = s.since + self.calls[i].timeout_s + slack_s
+                    return i
+            s.current, s.deadline = None, None
+            return None
+
+    def lost(self, s: _Session, why: str, max_attempts: int) -> None:
+        """``s``'s server is gone: its kernel goes back to the queue (or, after too many lost
+        servers, is answered as a runtime error)."""
+        with self.lock:
+            i, s.current = s.current, None
+            if i is None or self.done[i]:
+                return
+            self.attempts[i] += 1
+            self.lost_on[i].append(s.server)
+            if self.attempts[i] >= max_attempts:
+                self.answers.put((i, None, {"_failure": {
+                    "kind": "server-lost",
+                    "detail": f"{self.attempts[i]} servers lost while running it: {why}",
+                    "seconds": 0.0}}))
+            else:
+                self.todo.appendleft(i)
+
+    def answer(self, s: _Session, i: int, info: dict, raw: dict) -> None:
+        with self.lock:
+            if s.abandoned:
+                return
+            s.current, s.deadline = None, None
+        self.answers.put((i, info, raw))
+
+
+# ------------------------------------------------------------------------------ the runner
+
+
+class RpcRunner(Runner):
+    """Times kernels on the GPU servers registered under ``key`` at ``tracker``."""
+
+    name = "rpc"
+
+    def __init__(self, tracker: str | tuple[str, int], key: str, *, timeout_s: float = 30.0,
+                 repeats: int = 10, warmup_ms: float = 20.0, seed: int = 0,
+                 sessions: int | None = None, gpu_model: str | None = None,
+                 slack_s: float = 120.0, connect_timeout_s: float = 30.0,
+                 server_wait_s: float = 600.0, max_attempts: int = 3, priority: int = 1,
+                 log: Callable[[str], None] | None = None):
+        self.tracker, self.key = trk.parse_addr(tracker), key
+        self.timeout_s, self.repeats, self.warmup_ms, self.seed = timeout_s, repeats, warmup_ms, seed
+        self.sessions, self.gpu_model = sessions, gpu_model
+        self.slack_s, self.connect_timeout_s = slack_s, connect_timeout_s
+        self.server_wait_s, self.max_attempts, self.priority = server_wait_s, max_attempts, priority
+        self.log = log or (lambda m: print(f"rpc: {m}", file=sys.stderr, flush=True))
+        self.seen: dict[str, dict[str, Any]] = {}    # server name -> its info
+        self.refused: dict[str, str] = {}            # server name -> why
+        self.lost: list[str] = []                    # one line per lost or hung server
+        self._lock = threading.Lock()
+
+    # --- Runner --------------------------------------------------------------------------
+    def run(self, op: Operator, builds: Sequence[BuildResult], on_result=None) -> list[RunResult]:
+        for b in builds:
+            if b.status is not Status.OK:
+                raise ValueError(f"cannot run {b.key}: build status {b.status}")
+        calls = []
+        for b in builds:
+            task = WorkerRunner._task(self, op, b)  # the local runner's task, field for field
+            cubin = task.pop("cubin") or b""
+            calls.append(_Call(task, cubin, self.timeout_s))
+        out: list[RunResult | None] = [None] * len(builds)
+
+        def collect(i: int, info: dict | None, raw: dict) -> None:
+            failure = raw.get("_failure")
+            r = WorkerRunner._convert(builds[i].key, TaskFailure(**failure) if failure else raw)
+            if info is not None:
+                r.extra["measured_on"] = measured_on(info)
+            out[i] = r
+            if on_result is not None:
+                on_result(i, r)
+
+        self._run_batch(calls, collect)
+        return out  # type: ignore[return-value]
+
+    def reference(self, op: Operator) -> dict[str, Any] | None:
+        task = {"kind": "reference", "workload": op.workload, "seed": self.seed,
+                "repeats": max(20, self.repeats)}
+        got: list[tuple[dict | None, dict]] = []
+        self._run_batch([_Call(task, b"", 120.0)], lambda i, info, raw: got.append((info, raw)))
+        info, raw = got[0]
+        if "_failure" in raw:
+            raise RuntimeError(f"reference on the RPC server failed: {raw['_failure']['detail']}")
+        return {**raw, "measured_on": measured_on(info) if info else None}
+
+    def device(self) -> dict[str, Any]:
+        """The servers registered under the key now; pins the runner to their GPU model."""
+        try:
+            infos = [s.get("bocast") or {} for s in trk.servers(self.tracker, self.key)]
+        except trk.TrackerError as e:
+            raise RpcUnavailable(str(e)) from None
+        if not infos:
+            raise RpcUnavailable(f"no server registered under key {self.key!r} at "
+                                 f"{self.tracker[0]}:{self.tracker[1]}")
+        models = collections.Counter((i.get("device") or {}).get("gpu") for i in infos)
+        if self.gpu_model is None:
+            if len(models) > 1:
+                raise RpcUnavailable(f"servers under key {self.key!r} have several GPU models "
+                                     f"{dict(models)}: set rpc.gpu_model to one (or 'any')")
+            self.gpu_model = next(iter(models))
+        first = next((i for i in infos if (i.get("device") or {}).get("gpu") == self.gpu_model),
+                     infos[0])
+        return {**(first.get("device") or {}), "gpu": self.gpu_model, "runner": "rpc",
+                "tracker": f"{self.tracker[0]}:{self.tracker[1]}", "key": self.key,
+                "servers": [{**measured_on(i), "pid": i.get("pid"), "git_sha": i.get("git_sha"),
+                             "driver": (i.get("device") or {}).get("driver")} for i in infos]}
+
+    # --- the scheduler -------------------------------------------------------------------
+    def _wanted_sessions(self, n: int) -> int:
+        if self.sessions:
+            return max(1, min(n, self.sessions))
+        try:
+            registered = len(trk.servers(self.tracker, self.key))
+        except trk.TrackerError:
+            registered = 1
+        return max(1, min(n, registered))
+
+    def _run_batch(self, calls: list[_Call], deliver: Callable[[int, dict | None, dict], None]
+                   ) -> None:
+        if not calls:
+            return
+        batch = _Batch(calls)
+        want = self._wanted_sessions(len(calls))
+        remaining = len(calls)
+        try:
+            while remaining:
+                self._watch(batch)
+                with batch.lock:
+                    working = [s for s in batch.sessions
+                               if not (s.abandoned or s.refused or s.phase == "done")]
+                    queued = len(batch.todo)
+                for _ in range(min(want - len(working), queued)):
+                    self._start_session(batch)
+                try:
+                    i, info, raw = batch.answers.get(timeout=0.2)
+                except queue.Empty:
+                    if self._starved(batch):
+                        raise RpcUnavailable(self._unavailable(batch, remaining)) from None
+                    continue
+                with batch.lock:
+                    if batch.done[i]:
+                        continue
+                    batch.done[i] = True
+                remaining -= 1
+                deliver(i, info, raw)
+        finally:
+            batch.finished.set()
+
+    def _starved(self, batch: _Batch) -> bool:
+        """No session has held a usable server for ``server_wait_s``."""
+        with batch.lock:
+            if any(s.phase in ("connect", "run") and not (s.abandoned or s.refused)
+                   for s in batch.sessions):
+                batch.last_server_s = time.monotonic()
+                return False
+            return time.monotonic() - batch.last_server_s > self.server_wait_s
+
+    def _unavailable(self, batch: _Batch, remaining: int) -> str:
+        refused = "; refused: " + ", ".join(f"{k} ({v})" for k, v in self.refused.items()) \
+            if self.refused else ""
+        return (f"no server under key {self.key!r} at {self.tracker[0]}:{self.tracker[1]} "
+                f"took work for {self.server_wait_s:.0f} s; {remaining} kernel(s) of the batch "
+                f"not measured (not recorded: a resumed run measures them){refused}")
+
+    def _watch(self, batch: _Batch) -> None:
+        """Declare hung the sessions past their deadline; their kernels go back to the queue."""
+        now = time.monotonic()
+        for s in list(batch.sessions):
+            with batch.lock:
+                if s.abandoned or s.deadline is None or now <= s.deadline:
+                    continue
+                s.abandoned = True
+            what = "connecting" if s.phase == "connect" else "running a kernel"
+            why = f"server {s.server or '?'} hung ({what}, no answer in {now - s.since:.0f} s)"
+            self.lost.append(why)
+            self.log(why + "; its kernel goes to another server")
+            batch.lost(s, why, self.max_attempts)
+
+    def _start_session(self, batch: _Batch) -> None:
+        s = _Session()
+        with batch.lock:
+            batch.sessions.append(s)
+        threading.Thread(target=self._session, args=(batch, s), daemon=True,
+                         name="rpc-session").start()
+
+    def _session(self, batch: _Batch, s: _Session) -> None:
+        sess = None
+        try:
+            match = self._request(batch, s)
+            if match is None:
+                return
+            host, port, matchkey = match
+            s.server, s.phase, s.since = f"{host}:{port}", "connect", time.monotonic()
+            s.deadline = s.since + self.connect_timeout_s
+            from tvm import rpc
+
+            sess = rpc.connect(host, port, key=matchkey)
+            info = json.loads(sess.get_function("bocast.rpc.info")())
+            s.server = server_name(info)
+            with self._lock:
+                self.seen[s.server] = info
+            why = self._refuse(info)
+            if why:
+                with batch.lock:
+                    s.refused, s.deadline = True, None
+                if s.server not in self.refused:
+                    self.refused[s.server] = why
+                    self.log(f"not using server {s.server}: {why}")
+                batch.finished.wait()  # held idle so the tracker does not hand it out again
+                return
+            remote_run = sess.get_function("bocast.rpc.run")
+            while not batch.finished.is_set():
+                i = batch.take(s, self.slack_s)
+                if i is None:
+                    return
+                c = batch.calls[i]
+                raw = json.loads(remote_run(json.dumps(c.task), c.cubin, c.timeout_s))
+                batch.answer(s, i, info, raw)
+                if s.abandoned:
+                    return
+        except Exception as e:  # noqa: BLE001 - a lost server is a re-queue, never a crash
+            if not s.abandoned:
+                why = f"server {s.server or '?'} lost ({_one_line(e)})"
+                self.lost.append(why)
+                if s.current is not None:
+                    self.log(why + "; its kernel goes to another server")
+                batch.lost(s, why, self.max_attempts)
+        finally:
+            s.phase, s.deadline = "done", None
+            # returning drops the session (and its functions): TVM closes it, and the server
+            # offers itself to the tracker again
+
+    def _request(self, batch: _Batch, s: _Session) -> tuple[str, int, str] | None:
+        """A server from the tracker, or None once the batch no longer needs one."""
+        req = None
+        try:
+            while not batch.finished.is_set():
+                with batch.lock:
+                    if not batch.todo:
+                        return None
+                if req is None:
+                    try:
+                        req = trk.Request(self.tracker, self.key, self.priority)
+                    except trk.TrackerError:
+                        time.sleep(1.0)  # the tracker may be restarting; the batch times out
+                        continue
+                try:
+                    got = req.poll(0.5)
+                except (OSError, ConnectionError, ValueError, trk.TrackerError):
+                    req.close()
+                    req = None
+                    continue
+                if got is not None:
+                    return got
+            return None
+        finally:
+            if req is not None:
+                req.close()
+
+    def _refuse(self, info: Mapping[str, Any]) -> str | None:
+        if info.get("protocol") != PROTOCOL:
+            return f"protocol {info.get('protocol')}, this runner speaks {PROTOCOL}"
+        model = (info.get("device") or {}).get("gpu")
+        with self._lock:
+            if self.gpu_model is None:
+                self.gpu_model = model
+        if self.gpu_model not in ("any", model):
+            return f"GPU {model}, the runner measures on {self.gpu_model}"
+        return None
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return (lines[-1] if lines else type(e).__name__)[:300]

@@ -1,0 +1,451 @@
+"""The RPC runner on the CPU: a tracker and three stand-in servers on 127.0.0.1, real TVM RPC
+sessions, the stand-in measurement worker (synthetic timings, no GPU)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from bocast.measure import rpc_tracker as trk
+from bocast.measure.builder import BuildResult
+from bocast.measure.rpc import RpcRunner, RpcUnavailable, parse_options
+from bocast.measure.standin import StandinRunner
+from bocast.measure.status import Status
+from bocast.operator import get_operator
+
+OP = get_operator("gemm").from_args((64, 64, 64))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KEY = "standin"
+SERVERS = 3
+
+
+def build(kernel: str, key: str) -> BuildResult:
+    return BuildResult(key=key, status=Status.OK, kernel=kernel, grid=(1, 1, 1),
+                       block=(32, 1, 1), args=("A", "B", "C"))
+
+
+def builds(n: int, tag: str) -> list[BuildResult]:
+    return [build("ok", f"{tag}-{i}") for i in range(n)]
+
+
+class Cluster:
+    def __init__(self):
+        self.tracker = trk.Tracker("127.0.0.1", 0, 1).start()
+        env = dict(os.environ, BOCAST_STANDIN_SLEEP="0.2",
+                   PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+        self.serve = subprocess.Popen(
+            [sys.executable, "-m", "bocast.measure.rpc_server", "serve", "--key", KEY,
+             "--tracker", f"127.0.0.1:{self.tracker.port}", "--gpus", "a,b,c",
+             "--host", "127.0.0.1", "--port", "0", "--worker", "standin",
+             "--startup-timeout", "120", "--session-idle", "4"], env=env,
+            start_new_session=True)
+
+    def servers(self) -> list[dict]:
+        return [s["bocast"] for s in trk.servers(self.tracker.addr, KEY)]
+
+    def wait_free(self, n: int = SERVERS, timeout_s: float = 120.0) -> list[dict]:
+        """Block until ``n`` servers are registered and free (no session open)."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            free = trk.summary(self.tracker.addr)["queue_info"].get(KEY, {}).get("free", 0)
+            if free >= n and len(self.servers()) >= n:
+                return self.servers()
+            time.sleep(0.2)
+        raise AssertionError(f"{n} free servers not seen in {timeout_s} s: {self.servers()}")
+
+    def runner(self, **kw) -> RpcRunner:
+        kw = {"timeout_s": 5.0, "slack_s": 30.0, "server_wait_s": 60.0, "log": lambda m: None,
+              **kw}
+        return RpcRunner(self.tracker.addr, KEY, **kw)
+
+    def close(self) -> None:
+        self.serve.terminate()  # serve stops its servers
+        try:
+            self.serve.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.serve.pid, signal.SIGKILL)
+        self.tracker.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster()
+    try:
+        c.wait_free()
+        yield c
+    finally:
+        c.close()
+
+
+def run_in_thread(runner: RpcRunner, bs: list[BuildResult]):
+    """Runs a batch in a thread; returns (thread, results, per-result callback log)."""
+    got: list = []
+    out: dict = {}
+
+    def go():
+        try:
+            out["results"] = runner.run(OP, bs, on_result=lambda i, r: got.append(i))
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            out["error"] = e
+
+    t = threading.Thread(target=go)
+    t.start()
+    return t, out, got
+
+
+def servers_of(results) -> collections.Counter:
+    return collections.Counter((r.extra["measured_on"]["gpu_index"]) for r in results)
+
+
+# ------------------------------------------------------------------------- no processes
+
+
+def test_protocol_constants_are_tvms():
+    from tvm.rpc import base
+
+    assert (trk.TRACKER_MAGIC, trk.RPC_MAGIC, trk.RPC_CODE_SUCCESS, trk.RPC_CODE_MISMATCH) == (
+        base.RPC_TRACKER_MAGIC, base.RPC_MAGIC, base.RPC_CODE_SUCCESS, base.RPC_CODE_MISMATCH)
+    c = base.TrackerCode
+    assert (trk.FAIL, trk.SUCCESS, trk.PING, trk.STOP, trk.PUT, trk.REQUEST, trk.UPDATE_INFO,
+            trk.SUMMARY, trk.PENDING) == (c.FAIL, c.SUCCESS, c.PING, c.STOP, c.PUT, c.REQUEST,
+                                          c.UPDATE_INFO, c.SUMMARY, c.GET_PENDING_MATCHKEYS)
+
+
+def test_tracker_hands_out_the_longest_waiting_server_and_forgets_dead_ones():
+    with trk.Tracker("127.0.0.1", 0, 1) as tracker:
+        servers = []
+        for port in (1001, 1002, 1003):
+            s = trk.connect(tracker.addr)
+            trk.send_msg(s, [trk.UPDATE_INFO, {"key": "server:k", "addr": [None, port]}])
+            assert trk.recv_msg(s) == trk.SUCCESS
+            trk.send_msg(s, [trk.PUT, "k", [port, f"k:m{port}"], None])
+            assert trk.recv_msg(s) == trk.SUCCESS
+            servers.append(s)
+        servers[0].close()  # died: must never be handed out
+        time.sleep(0.3)
+        assert trk.summary(tracker.addr)["queue_info"]["k"] == {"free": 2, "pending": 0}
+        first, second = trk.Request(tracker.addr, "k", 0), trk.Request(tracker.addr, "k", 0)
+        assert first.poll(2.0) == ("127.0.0.1", 1002, "k:m1002")
+        assert second.poll(2.0) == ("127.0.0.1", 1003, "k:m1003")
+        low = trk.Request(tracker.addr, "k", priority=0)
+        time.sleep(0.2)
+        high = trk.Request(tracker.addr, "k", priority=5)
+        assert low.poll(0.3) is None and high.poll(0.3) is None  # nothing free: both wait
+        trk.send_msg(servers[1], [trk.PENDING])
+        assert trk.recv_msg(servers[1]) == []  # its offer was taken
+        trk.send_msg(servers[1], [trk.PUT, "k", [1002, "k:again"], None])
+        assert trk.recv_msg(servers[1]) == trk.SUCCESS
+        assert high.poll(2.0) == ("127.0.0.1", 1002, "k:again")  # priority before arrival
+        assert low.poll(0.3) is None
+        for s in (first, second, low, high, *servers[1:]):
+            s.close()
+
+
+def test_bad_rpc_options_are_named():
+    assert parse_options({"tracker": "h:9190", "key": "h100"})["key"] == "h100"
+    for raw, field in (({"key": "x"}, "rpc.tracker"), ({"tracker": "h:1", "key": "x", "k": 1},
+                       "unknown"), ({"tracker": "h:x", "key": "x"}, "HOST:PORT"),
+                       ({"tracker": "h:1", "key": "x", "sessions": 0}, "rpc.sessions")):
+        with pytest.raises(ValueError, match=field):
+            parse_options(raw)
+
+
+def test_no_tracker_is_a_one_line_error():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    runner = RpcRunner(("127.0.0.1", port), KEY, server_wait_s=2, log=lambda m: None)
+    with pytest.raises(RpcUnavailable, match="no tracker") as e:
+        runner.device()
+    assert "\n" not in str(e.value)
+    t0 = time.monotonic()
+    with pytest.raises(RpcUnavailable, match="2 kernel"):
+        runner.run(OP, builds(2, "nt"))
+    assert time.monotonic() - t0 < 20
+
+
+# --------------------------------------------------------- a tracker and three servers
+
+
+def test_batch_spreads_over_all_servers_with_the_local_runners_results(cluster):
+    cluster.wait_free()
+    runner = cluster.runner()
+    device = runner.device()
+    assert device["gpu"].startswith("stand-in") and len(device["servers"]) == SERVERS
+    bs = builds(30, "spread")
+    order: list[int] = []
+    results = runner.run(OP, bs, on_result=lambda i, r: order.append(i))
+    assert sorted(order) == list(range(30))  # each kernel reported exactly once
+    assert all(r.status is Status.OK for r in results)
+    assert set(servers_of(results)) == {"a", "b", "c"}
+    with StandinRunner(timeout_s=5) as local:
+        expected = local.run(OP, bs[:5])
+    assert [r.latency_ms for r in results[:5]] == [r.latency_ms for r in expected]
+    assert results[0].key == "spread-0" and results[0].repeats == expected[0].repeats
+
+
+def test_kernel_faults_are_the_local_statuses_and_servers_survive(cluster):
+    pids = {s["pid"] for s in cluster.wait_free()}
+    kinds = ["ok", "hang", "crash", "sticky", "wrong", "launch", "ok"]
+    bs = [build(k, f"fault-{i}-{k}") for i, k in enumerate(kinds)]
+    results = cluster.runner(timeout_s=3.0).run(OP, bs)
+    assert [r.status for r in results] == [
+        Status.OK, Status.RUN_TIMEOUT, Status.RUNTIME_ERROR, Status.RUNTIME_ERROR,
+        Status.WRONG_RESULT, Status.LAUNCH_ERROR, Status.OK]
+    assert {s["pid"] for s in cluster.wait_free()} == pids  # workers replaced, not servers
+
+
+def test_tvm_client_reaches_a_server_through_the_tracker(cluster):
+    import json
+
+    from tvm import rpc
+
+    cluster.wait_free()
+    sess = rpc.connect_tracker(*cluster.tracker.addr).request(KEY, session_timeout=60)
+    info = json.loads(sess.get_function("bocast.rpc.info")())
+    assert info["protocol"] == 1 and info["gpu_index"] in ("a", "b", "c")
+    del sess
+
+
+def test_a_client_that_stops_calling_frees_its_server(cluster):
+    from tvm import rpc
+
+    cluster.wait_free()
+    sess = rpc.connect_tracker(*cluster.tracker.addr).request(KEY)
+    time.sleep(0.5)
+    assert trk.summary(cluster.tracker.addr)["queue_info"][KEY]["free"] == SERVERS - 1
+    t0 = time.monotonic()
+    cluster.wait_free(timeout_s=30)  # the server ends the idle session after 4 s
+    assert time.monotonic() - t0 > 2
+    del sess
+
+
+def test_server_killed_mid_batch_loses_nothing_and_restarts(cluster):
+    before = {s["gpu_index"]: s for s in cluster.wait_free()}
+    runner = cluster.runner()
+    bs = builds(30, "kill")
+    t, out, got = run_in_thread(runner, bs)
+    while len(got) < 4 and t.is_alive():
+        time.sleep(0.02)
+    os.kill(before["b"]["pid"], signal.SIGKILL)
+    t.join(120)
+    assert "error" not in out, out.get("error")
+    results = out["results"]
+    assert sorted(got) == list(range(30)) and all(r.status is Status.OK for r in results)
+    assert [r.key for r in results] == [b.key for b in bs]
+    assert any("lost" in line for line in runner.lost)
+    after = {s["gpu_index"]: s for s in cluster.wait_free()}
+    assert after["b"]["restarts"] == 1 and after["b"]["pid"] != before["b"]["pid"]
+
+
+def test_hung_server_has_its_kernel_measured_elsewhere(cluster):
+    before = {s["gpu_index"]: s for s in cluster.wait_free()}
+    runner = cluster.runner(timeout_s=2.0, slack_s=1.0)
+    bs = builds(24, "hang")
+    t, out, got = run_in_thread(runner, bs)
+    while len(got) < 4 and t.is_alive():
+        time.sleep(0.02)
+    pid = before["c"]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t.join(120)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert "error" not in out, out.get("error")
+    results = out["results"]
+    assert sorted(got) == list(range(24)) and all(r.status is Status.OK for r in results)
+    assert any("hung" in line for line in runner.lost)
+    # resumed, it finishes the abandoned call, closes the session and is offered again
+    after = {s["gpu_index"]: s for s in cluster.wait_free()}
+    assert after["c"]["pid"] == pid
+
+
+def test_concurrent_runs_share_the_servers(cluster):
+    cluster.wait_free()
+    runner = cluster.runner()
+    runs = [run_in_thread(runner, builds(12, f"run{j}")) for j in range(2)]
+    for t, out, got in runs:
+        t.join(120)
+        assert "error" not in out, out.get("error")
+        assert sorted(got) == list(range(12))
+        assert all(r.status is Status.OK for r in out["results"])
+    used = servers_of(r for _, out, _ in runs for r in out["results"])
+    assert len(used) >= 2
+
+
+def test_servers_of_another_gpu_model_are_refused(cluster):
+    cluster.wait_free()
+    runner = cluster.runner(gpu_model="NVIDIA H100 80GB HBM3", server_wait_s=3.0)
+    with pytest.raises(RpcUnavailable, match="refused") as e:
+        runner.run(OP, builds(3, "model"))
+    assert "\n" not in str(e.value) and len(runner.refused) == SERVERS
+    cluster.wait_free()  # the refused servers are released when the batch gives up
+
+
+def test_rpc_check_script_on_the_standin(cluster, tmp_path, capsys):
+    import importlib.util
+    import json
+
+    cluster.wait_free()
+    spec = importlib.util.spec_from_file_location(
+        "rpc_check", os.path.join(ROOT, "experiments", "rpc_check.py"))
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    out = tmp_path / "check.json"
+    assert check.main([
+        "--tracker", f"127.0.0.1:{cluster.tracker.port}", "--key", KEY, "--standin",
+        "--dataset", os.path.join(ROOT, "experiments", "data", "gemm_4096_4096_4096_v2"),
+        "--tune-trials", "24", "--batch", "12", "--tune-local", "--top", "4", "--rounds", "2",
+        "--store-prefix", str(tmp_path / "tune"), "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["tune"]["rpc"]["trials"] == res["tune"]["local"]["trials"] == 24
+    # a seeded random search proposes the same kernels through either runner
+    assert res["tune"]["per_kernel_ratio"]["kernels"] == 24
+    assert res["tune"]["per_kernel_ratio"]["median"] == 1.0
+    rows = res["remeasure"]["rows"]
+    assert len(rows) == 4 and all(r["ratio"] == 1.0 for r in rows)
+    assert not res["remeasure"]["failures"] and not res["rpc_lost"]
+    assert set(res["remeasure"]["kernels_per_s"]) == {"local", "rpc"}
+    assert "worst deviation 0.00% (within 2%)" in capsys.readouterr().out
+
+
+def test_servers_and_runner_work_with_tvms_own_tracker():
+    """TVM's tracker (it needs tornado, absent from TVM's wheel dependencies: skipped there)."""
+    pytest.importorskip("tornado")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    tracker = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host",
+                                "127.0.0.1", "--port", str(port), "--port-end", str(port + 1),
+                                "--silent"], env=env, start_new_session=True)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "bocast.measure.rpc_server", "serve", "--key", "tvmtracker",
+         "--tracker", f"127.0.0.1:{port}", "--gpus", "x,y", "--host", "127.0.0.1", "--port",
+         "0", "--worker", "standin"], env={**env, "BOCAST_STANDIN_SLEEP": "0.1"},
+        start_new_session=True)
+    try:
+        trk.wait_for_servers(("127.0.0.1", port), "tvmtracker", 2, 120)
+        runner = RpcRunner(("127.0.0.1", port), "tvmtracker", timeout_s=5, slack_s=30,
+                           server_wait_s=60, log=lambda m: None)
+        results = runner.run(OP, builds(12, "tvm"))
+        assert all(r.status is Status.OK for r in results)
+        assert set(servers_of(results)) == {"x", "y"}
+    finally:
+        serve.terminate()
+        serve.wait(30)
+        os.killpg(tracker.pid, signal.SIGTERM)
+        tracker.wait(30)
+
+
+# ------------------------------------------- wiring: records, configuration, command line
+
+
+class NoBuilder:
+    """Every configuration "builds" into an OK kernel for the stand-in worker."""
+
+    def build(self, op, configs, on_result=None):
+        from bocast.space import Space
+
+        return [build("ok", Space.key(c)) for c in configs]
+
+
+def test_records_name_the_host_and_gpu_that_measured_them(cluster, tmp_path):
+    import sqlite3
+
+    from bocast.measure.engine import Measurer
+    from bocast.records import Store
+
+    cluster.wait_free()
+    path = str(tmp_path / "r.db")
+    with Store(path, OP.workload) as store:
+        measurer = Measurer(OP, store, NoBuilder(), cluster.runner())
+        configs = OP.space.sample(9, 0, unique=True)
+        assert len(measurer.measure(configs)) == 9
+    conn = sqlite3.connect(path)  # a store from before the column: it is added on open
+    conn.execute("ALTER TABLE measurements DROP COLUMN measured_on")
+    conn.execute("UPDATE measurements SET error = 'old' WHERE id = 1")
+    conn.commit()
+    conn.close()
+    with pytest.raises(sqlite3.OperationalError):
+        sqlite3.connect(path).execute("SELECT measured_on FROM measurements")
+    with Store(path, OP.workload) as store:
+        assert all(r.measured_on is None for r in store.records())
+        Measurer(OP, store, NoBuilder(), cluster.runner()).measure(
+            OP.space.sample(12, 1, unique=True))
+        records = store.records()
+    new = [r for r in records if r.measured_on]
+    assert len(records) == len({r.key for r in records}) and 0 < len(new) <= 12
+    assert {r.measured_on["gpu_index"] for r in new} <= {"a", "b", "c"}
+    assert all(r.measured_on["gpu"].startswith("stand-in") and r.measured_on["host"]
+               for r in new)
+
+
+def test_runner_rpc_in_configurations():
+    from bocast import config
+
+    raw = {"workload": {"op": "gemm", "shape": [64, 64, 64]}, "strategy": {"name": "random"},
+           "budget": {"trials": 4}, "seed": 0, "output": "/tmp/x", "runner": "rpc",
+           "rpc": {"tracker": "gpu-host:9190", "key": "h100"}}
+    cfg = config.parse(raw)
+    assert cfg.runner == "rpc" and cfg.rpc == {"tracker": "gpu-host:9190", "key": "h100"}
+    assert config.parse({**raw, "rpc": None}, rpc={"tracker": "h:1", "key": "k"}).rpc["key"] == "k"
+    with pytest.raises(config.ConfigError, match=r"rpc\.key"):
+        config.parse({**raw, "rpc": {"tracker": "h:1"}})
+    with pytest.raises(config.ConfigError, match="rpc: expected a mapping"):
+        config.parse({**raw, "rpc": "h:1"})
+    assert config.parse({**raw, "runner": "replay", "dataset": "d"}).rpc == {}
+
+
+def test_command_line_serve_and_a_missing_tracker(tmp_path, monkeypatch, capsys):
+    from bocast import cli
+    from bocast.measure import rpc_server
+
+    seen = []
+    monkeypatch.setattr(rpc_server, "main", lambda argv: seen.append(argv) or 0)
+    assert cli.main(["serve", "--key", "h100", "--gpus", "0,1"]) == 0
+    assert cli.main(["serve", "tracker", "--port", "9190"]) == 0
+    assert seen == [["serve", "--key", "h100", "--gpus", "0,1"], ["tracker", "--port", "9190"]]
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("workload: {op: gemm, shape: [64, 64, 64]}\nstrategy: {name: random}\n"
+                   f"budget: {{trials: 4}}\nseed: 0\noutput: {tmp_path / 'out'}\nrunner: rpc\n")
+    assert cli.main(["tune", str(cfg)]) == 2
+    assert "rpc.tracker: missing" in capsys.readouterr().err
+    assert cli.main(["tune", str(cfg), "--tracker", f"127.0.0.1:{port}", "--key", "k"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bocast: error: no tracker at 127.0.0.1") and "\n" not in err
+
+
+def test_bocast_tune_through_rpc_builds_here_and_records_the_servers(cluster, tmp_path):
+    """The whole command: nvcc builds on this host, stand-in servers time (needs nvcc)."""
+    from bocast import cli
+    from bocast.measure.nvcc import why_no_compiler
+    from bocast.records import Store
+
+    if why_no_compiler():
+        pytest.skip(why_no_compiler())
+    cluster.wait_free()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("workload: {op: gemm, shape: [256, 256, 256]}\nstrategy: {name: random}\n"
+                   "budget: {trials: 4}\nbatch_size: 4\nseed: 0\nrunner: rpc\n"
+                   f"output: {tmp_path / 'out'}\nrunner_options: {{workers: 2}}\n"
+                   f"rpc: {{tracker: '127.0.0.1:{cluster.tracker.port}', key: {KEY}}}\n")
+    assert cli.main(["tune", str(cfg), "--json"]) == 0
+    with Store(str(tmp_path / "out" / "records.db"), OP.workload | {"shape": [256] * 3}) as st:
+        records, sessions = st.records(), st.sessions()
+    assert len(records) == 4 and all(r.measured_on for r in records if r.ok)
+    assert sessions[-1]["runner"] == "rpc" and len(sessions[-1]["device"]["servers"]) == SERVERS
