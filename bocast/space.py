@@ -30,11 +30,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from bocast.errors import InputError
+
 Value = Any  # int | str | tuple[int, ...] | None
 Config = dict[str, Value]
 
 
-class SpaceError(ValueError):
+class SpaceError(InputError):
     """A configuration or space definition that cannot be interpreted (not a constraint violation)."""
 
 

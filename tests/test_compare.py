@@ -53,12 +53,13 @@ def test_compare_writes_tables_plot_records_and_json(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     ({"strategies": []}, "strategies: expected a non-empty list"),
-    ({"seeds": "x"}, "seeds: expected a positive integer"),
+    ({"seeds": "x"}, "seeds: expected a number of seeds"),
     ({"baseline": "sa"}, "baseline: 'sa' is not one of the strategy labels"),
-    ({"strategies": [{"name": "bo", "acquisition": "pi"}]}, "strategies[0] (bo): unknown acquisition"),
-    ({"strategies": [{"name": "tabu"}]}, "strategies[0] (tabu): unknown strategy 'tabu'"),
-    ({"budget": {"trials": -1}}, "budget.trials: expected an integer >= 1"),
-    ({"budgets": [1000]}, "budgets: expected integers between 1 and budget.trials"),
+    ({"strategies": [{"name": "bo", "acquisition": "pi"}]},
+     "strategies[0] (bo): acquisition: expected one of ['logei', 'becbo', 'ts'], got 'pi'"),
+    ({"strategies": [{"name": "tabu"}]}, "strategies[0] (tabu): name: unknown strategy 'tabu'"),
+    ({"budget": {"trials": -1}}, "budget.trials: expected an integer between 1 and"),
+    ({"budgets": [1000]}, "budgets: expected distinct integers between 1 and budget.trials"),
     ({"seedz": 3}, "unknown field(s) ['seedz']"),
     ({"dataset": "experiments/data/gemm_1024_1024_1024"}, "was recorded for workload"),
 ])
@@ -99,13 +100,13 @@ def test_live_compare_interleaves_runs_and_resumes(tmp_path):
     path.write_text(yaml.safe_dump({**LIVE, "output": str(tmp_path / "runs"),
                                     "results": str(tmp_path / "res" / "live")}))
     cfg = cmp.load(str(path))
-    cmp.validate(cfg)
+    workload = cmp.validate(cfg)[0].workload
     lines = []
     with StandinRunner() as runner, Builder(workers=2, compile=False) as builder:
         first = cmp.run(cfg, progress=lines.append, runner=runner, builder=builder)
         stores = sorted(os.listdir(tmp_path / "runs"))
         assert stores == ["cga_seed0.db", "cga_seed1.db", "random_seed0.db"]
-        with Store(str(tmp_path / "runs" / "cga_seed1.db"), cfg.workload) as s:
+        with Store(str(tmp_path / "runs" / "cga_seed1.db"), workload) as s:
             rows = s.records()
         assert len(rows) == 8 and len({r.key for r in rows}) == 8
         turns = [ln.split(":")[0].strip() for ln in lines if "trials, best" in ln]
@@ -124,7 +125,7 @@ def test_live_compare_interleaves_runs_and_resumes(tmp_path):
     for lab in ("cga", "random"):
         for k in ("median_best", "median_trials_to_95pct", "median_trials_to_95pct_of_baseline"):
             assert again["strategies"][lab][k] == first["strategies"][lab][k]
-    with Store(str(tmp_path / "runs" / "cga_seed1.db"), cfg.workload) as s:
+    with Store(str(tmp_path / "runs" / "cga_seed1.db"), workload) as s:
         assert len(s.records()) == 8, "the rerun resumed finished runs and measured nothing"
     md = (tmp_path / "res" / "live.md").read_text()
     assert "trials to 95% of cga" in md and "random (1 seed(s))" in md
@@ -133,7 +134,9 @@ def test_live_compare_interleaves_runs_and_resumes(tmp_path):
 def test_live_compare_without_a_gpu_says_so(tmp_path):
     proc = compare(tmp_path, LIVE)
     assert proc.returncode == 2
-    assert "runner: tvm compares live on a CUDA GPU; this machine has none" in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "runner: tvm (a live comparison) needs a CUDA GPU" in lines[0]
+    assert not os.path.exists(tmp_path / "runs") and not os.path.exists(tmp_path / "res")
 
 
 def test_metaschedule_needs_the_live_runner(tmp_path):

@@ -20,8 +20,9 @@ from bocast.bo import acquisition as acq
 from bocast.bo.feasibility import make_classifier
 from bocast.bo.surrogate import Surrogate
 from bocast.measure.status import Status
+from bocast.schema import Field, Section
 from bocast.space import Space
-from bocast.strategies.base import Strategy, StrategyError, register
+from bocast.strategies.base import Strategy, register
 
 ACQUISITIONS = ("logei", "becbo", "ts")
 
@@ -29,32 +30,29 @@ ACQUISITIONS = ("logei", "becbo", "ts")
 @register
 class BayesOpt(Strategy):
     name = "bo"
-    defaults = {
-        "acquisition": "logei",
-        "n_init": 32,
-        "pool_size": 4096,
-        "incumbents": 16,       # best configurations whose neighbours join the pool
-        "classifier": "gp",     # gp | ensemble
-        "fit_points": 384,      # observations used to fit hyperparameters
-        "fit_maxiter": 75,
-        "boundary_share": 0.25,  # becbo: share of the batch on the feasibility boundary
-        "beta0": 2.0,            # becbo: initial width of the optimistic feasibility bound
+    options = Section((
+        Field("acquisition", str, "logei", choices=ACQUISITIONS),
+        Field("n_init", int, 32, min=1, max=1_000_000, doc="uniform samples before the model"),
+        Field("pool_size", int, 4096, min=1, max=1_000_000,
+              doc="fresh samples scored per round"),
+        Field("incumbents", int, 16, min=0, max=100_000,
+              doc="best configurations whose neighbours join the pool"),
+        Field("classifier", str, "gp", choices=("gp", "ensemble")),
+        Field("fit_points", int, 384, min=3, max=100_000,
+              doc="observations used to fit hyperparameters"),
+        Field("fit_maxiter", int, 75, min=1, max=100_000),
+        Field("boundary_share", float, 0.25, min=0, max=1,
+              doc="becbo: share of the batch on the feasibility boundary"),
+        Field("beta0", float, 2.0, min=0, max=1000,
+              doc="becbo: initial width of the optimistic feasibility bound"),
         # torch threads for a round, at most: its matrices (the fit on fit_points observations,
         # then up to 1000 observations x a pool of ~4500) are too small for the 16 threads of
         # the H100 host, which were slower than 4 (experiments/bench_proposal.py)
-        "threads": 4,
-    }
+        Field("threads", int, 4, min=1, max=1024),
+    ), noun="option")
 
     def __init__(self, candidates, *, seed=0, **hyper):
         super().__init__(candidates, seed=seed, **hyper)
-        if self.hyper["acquisition"] not in ACQUISITIONS:
-            raise StrategyError(f"unknown acquisition {self.hyper['acquisition']!r}; "
-                                f"known: {', '.join(ACQUISITIONS)}")
-        if self.hyper["classifier"] not in ("gp", "ensemble"):
-            raise StrategyError(f"unknown classifier {self.hyper['classifier']!r}: gp or ensemble")
-        threads = self.hyper["threads"]
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise StrategyError(f"threads must be a positive integer, not {threads!r}")
         self.surrogate = Surrogate(candidates.bounds(), fit_points=self.hyper["fit_points"],
                                    maxiter=self.hyper["fit_maxiter"], seed=seed)
         self.last_round: dict = {}

@@ -164,10 +164,14 @@ def test_bo_round_caps_torch_threads_and_restores_them(dataset, monkeypatch):
 
 @pytest.mark.parametrize("name, h, message", [
     ("nope", {}, "unknown strategy 'nope'"),
-    ("bo", {"acquisition": "pi"}, "unknown acquisition 'pi'"),
-    ("bo", {"learning_rate": 1}, "has no option"),
-    ("bo", {"threads": 0}, "threads must be a positive integer"),
-    ("bo", {"threads": True}, "threads must be a positive integer"),
+    ("bo", {"acquisition": "pi"}, r"acquisition: expected one of \['logei', 'becbo', 'ts'\]"),
+    ("bo", {"learning_rate": 1}, r"unknown option\(s\) \['learning_rate'\]"),
+    ("bo", {"threads": 0}, "threads: expected an integer between 1 and 1024, got 0"),
+    ("bo", {"threads": True}, "threads: expected an integer between 1 and 1024, got True"),
+    ("bo", {"pool_size": "big"}, "pool_size: expected an integer"),
+    ("bo", {"n_init": -3}, "n_init: expected an integer between 1"),
+    ("cga", {"key_ratio": 0}, "key_ratio: expected a number > 0 and <= 1"),
+    ("ga", {"mutation": 1.5}, "mutation: expected a number between 0 and 1"),
 ])
 def test_bad_strategy_names_the_problem(dataset, name, h, message):
     with pytest.raises(StrategyError, match=message):
