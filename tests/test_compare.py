@@ -36,19 +36,41 @@ def compare(tmp_path, cfg):
 
 
 def test_compare_writes_tables_plot_records_and_json(tmp_path):
+    import csv
+
+    from bocast.operator import from_workload
+    from bocast.records import Store
+    from bocast.tuner import best_so_far
+
     proc = compare(tmp_path, GOOD)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(out["strategies"]) == {"bo", "cga", "random"}
-    for s in out["strategies"].values():
-        assert set(s["median_best"]) == {"16", "32", "48"}
-        assert s["median_best"]["48"] >= s["median_best"]["16"] > 0
     assert set(out["mann_whitney_u"]) == {"bo vs cga", "random vs cga"}
     for ext in ("md", "csv", "json", "png"):
         assert os.path.getsize(tmp_path / "res" / f"t.{ext}") > 0
-    assert len(os.listdir(tmp_path / "runs")) == 6
+    assert sorted(os.listdir(tmp_path / "runs")) == sorted(
+        f"{s}_seed{i}.db" for s in ("bo", "cga", "random") for i in (0, 1))
     saved = json.load(open(tmp_path / "res" / "t.json"))
     assert saved["provenance"]["git_sha"] and saved["config_sha256"]
+    # every figure of the table is the stores' own best-so-far at that budget
+    workload = from_workload(GOOD["workload"]).workload
+    rows = list(csv.DictReader(open(tmp_path / "res" / "t.csv")))
+    assert len(rows) == 6
+    optimum = saved["optimum_tflops"]
+    for row in rows:
+        with Store(str(tmp_path / "runs" / f"{row['strategy']}_seed{row['seed']}.db"),
+                   workload) as store:
+            records = store.records()
+        assert len(records) == (96 if row["strategy"] == "random" else 48)
+        curve = best_so_far(records)
+        for b in (16, 32, 48):
+            assert float(row[f"best_at_{b}"]) == pytest.approx(curve[b - 1], rel=1e-3)
+        reached = next((i + 1 for i, v in enumerate(curve) if v >= 0.95 * optimum), None)
+        assert (int(row["trials_to_95pct"]) if row["trials_to_95pct"] else None) == reached
+    for lab, s in out["strategies"].items():
+        mine = [float(r["best_at_48"]) for r in rows if r["strategy"] == lab]
+        assert s["median_best"]["48"] == pytest.approx(sum(mine) / 2, rel=1e-3)
 
 
 @pytest.mark.parametrize("change, message", [

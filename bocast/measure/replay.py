@@ -49,9 +49,14 @@ class ReplayDataset:
         ok = [r["tflops"] for r in self.rows if r["status"] == "ok" and _num(r["tflops"])]
         self.best_tflops = max(ok) if ok else None
         self.reference = meta.get("reference")
+        self._candidates: TableCandidates | None = None
 
     def candidates(self) -> TableCandidates:
-        return TableCandidates(self.op.space, self.configs)
+        """The dataset's configurations as candidates: one shared object (its index takes a
+        tenth of a second to build, and it holds no state of any strategy)."""
+        if self._candidates is None:
+            self._candidates = TableCandidates(self.op.space, self.configs)
+        return self._candidates
 
     def record(self, config: Config, source: str = "") -> Record:
         key = Space.key(config)

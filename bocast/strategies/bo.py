@@ -56,6 +56,7 @@ class BayesOpt(Strategy):
         self.surrogate = Surrogate(candidates.bounds(), fit_points=self.hyper["fit_points"],
                                    maxiter=self.hyper["fit_maxiter"], seed=seed)
         self.last_round: dict = {}
+        self.classifier = None  # the last round's feasibility classifier (for diagnostics)
 
     def _ask(self, n):
         with _torch_threads(self.hyper["threads"]):
@@ -77,6 +78,7 @@ class BayesOpt(Strategy):
         if labels.min() != labels.max():
             x_att = self.surrogate.scale(self.candidates.encode([self.config_of(r) for r in attempted]))
             clf.fit(x_att, torch.as_tensor(labels))
+        self.classifier = clf
         x_pool = self.candidates.encode(pool)
         pred = self.surrogate.predict(x_pool)
         xs = self.surrogate.scale(x_pool)
