@@ -123,7 +123,8 @@ def load(path: str) -> CompareConfig:
         if entry["name"] == METASCHEDULE:
             hyper = sorted(k for k in s if k not in _NOT_HYPER)
             if hyper:
-                raise ConfigError(f"{where} ({label}): {METASCHEDULE} takes no options, got {hyper}")
+                raise ConfigError(f"{where} ({label}): {METASCHEDULE} takes no options, "
+                                  f"got {hyper}")
         else:
             strategy_entry(s, f"{where} ({label}): ")
         if entry["trials"] is not None and entry["trials"] < trials:

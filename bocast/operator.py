@@ -184,7 +184,8 @@ def parse_shape(text: str) -> tuple[int, ...]:
     """``--shape``: comma-separated integers (an ``x`` separates too)."""
     parts = [x.strip() for x in text.replace("x", ",").split(",")]
     if not text.strip() or not all(parts):
-        raise WorkloadError(f"shape {text!r}: expected comma-separated integers, e.g. 1024,1024,1024")
+        raise WorkloadError(f"shape {text!r}: expected comma-separated integers, "
+                            "e.g. 1024,1024,1024")
     try:
         return tuple(int(x) for x in parts)
     except ValueError:

@@ -205,9 +205,9 @@ class Store:
         if rows.get("format") != "bocast-records":
             raise StoreError(f"{path} is not a bocast record store; refusing to touch it")
         if problems != ["ok"]:
-            raise StoreError(f"{path} is damaged (SQLite quick_check: "
-                             f"{'; '.join(problems)[:300]}); refusing to write to it: move it "
-                             "away (sqlite3's .recover may save its rows)")
+            found = " ".join(" ".join(problems).split())[:300]
+            raise StoreError(f"{path} is damaged (SQLite quick_check: {found}); refusing to "
+                             "write to it: move it away (sqlite3's .recover may save its rows)")
         if not {"measurements", "sessions"} <= tables:
             raise StoreError(f"{path} lacks the measurements or sessions table; refusing to "
                              "touch it")

@@ -138,7 +138,8 @@ def check_size(spec: MatmulSpec, op: str) -> None:
     kernels' 32-bit indices, and it has more than one output element per batch (TVM drops the
     unit loops of a 1 x 1 output and no schedule of either space applies)."""
     b = max(spec.batch, 1)
-    for name, shape in (("the matmul's A", (b, spec.M, spec.K)), ("the matmul's B", (b, spec.N, spec.K)),
+    for name, shape in (("the matmul's A", (b, spec.M, spec.K)),
+                        ("the matmul's B", (b, spec.N, spec.K)),
                         ("the matmul's C", (b, spec.M, spec.N))):
         check_tensor(op, name, shape[1:] if not spec.batch else shape)
     if spec.M * spec.N < 2:
