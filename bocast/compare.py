@@ -336,13 +336,15 @@ def _run_replay(cfg: CompareConfig, op, progress, meter) -> list[dict]:
     jobs = [(cfg, s, seed, path, trials) for s, seed, path, trials in plan(cfg)]
     stop = mp.get_context("fork").Event()
     runs = []
-    # the job processes start with SIGINT/SIGTERM blocked until their handler is set
-    with interrupt.blocked():
-        pool = ProcessPoolExecutor(min(cfg.workers or os.cpu_count() or 1, len(jobs)),
-                                   mp_context=mp.get_context("fork"),
-                                   initializer=_job_process, initargs=(stop,))
-        futures = [pool.submit(_replay_run, job) for job in jobs]
+    pool = None
     try:
+        # the job processes start with SIGINT/SIGTERM blocked until their handler is set (a
+        # signal that came meanwhile is raised here, as the block ends)
+        with interrupt.blocked():
+            pool = ProcessPoolExecutor(min(cfg.workers or os.cpu_count() or 1, len(jobs)),
+                                       mp_context=mp.get_context("fork"),
+                                       initializer=_job_process, initargs=(stop,))
+            futures = [pool.submit(_replay_run, job) for job in jobs]
         for fut in as_completed(futures):
             r = fut.result()
             runs.append(r)
@@ -356,7 +358,8 @@ def _run_replay(cfg: CompareConfig, op, progress, meter) -> list[dict]:
                              note=f"last {r['label']} seed {r['seed']}")
     except BaseException:
         stop.set()  # every job stops at its next record; queued ones do not start
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
     order = [(s["label"], seed) for s, seed, _, _ in plan(cfg)]
@@ -596,6 +599,11 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
 
 
 def _write_outputs(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None:
+    with interrupt.held():  # the four files are one result: a stop waits for the last one
+        _write_files(cfg, runs, summary)
+
+
+def _write_files(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None:
     import csv
 
     from bocast.records import atomic_write

@@ -38,8 +38,11 @@ class Interrupted(BaseException):
     failure."""
 
     def __init__(self, signum: int):
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+        super().__init__(signal.Signals(self.signum).name)
+
+    def __reduce__(self):  # a job process's stop travels back to its parent pickled
+        return Interrupted, (self.signum,)
 
 
 def install(mode: str = "raise", shared=None) -> None:

@@ -7,6 +7,7 @@ a log shows a run is alive without one line per trial.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from typing import TextIO
@@ -69,8 +70,9 @@ class Progress:
         if note is not None:
             self.note = note
         now = time.perf_counter()
-        if self.tty:
-            self.stream.write("\r" + (self._bar() + self.text())[:150].ljust(100))
+        if self.tty:  # one line, never wider than the terminal (a wrapped line is not redrawn)
+            width = max(20, shutil.get_terminal_size().columns - 1)
+            self.stream.write("\r" + (self._bar() + self.text())[:width].ljust(width))
             self.stream.flush()
             self._drawn = True
             return
@@ -86,7 +88,7 @@ class Progress:
 
     def say(self, text: str) -> None:
         if self._drawn:
-            self.stream.write("\r" + " " * 100 + "\r")
+            self.stream.write("\r" + " " * max(20, shutil.get_terminal_size().columns - 1) + "\r")
             self._drawn = False
         print(text, file=self.stream, flush=True)
         if self.tty and self.done:

@@ -375,9 +375,9 @@ def export_dataset(store_path: str, out_prefix: str, meta: Mapping[str, Any]) ->
         if col in knob_cols and df[col].dtype.kind == "f":
             df[col] = df[col].astype("Int64")
     csv_path, meta_path = out_prefix + ".csv.gz", out_prefix + ".json"
-    with gzip.open(csv_path, "wt", compresslevel=9) as f:
+    with atomic_write(csv_path, "wb") as raw, gzip.open(raw, "wt", compresslevel=9) as f:
         df.to_csv(f, index=False, float_format="%.6g")
-    with open(meta_path, "w") as f:
+    with atomic_write(meta_path) as f:
         json.dump({"rows": len(df), "knob_columns": knob_cols, **meta}, f, indent=1, sort_keys=True)
     return csv_path, meta_path
 
