@@ -94,27 +94,36 @@ def check(before: dict[str, list], after: dict[str, list]) -> dict[str, int]:
             "failure_rows": failed, "rows": sum(len(r) for r in after.values())}
 
 
-def run(argv: list[str], *, delay: float | None, env: dict[str, str]) -> dict[str, Any]:
-    """One call of ``bocast``; with ``delay``, SIGINT to its process group after that long."""
+def run(argv: list[str], *, delay: float | None, env: dict[str, str],
+        when=None) -> dict[str, Any]:
+    """One call of ``bocast``; with ``delay``, SIGINT to its process group after that long (or,
+    with ``when``, as soon as ``when()`` is true, polled every 0.1 s)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "bocast.cli", *argv], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     sent = False
+    if when is not None:
+        while proc.poll() is None and not when():
+            time.sleep(0.1)
+        delay = round(time.perf_counter() - t0, 2)
     if delay is not None:
         try:
-            proc.wait(timeout=delay)
+            proc.wait(timeout=max(delay - (time.perf_counter() - t0), 0.01))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGINT)
             sent = True
     out, err = proc.communicate(timeout=900)
-    time.sleep(0.5)
-    try:  # anything of its process group still alive
-        os.killpg(proc.pid, 0)
-        left = True
+    left = True  # anything of its process group alive 5 s after the command ended
+    for _ in range(50):
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            left = False
+            break
+        time.sleep(0.1)
+    if left:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        left = False
     lines = err.strip().splitlines()
     return {"delay_s": delay, "signal_sent": sent, "exit": proc.returncode,
             "seconds": round(time.perf_counter() - t0, 2),
@@ -122,16 +131,30 @@ def run(argv: list[str], *, delay: float | None, env: dict[str, str]) -> dict[st
             "stdout_lines": len(out.strip().splitlines()), "processes_left": left}
 
 
-def experiment(name: str, command, moments: int, span: tuple[float, float], seed: int,
+def experiment(name: str, command, moments: int, total: int, seed: int,
                env: dict[str, str]) -> dict[str, Any]:
+    """``moments`` stops, each at a random moment: a quarter of them 0.2-3 s after the start
+    (while processes start and stores open), the others when a random number of new rows
+    (1 .. what is left, spread over the moments still to come) has reached the stores."""
     folder = tempfile.mkdtemp(prefix=f"bocast-int-{name}-")
     rng = random.Random(seed)
     stops = []
     try:
         before = stores(folder)
         for i in range(moments):
-            delay = round(rng.uniform(*span), 2)
-            r = run(command(folder), delay=delay, env=env)
+            rows = sum(map(len, before.values()))
+            if rng.random() < 0.25 or rows >= total - 1:
+                delay, target = round(rng.uniform(0.2, 3.0), 2), None
+            else:
+                step = max(1, (total - rows) // max(1, moments - i))
+                delay, target = None, min(total - 1, rows + rng.randint(1, max(1, 2 * step - 1)))
+
+            def when(target=target):
+                return sum(map(len, stores(folder).values())) >= target
+
+            r = run(command(folder), delay=delay, env=env,
+                    when=when if target is not None else None)
+            r["target_rows"] = target
             after = stores(folder)
             r.update(check(before, after))
             r["clean"] = (not r["traceback"] and not r["processes_left"] and r["lost"] == 0
@@ -141,7 +164,8 @@ def experiment(name: str, command, moments: int, span: tuple[float, float], seed
                               "bocast: interrupted") and r["stdout_lines"] == 0
                               if r["signal_sent"] else r["exit"] == 0))
             stops.append(r)
-            print(f"{name} stop {i + 1}: after {delay} s exit {r['exit']}, {r['rows']} rows, "
+            print(f"{name} stop {i + 1}: after {r['delay_s']} s (target {target} rows) exit "
+                  f"{r['exit']}, {r['rows']} rows, "
                   f"lost {r['lost']}, twice {r['measured_twice']}, failure rows "
                   f"{r['failure_rows']}, left {r['processes_left']}"
                   + ("" if r["clean"] else "  <- NOT CLEAN"), flush=True)
@@ -173,10 +197,11 @@ def main() -> None:
     prov = provenance({"cpus": os.cpu_count(), "machine": platform.machine(),
                        "load_average": os.getloadavg()})
     env = {**os.environ, "PYTHONPATH": ROOT}
-    compare = experiment("compare", compare_command, args.moments, (0.5, 25.0), args.seed, env)
-    measure = experiment("measure", measure_command, args.moments, (0.5, 20.0), args.seed + 1,
-                         {**env, "BOCAST_STANDIN_SLEEP": "0.2"})
     expected = {"compare": 9 * 96, "measure": MEASURE_SAMPLE}
+    compare = experiment("compare", compare_command, args.moments, expected["compare"],
+                         args.seed, env)
+    measure = experiment("measure", measure_command, args.moments, expected["measure"],
+                         args.seed + 1, {**env, "BOCAST_STANDIN_SLEEP": "0.2"})
     summary = {}
     for name, res in (("compare", compare), ("measure", measure)):
         stops = res["stops"]
@@ -208,10 +233,13 @@ def main() -> None:
                   f"{s['lost']} | {s['measured_twice']} | {s['failure_rows']} | "
                   f"{s['final_rows']} / {s['expected_rows']} | "
                   f"{'clean' if s['final_clean'] else 'NOT CLEAN'} |")
-    md += ["", "Per stop (delay after start, exit code, rows in the stores afterwards):", ""]
+    md += ["", "Per stop: seconds after the start when the signal went (at a random time, or "
+           "when the stores reached a random number of rows), exit code, rows in the stores "
+           "afterwards:", ""]
     for name, res in (("compare", compare), ("measure", measure)):
         md.append(f"- {name}: " + "; ".join(
-            f"{s['delay_s']} s -> {s['exit']}, {s['rows']}" for s in res["stops"]))
+            f"{s['delay_s']} s{'' if s['target_rows'] is None else ' (rows ' + str(s['target_rows']) + ')'}"
+            f" -> {s['exit']}, {s['rows']}" for s in res["stops"]))
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(md) + "\n")
     print(json.dumps(summary, indent=1))

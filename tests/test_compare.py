@@ -85,14 +85,17 @@ def test_compare_writes_tables_plot_records_and_json(tmp_path):
     ({"seedz": 3}, "unknown field(s) ['seedz']"),
     ({"dataset": "experiments/data/gemm_1024_1024_1024"}, "was recorded for workload"),
 ])
-def test_bad_compare_config_names_the_field(tmp_path, change, message):
+def test_bad_compare_config_names_the_field(tmp_path, change, message, bocast_cli, monkeypatch):
     cfg = {**GOOD, **change}
     if change.get("strategies") and "baseline" not in change:
         cfg.pop("baseline")
-    proc = compare(tmp_path, cfg)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], proc.stderr
+    cfg = {**cfg, "output": str(tmp_path / "runs"), "results": str(tmp_path / "res" / "t")}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    monkeypatch.chdir(ROOT)
+    code, out, err = bocast_cli("compare", str(tmp_path / "c.yaml"), "--json")
+    assert code == 2 and not out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err
     assert not os.path.exists(tmp_path / "runs") and not os.path.exists(tmp_path / "res")
 
 
@@ -153,15 +156,4 @@ def test_live_compare_interleaves_runs_and_resumes(tmp_path):
     assert "trials to 95% of cga" in md and "random (1 seed(s))" in md
 
 
-def test_live_compare_without_a_gpu_says_so(tmp_path):
-    proc = compare(tmp_path, LIVE)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "runner: tvm (a live comparison) needs a CUDA GPU" in lines[0]
-    assert not os.path.exists(tmp_path / "runs") and not os.path.exists(tmp_path / "res")
-
-
-def test_metaschedule_needs_the_live_runner(tmp_path):
-    cfg = {**GOOD, "strategies": GOOD["strategies"] + [{"name": "metaschedule"}]}
-    proc = compare(tmp_path, cfg)
-    assert proc.returncode == 2 and "metaschedule proposes its own schedules" in proc.stderr
+# A live comparison without a GPU, and MetaSchedule on replay: tests/test_bad_inputs.py.

@@ -31,7 +31,7 @@ def tune(tmp_path, cfg, *extra):
                           capture_output=True, text=True, cwd=ROOT)
 
 
-def test_replay_run_writes_records_and_json_summary(tmp_path):
+def test_replay_run_writes_records_and_json_summary_and_resumes(tmp_path):
     proc = tune(tmp_path, GOOD, "--json")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -41,12 +41,8 @@ def test_replay_run_writes_records_and_json_summary(tmp_path):
     assert os.path.exists(tmp_path / "out" / "records.db")
     saved = json.load(open(tmp_path / "out" / "summary.json"))
     assert saved["provenance"]["git_sha"] and saved["config_sha256"]
-
-
-def test_resume_adds_only_the_missing_trials(tmp_path):
-    assert tune(tmp_path, GOOD).returncode == 0
-    more = {**GOOD, "budget": {"trials": 64}}
-    proc = tune(tmp_path, more, "--json")
+    # a larger budget resumes: only the missing trials run
+    proc = tune(tmp_path, {**GOOD, "budget": {"trials": 64}}, "--json")
     assert proc.returncode == 0, proc.stderr
     assert "resuming: 48 trials" in proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["trials"] == 64
@@ -70,9 +66,11 @@ def _without(d, key):
     ({**GOOD, "runner": "fpga"}, "runner: expected one of ['replay', 'tvm'], got 'fpga'"),
     (_without(GOOD, "dataset"), "dataset: the replay runner needs"),
 ])
-def test_bad_config_one_error_exit_2_nothing_written(tmp_path, cfg, message):
-    proc = tune(tmp_path, cfg)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], proc.stderr
+def test_bad_config_one_error_exit_2_nothing_written(tmp_path, cfg, message, bocast_cli):
+    cfg = {**cfg, "output": str(tmp_path / "out")}
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    code, out, err = bocast_cli("tune", str(tmp_path / "cfg.yaml"))
+    assert code == 2 and not out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err
     assert not os.path.exists(tmp_path / "out")

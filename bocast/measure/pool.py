@@ -132,8 +132,9 @@ class TimedPool:
                     w.task = (i, time.monotonic())
             now = time.monotonic()
             deadlines = [w.task[1] + timeout_s - now for w in self._workers if w.task]
+            # at most 0.5 s, so that a stop is seen while long builds are running
             ready = wait([w.conn for w in self._workers],
-                         timeout=max(0.05, min(deadlines, default=1.0)))
+                         timeout=min(0.5, max(0.05, min(deadlines, default=1.0))))
             for w in list(self._workers):
                 if w.conn not in ready:
                     continue
