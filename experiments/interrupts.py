@@ -2,8 +2,8 @@
 command again, until it finishes; checks after every stop that nothing finished was lost or
 measured twice.
 
-Two commands: a replay comparison (BO, CGA and random search, 3 seeds, budget 96, in job
-processes) and ``bocast measure`` with the CPU stand-in runner (TVM lowering in builder
+Two commands: a replay comparison (BO, CGA and random search, 5 seeds, budget 128, in job
+processes; the tests use 3 seeds and budget 96) and ``bocast measure`` with the CPU stand-in runner (TVM lowering in builder
 processes, synthetic timings in a runner process). For each stop: the exit code (130), the last
 stderr line, a traceback (none), processes left behind (none), and per record store: every row
 there before the stop is there after it, unchanged and in order; no configuration is in a store
@@ -47,13 +47,14 @@ COMPARE = {
 MEASURE_SAMPLE = 60
 
 
-def compare_command(folder: str) -> list[str]:
+def compare_command(folder: str, seeds: int = 3, trials: int = 96) -> list[str]:
     import yaml
 
     path = os.path.join(folder, "compare.yaml")
     if not os.path.exists(path):
         with open(path, "w") as f:
-            yaml.safe_dump({**COMPARE, "output": os.path.join(folder, "runs"),
+            yaml.safe_dump({**COMPARE, "seeds": seeds, "budget": {"trials": trials},
+                            "output": os.path.join(folder, "runs"),
                             "results": os.path.join(folder, "res", "interrupts")}, f)
     return ["compare", path, "--json"]
 
@@ -197,9 +198,9 @@ def main() -> None:
     prov = provenance({"cpus": os.cpu_count(), "machine": platform.machine(),
                        "load_average": os.getloadavg()})
     env = {**os.environ, "PYTHONPATH": ROOT}
-    expected = {"compare": 9 * 96, "measure": MEASURE_SAMPLE}
-    compare = experiment("compare", compare_command, args.moments, expected["compare"],
-                         args.seed, env)
+    expected = {"compare": 3 * 5 * 128, "measure": MEASURE_SAMPLE}
+    compare = experiment("compare", lambda folder: compare_command(folder, 5, 128),
+                         args.moments, expected["compare"], args.seed, env)
     measure = experiment("measure", measure_command, args.moments, expected["measure"],
                          args.seed + 1, {**env, "BOCAST_STANDIN_SLEEP": "0.2"})
     summary = {}
@@ -213,7 +214,9 @@ def main() -> None:
                                   [res["final"]["measured_twice"]]),
             "failure_rows": res["final"]["failure_rows"],
             "final_rows": res["final"]["rows"], "expected_rows": expected[name],
-            "final_clean": res["final"]["clean"]}
+            "final_clean": res["final"]["clean"],
+            "stops_with_work_left": sum(s["rows"] < expected[name] for s in stops),
+            "result_files": res["final"].get("result_files", [])}
     with open(args.out + ".json", "w") as f:
         json.dump({"provenance": prov, "summary": summary, "compare": compare,
                    "measure": measure}, f, indent=1, default=str)
@@ -225,14 +228,18 @@ def main() -> None:
           "same command is then run again. Clean stop = exit 130, last stderr line "
           "`bocast: interrupted ...`, no traceback, nothing on stdout, no process left, and in "
           "every record store no row lost or changed, none twice, no failure row.", "",
-          "| command | stops | signal sent (else it had finished) | clean | rows lost | "
-          "measured twice | failure rows | rows at the end / expected | final call |",
-          "|---|---|---|---|---|---|---|---|---|"]
+          "| command | stops | signal sent (else it had finished) | stops with trials left | "
+          "clean | rows lost | measured twice | failure rows | rows at the end / expected | "
+          "final call |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in summary.items():
-        md.append(f"| {name} | {s['stops']} | {s['signals_sent']} | {s['clean_stops']} | "
+        md.append(f"| {name} | {s['stops']} | {s['signals_sent']} | "
+                  f"{s['stops_with_work_left']} | {s['clean_stops']} | "
                   f"{s['lost']} | {s['measured_twice']} | {s['failure_rows']} | "
                   f"{s['final_rows']} / {s['expected_rows']} | "
-                  f"{'clean' if s['final_clean'] else 'NOT CLEAN'} |")
+                  f"{'clean' if s['final_clean'] else 'NOT CLEAN'}"
+                  + (f", wrote {', '.join(s['result_files'])}" if s["result_files"] else "")
+                  + " |")
     md += ["", "Per stop: seconds after the start when the signal went (at a random time, or "
            "when the stores reached a random number of rows), exit code, rows in the stores "
            "afterwards:", ""]
