@@ -50,9 +50,21 @@ class Candidates(ABC):
         """(2, d) bounds of the encoded candidates, for input scaling."""
         return self.space.encoding_bounds()
 
+    @abstractmethod
+    def reference_configs(self) -> list[Config]:
+        """Configurations that stand for the candidates (fixed for the whole run), for bounds of
+        features the encoding does not bound (:mod:`bocast.features`)."""
+
 
 class SpaceCandidates(Candidates):
     """Every feasible configuration of the space (live tuning)."""
+
+    _reference: list[Config] | None = None
+
+    def reference_configs(self):
+        if self._reference is None:  # a fixed seed: the same bounds in every run
+            self._reference = self.space.sample(2048, np.random.default_rng(0))
+        return self._reference
 
     def sample(self, n, rng, exclude):
         out, seen = [], set(exclude)
@@ -127,6 +139,9 @@ class TableCandidates(Candidates):
 
     def contains(self, config):
         return Space.key(config) in self.index
+
+    def reference_configs(self):
+        return self.configs
 
     def bounds(self):
         return np.stack([self._x.min(0), self._x.max(0)])

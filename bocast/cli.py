@@ -24,12 +24,14 @@ import time
 import traceback
 from typing import Any, Sequence
 
+import numpy as np
+
 from bocast import interrupt, schema
 from bocast.errors import InputError
-from bocast.operator import get_operator, make, operators, parse_shape
+from bocast.operator import from_workload, get_operator, make, operators, parse_shape
 from bocast.progress import Progress, say
 from bocast.schema import check_writable
-from bocast.space import Space
+from bocast.space import MAX_ENUMERATION, Space
 
 T0 = time.perf_counter()
 
@@ -46,6 +48,23 @@ def _emit(args, summary: dict[str, Any], lines: Sequence[str]) -> None:
 
 
 def _operator_from(args):
+    """The operator named on the command line, or the one of ``--subspace``'s file."""
+    if getattr(args, "subspace", None) is not None:
+        from bocast.subspace import load
+
+        given = [flag for flag, v in (("operator", args.op), ("--shape", args.shape),
+                                      ("--dtype", args.dtype), ("--layout", args.layout),
+                                      ("--space", args.space)) if v is not None]
+        if given:
+            raise UsageError(f"--subspace names its own workload: give no {', '.join(given)} "
+                             "with it")
+        try:
+            args.loaded_subspace = load(args.subspace)
+        except InputError as e:
+            raise UsageError(f"--subspace: {e}") from None
+        return from_workload(args.loaded_subspace.workload)
+    if args.op is None:
+        raise UsageError("name an operator (or give --subspace FILE)")
     shape = parse_shape(args.shape) if args.shape is not None else None
     options = {k: getattr(args, k) for k in ("dtype", "layout", "space")
                if getattr(args, k) is not None}
@@ -83,6 +102,7 @@ def cmd_space(args) -> int:
         raise UsageError("--out-builds: the build results come from --check-build")
     if args.check_build and args.sample:
         _need_compiler("--check-build")
+    allowed = _restriction(args, op)
     from bocast.records import atomic_write
 
     lines = [f"{op.name} {op.workload}", f"{len(space.knobs)} knobs, "
@@ -92,6 +112,13 @@ def cmd_space(args) -> int:
         lines.append(space.describe())
     summary: dict[str, Any] = {"op": op.name, "workload": op.workload,
                                "structural_size": space.structural_size}
+    if allowed is not None:
+        say(f"counting the feasible configurations of the sub-space ({_fixed_text(allowed)})")
+        n = space.count_feasible(allowed)
+        _check_size(args, n)
+        lines.append(f"sub-space ({_fixed_text(allowed)}): {n:,} feasible of "
+                     f"{space.restricted_structural_size(allowed):,} structural (exact)")
+        summary.update(subspace_feasible=n, subspace=_jsonable_allowed(allowed))
     if args.size:
         say(f"estimating the feasible set of {op.name} {op.workload['shape']} "
             f"(up to {args.size_draws:,} draws)")
@@ -120,7 +147,8 @@ def cmd_space(args) -> int:
         from bocast.measure.builder import Builder
 
         t = time.perf_counter()
-        with Builder(workers=args.workers, timeout_s=args.build_timeout) as builder, \
+        with Builder(workers=args.workers, timeout_s=args.build_timeout,
+                     reject_spills=args.reject_spills) as builder, \
                 Progress("built", len(configs), unit="kernels") as meter:
             say(f"building {len(configs)} kernels for sm_90 (apply, lower, nvcc) with "
                 f"{builder.workers} processes")
@@ -194,12 +222,68 @@ def summarize_records(records, reference: dict | None) -> tuple[dict[str, Any], 
     return summary, lines
 
 
+def _restriction(args, op) -> dict | None:
+    """The knob restriction of ``--subspace`` or ``--fix`` (None: the whole space)."""
+    from bocast.subspace import parse_fix_args
+
+    sub = getattr(args, "loaded_subspace", None)
+    if sub is not None:
+        if args.fix:
+            raise UsageError("--fix and --subspace: put the fixed knobs in the file")
+        return sub.allowed
+    return parse_fix_args(op.space, args.fix) if args.fix else None
+
+
+def _table_of(args, allowed) -> dict[str, Any]:
+    """What identifies an exhaustive table in its store (its ``feasible`` count aside)."""
+    if args.subspace is not None:
+        return args.loaded_subspace.describe()
+    return {"name": "", "allowed": _jsonable_allowed(allowed or {})}
+
+
+def _check_table_store(args, op, allowed) -> None:
+    """An existing store given to ``measure --all`` holds no table of another sub-space (read
+    only, before the enumeration)."""
+    from bocast.records import Store
+
+    if not (os.path.isfile(args.store) and os.path.getsize(args.store) > 0):
+        return
+    with Store(args.store, op.workload, create=False) as store:
+        held = store.get_meta("subspace")
+    if held is not None and {k: v for k, v in held.items() if k != "feasible"} != \
+            _table_of(args, allowed):
+        raise UsageError(f"--store: {args.store} holds the table of another sub-space: {held}")
+
+
+def _check_size(args, n: int) -> None:
+    """A sub-space file's ``feasible`` against the count of its configurations."""
+    sub = getattr(args, "loaded_subspace", None)
+    if sub is not None and sub.expected is not None and n != sub.expected:
+        raise UsageError(f"--subspace: {args.subspace}: the sub-space has {n} feasible "
+                         f"configurations, the file says {sub.expected} (the space changed?)")
+
+
+def _jsonable_allowed(allowed: dict) -> dict:
+    return {k: [list(v) if isinstance(v, tuple) else v for v in vals] for k, vals in allowed.items()}
+
+
+def _fixed_text(allowed: dict) -> str:
+    return ", ".join(f"{k}={'|'.join(map(str, v))}" for k, v in allowed.items()) or "no knob fixed"
+
+
 def cmd_measure(args) -> int:
     from bocast.measure.builder import Builder
     from bocast.measure.engine import Measurer
     from bocast.records import Store, export_dataset
 
     op = _operator_from(args)
+    exhaustive = args.all or args.subspace is not None
+    if exhaustive == (args.sample is not None):
+        raise UsageError("give --sample N (a uniform sample), or --all / --subspace FILE (every "
+                         "feasible configuration)")
+    if args.fix and not exhaustive:
+        raise UsageError("--fix restricts --all: give --all too")
+    allowed = _restriction(args, op)
     if args.runner == "gpu":
         _need_gpu("bocast measure --runner gpu", "--runner standin runs the synthetic CPU "
                   "stand-in, for tests")
@@ -208,22 +292,50 @@ def cmd_measure(args) -> int:
     if args.export:
         for ext in (".csv.gz", ".json"):
             check_writable(args.export + ext, "--export")
+    if exhaustive:
+        _check_table_store(args, op, allowed)
+        # enumerated before the store opens: a sub-space too large writes nothing
+        structural = op.space.restricted_structural_size(allowed)
+        if 1_000_000 < structural <= MAX_ENUMERATION:  # seconds or more
+            say(f"enumerating the feasible configurations of {op.name} {op.workload['shape']} "
+                f"({_fixed_text(allowed or {})}): {structural:,} structural")
+        configs = op.space.enumerate_feasible(allowed)
+        _check_size(args, len(configs))
+        # measured in a seeded random order, so a table stopped part-way (a device session's
+        # time ran out, an interrupt) is a uniform sample of its sub-space, and the next call
+        # resumes it
+        order = np.random.default_rng(args.seed).permutation(len(configs))
+        configs = [configs[i] for i in order]
+        subspace = {**_table_of(args, allowed), "feasible": len(configs)}
+        what = (f"every feasible configuration of the sub-space ({_fixed_text(allowed or {})}): "
+                f"{len(configs)}, in random order (seed {args.seed})")
+    else:
+        configs = op.space.sample(args.sample, args.seed, unique=True)
+        subspace = None
+        what = f"{len(configs)} sampled (seed {args.seed})"
     store = Store(args.store, op.workload)  # refuses a foreign or damaged file, untouched
     with store:
-        return _measure(args, op, store, Builder, Measurer, export_dataset)
+        if subspace is not None:
+            held = store.get_meta("subspace")
+            if held not in (None, subspace):
+                raise UsageError(f"--store: {args.store} holds the table of another sub-space: "
+                                 f"{held}")
+            store.set_meta("subspace", subspace)
+        return _measure(args, op, store, configs, what, subspace, Builder, Measurer,
+                        export_dataset)
 
 
-def _measure(args, op, store, Builder, Measurer, export_dataset) -> int:
-    configs = op.space.sample(args.sample, args.seed, unique=True)
+def _measure(args, op, store, configs, what, subspace, Builder, Measurer, export_dataset) -> int:
     done = store.keys()
     todo = [c for c in configs if Space.key(c) not in done]
-    lines = [f"{op.name} {op.workload}: {len(configs)} sampled (seed {args.seed}), "
-             f"{len(configs) - len(todo)} already in {args.store}, {len(todo)} to measure"]
+    lines = [(f"{op.name} {op.workload}: {what}, "
+              f"{len(configs) - len(todo)} already in {args.store}, {len(todo)} to measure")]
     say(lines[0])
     runner = _make_runner(args.runner, args)
     t0 = time.perf_counter()
     with runner, Builder(workers=args.workers, timeout_s=args.build_timeout,
-                         compile=args.runner != "standin") as builder:
+                         compile=args.runner != "standin",
+                         reject_spills=args.reject_spills) as builder:
         device = runner.device()
         reference = store.get_meta("reference")
         if reference is None or args.reference_again:
@@ -242,20 +354,29 @@ def _measure(args, op, store, Builder, Measurer, export_dataset) -> int:
                     best[0] = max(best[0], rec.tflops)
                 meter.update(step=1, best=best[0] or None)
 
-            measurer.measure_batches([todo[i:i + args.batch]
-                                      for i in range(0, len(todo), args.batch)],
-                                     source=f"sample(seed={args.seed})", on_record=progress)
+            deadline = (None if args.max_seconds is None
+                        else time.monotonic() + args.max_seconds)
+            measured = measurer.measure_batches(
+                [todo[i:i + args.batch] for i in range(0, len(todo), args.batch)],
+                source=f"{'all' if subspace is not None else 'sample'}(seed={args.seed})",
+                on_record=progress, deadline=deadline)
     seconds = time.perf_counter() - t0
     records = store.records()
     summary, more = summarize_records(records, reference)
-    lines += more + [f"measured {len(todo)} in {seconds:.1f} s "
-                     f"({len(todo) / max(seconds, 1e-9):.2f} configurations/s)"]
-    summary.update(op=op.name, workload=op.workload, store=args.store, measured_now=len(todo),
-                   seconds=round(seconds, 2), reference=reference, device=device)
+    left = len(todo) - len(measured)
+    lines += more + [f"measured {len(measured)} in {seconds:.1f} s "
+                     f"({len(measured) / max(seconds, 1e-9):.2f} configurations/s)"
+                     + (f"; {left} left for the next call (--max-seconds)" if left else "")]
+    summary.update(op=op.name, workload=op.workload, store=args.store,
+                   measured_now=len(measured), left=left, seconds=round(seconds, 2),
+                   reference=reference, device=device)
+    if subspace is not None:
+        summary["subspace"] = subspace
     if args.export:
         csv_path, meta_path = export_dataset(args.store, args.export, {
             "workload": op.workload, "reference": reference, "device": device,
             "sessions": store.sessions(), "sample_seed": args.seed,
+            **({"subspace": subspace, "complete": left == 0} if subspace else {}),
             "timing": "CUDA events around CUDA-graph replays of back-to-back launches; "
                       f"median of {args.repeats} replays; inputs uniform[-1,1) fp16",
         })
@@ -312,7 +433,8 @@ def _tune(args, cfg, op, dataset, strategy, store, ReplayMeasurer, Tuner, atomic
         ro = cfg.runner_options
         runner = GpuRunner(timeout_s=ro["run_timeout"], repeats=ro["repeats"], seed=cfg.seed)
         closers.append(runner)
-        builder = Builder(workers=ro["workers"], timeout_s=ro["build_timeout"])
+        builder = Builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
+                          reject_spills=ro["reject_spills"])
         closers.append(builder)
         device = runner.device()
         ref = store.get_meta("reference") or runner.reference(op)
@@ -403,8 +525,17 @@ def cmd_compare(args) -> int:
 # ------------------------------------------------------------------------------ parser
 
 
-def _add_workload_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("op", help=f"operator: {', '.join(operators())}")
+def _add_workload_args(p: argparse.ArgumentParser, *, subspace: bool = False) -> None:
+    if subspace:
+        p.add_argument("op", nargs="?", help=f"operator: {', '.join(operators())} (none with "
+                                             "--subspace)")
+        p.add_argument("--subspace", help="a sub-space file (experiments/exhaustive/*.yaml): its "
+                                          "workload and fixed knobs")
+        p.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
+                       help="restrict a knob to a value (repeat a knob for several values; a "
+                            "split's value is its factors, comma-separated)")
+    else:
+        p.add_argument("op", help=f"operator: {', '.join(operators())}")
     p.add_argument("--shape", help="extents, comma-separated (per operator; see `bocast ops`)")
     p.add_argument("--dtype", help="input:output types, e.g. fp16:fp32 (default) or fp16:fp16")
     p.add_argument("--layout", help="operand layout where the operator has one (gemm: NT or NN)")
@@ -427,6 +558,12 @@ def _opt(p: argparse.ArgumentParser, flag: str, field: schema.Field, default: An
                    help=f"{field.doc} ({field.expected(cli=True)}; default {default})", **kwargs)
 
 
+def _flag(p: argparse.ArgumentParser, flag: str, field: schema.Field) -> None:
+    """A boolean schema field as a command-line switch (off unless given)."""
+    assert field.kind is bool and field.default is False
+    p.add_argument(flag, action="store_true", help=field.doc)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bocast", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
@@ -438,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("space", parents=[common],
                        help="inspect, sample and statically build a schedule space")
-    _add_workload_args(p)
+    _add_workload_args(p, subspace=True)
     _opt(p, "--sample", schema.SAMPLE)
     _opt(p, "--seed", schema.SEED)
     p.add_argument("--describe", action="store_true", help="list knobs and known constraints")
@@ -448,14 +585,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="apply, lower and compile every sample with nvcc for sm_90")
     _opt(p, "--workers", schema.WORKERS)
     _opt(p, "--build-timeout", schema.BUILD_TIMEOUT)
+    _flag(p, "--reject-spills", schema.REJECT_SPILLS)
     p.add_argument("--out", help="write the sampled configurations as JSON lines")
     p.add_argument("--out-builds", help="write per-configuration build results as JSON lines")
     p.set_defaults(func=cmd_space)
 
     p = sub.add_parser("measure", parents=[common],
-                       help="measure uniformly sampled configurations into a store")
-    _add_workload_args(p)
-    _opt(p, "--sample", dataclasses.replace(schema.SAMPLE, min=1), required=True)
+                       help="measure uniformly sampled configurations, or every feasible one of "
+                            "a sub-space, into a store")
+    _add_workload_args(p, subspace=True)
+    _opt(p, "--sample", dataclasses.replace(schema.SAMPLE, min=1, default=None, nullable=True,
+                                            doc="configurations to sample (or --all)"))
+    p.add_argument("--all", action="store_true",
+                   help="every feasible configuration (of the sub-space of --fix or --subspace)")
+    _opt(p, "--max-seconds", schema.MAX_SECONDS)
     _opt(p, "--seed", schema.SEED)
     p.add_argument("--store", required=True, help="record store (SQLite); resumed if it exists")
     p.add_argument("--runner", default="gpu", choices=("gpu", "standin"),
@@ -464,6 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     doc="configurations built per batch"))
     _opt(p, "--workers", schema.WORKERS)
     _opt(p, "--build-timeout", schema.BUILD_TIMEOUT)
+    _flag(p, "--reject-spills", schema.REJECT_SPILLS)
     _opt(p, "--run-timeout", schema.RUN_TIMEOUT)
     _opt(p, "--repeats", schema.REPEATS)
     p.add_argument("--reference-again", action="store_true", help="re-time the reference")

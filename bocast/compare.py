@@ -9,6 +9,7 @@ budget for all, from one configuration file.
       - {label: bo-logei, name: bo, acquisition: logei}
       - {label: cga, name: cga}
       - {label: random, name: random}
+      - {label: bo-q8, name: bo, batch_size: 8}   # its own batch (default: batch_size below)
     seeds: 20                 # or a list of seeds
     budget: {trials: 256}
     batch_size: 32
@@ -30,7 +31,8 @@ rerunning the comparison resumes every unfinished run where it stopped. A strate
 optimum: "best known" is then the best any run found.
 
     runner: tvm
-    runner_options: {repeats: 10, run_timeout: 30, build_timeout: 180, workers: null}
+    runner_options: {repeats: 10, run_timeout: 30, build_timeout: 180, workers: null,
+                     reject_spills: false}      # reject_spills: see bocast.measure.builder
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ from bocast.schema import Field, Section
 
 #: strategy-entry keys that are not hyperparameters; ``trials`` lets one strategy run longer
 #: than the budget (random search through a whole table, so its trials-to-95% is not censored),
-#: ``seeds`` lets an expensive competitor run fewer seeds (MetaSchedule live)
-_NOT_HYPER = ("name", "label", "trials", "seeds")
+#: ``seeds`` lets an expensive competitor run fewer seeds (MetaSchedule live), ``batch_size``
+#: gives one strategy its own batch (BO with smaller q: more model updates per trial)
+_NOT_HYPER = ("name", "label", "trials", "seeds", "batch_size")
 METASCHEDULE = "metaschedule"
 MAX_SEEDS = 10_000
 COMPARE = Section((
@@ -75,6 +78,8 @@ ENTRY = Section((
     Field("name", str), schema.LABEL.with_default(None),
     dataclasses.replace(schema.TRIALS, default=None, nullable=True),
     Field("seeds", object, None),
+    dataclasses.replace(schema.BATCH_SIZE, default=None, nullable=True,
+                        doc="this entry's batch (default: the comparison's batch_size)"),
 ))
 
 
@@ -105,7 +110,13 @@ class CompareConfig:
 
 def load(path: str) -> CompareConfig:
     """A comparison configuration, every field checked (nothing runs or is written here)."""
-    raw = read_yaml(path)
+    return parse(read_yaml(path), os.path.dirname(os.path.abspath(path)))
+
+
+def parse(raw: Any, where: str) -> CompareConfig:
+    """A comparison from its fields (a configuration built in code), every field checked;
+    relative paths are those of the repository holding the folder ``where``
+    (:func:`bocast.config.resolver`)."""
     top = COMPARE.check(raw)
     budget = schema.BUDGET.check(top["budget"], "budget.")
     if budget["seconds"] is not None:
@@ -130,7 +141,9 @@ def load(path: str) -> CompareConfig:
         if entry["trials"] is not None and entry["trials"] < trials:
             raise ConfigError(f"{where}.trials: {entry['trials']} is less than budget.trials "
                               f"({trials}); an entry's trials only extend its budget")
-        out = {k: v for k, v in s.items() if k not in ("label", "trials", "seeds")}
+        out = {k: v for k, v in s.items() if k not in ("label", "trials", "seeds", "batch_size")}
+        if entry["batch_size"] is not None:
+            out["batch_size"] = entry["batch_size"]
         if entry["trials"] is not None:
             out["trials"] = entry["trials"]
         if entry["seeds"] is not None:
@@ -156,7 +169,7 @@ def load(path: str) -> CompareConfig:
     baseline = top["baseline"]
     if baseline is not None and baseline not in labels:
         raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")
-    resolve = resolver(os.path.dirname(os.path.abspath(path)))
+    resolve = resolver(where)
     return CompareConfig(
         name=top["name"], workload=dict(top["workload"]), runner=runner,
         dataset=resolve(top["dataset"]) if top["dataset"] else None,
@@ -206,6 +219,11 @@ def _hyper(s: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in s.items() if k not in _NOT_HYPER}
 
 
+def entry_batch(cfg: CompareConfig, s: Mapping[str, Any]) -> int:
+    """The batch of a strategy entry: its own ``batch_size``, else the comparison's."""
+    return s.get("batch_size", cfg.batch_size)
+
+
 def plan(cfg: CompareConfig) -> list[tuple[dict, int, str, int]]:
     """(strategy entry, seed, record store, trials) of every run of the comparison."""
     return [(s, seed, os.path.join(cfg.output, f"{s['label']}_seed{seed}.db"),
@@ -218,7 +236,7 @@ def run_identity(cfg: CompareConfig, s: Mapping[str, Any], seed: int) -> dict[st
     only a run of the same strategy, options, seed, batch size and dataset (the budget may
     grow: that only adds trials)."""
     ident = {"strategy": s["name"], "options": _hyper(s), "seed": seed,
-             "batch_size": cfg.batch_size, "runner": cfg.runner,
+             "batch_size": entry_batch(cfg, s), "runner": cfg.runner,
              "dataset": os.path.basename(cfg.dataset) if cfg.dataset else None}
     return json.loads(json.dumps(ident, sort_keys=True))
 
@@ -284,7 +302,7 @@ def _replay_run(job) -> dict[str, Any]:
         else:
             strategy = make_strategy(s["name"], ds.candidates(), seed=seed, **_hyper(s))
             res = Tuner(strategy, ReplayMeasurer(ds, store), trials=trials,
-                        batch_size=cfg.batch_size, optimum=ds.best_tflops).run(done)
+                        batch_size=entry_batch(cfg, s), optimum=ds.best_tflops).run(done)
     out = _curve(res, s["label"], seed, trials)
     out.update(optimum=ds.best_tflops, reference=(ds.reference or {}).get("tflops"),
                reference_what=(ds.reference or {}).get("what", ""), resumed_from=len(done),
@@ -396,7 +414,8 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
         return _read_live(op, runs_plan)
     ro = cfg.runner_options
     runner = runner or GpuRunner(timeout_s=ro["run_timeout"], repeats=ro["repeats"])
-    builder = builder or Builder(workers=ro["workers"], timeout_s=ro["build_timeout"])
+    builder = builder or Builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
+                                 reject_spills=ro["reject_spills"])
     with runner, builder, contextlib.ExitStack() as stores:
         device = runner.device()
         # one reference for the whole comparison: the one timed when it started, if it did
@@ -428,7 +447,7 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
                                          **_hyper(s))
                 measurer = Measurer(op, store, builder, runner, session_info={
                     **info, "strategy": s["label"], "seed": seed})
-                tuner = Tuner(strategy, measurer, trials=trials, batch_size=cfg.batch_size,
+                tuner = Tuner(strategy, measurer, trials=trials, batch_size=entry_batch(cfg, s),
                               reference=reference["tflops"])
                 tuner.start(store.records())  # resumes an interrupted comparison
                 tuners.append(tuner)
@@ -460,7 +479,7 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
                 store.set_meta("reference", reference)
                 res = metaschedule.tune(
                     op, trials=trials, seed=seed, store=store, builder=builder, runner=runner,
-                    work_dir=work_dir, batch_size=cfg.batch_size,
+                    work_dir=work_dir, batch_size=entry_batch(cfg, s),
                     reference=reference["tflops"], session_info=info)
             runs.append(_curve(res, s["label"], seed, trials))
             progress(f"  {s['label']} seed {seed}: {len(res.records)} trials, best "
@@ -531,7 +550,10 @@ def _quartiles(v):
 
 
 def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
-              extra: dict[str, Any] | None = None) -> dict[str, Any]:
+              extra: dict[str, Any] | None = None, prov: dict[str, Any] | None = None
+              ) -> dict[str, Any]:
+    """Statistics and outputs of finished runs. ``prov``: provenance taken before anything was
+    written (a caller that writes several comparisons; else it is taken here)."""
     from scipy.stats import mannwhitneyu
 
     from bocast.records import provenance
@@ -592,8 +614,8 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
                "seeds": len(cfg.seeds), "trials": cfg.trials, "batch_size": cfg.batch_size,
                "strategies": per, "mann_whitney_u": tests, "seconds": round(seconds, 1),
                "config_sha256": cfg.digest,
-               "provenance": provenance({"device": (extra or {}).get("device")}
-                                        if extra and extra.get("device") else None)}
+               "provenance": prov or provenance({"device": (extra or {}).get("device")}
+                                                if extra and extra.get("device") else None)}
     _write_outputs(cfg, runs, summary)
     return summary
 
@@ -657,7 +679,8 @@ def _write_files(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) 
                       f"{s['median_trials_to_95pct_of_baseline']:.0f}"]
         entry = next(x for x in cfg.strategies if x["label"] == lab)
         notes = ([f"runs {entry['trials']} trials"] if "trials" in entry else []) + (
-            [f"{len(entry['seeds'])} seed(s)"] if "seeds" in entry else [])
+            [f"{len(entry['seeds'])} seed(s)"] if "seeds" in entry else []) + (
+            [f"batch {entry['batch_size']}"] if "batch_size" in entry else [])
         lines.append(f"| {lab}" + (f" ({', '.join(notes)})" if notes else "") + " | "
                      + " | ".join(cells) + " |")
     if summary["mann_whitney_u"]:

@@ -8,7 +8,8 @@
     runner: replay                              # replay | tvm (live, on a GPU)
     dataset: experiments/data/gemm_1024_1024_1024   # replay only
     output: runs/bo_logei_gemm1024             # records.db and summary.json go here
-    runner_options: {repeats: 10, run_timeout: 30, build_timeout: 180, workers: null}
+    runner_options: {repeats: 10, run_timeout: 30, build_timeout: 180, workers: null,
+                     reject_spills: false}      # reject_spills: see bocast.measure.builder
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ class TuneConfig:
         return hashlib.sha256(json.dumps(self.raw, sort_keys=True).encode()).hexdigest()[:16]
 
 
+#: keys of a comparison's strategy entry that are not the strategy's options: ``label``, and
+#: ``trials``, ``seeds`` and ``batch_size`` for that entry alone (see bocast.compare)
+COMPARISON_KEYS = ("label", "trials", "seeds", "batch_size")
+
+
 def strategy_entry(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
     """(name, hyperparameters checked against the strategy's options) of a strategy mapping;
     ``where`` prefixes the messages (``strategy.``, ``strategies[0] (bo): ``)."""
@@ -75,7 +81,7 @@ def strategy_entry(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
         cls = strategy_class(name)
     except StrategyError as e:
         raise ConfigError(f"{where}name: {e}") from None
-    hyper = {k: v for k, v in raw.items() if k not in ("name", "label", "trials", "seeds")}
+    hyper = {k: v for k, v in raw.items() if k != "name" and k not in COMPARISON_KEYS}
     return name, cls.options.check(hyper, where, ConfigError)
 
 
@@ -85,9 +91,11 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None) 
     top = TUNE.check({**raw, **({"runner": runner} if runner else {})}
                      if isinstance(raw, Mapping) else raw)
     name, _ = strategy_entry(top["strategy"], "strategy.")
-    extra = sorted(set(top["strategy"]) & {"label", "trials", "seeds"})
+    extra = sorted(set(top["strategy"]) & set(COMPARISON_KEYS))
     if extra:
-        raise ConfigError(f"strategy: {extra} belong to comparisons, not to one run")
+        raise ConfigError(f"strategy: {extra} belong to comparisons, not to one run"
+                          + (" (its batch is the top-level batch_size)"
+                             if "batch_size" in extra else ""))
     budget = schema.BUDGET.check(top["budget"], "budget.")
     ropts = schema.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
     if top["runner"] == "replay" and top["dataset"] is None:

@@ -74,7 +74,8 @@ class Field:
             elif self.max is not None:
                 what += f" <= {_num(self.max)}"
         elif self.kind is str:
-            what = "a string" + (" of letters, digits, '.', '_', '+', '-'" if self.pattern else "")
+            what = "a string" + (" of letters, digits, '.', '_', '+', '-' and inner spaces"
+                                 if self.pattern else "")
         elif self.kind is bool:
             what = "true or false"
         else:
@@ -209,11 +210,19 @@ SIZE_DRAWS = Field("size_draws", int, 200_000, min=1, max=100_000_000,
                    doc="uniform draws of the feasible-set size estimate")
 PROGRESS_EVERY = Field("progress_every", int, 50, min=1, max=MAX_TRIALS,
                        doc="a progress line every this many configurations (stderr)")
+REJECT_SPILLS = Field("reject_spills", bool, False,
+                      doc="build-time filter: record kernels whose ptxas report shows register "
+                          "spills or a stack frame as build_rejected, without running them")
+MAX_SECONDS = Field("max_seconds", float, None, above=0, nullable=True,
+                    doc="start no new batch after this many seconds; the next call resumes "
+                        "from the store (a device session's time limit)")
 RUNNER_NAMES = ("replay", "tvm")
-LABEL = Field("label", str, pattern=r"[A-Za-z0-9][A-Za-z0-9._+-]*",
+# inner spaces are allowed (experiments/ablation/bo_replay.yaml labels "bo q16"); a label
+# names files, so no '/', no leading or trailing space, nothing else
+LABEL = Field("label", str, pattern=r"[A-Za-z0-9]([A-Za-z0-9._+ -]*[A-Za-z0-9._+-])?",
               doc="a strategy's name in results and file names")
 
-RUNNER_OPTIONS = Section((REPEATS, RUN_TIMEOUT, BUILD_TIMEOUT, WORKERS))
+RUNNER_OPTIONS = Section((REPEATS, RUN_TIMEOUT, BUILD_TIMEOUT, WORKERS, REJECT_SPILLS))
 BUDGET = Section((TRIALS, SECONDS))
 
 

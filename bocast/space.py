@@ -36,6 +36,10 @@ Value = Any  # int | str | tuple[int, ...] | None
 Config = dict[str, Value]
 
 
+#: structural configurations an enumeration of a (sub-)space may visit, by default
+MAX_ENUMERATION = 200_000_000
+
+
 class SpaceError(InputError):
     """A configuration or space definition that cannot be interpreted (not a constraint violation)."""
 
@@ -558,8 +562,7 @@ class Space:
         rate of ``draws`` uniform draws (Wilson 95% interval)."""
         total = self.structural_size
         if total <= exact_limit:
-            feasible = sum(int(self.feasible_mask(self.columns(chunk)).sum())
-                           for chunk in _chunks(self._enumerate_structural(), 100_000))
+            feasible = self.count_feasible()
             return SpaceSize(total, float(feasible), True, (feasible, feasible), total)
         rng = np.random.default_rng(rng)
         acc = 0
@@ -575,6 +578,58 @@ class Space:
         half = z * math.sqrt(p * (1 - p) / draws + z * z / (4 * draws * draws)) / denom
         return SpaceSize(total, p * total, False,
                          (max(0.0, centre - half) * total, (centre + half) * total), draws)
+
+    # --- exhaustive enumeration ----------------------------------------------------------
+    def enumerate_feasible(self, allowed: Mapping[str, Sequence[Value]] | None = None, *,
+                           max_structural: int = MAX_ENUMERATION) -> list[Config]:
+        """Every feasible configuration whose knobs in ``allowed`` take one of the listed values
+        (a knob that is inactive ignores its restriction, as in :meth:`sample_restricted`), in a
+        fixed order: variant by variant, the last knob varying fastest. The exhaustive benchmark
+        tables measure exactly this set. Raises SpaceError when the restricted structural set
+        exceeds ``max_structural`` (fix more knobs)."""
+        out: list[Config] = []
+        for cols, idx in self._enumerate_chunks(allowed, max_structural):
+            out += self._rows(cols, idx)
+        return out
+
+    def count_feasible(self, allowed: Mapping[str, Sequence[Value]] | None = None, *,
+                       max_structural: int = MAX_ENUMERATION) -> int:
+        """``len(enumerate_feasible(allowed))`` without building the configurations."""
+        return sum(len(idx) for _, idx in self._enumerate_chunks(allowed, max_structural))
+
+    def restricted_structural_size(self, allowed: Mapping[str, Sequence[Value]] | None = None) -> int:
+        """Structural configurations an enumeration of ``allowed`` visits."""
+        return sum(c for _, _, c in self._variants_for(allowed))
+
+    def _variants_for(self, allowed):
+        return self._variants if allowed is None else self._restricted_variants(allowed)
+
+    def _enumerate_chunks(self, allowed, max_structural: int, chunk: int = 1 << 18):
+        """(columns with derived ones, indices of their feasible rows) over the structural set
+        restricted to ``allowed``, ``chunk`` rows at a time. A running index is decoded into
+        one domain index per knob (mixed radix), so nothing is built row by row."""
+        variants = self._variants_for(allowed)
+        total = sum(c for _, _, c in variants)
+        if total > max_structural:
+            raise SpaceError(f"the (sub-)space has {total:,} structural configurations, more than "
+                             f"the {max_structural:,} an enumeration may visit: fix more knobs")
+        for _, domains, count in variants:
+            arrays = {}
+            for k in self.knobs:
+                dom = domains[k.name]
+                if dom == [None]:  # inactive: the fill value of :meth:`columns`
+                    dom = [(1,) * k.parts] if isinstance(k, Split) else [k.choices[0]]
+                arrays[k.name] = np.array(dom, dtype=np.int64) if isinstance(k, Split) \
+                    else np.array(dom)
+            for start in range(0, count, chunk):
+                rest = np.arange(start, min(start + chunk, count), dtype=np.int64)
+                cols = {}
+                for k in reversed(self.knobs):
+                    arr = arrays[k.name]
+                    rest, digit = np.divmod(rest, len(arr))
+                    cols[k.name] = arr[digit]
+                cols = self._with_derived({k.name: cols[k.name] for k in self.knobs})
+                yield cols, np.flatnonzero(self.feasible_mask(cols))
 
     def _enumerate_structural(self) -> Iterable[Config]:
         for _, domains, _ in self._variants:
@@ -754,17 +809,6 @@ def _rescale(parts: tuple[int, ...], extent: int) -> tuple[int, ...] | None:
             return None
     new[-1] *= up
     return tuple(new)
-
-
-def _chunks(it: Iterable, size: int):
-    buf = []
-    for x in it:
-        buf.append(x)
-        if len(buf) == size:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
 
 
 def _hashable(value: Value):

@@ -28,10 +28,12 @@ SM90_TARGET = {
     "thread_warp_size": 32,
 }
 
-#: Pass options every space builds with (TVM's defaults). Note: TVM's storage rewrite may merge a
-#: float32 shared buffer into a float16 one and then fail a dtype check; spaces keep buffers of
-#: different types in different scopes (static "shared" vs "shared.dyn") to stay clear of it, and
-#: so that shared-memory use is the plain sum of the buffers (predictable by a known constraint).
+#: Pass options every space builds with (TVM's defaults; a space adds its own per configuration,
+#: ``Operator.build_options``). Note: TVM's storage rewrite may merge a float32 shared buffer into
+#: a float16 one and then fail a dtype check where a typed pointer (a WMMA store) addresses it:
+#: space v1 keeps buffers of different types in different scopes (static "shared" vs
+#: "shared.dyn"), space v2 keeps its WMMA staging tile static; its mma staging tile, written by
+#: element-wise stores, shares the dynamic allocation with the fp16 tiles.
 PASS_CONFIG: dict = {}
 
 

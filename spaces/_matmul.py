@@ -186,6 +186,71 @@ def prepare(sch, spec: MatmulSpec, m: int, n: int, k: int):
     return blk, (loops[0] if spec.batch else None), loops[-3:], padded_mn
 
 
+def tile_dims(shapes: dict[str, tuple[int, int, int]], axis: int):
+    """A column function: extent ``axis`` (0: m, 1: n, 2: k) of each configuration's Tensor
+    Core tile, looked up by the categorical knob that names it in ``shapes``."""
+    names = list(shapes)
+    dims = np.array([shapes[s][axis] for s in names], dtype=np.int64)
+    return lambda col: np.select([col == s for s in names], dims, 0)
+
+
+# ------------------------------------------------------------------ shared schedule steps
+
+
+def spread(sch, loop, warps: int | None, vec: int) -> None:
+    """Split a flat copy loop over the thread block: [rest, warps (threadIdx.y), 32 lanes
+    (threadIdx.x), ``vec`` elements (vectorised)]; ``warps=None`` for a copy by one warp."""
+    if warps is None:
+        _, tx, v = sch.split(loop, [None, 32, vec])
+    else:
+        _, ty, tx, v = sch.split(loop, [None, warps, 32, vec])
+        sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    sch.vectorize(v)
+
+
+def fetch(sch, block, idx: int, scope: str, at, warps: int, vec: int):
+    """Operand ``idx`` of ``block`` staged in ``scope`` under loop ``at``, copied cooperatively;
+    returns the copy block and the width of its rows."""
+    stage = sch.cache_read(block, idx, scope)
+    sch.compute_at(stage, at)
+    rows, cols = sch.get_loops(stage)[-2:]
+    row_width = int(sch.get(cols).extent)
+    spread(sch, sch.fuse(rows, cols), warps, vec)
+    return stage, row_width
+
+
+def inline_producers(sch, stage) -> None:
+    """pad_einsum's zero padding, and whatever produces the operand (a gather, a reshape),
+    become index arithmetic of the cooperative copy ``stage``."""
+    producers = list(sch.get_producers(stage))
+    while producers:
+        p = producers.pop()
+        upstream = list(sch.get_producers(p))
+        sch.compute_inline(p)
+        producers.extend(upstream)
+
+
+def tile2(sch, block, r: int, s: int):
+    """Split the last two loops of ``block`` into (r, s) tiles, tiles outermost; returns the
+    inner loop of the first axis (where a tile's intrinsic is tensorized)."""
+    x, y = sch.get_loops(block)[-2:]
+    x0, x1 = sch.split(x, [None, r])
+    y0, y1 = sch.split(y, [None, s])
+    sch.reorder(x0, y0, x1, y1)
+    return x1
+
+
+def copy_loop(sch, block, at):
+    """The loops of ``block`` below loop ``at``, fused: two, or one where the tile has a single
+    real row (M = 1: the padding rows are never copied) or column."""
+    loops = sch.get_loops(block)
+    ref = sch.get_sref(at)
+    depth = next(n for n, lp in enumerate(loops) if sch.get_sref(lp).same_as(ref))
+    inner = loops[depth + 1:]
+    return sch.fuse(*inner) if len(inner) > 1 else inner[0]
+
+
 class MatmulOperator(Operator):
     """An operator that runs as one Tensor Core matmul: subclasses set ``self.matmul`` (a
     :class:`MatmulSpec`) and build ``self.space`` with :meth:`matmul_space`."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from bocast.space import Categorical, Constraint, Knob, Ordinal, PowerOfTwo, Space, Split
 from bocast.tensorcore import WMMA_SHAPES, wmma_intrin
-from spaces._matmul import round_up
+from spaces._matmul import copy_loop, fetch, inline_producers, round_up, spread, tile2, tile_dims
 
 STATIC_SMEM_LIMIT = 48 * 1024  # static shared memory per block (ptxas)
 SMEM_LIMIT = 227 * 1024  # static + dynamic shared memory per block on Hopper (with opt-in)
@@ -25,12 +25,6 @@ STAGE_SCOPE = "shared.dyn"
 
 
 # ------------------------------------------------------------------------------------ space
-
-
-def _wmma_dim(axis: int):
-    names = list(WMMA_SHAPES)
-    dims = np.array([WMMA_SHAPES[s][axis] for s in names], dtype=np.int64)
-    return lambda col: np.select([col == s for s in names], dims, 0)
 
 
 def knobs(spec) -> list[Knob]:
@@ -64,7 +58,7 @@ def knobs(spec) -> list[Knob]:
 def derive(spec):
     """Tile sizes, threads, shared memory and registers of a batch of configurations."""
     acc_bytes, trans_b = spec.acc_bytes, spec.trans_b
-    wm_of, wn_of = _wmma_dim(0), _wmma_dim(1)
+    wm_of, wn_of = tile_dims(WMMA_SHAPES, 0), tile_dims(WMMA_SHAPES, 1)
 
     def run(c):
         wm, wn = wm_of(c["wmma"]), wn_of(c["wmma"])
@@ -179,30 +173,14 @@ def schedule(spec, func, config, prepare):
     warps = c["tile_i"][1] * c["tile_j"][1]
     k_loops = (k0, k1, k2)
 
-    def fetch(idx: int, pad: int):
-        stage = sch.cache_read(mma, idx, "shared")
-        sch.compute_at(stage, k_loops[c["smem_at"]])
-        rows, cols = sch.get_loops(stage)[-2:]
-        row_width = int(sch.get(cols).extent)
-        fused = sch.fuse(rows, cols)
-        _, f_ty, f_tx, f_vec = sch.split(fused, [None, warps, 32, c["vec"]])
-        sch.bind(f_ty, "threadIdx.y")
-        sch.bind(f_tx, "threadIdx.x")
-        sch.vectorize(f_vec)
+    stages = []
+    for idx, pad in ((0, c["a_pad"]), (1, c["b_pad"])):
+        stage, row_width = fetch(sch, mma, idx, "shared", k_loops[c["smem_at"]], warps, c["vec"])
         if pad:
             sch.storage_align(stage, 0, axis=-2, factor=row_width, offset=pad)
-        return stage
-
-    stages = [fetch(0, c["a_pad"]), fetch(1, c["b_pad"])]
+        stages.append(stage)
     for stage in stages:
-        # pad_einsum's zero padding, and whatever produces the operand (a gather, a reshape),
-        # becomes index arithmetic of the cooperative copy
-        producers = list(sch.get_producers(stage))
-        while producers:
-            p = producers.pop()
-            upstream = list(sch.get_producers(p))
-            sch.compute_inline(p)
-            producers.extend(upstream)
+        inline_producers(sch, stage)
 
     frag_a = sch.cache_read(mma, 0, "wmma.matrix_a")
     frag_b = sch.cache_read(mma, 1, "wmma.matrix_b")
@@ -226,19 +204,12 @@ def schedule(spec, func, config, prepare):
 
     init = sch.get_child_blocks(sch.decompose_reduction(mma, k0))[0]
 
-    def tile2(block, r: int, s: int):
-        x, y = sch.get_loops(block)[-2:]
-        x0, x1 = sch.split(x, [None, r])
-        y0, y1 = sch.split(y, [None, s])
-        sch.reorder(x0, y0, x1, y1)
-        return x1
-
     shape = (wm, wn, wk)
-    sch.tensorize(tile2(frag_a, wm, wk), wmma_intrin("load_a", shape, spec.in_dtype))
+    sch.tensorize(tile2(sch, frag_a, wm, wk), wmma_intrin("load_a", shape, spec.in_dtype))
     b_tile = (wn, wk) if trans_b else (wk, wn)
-    sch.tensorize(tile2(frag_b, *b_tile),
+    sch.tensorize(tile2(sch, frag_b, *b_tile),
                   wmma_intrin("load_b", shape, spec.in_dtype, b_transposed=trans_b))
-    tile2(acc_frag, wm, wn)
+    tile2(sch, acc_frag, wm, wn)
     sch.tensorize(sch.get_loops(init)[-2], wmma_intrin("fill", shape, acc))
     store_name = sch.get(acc_frag).name_hint
     sch.tensorize(sch.get_loops(acc_frag)[-2], wmma_intrin(
@@ -249,20 +220,10 @@ def schedule(spec, func, config, prepare):
         if c["c_pad"]:  # on the tensorized store, which now writes the staging tile
             bn = c["tile_j"][1] * c["tile_j"][2] * wn
             sch.storage_align(store_name + "_o", 0, axis=-2, factor=bn, offset=c["c_pad"])
-        # the copy's own loops, under the block or warp loop: two, or one where the tile has a
-        # single real row (M = 1, the padding rows are never copied) or column
-        at = sch.get_sref(bx if c["c_at"] == "block" else ty)
-        loops = sch.get_loops(stage_out)
-        depth = next(n for n, lp in enumerate(loops) if sch.get_sref(lp).same_as(at))
-        copy_loops = loops[depth + 1:]
-        fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]
-        if c["c_at"] == "block":
-            _, f_ty, f_tx, f_vec = sch.split(fused, [None, warps, 32, c["out_vec"]])
-            sch.bind(f_ty, "threadIdx.y")
-        else:
-            _, f_tx, f_vec = sch.split(fused, [None, 32, c["out_vec"]])
-        sch.bind(f_tx, "threadIdx.x")
-        sch.vectorize(f_vec)
+        # the copy's own loops, under the block loop (all warps copy) or the warp loop
+        block_copy = c["c_at"] == "block"
+        spread(sch, copy_loop(sch, stage_out, bx if block_copy else ty),
+               warps if block_copy else None, c["out_vec"])
 
     if c["pipeline"] > 1:
         # Statements under the fetch loop: the two fetches, the two fragment loads when they

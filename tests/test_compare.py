@@ -18,7 +18,7 @@ GOOD = {
     "strategies": [{"label": "bo", "name": "bo", "n_init": 16, "pool_size": 256,
                     "fit_maxiter": 20},
                    {"label": "cga", "name": "cga", "pop_size": 64, "generations": 2},
-                   {"label": "random", "name": "random", "trials": 96}],
+                   {"label": "random", "name": "random", "trials": 96, "batch_size": 8}],
     "seeds": 2,
     "budget": {"trials": 48},
     "batch_size": 16,
@@ -51,6 +51,7 @@ def test_compare_writes_tables_plot_records_and_json(tmp_path):
         assert os.path.getsize(tmp_path / "res" / f"t.{ext}") > 0
     assert sorted(os.listdir(tmp_path / "runs")) == sorted(
         f"{s}_seed{i}.db" for s in ("bo", "cga", "random") for i in (0, 1))
+    assert "| random (runs 96 trials, batch 8) |" in open(tmp_path / "res" / "t.md").read()
     saved = json.load(open(tmp_path / "res" / "t.json"))
     assert saved["provenance"]["git_sha"] and saved["config_sha256"]
     # every figure of the table is the stores' own best-so-far at that budget
@@ -81,6 +82,8 @@ def test_compare_writes_tables_plot_records_and_json(tmp_path):
      "strategies[0] (bo): acquisition: expected one of ['logei', 'becbo', 'ts'], got 'pi'"),
     ({"strategies": [{"name": "tabu"}]}, "strategies[0] (tabu): name: unknown strategy 'tabu'"),
     ({"budget": {"trials": -1}}, "budget.trials: expected an integer between 1 and"),
+    ({"strategies": [{"name": "bo", "batch_size": 0}]},
+     "strategies[0].batch_size: expected an integer between 1 and 10000 or null, got 0"),
     ({"budgets": [1000]}, "budgets: expected distinct integers between 1 and budget.trials"),
     ({"seedz": 3}, "unknown field(s) ['seedz']"),
     ({"dataset": "experiments/data/gemm_1024_1024_1024"}, "was recorded for workload"),
@@ -101,7 +104,8 @@ def test_bad_compare_config_names_the_field(tmp_path, change, message, bocast_cl
 
 LIVE = {
     "name": "live",
-    "workload": {"op": "gemm", "shape": [256, 256, 256], "dtype": "fp16:fp32", "layout": "NT"},
+    "workload": {"op": "gemm", "shape": [256, 256, 256], "dtype": "fp16:fp32", "layout": "NT",
+                 "space": "v2"},
     "runner": "tvm",
     "strategies": [{"label": "cga", "name": "cga", "pop_size": 32, "generations": 1},
                    {"label": "random", "name": "random", "seeds": [0]}],

@@ -65,6 +65,8 @@ def _without(d, key):
     ({**GOOD, "workload": {"op": "gemm", "shape": [1, 2]}}, "workload: gemm: shape needs 3"),
     ({**GOOD, "runner": "fpga"}, "runner: expected one of ['replay', 'tvm'], got 'fpga'"),
     (_without(GOOD, "dataset"), "dataset: the replay runner needs"),
+    ({**GOOD, "runner_options": {"reject_spills": "yes"}},
+     "runner_options.reject_spills: expected true or false, got 'yes'"),
 ])
 def test_bad_config_one_error_exit_2_nothing_written(tmp_path, cfg, message, bocast_cli):
     cfg = {**cfg, "output": str(tmp_path / "out")}

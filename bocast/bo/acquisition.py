@@ -9,7 +9,8 @@ carries ``(m,)`` mean and latent variance of log(TFLOPS); feasibility tensors ar
   the mean unchanged and shrinks the variance around the pick).
 - ``becbo``: BE-CBO adapted to a discrete pool: EI over the candidates whose *optimistic*
   feasibility (mean + beta * spread, beta shrinking as evidence grows) reaches 1/2, and a share
-  of the batch spent on the learned boundary (feasibility near 1/2, weighted by EI).
+  of the batch spent on the learned boundary (feasibility near 1/2, weighted by EI); when fewer
+  rows are eligible than the batch has slots, the rest go to the most optimistically feasible.
 - ``ts``: constrained Thompson sampling (SCBO style): per batch slot, one joint posterior sample
   of the objective and one sample of feasibility; the best sampled value among the rows sampled
   feasible wins (if none is, the most probably feasible row).
@@ -25,7 +26,9 @@ from bocast.bo.surrogate import Prediction, Surrogate, log_ei
 
 def kriging_believer(model: Surrogate, pred: Prediction, score, q: int) -> list[int]:
     """Greedy batch: ``score(mean, std) -> (m,)`` is re-evaluated after each pick with the
-    variance reduced as if the pick had been observed at its mean."""
+    variance reduced as if the pick had been observed at its mean. Rows scored -inf are never
+    picked: the batch ends early when only those are left (argmax would return one of them,
+    or a row already picked)."""
     var = pred.var.clone()
     noise = model.noise * model.y_std ** 2
     picked: list[int] = []
@@ -35,6 +38,8 @@ def kriging_believer(model: Surrogate, pred: Prediction, score, q: int) -> list[
         if picked:
             s[picked] = -torch.inf
         j = int(torch.argmax(s))
+        if s[j] == -torch.inf:
+            break
         picked.append(j)
         c = model.posterior_cov_with(j)
         for c_i, d_i in columns:  # condition the new column on the earlier fantasies
@@ -47,7 +52,10 @@ def kriging_believer(model: Surrogate, pred: Prediction, score, q: int) -> list[
 
 def constrained_logei(model: Surrogate, pred: Prediction, p_feasible: torch.Tensor,
                       best: float, q: int) -> list[int]:
-    log_pf = torch.log(p_feasible.clamp_min(1e-12))
+    # LogEI spans hundreds of orders of magnitude late in a run; a floor of 1e-12 on P(feasible)
+    # let a row the classifier rules out (p = 0) outscore feasible rows 1e-12 times less
+    # promising (tests/bo/test_pieces.py). 1e-300 keeps log finite and the ranking honest.
+    log_pf = torch.log(p_feasible.clamp_min(1e-300))
     return kriging_believer(model, pred, lambda mu, sd: log_ei(mu, sd, best) + log_pf, q)
 
 
@@ -66,6 +74,11 @@ def becbo(model: Surrogate, pred: Prediction, p_feasible: torch.Tensor,
         score[picks] = -torch.inf
         extra = torch.argsort(score, descending=True)[:n_boundary]
         picks += [int(i) for i in extra if torch.isfinite(score[i])]
+    if len(picks) < q:  # fewer eligible rows than slots: the rest by optimistic feasibility
+        rest = p_optimistic.clone()
+        rest[picks] = -torch.inf
+        order = torch.argsort(rest, descending=True, stable=True)[: q - len(picks)]
+        picks += [int(i) for i in order if rest[i] > -torch.inf]
     return picks
 
 

@@ -159,13 +159,17 @@ class Builder:
     """Builds batches of configurations of one operator in a pool of worker processes.
 
     ``workers`` defaults to the machine's cores; ``timeout_s`` bounds one whole build (apply,
-    lower, nvcc). Use as a context manager, or call :meth:`close`."""
+    lower, nvcc). ``reject_spills`` is a build-time filter: a kernel whose ptxas report shows
+    register spills or a stack frame is recorded as ``build_rejected`` and never runs (those
+    figures are free before a GPU run; a stack frame also marks local arrays, the cause of the
+    launch failures of v1's conv3d kernels). Use as a context manager, or call :meth:`close`."""
 
     def __init__(self, *, workers: int | None = None, timeout_s: float = 180.0,
-                 compile: bool = True):
+                 compile: bool = True, reject_spills: bool = False):
         self.workers = workers or os.cpu_count() or 1
         self.timeout_s = timeout_s
         self.compile = compile
+        self.reject_spills = reject_spills
         if compile and why_no_compiler():
             raise RuntimeError(why_no_compiler())
         self._pool = TimedPool("bocast.measure.builder:build_task", self.workers)
@@ -204,7 +208,8 @@ class Builder:
                 return BuildResult(key=keys[i], status=status, stage="worker",
                                    error=tail(f"{raw.kind}: {raw.detail}"),
                                    times={"total_s": raw.seconds})
-            return _from_dict(raw)
+            res = _from_dict(raw)
+            return rejected(res) if self.reject_spills else res
 
         results: list[BuildResult | None] = [None] * len(tasks)
 
@@ -215,6 +220,19 @@ class Builder:
 
         self._pool.map(tasks, self.timeout_s + 30, on_result=collect)
         return results  # type: ignore[return-value]
+
+
+def rejected(res: BuildResult) -> BuildResult:
+    """``res``, or ``build_rejected`` if ptxas reported spills or a stack frame (the
+    ``reject_spills`` filter)."""
+    f = res.features
+    local = {k: f.get(k, 0) for k in ("spill_stores", "spill_loads", "stack_bytes")}
+    if res.status is not Status.OK or not any(local.values()):
+        return res
+    res.status, res.stage, res.cubin = Status.BUILD_REJECTED, "filter", None
+    res.error = "reject_spills: ptxas reports " + ", ".join(
+        f"{int(v)} bytes {k.replace('_', ' ')}" for k, v in local.items() if v)
+    return res
 
 
 def _jsonable(config: Config) -> dict[str, Any]:

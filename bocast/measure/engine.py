@@ -14,6 +14,7 @@ builder and runner (:func:`bocast.tuner.run_interleaved`).
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -39,18 +40,24 @@ class Measurer:
         return self.measure_batches([configs], source=source, on_record=on_record)
 
     def measure_batches(self, batches: Sequence[Sequence[Config]], *, source: str = "",
-                        on_record: Callable[[Record], None] | None = None) -> list[Record]:
-        """Like :meth:`measure` over several batches, building batch i+1 while batch i runs."""
+                        on_record: Callable[[Record], None] | None = None,
+                        deadline: float | None = None) -> list[Record]:
+        """Like :meth:`measure` over several batches, building batch i+1 while batch i runs.
+        No batch starts building after ``deadline`` (``time.monotonic()``); those started
+        finish, so everything measured is recorded and the rest waits for a later call."""
         seen = self.store.keys()
         records: list[Record] = []
         with ThreadPoolExecutor(max_workers=1) as prefetch:
             pending = None
             for i in range(len(batches) + 1):
+                start = i < len(batches) and (deadline is None or time.monotonic() < deadline)
                 nxt = prefetch.submit(self.prepare, batches[i], source=source, seen=seen,
-                                      on_record=on_record) if i < len(batches) else None
+                                      on_record=on_record) if start else None
                 if pending is not None:
                     records += self.run(pending.result())
                 pending = nxt
+                if pending is None:
+                    break
         return records
 
     def prepare(self, configs: Sequence[Config], *, source: str = "", seen: set[str] | None = None,

@@ -11,6 +11,7 @@ class Status(str, Enum):
     SCHEDULE_ERROR = "schedule_error"  # a TensorIR schedule primitive refused
     BUILD_ERROR = "build_error"        # lowering/codegen failed, or the CUDA compiler rejected it
     BUILD_TIMEOUT = "build_timeout"
+    BUILD_REJECTED = "build_rejected"  # built, refused by a build-time filter, never run
     LAUNCH_ERROR = "launch_error"      # the driver refused to load or launch the kernel
     RUNTIME_ERROR = "runtime_error"    # the kernel faulted (illegal address, ...)
     RUN_TIMEOUT = "run_timeout"
@@ -21,7 +22,8 @@ class Status(str, Enum):
 
     @property
     def is_build_failure(self) -> bool:
-        return self in (Status.SCHEDULE_ERROR, Status.BUILD_ERROR, Status.BUILD_TIMEOUT)
+        return self in (Status.SCHEDULE_ERROR, Status.BUILD_ERROR, Status.BUILD_TIMEOUT,
+                        Status.BUILD_REJECTED)
 
 
 #: Statuses a feasibility classifier learns from (the unknown constraints): everything that was

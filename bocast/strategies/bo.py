@@ -3,9 +3,21 @@ over a discrete candidate pool.
 
 Each round: fit the surrogate on the successful measurements and, once failures have been seen,
 the classifier on all attempted ones; build a pool of fresh uniform samples plus the feasible
-neighbours of the best configurations so far (never anything already proposed); score it with
-the chosen acquisition (``logei``, ``becbo`` or ``ts``, see :mod:`bocast.bo.acquisition`); return
-``q`` picks. The first ``n_init`` proposals are uniform samples.
+neighbours of the best configurations so far (never anything already proposed); optionally
+extend it by local search on the acquisition surface; score it with the chosen acquisition
+(``logei``, ``becbo`` or ``ts``, see :mod:`bocast.bo.acquisition`); return ``q`` picks. The first
+``n_init`` proposals are uniform samples.
+
+Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmark shows a gain):
+
+- ``features: derived``: the models see the derived quantities of :mod:`bocast.features`
+  (block tile, threads, shared memory, registers, grid, as log2) after the knob encoding.
+- ``local_search: S``: from the S best pool rows by constrained LogEI (log EI + log P(feasible);
+  for every acquisition), hill-climb over ``candidates.neighbours`` (one-knob moves), moving to
+  the best unproposed neighbour while it improves, for at most ``local_search_steps`` steps;
+  every row visited joins the pool. A uniform pool of 4096 holds ~4e-6 of a 1e9-member space,
+  so its best row is rarely a local optimum of the acquisition. (On replay of a table no
+  larger than the pool, the pool already holds every row: local search cannot change a pick.)
 """
 
 from __future__ import annotations
@@ -19,10 +31,11 @@ import torch
 from bocast.bo import acquisition as acq
 from bocast.bo.feasibility import make_classifier
 from bocast.bo.surrogate import Surrogate
+from bocast.features import KINDS, FeatureError, Features
 from bocast.measure.status import Status
 from bocast.schema import Field, Section
 from bocast.space import Space
-from bocast.strategies.base import Strategy, register
+from bocast.strategies.base import Strategy, StrategyError, register
 
 ACQUISITIONS = ("logei", "becbo", "ts")
 
@@ -49,11 +62,21 @@ class BayesOpt(Strategy):
         # then up to 1000 observations x a pool of ~4500) are too small for the 16 threads of
         # the H100 host, which were slower than 4 (experiments/bench_proposal.py)
         Field("threads", int, 4, min=1, max=1024),
+        Field("features", str, "knobs", choices=KINDS,
+              doc="model inputs: knobs, or knobs + derived quantities (bocast.features)"),
+        Field("local_search", int, 0, min=0, max=100_000,
+              doc="starts of the hill climb on the acquisition (0: none)"),
+        Field("local_search_steps", int, 8, min=1, max=100_000,
+              doc="at most this many moves per start"),
     ), noun="option")
 
     def __init__(self, candidates, *, seed=0, **hyper):
         super().__init__(candidates, seed=seed, **hyper)
-        self.surrogate = Surrogate(candidates.bounds(), fit_points=self.hyper["fit_points"],
+        try:
+            self.features = Features(candidates, self.hyper["features"])
+        except FeatureError as e:  # derived features on a space that derives too little
+            raise StrategyError(f"strategy {self.name!r}: features: {e}") from None
+        self.surrogate = Surrogate(self.features.bounds(), fit_points=self.hyper["fit_points"],
                                    maxiter=self.hyper["fit_maxiter"], seed=seed)
         self.last_round: dict = {}
         self.classifier = None  # the last round's feasibility classifier (for diagnostics)
@@ -69,21 +92,23 @@ class BayesOpt(Strategy):
         pool = self._pool()
         if not pool:
             return []
-        x_ok = self.candidates.encode([self.config_of(r) for r in ok])
+        x_ok = self.features([self.config_of(r) for r in ok])
         y_ok = np.log([r.tflops for r in ok])
         self.surrogate.fit(x_ok, y_ok)
         attempted = [r for r in self.history if r.status is not Status.INVALID]
         labels = np.array([1.0 if r.ok else 0.0 for r in attempted])
         clf = make_classifier(self.hyper["classifier"], labels, seed=self.seed)
         if labels.min() != labels.max():
-            x_att = self.surrogate.scale(self.candidates.encode([self.config_of(r) for r in attempted]))
+            x_att = self.surrogate.scale(self.features([self.config_of(r) for r in attempted]))
             clf.fit(x_att, torch.as_tensor(labels))
         self.classifier = clf
-        x_pool = self.candidates.encode(pool)
+        best = float(y_ok.max())
+        climbed = self._local_search(pool, clf, best) if self.hyper["local_search"] else []
+        pool = pool + climbed
+        x_pool = self.features(pool)
         pred = self.surrogate.predict(x_pool)
         xs = self.surrogate.scale(x_pool)
         p_feas, _ = clf.predict(xs)
-        best = float(y_ok.max())
         gen = torch.Generator().manual_seed(int(self.rng.integers(2**62)))
         kind = self.hyper["acquisition"]
         if kind == "logei":
@@ -96,8 +121,41 @@ class BayesOpt(Strategy):
         else:
             picks = acq.thompson(self.surrogate, x_pool, pred, clf, n, gen)
         self.last_round = {"pool": len(pool), "observations": len(ok), "best_log_tflops": best,
-                           "failures_seen": int((labels == 0).sum())}
+                           "failures_seen": int((labels == 0).sum()),
+                           "local_search_added": len(climbed)}
         return [pool[i] for i in picks]
+
+    def _constrained_log_ei(self, configs: list, clf, best: float) -> np.ndarray:
+        x = self.features(configs)
+        pred = self.surrogate.predict(x)
+        p, _ = clf.predict(self.surrogate.scale(x))
+        return (acq.log_ei(pred.mean, pred.var.sqrt(), best)
+                + torch.log(p.clamp_min(1e-300))).numpy()
+
+    def _local_search(self, pool: list, clf, best: float) -> list:
+        """Multi-start hill climb on constrained LogEI over one-knob moves; returns the rows it
+        visited that the pool did not hold (see the module docstring)."""
+        score = dict(zip((Space.key(c) for c in pool), self._constrained_log_ei(pool, clf, best)))
+        order = np.argsort([-score[Space.key(c)] for c in pool], kind="stable")
+        current = [pool[i] for i in order[: self.hyper["local_search"]]]
+        visited: list = []
+        for _ in range(self.hyper["local_search_steps"]):
+            moves = [[nb for nb in self.candidates.neighbours(c)
+                      if Space.key(nb) not in self.proposed] for c in current]
+            fresh = {Space.key(nb): nb for nbs in moves for nb in nbs
+                     if Space.key(nb) not in score}
+            if fresh:  # one model call per step for every climb
+                score.update(zip(fresh, self._constrained_log_ei(list(fresh.values()), clf, best)))
+                visited += fresh.values()
+            nxt = []
+            for c, nbs in zip(current, moves):
+                top = max(nbs, key=lambda nb: score[Space.key(nb)], default=None)
+                if top is not None and score[Space.key(top)] > score[Space.key(c)]:
+                    nxt.append(top)
+            if not nxt:
+                break
+            current = list({Space.key(c): c for c in nxt}.values())  # climbs that met merge
+        return visited
 
     def _pool(self) -> list:
         """Fresh uniform samples plus neighbours of the incumbents, all unproposed."""

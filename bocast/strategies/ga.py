@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from bocast.features import KINDS, FeatureError, Features
 from bocast.measure.status import Status
 from bocast.schema import Field, Section
 from bocast.space import Config, Space
-from bocast.strategies.base import Strategy, register
+from bocast.strategies.base import Strategy, StrategyError, register
 
 
 class TreeCostModel:
@@ -85,38 +86,39 @@ class ConstrainedGA(Strategy):
         Field("key_ratio", float, 0.3, above=0, max=1, doc="share of knobs that are keys"),
         Field("epsilon", float, 0.6, min=0, max=1,
               doc="share of the batch taken by predicted rank (the rest by roulette)"),
+        # the cost model's inputs (bocast.features), as BO's option; with derived, a knob's
+        # importance for choosing keys includes its share of the derived columns computed
+        # from it
+        Field("features", str, "knobs", choices=KINDS,
+              doc="model inputs: knobs, or knobs + derived quantities (bocast.features)"),
     ), noun="option")
 
     def __init__(self, candidates, *, seed=0, **hyper):
         super().__init__(candidates, seed=seed, **hyper)
+        try:
+            self.features = Features(candidates, self.hyper["features"])
+        except FeatureError as e:  # derived features on a space that derives too little
+            raise StrategyError(f"strategy {self.name!r}: features: {e}") from None
         self.model = TreeCostModel(seed)
         self.population: list[Config] = []
-        self._columns = self._knob_columns()
-
-    def _knob_columns(self) -> list[tuple[str, slice]]:
-        out, col = [], 0
-        for k in self.space.knobs:
-            out.append((k.name, slice(col, col + k.width)))
-            col += k.width
-        return out
 
     def _predict(self, configs: list[Config]) -> np.ndarray:
-        return self.model.predict(self.candidates.encode(configs)) if configs else np.zeros(0)
+        return self.model.predict(self.features(configs)) if configs else np.zeros(0)
 
     def _train(self) -> None:
         attempted = [r for r in self.history if r.status is not Status.INVALID]
         if not any(r.ok for r in attempted):
             return
         best = max(r.tflops for r in attempted if r.ok)
-        x = self.candidates.encode([self.config_of(r) for r in attempted])
+        x = self.features([self.config_of(r) for r in attempted])
         y = np.array([(r.tflops or 0.0) / best if r.ok else 0.0 for r in attempted])
         self.model.fit(x, y)
 
     def _keys(self) -> list[str]:
-        imp = self.model.importances(self.space.encoded_width)
-        score = [(imp[s].sum(), name) for name, s in self._columns]
-        n = max(1, int(round(self.hyper["key_ratio"] * len(score))))
-        return [name for _, name in sorted(score, key=lambda t: -t[0])[:n]]
+        imp = self.features.knob_importance(
+            self.model.importances(self.features.bounds().shape[1]))
+        n = max(1, int(round(self.hyper["key_ratio"] * len(imp))))
+        return [name for name, _ in sorted(imp.items(), key=lambda t: -t[1])[:n]]
 
     def _children(self, parents: list[Config], n: int) -> list[Config]:
         keys = self._keys()

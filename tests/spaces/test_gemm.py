@@ -16,6 +16,21 @@ Gemm = get_operator("gemm")
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 
 
+def check_shared_memory_model(res, op, config):
+    """The known constraints' shared memory against a build of a small shape: static bytes
+    (ptxas) exactly; dynamic bytes (launch) exactly in v1, and in v2 never below the model (on
+    short k loops TVM may keep buffers alive longer than its best case, the model:
+    ``spaces/_pipelined_matmul.merged_dynamic_bytes``; tests/spaces/test_pipelined.py checks
+    exactness on real shapes)."""
+    model = op.space.columns([config])
+    assert res["features"].get("smem_bytes", 0) == model["static_smem_bytes"][0]
+    dynamic, planned = res["features"]["dynamic_smem_bytes"], model["dynamic_smem_bytes"][0]
+    if op.workload["space"] == "v1":
+        assert dynamic == planned
+    else:
+        assert planned <= dynamic, (dynamic, planned)
+
+
 def only_violator(space: Space, name: str, seed: int = 0, draws: int = 400_000):
     """A structural configuration that violates ``name`` and no other known constraint."""
     rng = np.random.default_rng(seed)
@@ -207,10 +222,7 @@ def test_sampled_configurations_build_for_sm90(shape, dtype, layout, space_name)
         res = _build(op, config)
         assert res["status"] == "ok", res["error"]
         assert res["features"]["registers"] > 0
-        # the shared-memory model is exact: static (ptxas) and dynamic (launch) bytes
-        model = op.space.columns([config])
-        assert res["features"].get("smem_bytes", 0) == model["static_smem_bytes"][0]
-        assert res["features"]["dynamic_smem_bytes"] == model["dynamic_smem_bytes"][0]
+        check_shared_memory_model(res, op, config)
         warps = config["tile_i"][1] * config["tile_j"][1]
         assert tuple(res["block"][:2]) == (32, warps)
         assert res["grid"][0] == config["tile_i"][0] * config["tile_j"][0]

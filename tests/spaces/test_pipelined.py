@@ -88,7 +88,6 @@ def test_merged_dynamic_bytes_follows_the_reuse_rules():
     assert m(4096, 4096, 16384) == 16384             # both smaller: they are combined under C
     assert m(1024, 40960, 2048) == 40960 + 2048      # B too large (> 16 c), A too small: A + C
     assert m(40960, 40960, 1024) == 40960 * 2 + 1024  # both > 16 c: beside them
-    assert m(4096, 4096, 8192, a_free=False) == 4096 + 8192  # only B reusable (fp16 accumulators)
 
 
 def test_build_options_turn_cp_async_on_only_where_asked():
@@ -123,20 +122,23 @@ def test_knobs_reach_the_generated_cuda():
     assert "wmma::mma_sync" in wmma and "ldmatrix" not in wmma
 
 
-@pytest.mark.parametrize("shape, dtype", [((256, 256, 256), "fp16:fp32"),
-                                          ((256, 256, 256), "fp16:fp16"),
-                                          ((72, 40, 100), "fp16:fp32")])
-def test_shared_memory_model_matches_lowered_kernels(shape, dtype):
-    """The known constraint's shared memory is exactly what the lowered kernel launches with
-    (dynamic) plus its static staging tile, over both paths and write-backs."""
+@pytest.mark.parametrize("shape, dtype, exact", [((1024, 512, 512), "fp16:fp32", True),
+                                                 ((512, 1024, 1024), "fp16:fp32", True),
+                                                 ((72, 40, 100), "fp16:fp32", False),
+                                                 ((256, 256, 256), "fp16:fp16", False)])
+def test_shared_memory_model_matches_lowered_kernels(shape, dtype, exact):
+    """The known constraint's dynamic shared memory against what the lowered kernel launches
+    with, over both paths and write-backs: exact with fp32 accumulators and a long k loop (>= 16
+    tiles); elsewhere never below it (merged_dynamic_bytes says why)."""
     op = Gemm.from_args(shape, dtype=dtype)
-    sample = op.space.sample(200, rng=3)
-    picks = [c for c in sample if c["instr"] == "mma" and c["writeback"] == "shared"][:4]
+    sample = [c for c in op.space.sample(400, rng=3) if c["tile_k"][0] >= 16 or not exact]
+    picks = [c for c in sample if c["instr"] == "mma" and c["writeback"] == "shared"][:5]
     picks += [c for c in sample if c["instr"] != "mma" and c["writeback"] == "shared"][:2]
     picks += [c for c in sample if c["writeback"] == "direct"][:2]
     cols = op.space.columns(picks)
-    for config, dynamic in zip(picks, cols["dynamic_smem_bytes"]):
-        assert lowered(op, config).dynamic_smem == dynamic, config
+    for config, planned in zip(picks, cols["dynamic_smem_bytes"]):
+        got = lowered(op, config).dynamic_smem
+        assert got == planned if exact else got >= planned, (config, got, planned)
 
 
 @needs_nvcc
@@ -178,3 +180,41 @@ def test_metaschedule_imports_every_intrinsic_after_an_mma_build():
         "print('ok')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+
+
+#: A GEMM 4096^3 kernel whose ptxas report shows 4 bytes of spill stores and an 8-byte stack frame
+SPILLS_4096 = {"instr": "mma", "tile_i": (64, 4, 1), "tile_j": (64, 4, 1), "tile_k": (64, 4),
+               "stages": 4, "async_copy": "off", "frag_pipeline": "off", "smem_layout": "pad16",
+               "vec": 8, "raster": 2, "unroll": 16, "writeback": "direct", "out_vec": None}
+
+
+@needs_nvcc
+def test_the_spill_filter_rejects_kernels_with_local_memory_before_they_run():
+    from bocast.measure.builder import Builder
+
+    op = Gemm(4096, 4096, 4096)
+    with Builder(workers=1, reject_spills=True) as builder:
+        rejected, fine = builder.build(op, [SPILLS_4096, BEST_4096])
+    assert str(rejected.status) == "build_rejected" and rejected.stage == "filter"
+    assert rejected.cubin is None and "spill stores" in rejected.error
+    assert rejected.failure_class == "build_rejected" and rejected.status.is_build_failure
+    assert str(fine.status) == "ok" and fine.cubin
+    with Builder(workers=1) as builder:
+        (kept,) = builder.build(op, [SPILLS_4096])
+    assert str(kept.status) == "ok" and kept.features["spill_stores"] > 0
+
+
+@needs_nvcc
+def test_swizzled_rows_of_96_are_refused_because_tvm_cannot_compile_them():
+    """The TVM 0.27 limit behind xor_rows_32_or_multiple_of_64: swizzled rows of 96 elements
+    lower to 8-lane int64 vectors that nvcc rejects (if a TVM upgrade fixes it, this fails and
+    the constraint can go)."""
+    from bocast.measure.nvcc import compile_cubin
+
+    op = Gemm(1024, 1024, 1536)
+    config = {"instr": "mma", "tile_i": (8, 4, 2), "tile_j": (16, 2, 2), "tile_k": (16, 6),
+              "stages": 2, "async_copy": "off", "frag_pipeline": "full", "smem_layout": "xor",
+              "vec": 8, "raster": 4, "unroll": 64, "writeback": "shared", "out_vec": 1}
+    assert op.space.validate(config) == ["xor_rows_32_or_multiple_of_64"]
+    assert op.space.validate({**config, "tile_k": (24, 4)}) == []
+    assert not compile_cubin(lowered(op, config).source).ok

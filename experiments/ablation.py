@@ -1,0 +1,213 @@
+"""Ablation of BO's options on replay of recorded tables (CPU): every variant x seed x table,
+paired by seed (a seed gives every variant the same initial design), one table of results.
+
+    python experiments/ablation.py experiments/ablation/bo_replay.yaml
+
+The file lists ``tables`` (dataset + workload), ``variants`` (compare strategy entries; a
+``batch_size`` there overrides the common one), ``reference`` (the variant the others are
+paired with), ``seeds``, ``budget``, ``batch_size``, ``output`` (record stores and a per-run
+cache: a rerun skips finished runs) and ``results`` (prefix of the .md/.json written).
+
+Per table and variant: trials to 95% of the table's best (censored at budget + 1), best at 64
+and 128 trials over the table's best, and the median proposal time of a model round (rounds
+after the first 32 trials; this machine's CPU, shared with other work while it ran). Against the
+reference: the median paired difference in trials to 95% with a bootstrap 95% interval (10,000
+resamples of seeds), a two-sided Wilcoxon signed-rank test, and Holm's correction over the
+tables for each variant. The analytic baseline is random search without replacement: with K of
+a table's N rows at or above 95% of its best, it needs (N + 1) / (K + 1) trials on average.
+Each table's standard comparison outputs (md, csv, json, png) go next to the results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+from bocast import compare
+from bocast.config import read_yaml
+from bocast.records import load_dataset, provenance
+
+N_BOOT = 10_000
+
+
+def _configs(spec: dict, where: str) -> list[compare.CompareConfig]:
+    out = []
+    for t in spec["tables"]:
+        name = os.path.basename(t["dataset"])
+        out.append(compare.parse({
+            "name": f"{spec['name']}_{name}", "workload": t["workload"], "runner": "replay",
+            "dataset": t["dataset"], "strategies": spec["variants"], "seeds": spec["seeds"],
+            "budget": {"trials": spec["budget"]}, "batch_size": spec["batch_size"],
+            "budgets": [b for b in (32, 64, 128, spec["budget"]) if b <= spec["budget"]],
+            "baseline": spec["reference"], "output": os.path.join(spec["output"], name),
+            "results": os.path.join(spec["results"], name)}, where))
+    return out
+
+
+def _job(job):
+    cfg, s, seed, cache = job
+    if os.path.exists(cache):
+        with open(cache) as f:
+            return {**json.load(f), "cached": True}
+    # the run's record store sits next to its cache; an interrupted run resumes from it
+    store = cache[: -len(".json")] + ".db"
+    run = compare._replay_run((cfg, s, seed, store, s.get("trials", cfg.trials)))
+    run = {k: run[k] for k in ("label", "seed", "curve", "trials_to_95pct", "optimum",
+                               "reference", "reference_what", "seconds", "proposal_s")}
+    with open(cache, "w") as f:
+        json.dump(run, f)
+    return {**run, "cached": False}
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)  # the runs are the parallelism
+
+
+def _good_rows(prefix: str) -> tuple[int, int]:
+    df, _ = load_dataset(prefix)
+    ok = df[df.status == "ok"].tflops
+    return len(df), int((ok >= 0.95 * ok.max()).sum())
+
+
+def _wilcoxon(d: np.ndarray) -> float:
+    from scipy.stats import wilcoxon
+
+    if not np.any(d):
+        return 1.0
+    return float(wilcoxon(d, zero_method="wilcox", alternative="two-sided").pvalue)
+
+
+def _boot_ci(d: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:
+    idx = rng.integers(0, len(d), (N_BOOT, len(d)))
+    meds = np.median(d[idx], axis=1)
+    return float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
+
+
+def _holm(p: list[float]) -> list[float]:
+    order = np.argsort(p)
+    out, running = [0.0] * len(p), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p) - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+def main(path: str) -> None:
+    spec = read_yaml(path)
+    prov = provenance()  # before writing anything: the outputs are tracked files
+    where = os.path.dirname(os.path.abspath(path))
+    cfgs = _configs(spec, where)
+    t0 = time.perf_counter()
+    jobs = []
+    for cfg in cfgs:
+        os.makedirs(cfg.output, exist_ok=True)
+        for s in cfg.strategies:
+            for seed in cfg.seeds:
+                jobs.append((cfg, s, seed, os.path.join(cfg.output, f"{s['label']}_seed{seed}.json")))
+    runs: dict[str, list[dict]] = {cfg.name: [] for cfg in cfgs}
+    with ProcessPoolExecutor(spec.get("workers") or os.cpu_count(),
+                             initializer=_one_thread) as pool:
+        for (cfg, _, _, _), r in zip(jobs, pool.map(_job, jobs)):
+            runs[cfg.name].append(r)
+            print(f"  {cfg.name} {r['label']} seed {r['seed']}: 95% at {r['trials_to_95pct']}",
+                  flush=True)
+    seconds = time.perf_counter() - t0
+    ref, budget, rng = spec["reference"], spec["budget"], np.random.default_rng(0)
+    tables = []
+    for cfg in cfgs:
+        compare.summarize(cfg, runs[cfg.name], seconds, prov=prov)  # its standard outputs
+        n_rows, k_good = _good_rows(cfg.dataset)
+        by = {s["label"]: sorted((r for r in runs[cfg.name] if r["label"] == s["label"]),
+                                 key=lambda r: r["seed"]) for s in cfg.strategies}
+        t95 = {lab: np.array([r["trials_to_95pct"] or budget + 1 for r in rs], float)
+               for lab, rs in by.items()}
+        rows = {}
+        for s in cfg.strategies:
+            lab, rs = s["label"], by[s["label"]]
+            q = s.get("batch_size", cfg.batch_size)
+            model_rounds = [p for r in rs for p in r["proposal_s"][math.ceil(32 / q):]]
+            row = {"median_trials_to_95pct": float(np.median(t95[lab])),
+                   "iqr_trials_to_95pct": [float(x) for x in np.percentile(t95[lab], [25, 75])],
+                   "reached": int(sum(r["trials_to_95pct"] is not None for r in rs)),
+                   "runs": len(rs),
+                   "best_at_64": float(np.median([r["curve"][63] for r in rs])) / rs[0]["optimum"],
+                   "best_at_128": float(np.median([r["curve"][127] for r in rs])) / rs[0]["optimum"],
+                   "median_round_s": statistics.median(model_rounds) if model_rounds else None,
+                   "batch_size": q}
+            if lab != ref:
+                d = t95[lab] - t95[ref]
+                row.update(median_diff=float(np.median(d)), diff_ci95=_boot_ci(d, rng),
+                           wilcoxon_p=_wilcoxon(d))
+            rows[lab] = row
+        tables.append({"table": os.path.relpath(cfg.dataset), "rows": n_rows, "good_rows": k_good,
+                       "optimum": runs[cfg.name][0]["optimum"],
+                       "random_expected_trials": (n_rows + 1) / (k_good + 1), "variants": rows})
+    for s in cfgs[0].strategies:  # Holm over the tables, per variant
+        lab = s["label"]
+        if lab == ref:
+            continue
+        held = _holm([t["variants"][lab]["wilcoxon_p"] for t in tables])
+        for t, p in zip(tables, held):
+            t["variants"][lab]["wilcoxon_p_holm"] = p
+    every = [r for rs in runs.values() for r in rs]
+    result = {"name": spec["name"], "description": spec.get("description", ""),
+              "config": os.path.relpath(path), "reference": ref,
+              "runs": len(every), "runs_cached": sum(r["cached"] for r in every),
+              "run_seconds": round(sum(r["seconds"] for r in every), 1),
+              "seeds": len(cfgs[0].seeds), "budget": budget, "batch_size": spec["batch_size"],
+              "variants": spec["variants"], "tables": tables, "seconds": round(seconds, 1),
+              "cpu_count": os.cpu_count(), "provenance": prov}
+    with open(spec["results"] + ".json", "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    with open(spec["results"] + ".md", "w") as f:
+        f.write(_markdown(result))
+    print(_markdown(result))
+
+
+def _markdown(res: dict) -> str:
+    prov = res["provenance"]
+    lines = [f"# {res['name']}", "",
+             f"REPLAY on recorded tables (CPU, {res['cpu_count']} cores, shared with other work "
+             f"while it ran): {res['seeds']} paired seeds, budget {res['budget']}, batch "
+             f"{res['batch_size']} unless a variant says otherwise. `python experiments/ablation.py "
+             f"{res['config']}` at commit {prov['git_sha']} ({prov['date']}); the {res['runs']} "
+             f"runs took {res['run_seconds']:.0f} s in all"
+             + (f" ({res['runs_cached']} read from the per-run cache of an earlier call)"
+                if res["runs_cached"] else "") + ".", "", res["description"], "",
+             "Trials to 95% of the table's best: median [IQR] over seeds (budget + 1 when never "
+             "reached). Difference: median over seeds of (variant - "
+             f"{res['reference']}) in trials to 95%, bootstrap 95% interval; p: two-sided "
+             "Wilcoxon signed-rank, then Holm over the tables. best@64/@128: median best so far "
+             "over the table's best. Round: median proposal seconds of a model round (after the "
+             "first 32 trials) on this CPU.", ""]
+    for t in res["tables"]:
+        lines += [f"## `{t['table']}` ({t['rows']} rows, {t['good_rows']} at >= 95% of the best "
+                  f"{t['optimum']:.1f} TFLOPS; random search without replacement needs "
+                  f"{t['random_expected_trials']:.0f} trials on average)", "",
+                  "| variant | trials to 95% | reached | difference [95% CI] | p | p (Holm) | "
+                  "best@64 | best@128 | round s |", "|---|---|---|---|---|---|---|---|---|"]
+        for lab, v in t["variants"].items():
+            lo, hi = v["iqr_trials_to_95pct"]
+            diff = (f"{v['median_diff']:+.0f} [{v['diff_ci95'][0]:+.0f}, {v['diff_ci95'][1]:+.0f}]"
+                    if "median_diff" in v else "reference")
+            p = f"{v['wilcoxon_p']:.2g}" if "wilcoxon_p" in v else ""
+            ph = f"{v['wilcoxon_p_holm']:.2g}" if "wilcoxon_p_holm" in v else ""
+            rs = f"{v['median_round_s']:.2f}" if v["median_round_s"] is not None else ""
+            lines.append(f"| {lab} | {v['median_trials_to_95pct']:.0f} [{lo:.0f}-{hi:.0f}] | "
+                         f"{v['reached']}/{v['runs']} | {diff} | {p} | {ph} | "
+                         f"{v['best_at_64']:.3f} | {v['best_at_128']:.3f} | {rs} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,143 @@
+"""Model quality on the uniform tables (issue 11: "keep the uniform tables as a model-quality
+test"): train BO's GP and the CGA's tree model on n random rows of a recorded table, predict the
+other rows, and score the ranking: Spearman's rho against the measured TFLOPS, and top-k recall
+(the share of the k best held-out rows that the model's k best predictions hold). Each model
+with the knob encoding and with the derived features of bocast/features.py.
+
+    python experiments/model_quality.py --out experiments/results/model_quality_replay
+
+The GP is bocast's Surrogate (fitted on log TFLOPS, as BO does); the tree model is the CGA's
+TreeCostModel (xgboost when installed, else scikit-learn; fitted on TFLOPS over the best seen,
+as the CGA does). Splits: ``--splits`` random training sets per n (seeded), the same for every
+model. CPU only; no GPU is involved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from bocast.features import Features
+from bocast.measure.replay import ReplayDataset
+from bocast.operator import from_workload
+from bocast.records import load_dataset, provenance
+
+TABLES = ["experiments/data/gemm_4096_4096_4096_v2", "experiments/data/gemm_1024_1024_1024_v2",
+          "experiments/data/gemm_4096_4096_4096", "experiments/data/conv2d_16_14_14_256_256_3_3_1_1_1"]
+
+
+def _gp(bounds, x_tr, y_tr, x_te, seed):
+    from bocast.bo.surrogate import Surrogate
+
+    s = Surrogate(bounds, seed=seed)
+    s.fit(x_tr, np.log(y_tr))
+    return s.predict(x_te).mean.numpy()
+
+
+def _tree(bounds, x_tr, y_tr, x_te, seed):
+    from bocast.strategies.ga import TreeCostModel
+
+    m = TreeCostModel(seed)
+    m.fit(x_tr, y_tr / y_tr.max())
+    return m.predict(x_te)
+
+
+MODELS = {"gp": _gp, "tree": _tree}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tables", nargs="*", default=TABLES)
+    ap.add_argument("--sizes", type=int, nargs="*", default=[32, 64, 128, 256])
+    ap.add_argument("--splits", type=int, default=10)
+    ap.add_argument("--k", type=int, default=20)
+    ap.add_argument("--out", required=True, help="prefix of the .json and .md written")
+    args = ap.parse_args()
+    prov = provenance()  # before anything is written: the outputs are tracked files
+    import torch
+
+    torch.set_num_threads(1)
+    rows = []
+    backend = None
+    for prefix in args.tables:
+        op = from_workload(load_dataset(prefix)[1]["workload"])
+        ds = ReplayDataset(prefix, op)
+        keep = [i for i, r in enumerate(ds.rows) if r["status"] == "ok"]
+        configs = [ds.configs[i] for i in keep]
+        y = np.array([ds.rows[i]["tflops"] for i in keep], float)
+        cands = ds.candidates()
+        feats = {kind: Features(cands, kind) for kind in ("knobs", "derived")}
+        xs = {kind: f(configs) for kind, f in feats.items()}
+        for n in args.sizes:
+            for split in range(args.splits):
+                perm = np.random.default_rng([n, split]).permutation(len(y))
+                tr, te = perm[:n], perm[n:]
+                top_true = set(te[np.argsort(-y[te])[: args.k]].tolist())
+                for model, fit in MODELS.items():
+                    for kind, f in feats.items():
+                        pred = fit(f.bounds(), xs[kind][tr], y[tr], xs[kind][te], split)
+                        top_pred = set(te[np.argsort(-pred)[: args.k]].tolist())
+                        rows.append({"table": prefix, "n": n, "split": split, "model": model,
+                                     "features": kind,
+                                     "spearman": float(spearmanr(pred, y[te]).statistic),
+                                     "topk_recall": len(top_pred & top_true) / args.k})
+            print(f"{os.path.basename(prefix)} n={n} done", flush=True)
+    from bocast.strategies.ga import TreeCostModel
+
+    backend = TreeCostModel(0).backend
+    summary = _summary(rows)
+    result = {"tables": args.tables, "sizes": args.sizes, "splits": args.splits, "k": args.k,
+              "tree_backend": backend, "summary": summary, "rows": rows,
+              "provenance": prov}
+    with open(args.out + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+    md = _markdown(result)
+    with open(args.out + ".md", "w") as f:
+        f.write(md)
+    print(md)
+
+
+def _summary(rows):
+    out = {}
+    for r in rows:
+        key = f"{r['table']}|{r['n']}|{r['model']}|{r['features']}"
+        out.setdefault(key, {"spearman": [], "topk_recall": []})
+        out[key]["spearman"].append(r["spearman"])
+        out[key]["topk_recall"].append(r["topk_recall"])
+    return {k: {m: [float(np.mean(v)), float(np.std(v))] for m, v in d.items()}
+            for k, d in out.items()}
+
+
+def _markdown(res) -> str:
+    prov = res["provenance"]
+    lines = ["# Model quality on the uniform tables (CPU)", "",
+             f"`python experiments/model_quality.py --out ...` at commit {prov['git_sha']} "
+             f"({prov['date']}). Train on n random ok rows, predict the rest; mean (sd) over "
+             f"{res['splits']} seeded splits, the same for every model. rho: Spearman against the "
+             f"measured TFLOPS; recall: share of the {res['k']} best held-out rows among the "
+             f"model's {res['k']} best predictions. gp: BO's surrogate (log TFLOPS); tree: the "
+             f"CGA's cost model ({res['tree_backend']}; TFLOPS over the best seen). knobs: the "
+             "space's encoding; derived: plus bocast/features.py's columns.", ""]
+    combos = [("gp", "knobs"), ("gp", "derived"), ("tree", "knobs"), ("tree", "derived")]
+    for table in res["tables"]:
+        lines += [f"## `{table}`", "",
+                  "| n | " + " | ".join(f"{m} {f} rho" for m, f in combos) + " | "
+                  + " | ".join(f"{m} {f} recall" for m, f in combos) + " |",
+                  "|---" * (1 + 2 * len(combos)) + "|"]
+        for n in res["sizes"]:
+            cells = []
+            for metric in ("spearman", "topk_recall"):
+                for m, f in combos:
+                    mu, sd = res["summary"][f"{table}|{n}|{m}|{f}"][metric]
+                    cells.append(f"{mu:.2f} ({sd:.2f})")
+            lines.append(f"| {n} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""BO's hand-written pieces (bocast/bo/) against references: the surrogate's posterior against
+exact GP algebra and BoTorch's own posterior, LogEI against mpmath, the Kriging believer
+against exact conditioning on fantasies, BE-CBO and Thompson sampling on hand-checkable pools,
+and seeds that reproduce."""
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+import torch
+
+from bocast.bo import acquisition as acq
+from bocast.bo.feasibility import EnsembleClassifier, GPClassifier
+from bocast.bo.surrogate import Surrogate, log_ei
+
+D = 3
+BOUNDS = np.array([[0.0] * D, [2.0] * D])  # inputs in [0, 2]: scaling to [0, 1] is exercised
+
+
+def _data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 2, (n, D))
+    y = np.sin(2 * x[:, 0]) + 0.5 * x[:, 1] ** 2 - x[:, 2] + 0.05 * rng.normal(size=n)
+    return x, y
+
+
+def _fitted(n=40, fit_points=384, seed=0):
+    x, y = _data(n, seed)
+    s = Surrogate(BOUNDS, fit_points=fit_points, maxiter=40, seed=seed)
+    s.fit(x, y)
+    return s, x, y
+
+
+def _raw_hyper(s):
+    """The surrogate's hyperparameters in y units, from the model BoTorch fitted (on its subset,
+    standardised by the subset's mean and std)."""
+    t = s.model.outcome_transform
+    mu, sd = float(t.means.squeeze()), float(t.stdvs.squeeze())
+    return {"lengthscale": s.kernel.lengthscale.detach().numpy().ravel(),
+            "amplitude": sd ** 2,  # an RBF kernel of unit scale in standardised units
+            "noise": float(s.model.likelihood.noise.detach()) * sd ** 2,
+            "mean": float(s.model.mean_module.constant.detach()) * sd + mu}
+
+
+def _reference(h, X, y, Xp, extra=None):
+    """Exact GP posterior (numpy): mean and latent variance at Xp given (X, y), plus noisy
+    observations at the rows ``extra`` whose values do not matter for the variance."""
+    def k(a, b):
+        d = (a[:, None, :] - b[None, :, :]) / h["lengthscale"]
+        return h["amplitude"] * np.exp(-0.5 * (d ** 2).sum(-1))
+
+    Xa = X if extra is None else np.vstack([X, extra])
+    K = k(Xa, Xa) + h["noise"] * np.eye(len(Xa))
+    Ks = k(Xa, Xp)
+    mean = h["mean"] + Ks[: len(X)].T @ np.linalg.solve(K[: len(X), : len(X)], y - h["mean"])
+    var = h["amplitude"] - np.einsum("ij,ij->j", Ks, np.linalg.solve(K, Ks))
+    return mean, var
+
+
+@pytest.mark.parametrize("fit_points", [384, 25])  # all observations fitted; a subset of them
+def test_posterior_matches_exact_gp_algebra(fit_points):
+    s, x, y = _fitted(40, fit_points)
+    xp = np.random.default_rng(1).uniform(0, 2, (30, D))
+    pred = s.predict(xp)
+    mean, var = _reference(_raw_hyper(s), x / 2, y, xp / 2)
+    np.testing.assert_allclose(pred.mean.numpy(), mean, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(pred.var.numpy(), var, rtol=1e-4, atol=1e-7)
+
+
+def test_posterior_matches_botorch_when_every_observation_is_fitted():
+    s, x, y = _fitted(40)
+    xp = np.random.default_rng(2).uniform(0, 2, (25, D))
+    with torch.no_grad():
+        post = s.model.posterior(s.scale(xp))
+    pred = s.predict(xp)
+    np.testing.assert_allclose(pred.mean.numpy(), post.mean.squeeze(-1).numpy(), rtol=1e-6,
+                               atol=1e-6)
+    np.testing.assert_allclose(pred.var.numpy(), post.variance.squeeze(-1).numpy(), rtol=1e-4,
+                               atol=1e-7)
+
+
+def test_fit_is_reproducible_and_depends_on_the_seed():
+    a, _, _ = _fitted(40, 25, seed=0)
+    b, _, _ = _fitted(40, 25, seed=0)
+    xp = np.random.default_rng(3).uniform(0, 2, (10, D))
+    assert torch.equal(a.predict(xp).mean, b.predict(xp).mean)
+    x, y = _data(40, 0)
+    c = Surrogate(BOUNDS, fit_points=25, maxiter=40, seed=1)  # another subset of the same data
+    c.fit(x, y)
+    assert not torch.equal(a.predict(xp).mean, c.predict(xp).mean)
+
+
+def test_joint_samples_have_the_posterior_mean_and_covariance():
+    s, _, _ = _fitted(30)
+    xp = np.random.default_rng(4).uniform(0, 2, (5, D))
+    f = s.joint_samples(xp, 20000, torch.Generator().manual_seed(0)).numpy()
+    pred = s.predict(xp)
+    se = np.sqrt(pred.var.numpy() / 20000)
+    assert np.all(np.abs(f.mean(0) - pred.mean.numpy()) < 5 * se + 1e-9)
+    np.testing.assert_allclose(f.var(0), pred.var.numpy(), rtol=0.1, atol=1e-8)
+    again = s.joint_samples(xp, 3, torch.Generator().manual_seed(0))
+    assert torch.equal(again, s.joint_samples(xp, 3, torch.Generator().manual_seed(0)))
+
+
+@pytest.mark.parametrize("z", [-60.0, -30.0, -8.0, -1.5, -1.0, -0.999, 0.0, 0.7, 5.0])
+def test_log_ei_matches_the_closed_form_in_high_precision(z):
+    mpmath.mp.dps = 60
+    sd = 0.3
+    zm = mpmath.mpf(z)
+    h = mpmath.npdf(zm) + zm * mpmath.ncdf(zm)
+    want = float(mpmath.log(sd * h))
+    got = float(log_ei(torch.tensor([z * sd + 1.0], dtype=torch.float64),
+                       torch.tensor([sd], dtype=torch.float64), 1.0))
+    assert math.isfinite(got)
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+def test_kriging_believer_conditions_on_each_pick_exactly():
+    """With the score = posterior std, the believer's variances after each pick equal those of
+    a GP that observed the picks (with noise), computed from scratch."""
+    s, x, y = _fitted(30)
+    xp = np.random.default_rng(5).uniform(0, 2, (40, D))
+    pred = s.predict(xp)
+    seen_sd = []
+
+    def score(mu, sd):
+        seen_sd.append(sd.clone())
+        assert torch.equal(mu, pred.mean), "the believer leaves the mean unchanged"
+        return sd.clone()
+
+    picks = acq.kriging_believer(s, pred, score, 6)
+    assert len(set(picks)) == 6
+    h = _raw_hyper(s)
+    h["noise"] = s.noise * s.y_std ** 2  # the fantasies' noise: the all-data one
+    for t in range(6):
+        _, var = _reference(h, x / 2, y, xp / 2, extra=xp[picks[:t]] / 2 if t else None)
+        np.testing.assert_allclose(seen_sd[t].numpy() ** 2, np.maximum(var, 1e-12),
+                                   rtol=1e-4, atol=1e-7)
+        assert picks[t] == int(np.argmax(np.where(np.isin(np.arange(40), picks[:t]), -1, var)))
+
+
+def test_constrained_logei_first_pick_is_the_argmax_of_log_ei_plus_log_feasibility():
+    s, x, y = _fitted(30)
+    xp = np.random.default_rng(6).uniform(0, 2, (20, D))
+    pred = s.predict(xp)
+    best = float(y.max())
+    sd = pred.var.sqrt()
+    for seed in range(5):
+        p = torch.as_tensor(np.random.default_rng(seed).uniform(0.01, 1, 20))
+        want = int(torch.argmax(log_ei(pred.mean, sd, best) + torch.log(p)))
+        assert acq.constrained_logei(s, pred, p, best, 1) == [want]
+    free = acq.constrained_logei(s, pred, torch.ones(20, dtype=torch.float64), best, 1)[0]
+    p = torch.ones(20, dtype=torch.float64)
+    p[free] = 0.0  # the favourite cannot run: another row wins
+    assert acq.constrained_logei(s, pred, p, best, 1)[0] != free
+
+
+def test_becbo_only_picks_optimistically_feasible_rows_and_never_repeats_one():
+    s, x, y = _fitted(30)
+    xp = np.random.default_rng(7).uniform(0, 2, (8, D))
+    pred = s.predict(xp)
+    ones = torch.ones(8, dtype=torch.float64)
+    p_opt = torch.tensor([1, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 1], dtype=torch.float64)
+    picks = acq.becbo(s, pred, ones, p_opt, float(y.max()), 2, boundary_share=0.5)
+    assert sorted(picks) == [0, 7], "no failure seen (all p >= 0.95): no boundary share"
+    # more slots than eligible rows: each row at most once; the rest by optimistic feasibility
+    p_opt = torch.tensor([1, 0.2, 0.4, 0.3, 0.2, 0.2, 0.2, 1], dtype=torch.float64)
+    picks = acq.becbo(s, pred, ones, p_opt, float(y.max()), 4, boundary_share=0.25)
+    assert len(picks) == len(set(picks)) == 4
+    assert sorted(picks[:2]) == [0, 7] and picks[2:] == [2, 3]
+
+
+def test_becbo_spends_its_boundary_share_on_uncertain_feasibility():
+    """Rows 6-11 repeat rows 0-5 (same prediction, same EI) with feasibility 1/2 instead of
+    0.99. The boundary share takes the rows of highest EI x closeness to 1/2 (log: LogEI +
+    log(1 - 2|p - 1/2|)) among those the EI share left, so of two twins it takes the one at 1/2
+    first."""
+    s, x, y = _fitted(30)
+    base = np.random.default_rng(8).uniform(0, 2, (6, D))
+    xp = np.vstack([base, base])
+    pred = s.predict(xp)
+    p = torch.tensor([0.99] * 6 + [0.5] * 6, dtype=torch.float64)
+    picks = acq.becbo(s, pred, p, torch.ones(12, dtype=torch.float64), float(y.max()), 4,
+                      boundary_share=0.5)
+    assert len(picks) == len(set(picks)) == 4
+    ei_share, boundary = picks[:2], picks[2:]
+    score = log_ei(pred.mean, pred.var.sqrt(), float(y.max())) + torch.log(1 - 2 * (p - 0.5).abs())
+    score[ei_share] = -torch.inf
+    assert boundary == [int(i) for i in torch.argsort(score, descending=True)[:2]]
+    for i in boundary:
+        assert i >= 6 or i + 6 in picks, "a row at 0.99 only after its twin at 1/2"
+
+
+class _Certain:
+    """A classifier that knows the answer: rows in ``feasible`` are feasible."""
+
+    def __init__(self, m, feasible):
+        self.p = torch.zeros(m, dtype=torch.float64)
+        self.p[feasible] = 1.0
+        self.rows = None
+
+    def predict(self, x):
+        return self.p[self.rows], torch.zeros(len(x), dtype=torch.float64)
+
+    def sample(self, x, n, generator):
+        return self.p[self.rows].bool().expand(n, -1)
+
+
+def test_thompson_picks_distinct_feasible_rows_and_reproduces_with_its_seed(monkeypatch):
+    s, x, y = _fitted(30)
+    xp = np.random.default_rng(9).uniform(0, 2, (50, D))
+    pred = s.predict(xp)
+    clf = _Certain(50, list(range(0, 50, 2)))  # even rows feasible
+    real_sample = s.joint_samples
+
+    def joint(x_sub, n, gen):  # remember which rows were screened, for the classifier
+        clf.rows = torch.as_tensor([int(np.flatnonzero((xp == r).all(1))[0]) for r in x_sub])
+        return real_sample(x_sub, n, gen)
+
+    monkeypatch.setattr(s, "joint_samples", joint)
+    picks = acq.thompson(s, xp, pred, clf, 8, torch.Generator().manual_seed(1), screen=16)
+    assert len(picks) == len(set(picks)) == 8 and all(i % 2 == 0 for i in picks)
+    again = acq.thompson(s, xp, pred, clf, 8, torch.Generator().manual_seed(1), screen=16)
+    other = acq.thompson(s, xp, pred, clf, 8, torch.Generator().manual_seed(2), screen=16)
+    assert again == picks and other != picks
+
+
+@pytest.mark.parametrize("make", [lambda: GPClassifier(inducing=32, iters=40, seed=0),
+                                  lambda: EnsembleClassifier(members=3, epochs=80, seed=0)],
+                         ids=["gp", "ensemble"])
+def test_classifiers_learn_a_boundary_and_reproduce(make):
+    rng = np.random.default_rng(10)
+    x = torch.as_tensor(rng.uniform(0, 1, (80, 2)))
+    labels = (x[:, 0] < 0.5).double()  # feasible on the left half
+    probe = torch.tensor([[0.1, 0.5], [0.9, 0.5]], dtype=torch.float64)
+    a, b = make(), make()
+    a.fit(x, labels)
+    b.fit(x, labels)
+    p, _ = a.predict(probe)
+    assert p[0] > 0.7 and p[1] < 0.3
+    assert torch.equal(p, b.predict(probe)[0])
+    assert torch.all(a.optimistic(probe, 2.0) >= p - 1e-12)
+    draws = a.sample(probe, 200, torch.Generator().manual_seed(0))
+    assert draws.shape == (200, 2) and draws[:, 0].float().mean() > draws[:, 1].float().mean()

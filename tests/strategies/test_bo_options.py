@@ -1,0 +1,91 @@
+"""BO's and the CGA's options of issue 11: derived features and the local search on the
+acquisition (behaviour on the live space of GEMM 4096^3 with recorded rows as observations)."""
+
+import re
+
+import numpy as np
+import pytest
+
+from bocast.candidates import SpaceCandidates
+from bocast.features import DERIVED, Features
+from bocast.measure.replay import ReplayDataset
+from bocast.operator import get_operator
+from bocast.space import Space
+from bocast.strategies import StrategyError, make_strategy
+from tests.spaces.test_pipelined import BEST_4096
+
+OP = get_operator("gemm").from_args((4096, 4096, 4096))
+FAST = {"n_init": 16, "pool_size": 256, "fit_maxiter": 25}
+
+
+@pytest.fixture(scope="module")
+def records():
+    ds = ReplayDataset("experiments/data/gemm_4096_4096_4096_v2", OP)
+    return [ds.record(c) for c in ds.configs[:48]]
+
+
+def test_derived_features_of_the_best_live_kernel():
+    f = Features(SpaceCandidates(OP.space), "derived")
+    x = f([BEST_4096])
+    assert x.shape == (1, OP.space.encoded_width + len(DERIVED)) == (1, f.bounds().shape[1])
+    # 128 x 128 block tile, BK 32, 4 warps, 32 x 32 = 1024 blocks
+    np.testing.assert_array_equal(x[0, -7:-3], np.log2([128, 128, 32, 128]))
+    assert x[0, -1] == 10
+    smem = OP.space.columns([BEST_4096])["smem_bytes"][0]
+    assert x[0, -3] == np.log2(smem) and 3 * 2 * 128 * 32 * 2 <= smem <= 232448
+
+
+def test_cga_credits_derived_importance_to_the_knobs_behind_it():
+    f = Features(SpaceCandidates(OP.space), "derived")
+    imp = np.zeros(f.bounds().shape[1])
+    imp[-1] = 1.0  # all importance on log2 blocks = f(tile_i, tile_j)
+    got = f.knob_importance(imp)
+    assert got["tile_i"] == got["tile_j"] == 0.5 and sum(got.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("name, h, message", [
+    ("bo", {"features": "ptxas"}, "features: expected one of ['knobs', 'derived'], got 'ptxas'"),
+    ("cga", {"features": "ptxas"}, "features: expected one of ['knobs', 'derived'], got 'ptxas'"),
+    ("bo", {"local_search": -1}, "local_search: expected an integer between 0 and"),
+    ("bo", {"local_search": True}, "local_search: expected an integer between 0 and"),
+    ("bo", {"local_search_steps": 0}, "local_search_steps: expected an integer between 1 and"),
+])
+def test_bad_options_name_the_problem(name, h, message):
+    with pytest.raises(StrategyError, match=re.escape(message)):
+        make_strategy(name, SpaceCandidates(OP.space), seed=0, **h)
+
+
+def test_local_search_climbs_to_a_local_optimum_of_the_acquisition(records):
+    s = make_strategy("bo", SpaceCandidates(OP.space), seed=0, local_search=2,
+                      local_search_steps=60, **FAST)
+    s.tell(records)
+    picks = s.ask(8)
+    assert len(picks) == 8 and s.last_round["local_search_added"] > 0
+    assert not any(OP.space.validate_many(picks))
+    # redo the last round's climb and check where it ended
+    from bocast.bo.feasibility import AlwaysFeasible
+
+    clf, best = AlwaysFeasible(), s.last_round["best_log_tflops"]
+    pool = s.fresh_samples(64)
+    visited = s._local_search(pool, clf, best)
+    assert not {Space.key(c) for c in visited} & (s.proposed | {Space.key(c) for c in pool})
+    everything = pool + visited
+    scores = s._constrained_log_ei(everything, clf, best)
+    top = everything[int(np.argmax(scores))]
+    assert scores.max() >= s._constrained_log_ei(pool, clf, best).max()
+    nbs = [nb for nb in OP.space.neighbours(top) if Space.key(nb) not in s.proposed]
+    assert s._constrained_log_ei(nbs, clf, best).max() <= scores.max(), \
+        "the best row a climb reached has no better unproposed neighbour"
+
+
+@pytest.mark.parametrize("name", ["bo", "cga"])
+def test_derived_features_reach_the_model(records, name):
+    h = FAST if name == "bo" else {"pop_size": 32, "generations": 1}
+    s = make_strategy(name, SpaceCandidates(OP.space), seed=0, features="derived", **h)
+    s.tell(records)
+    assert len(s.ask(8)) == 8
+    width = OP.space.encoded_width + len(DERIVED)
+    if name == "bo":
+        assert s.surrogate.X.shape[1] == width
+    else:
+        assert s.model.model.n_features_in_ == width

@@ -1,0 +1,131 @@
+"""Exhaustive tables: enumeration of every feasible configuration of a sub-space, the committed
+sub-space files, and `bocast measure --all` (resumable, stoppable) on the CPU stand-in."""
+
+import glob
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bocast.measure.builder import BuildResult
+from bocast.measure.engine import Measurer
+from bocast.measure.status import Status
+from bocast.operator import from_workload, get_operator
+from bocast.records import Store, load_dataset
+from bocast.space import Space, SpaceError
+from bocast.subspace import SubspaceError, allowed_values, load, parse_fix_args
+from tests.test_space import enumerate_feasible as brute_force
+from tests.test_space import toy_space
+
+TABLES = sorted(glob.glob("experiments/exhaustive/*.yaml"))
+
+
+def _keys(configs):
+    return [Space.key(c) for c in configs]
+
+
+@pytest.mark.parametrize("allowed", [
+    None,
+    {"shape": ["b"]},
+    {"vec": [2, 4], "mode": ["y"]},
+    {"pad": [8]},                      # inactive under mode x: ignored there
+    {"tile": [(2, 3, 2), (1, 2, 4)]},  # one factorisation of each shape's extent
+])
+def test_enumeration_is_the_brute_force_feasible_set(allowed):
+    space = toy_space()
+    want = [c for c in brute_force(space) if all(
+        c[k] is None or c[k] in v for k, v in (allowed or {}).items())]
+    got = space.enumerate_feasible(allowed)
+    assert sorted(_keys(got)) == sorted(_keys(want)) and len(got) == len(set(_keys(got)))
+    assert _keys(space.enumerate_feasible(allowed)) == _keys(got), "the order is fixed"
+    assert space.count_feasible(allowed) == len(want)
+    assert all(space.validate(c) == [] for c in got)
+
+
+def test_enumeration_refuses_a_sub_space_too_large_to_visit():
+    space = get_operator("gemm").from_args((4096, 4096, 4096)).space
+    with pytest.raises(SpaceError, match="fix more knobs"):
+        space.count_feasible({"instr": ["mma"]}, max_structural=1_000_000)
+
+
+@pytest.mark.parametrize("path", TABLES, ids=lambda p: p.split("/")[-1])
+def test_committed_tables_have_the_size_they_state(path):
+    sub = load(path)
+    space = from_workload(sub.workload).space
+    n = sub.count(space)
+    assert n == sub.expected
+    assert 3000 <= n <= 8000, "issue 11: ~3k-8k configurations per table"
+
+
+def test_the_4096_table_holds_the_best_live_kernel():
+    from tests.spaces.test_pipelined import BEST_4096
+
+    sub = load("experiments/exhaustive/gemm_4096_4096_4096_v2.yaml")
+    assert Space.key(BEST_4096) in set(_keys(sub.configs(from_workload(sub.workload).space)))
+
+
+def test_bad_fixes_name_the_problem():
+    space = get_operator("gemm").from_args((1024, 1024, 1024)).space
+    with pytest.raises(SubspaceError, match="unknown knob 'nope'"):
+        allowed_values(space, {"nope": 1})
+    with pytest.raises(SubspaceError, match="quote it"):
+        allowed_values(space, {"async_copy": True})  # YAML's reading of a bare on
+    with pytest.raises(SubspaceError, match="not a value"):
+        allowed_values(space, {"tile_k": [3, 5]})
+    with pytest.raises(SubspaceError, match="expected KNOB=VALUE"):
+        parse_fix_args(space, ["stages"])
+    assert parse_fix_args(space, ["tile_k=16,4", "stages=2", "stages=3", "async_copy=on"]) == {
+        "tile_k": [(16, 4)], "stages": [2, 3], "async_copy": ["on"]}
+
+
+TINY = ["gemm", "--shape", "64,64,64", "--all", "--fix", "async_copy=on", "--fix", "vec=8",
+        "--fix", "unroll=0", "--fix", "raster=1", "--fix", "writeback=direct", "--fix",
+        "frag_pipeline=off", "--fix", "smem_layout=pad8", "--fix", "instr=mma", "--fix",
+        "stages=2", "--fix", "tile_k=2,2", "--fix", "tile_i=1,2,2", "--fix", "tile_j=2,1,2",
+        "--fix", "tile_j=1,2,2", "--fix", "tile_j=1,1,4"]
+
+
+def _measure(tmp_path, *extra):
+    cmd = [sys.executable, "-m", "bocast.cli", "measure", *TINY, "--store",
+           str(tmp_path / "t.db"), "--runner", "standin", "--workers", "2", "--batch", "2",
+           "--json", *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_measure_all_covers_the_sub_space_once_and_resumes(tmp_path):
+    op = get_operator("gemm").from_args((64, 64, 64))
+    allowed = parse_fix_args(op.space, [a for a in TINY[TINY.index("--all") + 1:]
+                                        if a != "--fix"])
+    want = set(_keys(op.space.enumerate_feasible(allowed)))
+    assert len(want) == 3  # two batches, and few enough to lower on the CPU in seconds
+    first = _measure(tmp_path, "--export", str(tmp_path / "ex"))
+    assert first["measured_now"] == len(want) and first["left"] == 0
+    with Store(str(tmp_path / "t.db"), op.workload) as store:
+        assert store.keys() == want
+    df, meta = load_dataset(str(tmp_path / "ex"))
+    assert len(df) == len(want) and meta["complete"] and meta["subspace"]["feasible"] == len(want)
+    again = _measure(tmp_path)
+    assert again["measured_now"] == 0 and again["rows"] == len(want)
+
+
+class _FailingBuilder:
+    """Builds nothing (every configuration a build error): the engine's batching alone."""
+
+    def build(self, op, configs):
+        return [BuildResult(Space.key(c), Status.BUILD_ERROR, stage="lower") for c in configs]
+
+
+def test_no_batch_starts_after_the_deadline(tmp_path, monkeypatch):
+    op = get_operator("gemm").from_args((64, 64, 64))
+    configs = op.space.sample(6, rng=0, unique=True)
+    clock = iter(range(100))  # each deadline check reads the next second
+    monkeypatch.setattr("bocast.measure.engine.time.monotonic", lambda: next(clock))
+    with Store(str(tmp_path / "d.db"), op.workload) as store:
+        measurer = Measurer(op, store, _FailingBuilder(), None)
+        got = measurer.measure_batches([configs[i:i + 2] for i in range(0, 6, 2)], deadline=1.5)
+        assert len(got) == 4 and len(store) == 4  # batches started at t=0 and t=1 finish
+        rest = measurer.measure_batches([configs], deadline=None)
+        assert len(rest) == 2 and len(store) == 6  # the next call measures only what is missing
