@@ -198,10 +198,39 @@ def other_run_store(tmp: str) -> None:
     compare_cfg()(tmp)
 
 
+#: a sub-space of gemm 64^3 (space v2) with 3 feasible configurations (tests/test_subspace.py)
+SUB_FIX = {"async_copy": "on", "vec": 8, "unroll": 0, "raster": 1, "writeback": "direct",
+           "frag_pipeline": "off", "smem_layout": "pad8", "instr": "mma", "stages": 2,
+           "tile_k": [2, 2], "tile_i": [1, 2, 2], "tile_j": [[2, 1, 2], [1, 2, 2], [1, 1, 4]]}
+SUB_WORKLOAD = {"op": "gemm", "shape": [64, 64, 64], "dtype": "fp16:fp32", "layout": "NT",
+                "space": "v2"}
+
+
+def subspace_file(**change) -> Callable[[str], None]:
+    """{tmp}/sub.yaml: the 3-configuration sub-space, changed."""
+    def setup(tmp: str) -> None:
+        raw = {"name": "tiny", "workload": SUB_WORKLOAD, "fix": SUB_FIX, "feasible": 3, **change}
+        _yaml(os.path.join(tmp, "sub.yaml"), {k: v for k, v in raw.items() if v is not DROP})
+    return setup
+
+
+def other_subspace_store(tmp: str) -> None:
+    """{tmp}/s.db: a table of another sub-space of the same workload."""
+    from bocast.operator import from_workload
+    from bocast.records import Store
+
+    subspace_file()(tmp)
+    op = from_workload(SUB_WORKLOAD)
+    with Store(os.path.join(tmp, "s.db"), op.workload) as s:
+        s.set_meta("subspace", {"name": "other", "allowed": {"stages": [3]}, "feasible": 7})
+
+
 TUNE_ARGV = ["tune", "{tmp}/c.yaml"]
 CMP_ARGV = ["compare", "{tmp}/c.yaml"]
 MEASURE = ["measure", "gemm", "--shape", "64,64,64", "--sample", "4", "--runner", "standin",
            "--store", "{tmp}/new.db"]
+MEASURE_SUB = ["measure", "--subspace", "{tmp}/sub.yaml", "--runner", "standin", "--store",
+               "{tmp}/new.db"]
 
 
 def cases() -> list[Case]:
@@ -269,6 +298,46 @@ def cases() -> list[Case]:
         "argument --runner: invalid choice")
     opt("measure --workers -1", MEASURE + ["--workers", "-1"], "argument --workers: expected")
     opt("measure without --store", MEASURE[:-2], "the following arguments are required: --store")
+    opt("measure --reject-spills yes", MEASURE + ["--reject-spills=yes"],
+        "argument --reject-spills: ignored explicit argument 'yes'")
+    opt("space --reject-spills 1", ["space", "gemm", "--reject-spills=1"],
+        "argument --reject-spills: ignored explicit argument '1'")
+    opt("measure --max-seconds 0", MEASURE + ["--max-seconds", "0"],
+        "argument --max-seconds: expected a number > 0")
+    opt("measure --max-seconds soon", MEASURE + ["--max-seconds", "soon"],
+        "argument --max-seconds: expected a number > 0")
+    opt("measure --max-seconds inf", MEASURE + ["--max-seconds", "inf"],
+        "argument --max-seconds: expected a number > 0")
+    opt("measure without --sample or --all", MEASURE[:4] + MEASURE[6:],
+        "give --sample N (a uniform sample), or --all / --subspace FILE")
+    opt("measure --sample and --all", MEASURE + ["--all"],
+        "give --sample N (a uniform sample), or --all / --subspace FILE")
+    opt("measure --fix without --all", MEASURE + ["--fix", "stages=2"],
+        "--fix restricts --all: give --all too")
+    opt("measure --fix of an unknown knob", MEASURE[:4] + MEASURE[6:] + ["--all", "--fix",
+                                                                          "stagez=2"],
+        "--fix: unknown knob 'stagez'")
+    opt("measure --fix of a value the knob lacks", MEASURE[:4] + MEASURE[6:] + [
+        "--all", "--fix", "stages=9"], "--fix 'stages=9': not a value of stages")
+    opt("measure --fix without a value", MEASURE[:4] + MEASURE[6:] + ["--all", "--fix", "stages"],
+        "--fix 'stages': expected KNOB=VALUE")
+    opt("measure --fix split of words", MEASURE[:4] + MEASURE[6:] + [
+        "--all", "--fix", "tile_k=a,b"], "a split's value is its factors")
+    opt("measure --all of a space too large to enumerate",
+        ["measure", "gemm", "--all", "--runner", "standin", "--store", "{tmp}/new.db"],
+        "more than the 200,000,000 an enumeration may visit: fix more knobs")
+    opt("space --fix of a value the knob lacks", ["space", "gemm", "--fix", "stages=9"],
+        "--fix 'stages=9': not a value of stages")
+    opt("measure --subspace with an operator", ["measure", "gemm", "--subspace", "{tmp}/sub.yaml",
+                                                "--runner", "standin", "--store", "{tmp}/new.db"],
+        "--subspace names its own workload: give no operator with it", setup=subspace_file(),
+        intact=("sub.yaml",))
+    opt("measure --subspace and --fix", MEASURE_SUB + ["--fix", "stages=2"],
+        "--fix and --subspace: put the fixed knobs in the file", setup=subspace_file(),
+        intact=("sub.yaml",))
+    opt("measure --subspace and --sample", MEASURE_SUB + ["--sample", "3"],
+        "give --sample N (a uniform sample), or --all / --subspace FILE", setup=subspace_file(),
+        intact=("sub.yaml",))
 
     def fil(name, argv, expect, **kw):
         c.append(Case(name, argv, expect, group="file", **kw))
@@ -301,6 +370,30 @@ def cases() -> list[Case]:
         "holds a run of another configuration", setup=other_run_store,
         intact=("runs/random_seed0.db",), absent=("res",))
     fil("configuration file missing", ["tune", "{tmp}/none.yaml"], "none.yaml: no such file")
+    fil("--subspace file missing", MEASURE_SUB, "--subspace: {tmp}/sub.yaml: no such file")
+    fil("space --subspace file missing", ["space", "--subspace", "{tmp}/sub.yaml"],
+        "--subspace: {tmp}/sub.yaml: no such file")
+    fil("--subspace file not YAML", MEASURE_SUB, "--subspace: {tmp}/sub.yaml: not valid YAML",
+        setup=lambda t: open(os.path.join(t, "sub.yaml"), "w").write("fix: [unclosed\n"),
+        intact=("sub.yaml",))
+    fil("--subspace file without fix", MEASURE_SUB, "--subspace: sub.yaml: fix: missing",
+        setup=subspace_file(fix=DROP), intact=("sub.yaml",))
+    fil("--subspace file fixes an unknown knob", MEASURE_SUB,
+        "--subspace: sub.yaml: fix: unknown knob 'stagez'",
+        setup=subspace_file(fix={**SUB_FIX, "stagez": 2}), intact=("sub.yaml",))
+    fil("--subspace file with a bare on (YAML boolean)", MEASURE_SUB, "quote it",
+        setup=subspace_file(fix={**SUB_FIX, "async_copy": True}), intact=("sub.yaml",))
+    fil("--subspace file of an unknown operator", MEASURE_SUB,
+        "--subspace: sub.yaml: workload: unknown operator 'gemmm'",
+        setup=subspace_file(workload={**SUB_WORKLOAD, "op": "gemmm"}), intact=("sub.yaml",))
+    fil("--subspace file states another size", MEASURE_SUB,
+        "the sub-space has 3 feasible configurations, the file says 5",
+        setup=subspace_file(feasible=5), intact=("sub.yaml",))
+    fil("--subspace feasible 'many'", MEASURE_SUB, "feasible: expected an integer, got 'many'",
+        setup=subspace_file(feasible="many"), intact=("sub.yaml",))
+    fil("store holds another sub-space's table", MEASURE_SUB[:-1] + ["{tmp}/s.db"],
+        "holds the table of another sub-space", setup=other_subspace_store,
+        intact=("s.db", "sub.yaml"))
     fil("configuration not YAML", TUNE_ARGV, "not valid YAML",
         setup=lambda t: open(os.path.join(t, "c.yaml"), "w").write("workload: [unclosed\n"))
     fil("configuration is a folder", ["tune", "{tmp}"], "is a folder, not a configuration file")
@@ -364,6 +457,23 @@ def cases() -> list[Case]:
         "runner_options.workers: expected")
     cfg("tune: runner_options.run_timeout 0", tune_cfg(runner_options={"run_timeout": 0}),
         "runner_options.run_timeout: expected a number > 0")
+    cfg("tune: runner_options.reject_spills 3", tune_cfg(runner_options={"reject_spills": 3}),
+        "runner_options.reject_spills: expected true or false, got 3")
+    cfg("tune: runner_options.reject_spills 'yes'",
+        tune_cfg(runner_options={"reject_spills": "yes"}),
+        "runner_options.reject_spills: expected true or false, got 'yes'")
+    cfg("tune: bo local_search -1", tune_cfg(strategy={"name": "bo", "local_search": -1}),
+        "strategy.local_search: expected an integer between 0 and")
+    cfg("tune: bo local_search 2.5", tune_cfg(strategy={"name": "bo", "local_search": 2.5}),
+        "strategy.local_search: expected an integer between 0 and")
+    cfg("tune: bo local_search_steps 0", tune_cfg(strategy={"name": "bo", "local_search_steps": 0}),
+        "strategy.local_search_steps: expected an integer between 1 and")
+    cfg("tune: bo features foo", tune_cfg(strategy={"name": "bo", "features": "foo"}),
+        "strategy.features: expected one of ['knobs', 'derived'], got 'foo'")
+    cfg("tune: cga features foo", tune_cfg(strategy={"name": "cga", "features": "foo"}),
+        "strategy.features: expected one of ['knobs', 'derived'], got 'foo'")
+    cfg("tune: strategy batch_size", tune_cfg(strategy={"name": "bo", "batch_size": 8}),
+        "strategy: ['batch_size'] belong to comparisons, not to one run")
     cfg("tune: workload extent 2^31", tune_cfg(workload={**WORKLOAD, "shape": [2**31, 8, 8]}),
         "is not an integer between 0 and 2147483647")
     cfg("tune: workload not a mapping", tune_cfg(workload="gemm"), "workload: expected a mapping")
@@ -396,6 +506,20 @@ def cases() -> list[Case]:
     cfg("compare: strategy trials below the budget",
         compare_cfg(strategies=[{"name": "ga", "trials": 8}]),
         "strategies[0].trials: 8 is less than budget.trials", argv=CMP_ARGV)
+    cfg("compare: strategy batch_size 0",
+        compare_cfg(strategies=[{"label": "bo", "name": "bo", "batch_size": 0}]),
+        "strategies[0].batch_size: expected an integer between 1 and 10000", argv=CMP_ARGV)
+    cfg("compare: strategy batch_size 'eight'",
+        compare_cfg(strategies=[{"label": "bo", "name": "bo", "batch_size": "eight"}]),
+        "strategies[0].batch_size: expected an integer between 1 and 10000", argv=CMP_ARGV)
+    cfg("compare: bo local_search -1",
+        compare_cfg(strategies=[{"label": "bo", "name": "bo", "local_search": -1}]),
+        "strategies[0] (bo): local_search: expected an integer between 0 and", argv=CMP_ARGV)
+    cfg("compare: cga features foo",
+        compare_cfg(strategies=[{"label": "cga", "name": "cga", "features": "foo"}]),
+        "strategies[0] (cga): features: expected one of ['knobs', 'derived']", argv=CMP_ARGV)
+    cfg("compare: runner_options.reject_spills 3", compare_cfg(runner_options={"reject_spills": 3}),
+        "runner_options.reject_spills: expected true or false, got 3", argv=CMP_ARGV)
     cfg("compare: live on a machine without GPU", compare_cfg(runner="tvm", dataset=DROP),
         "needs a CUDA GPU", argv=CMP_ARGV)
     cfg("compare: --only on replay", compare_cfg(), "only live comparisons are split",

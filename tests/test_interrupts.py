@@ -1,9 +1,11 @@
 """SIGINT to the process group (as Ctrl-C sends it) of a replay comparison, a replay tune and a
-stand-in measure, then the same command again: one line, exit 130, nothing finished lost or
-measured twice, no failure recorded for an interrupted build or run, the results written only by
-the call that finishes. experiments/interrupts.py does this at 20 random moments each."""
+stand-in measure (a sample, and an exhaustive table: --all), then the same command again: one
+line, exit 130, nothing finished lost or measured twice, no failure recorded for an interrupted
+build or run, the results written only by the call that finishes. experiments/interrupts.py
+does this at 20 random moments each."""
 
 import importlib.util
+import json
 import os
 import random
 import sys
@@ -125,3 +127,38 @@ def test_sigterm_stops_a_replay_tune_and_it_resumes(tmp_path):
     assert f"resuming: {len(before['out/records.db'])} trials" in again.stderr
     after = INT.stores(str(tmp_path))
     assert INT.check(before, after)["lost"] == 0 and len(after["out/records.db"]) == 256
+
+
+def test_measure_all_stops_cleanly_and_resumes(tmp_path):
+    """`measure --all` (an exhaustive table) stopped by SIGINT resumes like a sampled measure:
+    the same seeded order, only the missing configurations, the table whole at the end."""
+    import signal
+    import subprocess
+
+    fixes = ["async_copy=on", "vec=8", "unroll=0", "raster=1", "writeback=direct",
+             "frag_pipeline=off", "smem_layout=pad8", "instr=mma", "stages=2", "tile_k=2,2"]
+    argv = ["measure", "gemm", "--shape", "64,64,64", "--all",
+            *[a for f in fixes for a in ("--fix", f)], "--store", str(tmp_path / "t.db"),
+            "--runner", "standin", "--batch", "4", "--workers", "2", "--json"]
+    env = {**ENV, "BOCAST_STANDIN_SLEEP": "0.3"}
+    proc = subprocess.Popen([sys.executable, "-m", "bocast.cli", *argv], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    _wait_for_rows(str(tmp_path), 3)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("bocast: interrupted (SIGINT)")
+    assert "Traceback" not in err and not out
+    before = INT.stores(str(tmp_path))
+    (rows,) = before.values()
+    assert 3 <= len(rows) < 36 and all(r[2] == "ok" for r in rows)
+    final = subprocess.run([sys.executable, "-m", "bocast.cli", *argv], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0, final.stderr
+    summary = json.loads(final.stdout.strip().splitlines()[-1])
+    assert summary["measured_now"] == 36 - len(rows) and summary["left"] == 0
+    assert summary["subspace"]["feasible"] == 36
+    after = INT.stores(str(tmp_path))
+    assert INT.check(before, after) == {"lost": 0, "stores_rewritten": 0, "measured_twice": 0,
+                                        "failure_rows": 0, "rows": 36}

@@ -67,6 +67,15 @@ def _without(d, key):
     (_without(GOOD, "dataset"), "dataset: the replay runner needs"),
     ({**GOOD, "runner_options": {"reject_spills": "yes"}},
      "runner_options.reject_spills: expected true or false, got 'yes'"),
+    ({**GOOD, "strategy": {"name": "bo", "features": "foo"}},
+     "strategy.features: expected one of ['knobs', 'derived'], got 'foo'"),
+    ({**GOOD, "strategy": {"name": "bo", "local_search": -1}},
+     "strategy.local_search: expected an integer between 0 and 100000, got -1"),
+    ({**GOOD, "strategy": {"name": "bo", "local_search_steps": 0}},
+     "strategy.local_search_steps: expected an integer between 1 and 100000, got 0"),
+    ({**GOOD, "strategy": {"name": "bo", "batch_size": 8}},
+     ("strategy: ['batch_size'] belong to comparisons, not to one run (its batch is the "
+      "top-level batch_size)")),
 ])
 def test_bad_config_one_error_exit_2_nothing_written(tmp_path, cfg, message, bocast_cli):
     cfg = {**cfg, "output": str(tmp_path / "out")}

@@ -48,6 +48,7 @@ def test_cga_credits_derived_importance_to_the_knobs_behind_it():
     ("cga", {"features": "ptxas"}, "features: expected one of ['knobs', 'derived'], got 'ptxas'"),
     ("bo", {"local_search": -1}, "local_search: expected an integer between 0 and"),
     ("bo", {"local_search": True}, "local_search: expected an integer between 0 and"),
+    ("bo", {"local_search": 1.5}, "local_search: expected an integer between 0 and"),
     ("bo", {"local_search_steps": 0}, "local_search_steps: expected an integer between 1 and"),
 ])
 def test_bad_options_name_the_problem(name, h, message):
