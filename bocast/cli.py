@@ -1,28 +1,42 @@
 """The ``bocast`` command.
 
-Every subcommand prints a human summary; with ``--json`` its last line is one JSON object.
-Bad input ends with one line ``bocast: error: ...`` and exit code 2.
+Every subcommand prints a human summary on stdout; with ``--json`` its last line is one JSON
+object, and stdout holds nothing else. Progress and status lines go to stderr (a bar on a
+terminal, a line every few seconds elsewhere).
+
+Every option and configuration field is checked before any work (``bocast.schema``): bad input
+ends with one line ``bocast: error: ...`` and exit code 2, and leaves nothing behind. SIGINT or
+SIGTERM ends a command with one line and exit code 130; every finished record is kept and the
+same command resumes from it. ``--debug`` (or ``BOCAST_DEBUG=1``) adds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
+import os
+import signal
 import statistics
 import sys
 import time
+import traceback
 from typing import Any, Sequence
 
 import numpy as np
 
-from bocast.operator import WorkloadError, get_operator, operators, parse_shape
-from bocast.space import Space, SpaceError
+from bocast import interrupt, schema
+from bocast.errors import InputError
+from bocast.operator import from_workload, get_operator, make, operators, parse_shape
+from bocast.progress import Progress, say
+from bocast.schema import check_writable
+from bocast.space import MAX_ENUMERATION, Space
 
 T0 = time.perf_counter()
 
 
-class UsageError(Exception):
+class UsageError(InputError):
     """Bad input: reported in one line, exit code 2."""
 
 
@@ -35,27 +49,44 @@ def _emit(args, summary: dict[str, Any], lines: Sequence[str]) -> None:
 
 def _operator_from(args):
     """The operator named on the command line, or the one of ``--subspace``'s file."""
-    if getattr(args, "subspace", None):
-        from bocast.operator import from_workload
+    if getattr(args, "subspace", None) is not None:
         from bocast.subspace import load
 
-        if args.op or args.shape or args.dtype or args.layout or args.space:
-            raise UsageError("--subspace names its own workload: give no operator, --shape, "
-                             "--dtype, --layout or --space with it")
-        args.loaded_subspace = load(args.subspace)
+        given = [flag for flag, v in (("operator", args.op), ("--shape", args.shape),
+                                      ("--dtype", args.dtype), ("--layout", args.layout),
+                                      ("--space", args.space)) if v is not None]
+        if given:
+            raise UsageError(f"--subspace names its own workload: give no {', '.join(given)} "
+                             "with it")
+        try:
+            args.loaded_subspace = load(args.subspace)
+        except InputError as e:
+            raise UsageError(f"--subspace: {e}") from None
         return from_workload(args.loaded_subspace.workload)
-    if not args.op:
+    if args.op is None:
         raise UsageError("name an operator (or give --subspace FILE)")
-    op_cls = get_operator(args.op)
-    shape = parse_shape(args.shape) if args.shape else None
-    options = {}
-    if args.dtype:
-        options["dtype"] = args.dtype
-    if args.layout:
-        options["layout"] = args.layout
-    if args.space:
-        options["space"] = args.space
-    return op_cls.from_args(shape, **options)
+    shape = parse_shape(args.shape) if args.shape is not None else None
+    options = {k: getattr(args, k) for k in ("dtype", "layout", "space")
+               if getattr(args, k) is not None}
+    get_operator(args.op)  # an unknown operator is named before its shape
+    return make(args.op, shape, **options)
+
+
+def _need_compiler(what: str) -> None:
+    from bocast.measure.nvcc import why_no_compiler
+
+    reason = why_no_compiler()
+    if reason:
+        raise UsageError(f"{what}: {reason}; nothing was written")
+
+
+def _need_gpu(what: str, alternative: str) -> None:
+    from bocast.measure.runner import why_no_gpu
+
+    reason = why_no_gpu()
+    if reason:
+        raise UsageError(f"{what} needs a CUDA GPU: {reason}; nothing was written "
+                         f"({alternative})")
 
 
 # -------------------------------------------------------------------------------- space
@@ -64,8 +95,16 @@ def _operator_from(args):
 def cmd_space(args) -> int:
     op = _operator_from(args)
     space = op.space
-    if args.sample < 0:
-        raise UsageError("--sample must be >= 0")
+    for flag, path in (("--out", args.out), ("--out-builds", args.out_builds)):
+        if path is not None:
+            check_writable(path, flag)
+    if args.out_builds is not None and not args.check_build:
+        raise UsageError("--out-builds: the build results come from --check-build")
+    if args.check_build and args.sample:
+        _need_compiler("--check-build")
+    allowed = _restriction(args, op)
+    from bocast.records import atomic_write
+
     lines = [f"{op.name} {op.workload}", f"{len(space.knobs)} knobs, "
              f"{len(space.constraints)} known constraints, "
              f"{space.structural_size:,} structural configurations"]
@@ -73,19 +112,25 @@ def cmd_space(args) -> int:
         lines.append(space.describe())
     summary: dict[str, Any] = {"op": op.name, "workload": op.workload,
                                "structural_size": space.structural_size}
-    allowed = _restriction(args, op)
     if allowed is not None:
+        say(f"counting the feasible configurations of the sub-space ({_fixed_text(allowed)})")
         n = space.count_feasible(allowed)
+        _check_size(args, n)
         lines.append(f"sub-space ({_fixed_text(allowed)}): {n:,} feasible of "
                      f"{space.restricted_structural_size(allowed):,} structural (exact)")
         summary.update(subspace_feasible=n, subspace=_jsonable_allowed(allowed))
     if args.size:
+        say(f"estimating the feasible set of {op.name} {op.workload['shape']} "
+            f"(up to {args.size_draws:,} draws)")
         size = space.size(draws=args.size_draws, rng=args.seed)
         lines.append(f"feasible set: {size.describe()}")
         summary.update(feasible_size=size.feasible, feasible_size_exact=size.exact,
                        feasible_size_ci95=list(size.ci95))
 
     t = time.perf_counter()
+    if args.sample:
+        say(f"sampling {args.sample:,} configurations of {op.name} {op.workload['shape']} "
+            f"(seed {args.seed})")
     configs = space.sample(args.sample, args.seed) if args.sample else []
     sample_s = time.perf_counter() - t
     valid = sum(1 for v in space.validate_many(configs) if not v)
@@ -93,31 +138,27 @@ def cmd_space(args) -> int:
                  f"{valid} pass validate()")
     summary.update(sampled=len(configs), valid=valid, sample_seconds=round(sample_s, 3))
     if args.out:
-        with open(args.out, "w") as f:
+        with atomic_write(args.out) as f:
             for c in configs:
                 f.write(Space.key(c) + "\n")
         lines.append(f"wrote {args.out}")
 
     if args.check_build and configs:
         from bocast.measure.builder import Builder
-        from bocast.measure.nvcc import why_no_compiler
 
-        reason = why_no_compiler()
-        if reason:
-            raise UsageError(f"--check-build: {reason}")
         t = time.perf_counter()
-        done = [0]
-
-        def progress(i, res):
-            done[0] += 1
-            if not args.json and sys.stderr.isatty():
-                print(f"\r  built {done[0]}/{len(configs)}", end="", file=sys.stderr, flush=True)
-
         with Builder(workers=args.workers, timeout_s=args.build_timeout,
-                     reject_spills=args.reject_spills) as builder:
+                     reject_spills=args.reject_spills) as builder, \
+                Progress("built", len(configs), unit="kernels") as meter:
+            say(f"building {len(configs)} kernels for sm_90 (apply, lower, nvcc) with "
+                f"{builder.workers} processes")
+            failed = [0]
+
+            def progress(i, res):
+                failed[0] += res.failure_class is not None
+                meter.update(step=1, note=f"{failed[0]} failed")
+
             results = builder.build(op, configs, on_result=progress)
-        if not args.json and sys.stderr.isatty():
-            print(file=sys.stderr)
         build_s = time.perf_counter() - t
         failures = collections.Counter(r.failure_class for r in results if r.failure_class)
         built = sum(r.failure_class is None for r in results)
@@ -141,7 +182,7 @@ def cmd_space(args) -> int:
         summary.update(built=built, build_failed=len(results) - built,
                        failures=dict(failures), build_seconds=round(build_s, 2))
         if args.out_builds:
-            with open(args.out_builds, "w") as f:
+            with atomic_write(args.out_builds) as f:
                 for c, r in zip(configs, results):
                     f.write(json.dumps({"config": json.loads(Space.key(c)), **r.to_dict()}) + "\n")
     summary["seconds"] = round(time.perf_counter() - T0, 3)
@@ -159,17 +200,13 @@ def _make_runner(name: str, args):
         from bocast.measure.runner import GpuRunner
 
         return GpuRunner(**kwargs)
-    if name == "standin":
-        from bocast.measure.standin import StandinRunner
-
-        return StandinRunner(**kwargs)
     if name == "rpc":
-        if not (args.tracker and args.key):
-            raise UsageError("--runner rpc needs --tracker HOST:PORT and --key KEY")
         from bocast.measure.rpc import RpcRunner
 
         return RpcRunner(args.tracker, args.key, **kwargs)
-    raise UsageError(f"unknown runner {name!r}: use gpu, rpc or standin")
+    from bocast.measure.standin import StandinRunner
+
+    return StandinRunner(**kwargs)
 
 
 def summarize_records(records, reference: dict | None) -> tuple[dict[str, Any], list[str]]:
@@ -197,12 +234,37 @@ def _restriction(args, op) -> dict | None:
     if sub is not None:
         if args.fix:
             raise UsageError("--fix and --subspace: put the fixed knobs in the file")
-        n = sub.count(op.space)
-        if sub.expected is not None and n != sub.expected:
-            raise UsageError(f"{args.subspace}: the sub-space has {n} feasible configurations, "
-                             f"the file says {sub.expected} (the space changed?)")
         return sub.allowed
     return parse_fix_args(op.space, args.fix) if args.fix else None
+
+
+def _table_of(args, allowed) -> dict[str, Any]:
+    """What identifies an exhaustive table in its store (its ``feasible`` count aside)."""
+    if args.subspace is not None:
+        return args.loaded_subspace.describe()
+    return {"name": "", "allowed": _jsonable_allowed(allowed or {})}
+
+
+def _check_table_store(args, op, allowed) -> None:
+    """An existing store given to ``measure --all`` holds no table of another sub-space (read
+    only, before the enumeration)."""
+    from bocast.records import Store
+
+    if not (os.path.isfile(args.store) and os.path.getsize(args.store) > 0):
+        return
+    with Store(args.store, op.workload, create=False) as store:
+        held = store.get_meta("subspace")
+    if held is not None and {k: v for k, v in held.items() if k != "feasible"} != \
+            _table_of(args, allowed):
+        raise UsageError(f"--store: {args.store} holds the table of another sub-space: {held}")
+
+
+def _check_size(args, n: int) -> None:
+    """A sub-space file's ``feasible`` against the count of its configurations."""
+    sub = getattr(args, "loaded_subspace", None)
+    if sub is not None and sub.expected is not None and n != sub.expected:
+        raise UsageError(f"--subspace: {args.subspace}: the sub-space has {n} feasible "
+                         f"configurations, the file says {sub.expected} (the space changed?)")
 
 
 def _jsonable_allowed(allowed: dict) -> dict:
@@ -216,50 +278,67 @@ def _fixed_text(allowed: dict) -> str:
 def cmd_measure(args) -> int:
     from bocast.measure.builder import Builder
     from bocast.measure.engine import Measurer
-    from bocast.records import Store, StoreError, export_dataset
+    from bocast.records import Store, export_dataset
 
     op = _operator_from(args)
-    exhaustive = args.all or bool(args.subspace)
+    exhaustive = args.all or args.subspace is not None
     if exhaustive == (args.sample is not None):
         raise UsageError("give --sample N (a uniform sample), or --all / --subspace FILE (every "
                          "feasible configuration)")
     if args.fix and not exhaustive:
         raise UsageError("--fix restricts --all: give --all too")
-    if args.sample is not None and args.sample <= 0:
-        raise UsageError("--sample must be > 0")
-    if args.max_seconds is not None and args.max_seconds <= 0:
-        raise UsageError("--max-seconds must be > 0")
     allowed = _restriction(args, op)
-    if exhaustive:  # enumerated before the store opens: a sub-space too large writes nothing
+    if args.runner == "gpu":
+        _need_gpu("bocast measure --runner gpu", "--runner standin runs the synthetic CPU "
+                  "stand-in, for tests")
+        _need_compiler("bocast measure --runner gpu")
+    if args.runner == "rpc":
+        if not (args.tracker and args.key):
+            raise UsageError("--runner rpc needs --tracker HOST:PORT and --key KEY")
+        _need_compiler("bocast measure --runner rpc")
+    check_writable(args.store, "--store")
+    if args.export:
+        for ext in (".csv.gz", ".json"):
+            check_writable(args.export + ext, "--export")
+    if exhaustive:
+        _check_table_store(args, op, allowed)
+        # enumerated before the store opens: a sub-space too large writes nothing
+        structural = op.space.restricted_structural_size(allowed)
+        if 1_000_000 < structural <= MAX_ENUMERATION:  # seconds or more
+            say(f"enumerating the feasible configurations of {op.name} {op.workload['shape']} "
+                f"({_fixed_text(allowed or {})}): {structural:,} structural")
         configs = op.space.enumerate_feasible(allowed)
+        _check_size(args, len(configs))
         # measured in a seeded random order, so a table stopped part-way (a device session's
-        # time ran out) is a uniform sample of its sub-space, and the next call resumes it
+        # time ran out, an interrupt) is a uniform sample of its sub-space, and the next call
+        # resumes it
         order = np.random.default_rng(args.seed).permutation(len(configs))
         configs = [configs[i] for i in order]
-        subspace = {**(args.loaded_subspace.describe() if args.subspace else
-                       {"name": "", "allowed": _jsonable_allowed(allowed or {})}),
-                    "feasible": len(configs)}
-        what = f"every feasible configuration of the sub-space ({_fixed_text(allowed or {})}): " \
-               f"{len(configs)}, in random order (seed {args.seed})"
+        subspace = {**_table_of(args, allowed), "feasible": len(configs)}
+        what = (f"every feasible configuration of the sub-space ({_fixed_text(allowed or {})}): "
+                f"{len(configs)}, in random order (seed {args.seed})")
     else:
         configs = op.space.sample(args.sample, args.seed, unique=True)
         subspace = None
         what = f"{len(configs)} sampled (seed {args.seed})"
-    try:
-        store = Store(args.store, op.workload)
-    except StoreError as e:
-        raise UsageError(str(e)) from None
-    if subspace is not None:
-        held = store.get_meta("subspace")
-        if held not in (None, subspace):
-            store.close()
-            raise UsageError(f"{args.store} holds the table of another sub-space: {held}")
-        store.set_meta("subspace", subspace)
+    store = Store(args.store, op.workload)  # refuses a foreign or damaged file, untouched
+    with store:
+        if subspace is not None:
+            held = store.get_meta("subspace")
+            if held not in (None, subspace):
+                raise UsageError(f"--store: {args.store} holds the table of another sub-space: "
+                                 f"{held}")
+            store.set_meta("subspace", subspace)
+        return _measure(args, op, store, configs, what, subspace, Builder, Measurer,
+                        export_dataset)
+
+
+def _measure(args, op, store, configs, what, subspace, Builder, Measurer, export_dataset) -> int:
     done = store.keys()
     todo = [c for c in configs if Space.key(c) not in done]
-    lines = [f"{op.name} {op.workload}: {what}, "
-             f"{len(configs) - len(todo)} already in {args.store}, {len(todo)} to measure"]
-    print(lines[0], flush=True)
+    lines = [(f"{op.name} {op.workload}: {what}, "
+              f"{len(configs) - len(todo)} already in {args.store}, {len(todo)} to measure")]
+    say(lines[0])
     runner = _make_runner(args.runner, args)
     t0 = time.perf_counter()
     with runner, Builder(workers=args.workers, timeout_s=args.build_timeout,
@@ -270,24 +349,25 @@ def cmd_measure(args) -> int:
         if reference is None or args.reference_again:
             reference = runner.reference(op)
             store.set_meta("reference", reference)
-        print(f"device: {device.get('gpu')} driver {device.get('driver')}; reference "
-              f"{reference.get('latency_ms', 0):.4f} ms, {reference.get('tflops', 0):.1f} TFLOPS "
-              f"({reference.get('what', '')})", flush=True)
+        say(f"device: {device.get('gpu')} driver {device.get('driver')}; reference "
+            f"{reference.get('latency_ms', 0):.4f} ms, {reference.get('tflops', 0):.1f} TFLOPS "
+            f"({reference.get('what', '')})")
         measurer = Measurer(op, store, builder, runner, session_info={
             "device": device, "runner": runner.name, "command": " ".join(sys.argv)})
-        n_done = [0]
+        best = [0.0]
+        with Progress("measured", len(todo), unit="configurations",
+                      every_n=args.progress_every, every_s=30) as meter:
+            def progress(rec):
+                if rec.ok and rec.tflops:
+                    best[0] = max(best[0], rec.tflops)
+                meter.update(step=1, best=best[0] or None)
 
-        def progress(rec):
-            n_done[0] += 1
-            if n_done[0] % args.progress_every == 0:
-                print(f"  {n_done[0]}/{len(todo)} measured, {time.perf_counter() - t0:.0f} s",
-                      flush=True)
-
-        deadline = None if args.max_seconds is None else time.monotonic() + args.max_seconds
-        measured = measurer.measure_batches(
-            [todo[i:i + args.batch] for i in range(0, len(todo), args.batch)],
-            source=f"{'all' if exhaustive else 'sample'}(seed={args.seed})", on_record=progress,
-            deadline=deadline)
+            deadline = (None if args.max_seconds is None
+                        else time.monotonic() + args.max_seconds)
+            measured = measurer.measure_batches(
+                [todo[i:i + args.batch] for i in range(0, len(todo), args.batch)],
+                source=f"{'all' if subspace is not None else 'sample'}(seed={args.seed})",
+                on_record=progress, deadline=deadline)
     seconds = time.perf_counter() - t0
     records = store.records()
     summary, more = summarize_records(records, reference)
@@ -309,7 +389,6 @@ def cmd_measure(args) -> int:
                       f"median of {args.repeats} replays; inputs uniform[-1,1) fp16",
         })
         lines.append(f"exported {csv_path} and {meta_path}")
-    store.close()
     _emit(args, summary, lines[1:])
     return 0
 
@@ -321,8 +400,8 @@ def cmd_tune(args) -> int:
     from bocast import config as cfgmod
     from bocast.candidates import SpaceCandidates
     from bocast.measure.replay import ReplayMeasurer
-    from bocast.records import Store, StoreError, provenance
-    from bocast.strategies import StrategyError, make_strategy
+    from bocast.records import Store, atomic_write, provenance
+    from bocast.strategies import make_strategy
     from bocast.tuner import Tuner
 
     # validate everything before writing anything
@@ -330,39 +409,33 @@ def cmd_tune(args) -> int:
                                    ("gpu_model", args.gpu_model)) if v}
     try:
         cfg = cfgmod.load(args.config, runner=args.runner, rpc=overrides)
-    except cfgmod.ConfigError as e:
-        raise UsageError(f"{args.config}: {e}") from None
-    try:
         op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
-    except cfgmod.ConfigError as e:
-        raise UsageError(f"{args.config}: {e}") from None
-    if dataset is not None:
-        candidates = dataset.candidates()
-    elif cfg.runner == "rpc":  # kernels run on the servers; this host only builds them
-        candidates = SpaceCandidates(op.space)
-    else:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UsageError(f"{args.config}: runner tvm needs a CUDA GPU; this machine has none "
-                             "(use --runner replay with a recorded dataset)")
-        candidates = SpaceCandidates(op.space)
-    try:
+        if dataset is not None:
+            candidates = dataset.candidates()
+        else:
+            if cfg.runner == "tvm":  # rpc: kernels run on the servers; this host only builds
+                _need_gpu("runner tvm", "use --runner replay with a recorded dataset")
+            _need_compiler(f"runner {cfg.runner}")
+            candidates = SpaceCandidates(op.space)
         strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **cfg.strategy_options)
-    except StrategyError as e:
-        raise UsageError(f"{args.config}: strategy: {e}") from None
-    try:
+        check_writable(cfg.output, "output", directory=True)
         store = Store(f"{cfg.output}/records.db", op.workload)
-    except StoreError as e:
-        raise UsageError(f"{args.config}: output: {e}") from None
+    except InputError as e:
+        raise UsageError(f"{args.config}: {e}") from None
+    with store:
+        return _tune(args, cfg, op, dataset, strategy, store, ReplayMeasurer, Tuner,
+                     atomic_write, provenance)
 
+
+def _tune(args, cfg, op, dataset, strategy, store, ReplayMeasurer, Tuner, atomic_write,
+          provenance) -> int:
     previous = store.records()
     closers = []
     if dataset is not None:
         measurer = ReplayMeasurer(dataset, store)
         reference = (dataset.reference or {}).get("tflops")
-        print(f"runner: replay of {cfg.dataset} ({len(dataset.configs)} recorded configurations; "
-              "no GPU is used)", file=sys.stderr)
+        say(f"runner: replay of {cfg.dataset} ({len(dataset.configs)} recorded configurations; "
+            "no GPU is used)")
     else:
         from bocast.measure.builder import Builder
         from bocast.measure.engine import Measurer
@@ -370,29 +443,28 @@ def cmd_tune(args) -> int:
         from bocast.measure.runner import GpuRunner
 
         ro = cfg.runner_options
-        kw = dict(timeout_s=ro.get("run_timeout", 30), repeats=ro.get("repeats", 10),
-                  seed=cfg.seed)
+        kw = dict(timeout_s=ro["run_timeout"], repeats=ro["repeats"], seed=cfg.seed)
         runner = RpcRunner(**cfg.rpc, **kw) if cfg.runner == "rpc" else GpuRunner(**kw)
         closers.append(runner)
         device = runner.device()
         ref = store.get_meta("reference") or runner.reference(op)
-        builder = Builder(workers=ro.get("workers"), timeout_s=ro.get("build_timeout", 180),
-                          reject_spills=ro.get("reject_spills", False))
+        builder = Builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
+                          reject_spills=ro["reject_spills"])
         closers.append(builder)
         store.set_meta("reference", ref)
         reference = ref.get("tflops")
         measurer = Measurer(op, store, builder, runner, session_info={
             "device": device, "runner": cfg.runner, "config": cfg.raw})
-        print(f"runner: live on {device.get('gpu')}; reference {reference:.1f} TFLOPS",
-              file=sys.stderr)
+        say(f"runner: live on {device.get('gpu')}; reference {reference:.1f} TFLOPS")
     if previous:
-        print(f"resuming: {len(previous)} trials already in {cfg.output}/records.db",
-              file=sys.stderr)
-    tuner = Tuner(strategy, measurer, trials=cfg.trials, seconds=cfg.seconds,
-                  batch_size=cfg.batch_size, optimum=dataset.best_tflops if dataset else None,
-                  reference=reference, progress=not args.json)
+        say(f"resuming: {len(previous)} trials already in {cfg.output}/records.db")
     try:
-        result = tuner.run(previous)
+        with Progress(f"tune {cfg.strategy} seed {cfg.seed}", cfg.trials) as meter:
+            tuner = Tuner(strategy, measurer, trials=cfg.trials, seconds=cfg.seconds,
+                          batch_size=cfg.batch_size,
+                          optimum=dataset.best_tflops if dataset else None,
+                          reference=reference, meter=meter)
+            result = tuner.run(previous)
     finally:
         for c in closers:
             c.close()
@@ -400,9 +472,8 @@ def cmd_tune(args) -> int:
                "strategy": cfg.strategy, "strategy_options": strategy.hyper, "seed": cfg.seed,
                "runner": cfg.runner, "dataset": cfg.dataset, "output": cfg.output,
                "provenance": provenance()}
-    with open(f"{cfg.output}/summary.json", "w") as f:
+    with atomic_write(f"{cfg.output}/summary.json") as f:
         json.dump(summary, f, indent=1, sort_keys=True, default=str)
-    store.close()
     best = result.best_tflops or 0.0
     lines = [f"{cfg.strategy} ({strategy.hyper.get('acquisition', '')}) seed {cfg.seed}: "
              f"{result.trials} trials, best {best:.1f} TFLOPS"
@@ -420,31 +491,37 @@ def cmd_tune(args) -> int:
 
 def cmd_compare(args) -> int:
     from bocast import compare
-    from bocast.config import ConfigError
 
     try:
         cfg = compare.load(args.config)
-        compare.validate(cfg)
+        compare.validate(cfg)  # the workload, dataset, strategies and existing stores
         if cfg.runner == "tvm" and not args.summarize:
-            import torch
-
-            if not torch.cuda.is_available():
-                raise ConfigError("runner: tvm compares live on a CUDA GPU; this machine has "
-                                  "none (use runner: replay with a recorded dataset)")
-    except ConfigError as e:
+            _need_gpu("runner: tvm (a live comparison)", "use runner: replay with a recorded "
+                      "dataset, or --summarize to write the results of finished stores")
+            _need_compiler("runner: tvm (a live comparison)")
+        check_writable(cfg.output, "output", directory=True)
+        for ext in (".md", ".csv", ".json", ".png"):
+            check_writable(cfg.results + ext, "results")
+    except InputError as e:
         raise UsageError(f"{args.config}: {e}") from None
     only = [x for x in args.only.split(",") if x] if args.only else None
     if args.summarize:
         only = []
-    try:
-        summary = compare.run(cfg, progress=(lambda m: None) if args.json else print, only=only)
-    except ConfigError as e:
-        raise UsageError(f"{args.config}: {e}") from None
+    runs = len(compare.plan(cfg))
+    with Progress(f"compare {cfg.name}", runs if cfg.runner == "replay" else None,
+                  unit="runs" if cfg.runner == "replay" else "trials") as meter:
+        try:
+            summary = compare.run(cfg, progress=meter.say if cfg.runner == "tvm" else None,
+                                  meter=meter, only=only)
+        except InputError as e:
+            raise UsageError(f"{args.config}: {e}") from None
     if "missing" in summary:
         _emit(args, summary, [f"ran {', '.join(only) or 'nothing'}; results are written once "
                               f"these runs have finished too: {', '.join(summary['missing'])}"])
         return 0
-    lines = [open(cfg.results + ".md").read(), f"wrote {cfg.results}.md/.csv/.json/.png "
+    with open(cfg.results + ".md") as f:
+        table = f.read()
+    lines = [table, f"wrote {cfg.results}.md/.csv/.json/.png "
              f"and records under {cfg.output} in {summary['seconds']:.0f} s"]
     keep = ("median_best", "median_trials_to_95pct", "median_best_vs_reference",
             "median_trials_to_95pct_of_baseline")
@@ -479,74 +556,97 @@ def _add_workload_args(p: argparse.ArgumentParser, *, subspace: bool = False) ->
                                    "(Heron's WMMA knobs, the space of the v1 datasets)")
 
 
-REJECT_SPILLS_HELP = ("build-time filter: record kernels whose ptxas report shows register "
-                      "spills or a stack frame as build_rejected, without running them")
+class _Parser(argparse.ArgumentParser):
+    """argparse with the one-line error of every other bad input (usage is in --help)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _opt(p: argparse.ArgumentParser, flag: str, field: schema.Field, default: Any = None,
+         **kwargs) -> None:
+    """A command-line option checked by its schema field (type, range; default and help)."""
+    default = field.default if default is None and not field.required else default
+    p.add_argument(flag, type=field.parse, default=default, metavar=field.kind.__name__.upper(),
+                   help=f"{field.doc} ({field.expected(cli=True)}; default {default})", **kwargs)
+
+
+def _flag(p: argparse.ArgumentParser, flag: str, field: schema.Field) -> None:
+    """A boolean schema field as a command-line switch (off unless given)."""
+    assert field.kind is bool and field.default is False
+    p.add_argument(flag, action="store_true", help=field.doc)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bocast", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    from bocast.config import RUNNERS as TUNE_RUNNERS
 
-    p = sub.add_parser("space", help="inspect, sample and statically build a schedule space")
+    parser = _Parser(prog="bocast", description=__doc__.splitlines()[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="last line: one JSON summary")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks (also BOCAST_DEBUG=1)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("space", parents=[common],
+                       help="inspect, sample and statically build a schedule space")
     _add_workload_args(p, subspace=True)
-    p.add_argument("--sample", type=int, default=0, help="number of feasible configurations")
-    p.add_argument("--seed", type=int, default=0)
+    _opt(p, "--sample", schema.SAMPLE)
+    _opt(p, "--seed", schema.SEED)
     p.add_argument("--describe", action="store_true", help="list knobs and known constraints")
     p.add_argument("--size", action="store_true", help="estimate the size of the feasible set")
-    p.add_argument("--size-draws", type=int, default=200_000)
+    _opt(p, "--size-draws", schema.SIZE_DRAWS)
     p.add_argument("--check-build", action="store_true",
                    help="apply, lower and compile every sample with nvcc for sm_90")
-    p.add_argument("--workers", type=int, default=None, help="build processes (default: cores)")
-    p.add_argument("--build-timeout", type=float, default=180.0, help="seconds per build")
-    p.add_argument("--reject-spills", action="store_true", help=REJECT_SPILLS_HELP)
+    _opt(p, "--workers", schema.WORKERS)
+    _opt(p, "--build-timeout", schema.BUILD_TIMEOUT)
+    _flag(p, "--reject-spills", schema.REJECT_SPILLS)
     p.add_argument("--out", help="write the sampled configurations as JSON lines")
     p.add_argument("--out-builds", help="write per-configuration build results as JSON lines")
-    p.add_argument("--json", action="store_true", help="last line: one JSON summary")
     p.set_defaults(func=cmd_space)
 
-    p = sub.add_parser("measure", help="measure uniformly sampled configurations, or every "
-                                       "feasible one of a sub-space, into a store")
+    p = sub.add_parser("measure", parents=[common],
+                       help="measure uniformly sampled configurations, or every feasible one of "
+                            "a sub-space, into a store")
     _add_workload_args(p, subspace=True)
-    p.add_argument("--sample", type=int, help="configurations to sample")
+    _opt(p, "--sample", dataclasses.replace(schema.SAMPLE, min=1, default=None, nullable=True,
+                                            doc="configurations to sample (or --all)"))
     p.add_argument("--all", action="store_true",
                    help="every feasible configuration (of the sub-space of --fix or --subspace)")
-    p.add_argument("--max-seconds", type=float, default=None,
-                   help="start no new batch after this many seconds; the next call resumes "
-                        "from the store (a device session's time limit)")
-    p.add_argument("--seed", type=int, default=0)
+    _opt(p, "--max-seconds", schema.MAX_SECONDS)
+    _opt(p, "--seed", schema.SEED)
     p.add_argument("--store", required=True, help="record store (SQLite); resumed if it exists")
-    p.add_argument("--runner", default="gpu", help="gpu (default), rpc (GPU servers of a "
-                                                  "tracker) or standin (synthetic, tests)")
+    p.add_argument("--runner", default="gpu", choices=("gpu", "rpc", "standin"),
+                   help="gpu (default), rpc (GPU servers of a tracker: --tracker, --key) or "
+                        "standin (synthetic timings on the CPU, tests)")
     _add_rpc_args(p)
-    p.add_argument("--batch", type=int, default=64, help="configurations built per batch")
-    p.add_argument("--workers", type=int, default=None, help="build processes (default: cores)")
-    p.add_argument("--build-timeout", type=float, default=180.0)
-    p.add_argument("--reject-spills", action="store_true", help=REJECT_SPILLS_HELP)
-    p.add_argument("--run-timeout", type=float, default=30.0, help="seconds per kernel run")
-    p.add_argument("--repeats", type=int, default=10, help="timed repeats per kernel")
+    _opt(p, "--batch", schema.Field("batch", int, 64, min=1, max=10_000,
+                                    doc="configurations built per batch"))
+    _opt(p, "--workers", schema.WORKERS)
+    _opt(p, "--build-timeout", schema.BUILD_TIMEOUT)
+    _flag(p, "--reject-spills", schema.REJECT_SPILLS)
+    _opt(p, "--run-timeout", schema.RUN_TIMEOUT)
+    _opt(p, "--repeats", schema.REPEATS)
     p.add_argument("--reference-again", action="store_true", help="re-time the reference")
     p.add_argument("--export", help="write a compact dataset: PREFIX.csv.gz and PREFIX.json")
-    p.add_argument("--progress-every", type=int, default=50)
-    p.add_argument("--json", action="store_true", help="last line: one JSON summary")
+    _opt(p, "--progress-every", schema.PROGRESS_EVERY)
     p.set_defaults(func=cmd_measure)
 
-    p = sub.add_parser("tune", help="run one experiment configuration (YAML)")
+    p = sub.add_parser("tune", parents=[common], help="run one experiment configuration (YAML)")
     p.add_argument("config", help="experiment configuration file")
-    p.add_argument("--runner", choices=["replay", "tvm", "rpc"],
-                   help="override the config's runner")
+    p.add_argument("--runner", choices=list(TUNE_RUNNERS), help="override the config's runner")
     _add_rpc_args(p)
     p.add_argument("--gpu-model", help="rpc: measure only on GPUs of this name (or 'any')")
-    p.add_argument("--json", action="store_true", help="last line: one JSON summary")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("compare", help="strategies x seeds on one workload (replay or live)")
+    p = sub.add_parser("compare", parents=[common],
+                       help="strategies x seeds on one workload (replay or live)")
     p.add_argument("config", help="comparison configuration file")
     p.add_argument("--only", help="live: run only these strategy labels (comma-separated); "
                    "the results are written once every run of the comparison has finished")
     p.add_argument("--summarize", action="store_true",
                    help="live: run nothing, write the results from the finished record stores "
                         "(needs no GPU)")
-    p.add_argument("--json", action="store_true", help="last line: one JSON summary")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("serve", help="RPC tracker and one GPU server per GPU for runner rpc "
@@ -555,8 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("serve_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=lambda args: cmd_serve(args.serve_args))
 
-    p = sub.add_parser("ops", help="list the operators and their shape syntax")
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("ops", parents=[common], help="list the operators and their shape syntax")
     p.set_defaults(func=cmd_ops)
     return parser
 
@@ -589,13 +688,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:  # its options are rpc_server's, which argparse cannot forward
         return cmd_serve(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    debug = bool(getattr(args, "debug", False) or os.environ.get("BOCAST_DEBUG"))
+    before = {s: signal.getsignal(s) for s in interrupt.SIGNALS}
+    interrupt.install()
     try:
         return args.func(args)
-    except (UsageError, WorkloadError, SpaceError, RpcUnavailable) as e:
-        print(f"bocast: error: {e}", file=sys.stderr)
+    except (interrupt.Interrupted, KeyboardInterrupt) as e:
+        name = str(e) if isinstance(e, interrupt.Interrupted) else "SIGINT"
+        _fail(f"bocast: interrupted ({name}): every finished record is kept; the same command "
+              "resumes", debug)
+        return 130
+    except (InputError, OSError, RpcUnavailable) as e:  # OSError: a file it could not read/write
+        _fail(f"bocast: error: {_one_line(e)}", debug)
         return 2
+    except Exception as e:  # noqa: BLE001 - a bug: say so in one line, traceback on request
+        _fail(f"bocast: internal error: {type(e).__name__}: {_one_line(e)} (a bug; --debug or "
+              "BOCAST_DEBUG=1 shows the traceback)", debug)
+        return 1
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:1000]
+
+
+def _fail(line: str, debug: bool) -> None:
+    if debug:
+        traceback.print_exc()
+    print(line, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -31,30 +31,56 @@ rerunning the comparison resumes every unfinished run where it stopped. A strate
 optimum: "best known" is then the best any run found.
 
     runner: tvm
-    runner_options: {repeats: 10, run_timeout: 30, build_timeout: 180, workers: null}
+    runner_options: {repeats: 10, run_timeout: 30, build_timeout: 180, workers: null,
+                     reject_spills: false}      # reject_spills: see bocast.measure.builder
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from bocast.config import ConfigError, _repo_root, read_yaml, runner_options, workload_and_dataset
+from bocast import interrupt, schema
+from bocast.config import WORKLOAD, ConfigError, read_yaml, resolver, strategy_entry, \
+    workload_and_dataset
+from bocast.progress import Progress
+from bocast.schema import Field, Section
 
 #: strategy-entry keys that are not hyperparameters; ``trials`` lets one strategy run longer
 #: than the budget (random search through a whole table, so its trials-to-95% is not censored),
 #: ``seeds`` lets an expensive competitor run fewer seeds (MetaSchedule live), ``batch_size``
 #: gives one strategy its own batch (BO with smaller q: more model updates per trial)
 _NOT_HYPER = ("name", "label", "trials", "seeds", "batch_size")
-_TOP = {"name", "description", "workload", "runner", "dataset", "strategies", "seeds", "budget",
-        "batch_size", "budgets", "baseline", "output", "results", "workers", "runner_options"}
 METASCHEDULE = "metaschedule"
+MAX_SEEDS = 10_000
+COMPARE = Section((
+    Field("name", str), Field("description", str, ""), WORKLOAD,
+    Field("runner", str, "replay", choices=schema.RUNNER_NAMES),
+    Field("dataset", str, None, nullable=True, doc="replay: prefix of a recorded dataset"),
+    Field("strategies", list, doc="entries {name, label, options...}"),
+    Field("seeds", object, doc="a number of seeds (0..n-1) or a list of distinct seeds"),
+    Field("budget", dict), schema.BATCH_SIZE,
+    Field("budgets", list, None, nullable=True, doc="trials at which best-so-far is reported"),
+    Field("baseline", str, None, nullable=True, doc="label the rank tests compare against"),
+    Field("output", str, doc="folder of the runs' record stores"),
+    Field("results", str, doc="path prefix of the .md/.csv/.json/.png results"),
+    schema.WORKERS.with_default(None),
+    Field("runner_options", dict, None, nullable=True),
+))
+ENTRY = Section((
+    Field("name", str), schema.LABEL.with_default(None),
+    dataclasses.replace(schema.TRIALS, default=None, nullable=True),
+    Field("seeds", object, None),
+    dataclasses.replace(schema.BATCH_SIZE, default=None, nullable=True,
+                        doc="this entry's batch (default: the comparison's batch_size)"),
+))
 
 
 @dataclass
@@ -83,142 +109,223 @@ class CompareConfig:
 
 
 def load(path: str) -> CompareConfig:
+    """A comparison configuration, every field checked (nothing runs or is written here)."""
     return parse(read_yaml(path), os.path.dirname(os.path.abspath(path)))
 
 
 def parse(raw: Any, where: str) -> CompareConfig:
-    """A comparison from its fields; relative paths are those of the repository holding the
-    folder ``where`` (:func:`bocast.config._repo_root`)."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError("the configuration must be a mapping of fields")
-    unknown = sorted(set(raw) - _TOP)
-    if unknown:
-        raise ConfigError(f"unknown field(s) {unknown}; known: {sorted(_TOP)}")
-    for key in ("name", "workload", "strategies", "seeds", "budget", "output", "results"):
-        if key not in raw:
-            raise ConfigError(f"{key}: missing")
-    if not isinstance(raw["workload"], Mapping) or "op" not in raw["workload"]:
-        raise ConfigError("workload: expected a mapping with op and shape")
-    strategies = raw["strategies"]
-    if not isinstance(strategies, list) or not strategies:
+    """A comparison from its fields (a configuration built in code), every field checked;
+    relative paths are those of the repository holding the folder ``where``
+    (:func:`bocast.config.resolver`)."""
+    top = COMPARE.check(raw)
+    budget = schema.BUDGET.check(top["budget"], "budget.")
+    if budget["seconds"] is not None:
+        raise ConfigError("budget.seconds: a comparison's runs end by trials, not by time")
+    trials = budget["trials"]
+    seeds = _seeds(top["seeds"], "seeds")
+    if not top["strategies"]:
         raise ConfigError("strategies: expected a non-empty list")
-    labels = []
-    for i, s in enumerate(strategies):
-        if not isinstance(s, Mapping) or "name" not in s:
-            raise ConfigError(f"strategies[{i}]: expected a mapping with a name")
-        labels.append(str(s.get("label", s["name"])))
+    strategies, labels = [], []
+    for i, s in enumerate(top["strategies"]):
+        where = f"strategies[{i}]"
+        entry = ENTRY.check(s, f"{where}.", ignore=[k for k in (s if isinstance(s, Mapping) else ())
+                                                     if k not in _NOT_HYPER])
+        label = entry["label"] or schema.LABEL.check(entry["name"], f"{where}.")
+        if entry["name"] == METASCHEDULE:
+            hyper = sorted(k for k in s if k not in _NOT_HYPER)
+            if hyper:
+                raise ConfigError(f"{where} ({label}): {METASCHEDULE} takes no options, "
+                                  f"got {hyper}")
+        else:
+            strategy_entry(s, f"{where} ({label}): ")
+        if entry["trials"] is not None and entry["trials"] < trials:
+            raise ConfigError(f"{where}.trials: {entry['trials']} is less than budget.trials "
+                              f"({trials}); an entry's trials only extend its budget")
+        out = {k: v for k, v in s.items() if k not in ("label", "trials", "seeds", "batch_size")}
+        if entry["batch_size"] is not None:
+            out["batch_size"] = entry["batch_size"]
+        if entry["trials"] is not None:
+            out["trials"] = entry["trials"]
+        if entry["seeds"] is not None:
+            out["seeds"] = _seeds(entry["seeds"], f"{where}.seeds")
+        strategies.append({**out, "label": label})
+        labels.append(label)
     if len(set(labels)) != len(labels):
         raise ConfigError(f"strategies: labels must be distinct, got {labels}")
-    seeds = _seeds(raw["seeds"], "seeds")
-    strategies = [{**s, "seeds": _seeds(s["seeds"], f"strategies[{i}].seeds")} if "seeds" in s
-                  else dict(s) for i, s in enumerate(strategies)]
-    for i, s in enumerate(strategies):
-        b = s.get("batch_size", 1)
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise ConfigError(f"strategies[{i}].batch_size: expected a positive integer, got {b!r}")
-    budget = raw["budget"]
-    trials = budget.get("trials") if isinstance(budget, Mapping) else None
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise ConfigError(f"budget.trials: expected an integer >= 1, got {trials!r}")
-    batch = raw.get("batch_size", 32)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ConfigError(f"batch_size: expected a positive integer, got {batch!r}")
-    budgets = raw.get("budgets", [b for b in (32, 64, 128, 256, 512, 1000) if b <= trials])
-    if not (isinstance(budgets, list) and all(isinstance(b, int) and 0 < b <= trials
-                                               for b in budgets)):
-        raise ConfigError(f"budgets: expected integers between 1 and budget.trials, got {budgets!r}")
-    runner = raw.get("runner", "replay")
-    if runner not in ("replay", "tvm"):
-        raise ConfigError(f"runner: {runner!r} is not one of ['replay', 'tvm']")
-    if runner == "replay" and not isinstance(raw.get("dataset"), str):
+    budgets = top["budgets"]
+    if budgets is None:
+        budgets = [b for b in (32, 64, 128, 256, 512, 1000) if b <= trials] or [trials]
+    if not (budgets and all(isinstance(b, int) and not isinstance(b, bool) and 0 < b <= trials
+                            for b in budgets) and len(set(budgets)) == len(budgets)):
+        raise ConfigError(f"budgets: expected distinct integers between 1 and budget.trials "
+                          f"({trials}), got {budgets!r}")
+    runner = top["runner"]
+    if runner == "replay" and top["dataset"] is None:
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
     if runner == "replay" and any(s["name"] == METASCHEDULE for s in strategies):
         raise ConfigError(f"strategies: {METASCHEDULE} proposes its own schedules, which no "
                           "recorded dataset holds; it needs runner: tvm")
-    ropts = runner_options(raw.get("runner_options"))
-    baseline = raw.get("baseline")
+    ropts = schema.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
+    baseline = top["baseline"]
     if baseline is not None and baseline not in labels:
         raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")
-    root = _repo_root(where)
-    resolve = (lambda p: p if os.path.isabs(p) else os.path.join(root, p))
+    resolve = resolver(where)
     return CompareConfig(
-        name=str(raw["name"]), workload=dict(raw["workload"]), runner=runner,
-        dataset=resolve(raw["dataset"]) if raw.get("dataset") else None,
-        strategies=[{**s, "label": lab} for s, lab in zip(strategies, labels)], seeds=seeds,
-        trials=trials, batch_size=batch, budgets=sorted(budgets), baseline=baseline,
-        output=resolve(str(raw["output"])), results=resolve(str(raw["results"])),
-        workers=raw.get("workers"), runner_options=dict(ropts), raw=dict(raw))
+        name=top["name"], workload=dict(top["workload"]), runner=runner,
+        dataset=resolve(top["dataset"]) if top["dataset"] else None,
+        strategies=strategies, seeds=seeds, trials=trials, batch_size=top["batch_size"],
+        budgets=sorted(budgets), baseline=baseline, output=resolve(top["output"]),
+        results=resolve(top["results"]), workers=top["workers"], runner_options=ropts,
+        raw=dict(raw))
 
 
-def _seeds(seeds, where: str) -> list[int]:
-    if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > 0:
+def _seeds(seeds: Any, where: str) -> list[int]:
+    """A number of seeds (0..n-1) or a list of distinct ones: each seed of a strategy is one run
+    with its own record store, so a repeated seed would be two processes writing one store."""
+    if isinstance(seeds, int) and not isinstance(seeds, bool) and 0 < seeds <= MAX_SEEDS:
         return list(range(seeds))
-    if isinstance(seeds, list) and seeds and all(isinstance(x, int) and not isinstance(x, bool)
-                                                 for x in seeds):
-        return seeds
-    raise ConfigError(f"{where}: expected a positive integer or a list of integers, got {seeds!r}")
+    if isinstance(seeds, list) and seeds and len(seeds) <= MAX_SEEDS:
+        out = [dataclasses.replace(schema.SEED, name=f"{where}[{i}]").check(x)
+               for i, x in enumerate(seeds)]
+        repeated = sorted({x for x in out if out.count(x) > 1})
+        if repeated:
+            raise ConfigError(f"{where}: {seeds!r} repeats {repeated}; each seed is one run with "
+                              "its own record store")
+        return out
+    raise ConfigError(f"{where}: expected a number of seeds between 1 and {MAX_SEEDS} or a "
+                      f"non-empty list of distinct seeds, got {seeds!r}")
 
 
 def validate(cfg: CompareConfig):
-    """Build every piece once (workload, dataset, each strategy) so that a bad field fails
-    before anything runs or is written. Returns (operator, dataset or None)."""
+    """Build every piece once (workload, dataset, each strategy) and check the stores already
+    under ``output``, so that a bad field fails before anything runs or is written. Returns
+    (operator, dataset or None)."""
     from bocast.candidates import SpaceCandidates
     from bocast.strategies import StrategyError, make_strategy
 
     op, dataset = workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
     cands = dataset.candidates() if dataset else SpaceCandidates(op.space)
     for i, s in enumerate(cfg.strategies):
-        hyper = {k: v for k, v in s.items() if k not in _NOT_HYPER}
-        if s["name"] == METASCHEDULE:
-            if hyper:
-                raise ConfigError(f"strategies[{i}] ({s['label']}): {METASCHEDULE} takes no "
-                                  f"options, got {sorted(hyper)}")
-            continue
-        try:
-            make_strategy(s["name"], cands, seed=0, **hyper)
-        except StrategyError as e:
-            raise ConfigError(f"strategies[{i}] ({s['label']}): {e}") from None
+        if s["name"] != METASCHEDULE:
+            try:
+                make_strategy(s["name"], cands, seed=0, **_hyper(s))
+            except StrategyError as e:
+                raise ConfigError(f"strategies[{i}] ({s['label']}): {e}") from None
+    check_stores(cfg, op)
     return op, dataset
 
 
-def _replay_run(job) -> dict[str, Any]:
-    """One strategy x seed on replay; writes its record store; returns its curve."""
+def _hyper(s: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in s.items() if k not in _NOT_HYPER}
+
+
+def entry_batch(cfg: CompareConfig, s: Mapping[str, Any]) -> int:
+    """The batch of a strategy entry: its own ``batch_size``, else the comparison's."""
+    return s.get("batch_size", cfg.batch_size)
+
+
+def plan(cfg: CompareConfig) -> list[tuple[dict, int, str, int]]:
+    """(strategy entry, seed, record store, trials) of every run of the comparison."""
+    return [(s, seed, os.path.join(cfg.output, f"{s['label']}_seed{seed}.db"),
+             s.get("trials", cfg.trials)) for s in cfg.strategies
+            for seed in s.get("seeds", cfg.seeds)]
+
+
+def run_identity(cfg: CompareConfig, s: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """What makes a run's trials what they are; kept in its store, so that a rerun resumes
+    only a run of the same strategy, options, seed, batch size and dataset (the budget may
+    grow: that only adds trials)."""
+    ident = {"strategy": s["name"], "options": _hyper(s), "seed": seed,
+             "batch_size": entry_batch(cfg, s), "runner": cfg.runner,
+             "dataset": os.path.basename(cfg.dataset) if cfg.dataset else None}
+    return json.loads(json.dumps(ident, sort_keys=True))
+
+
+def _check_identity(store, ident: dict[str, Any], path: str) -> None:
+    held = store.get_meta("run")
+    if held is None:  # a new store, or one written before runs carried their identity
+        store.set_meta("run", ident)
+    elif held != ident:
+        raise ConfigError(_mismatch(path, held, ident))
+
+
+def _mismatch(path: str, held: dict[str, Any], ident: dict[str, Any]) -> str:
+    diff = sorted(k for k in set(held) | set(ident) if held.get(k) != ident.get(k))
+    return (f"{path} holds a run of another configuration ({', '.join(diff)}: "
+            f"{[held.get(k) for k in diff]} there, {[ident.get(k) for k in diff]} here); move "
+            "it away, or set another output, to keep both")
+
+
+def check_stores(cfg: CompareConfig, op) -> None:
+    """Every store already under ``output`` opens (a bocast store of this workload that SQLite
+    finds sound) and holds a run of this configuration; nothing is written."""
+    from bocast.records import Store
+
+    for s, seed, path, _ in plan(cfg):
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            with Store(path, op.workload, create=False) as store:
+                held = store.get_meta("run")
+            ident = run_identity(cfg, s, seed)
+            if held is not None and held != ident:
+                raise ConfigError(_mismatch(path, held, ident))
+
+
+def _job_process(stop) -> None:
+    """A replay job process: it stops at its next record when this command stops (a signal to
+    the process group, or ``stop`` set by the parent), torch on one thread (the jobs are the
+    parallelism)."""
     import torch
 
+    interrupt.install("flag", shared=stop)
+    interrupt.unblock()  # started blocked (see run): nothing arrived before the handler was set
+    torch.set_num_threads(1)
+
+
+def _replay_run(job) -> dict[str, Any]:
+    """One strategy x seed on replay: resumes its record store (a finished run is only read);
+    returns its curve."""
     from bocast.measure.replay import ReplayDataset, ReplayMeasurer
     from bocast.operator import from_workload
     from bocast.records import Store
     from bocast.strategies import make_strategy
-    from bocast.tuner import Tuner
+    from bocast.tuner import TuneResult, Tuner, best_so_far
 
-    torch.set_num_threads(1)
-    cfg, s, seed = job
+    cfg, s, seed, path, trials = job
+    interrupt.check()  # a job handed out as the command stopped
     op = from_workload(cfg.workload)
     ds = ReplayDataset(cfg.dataset, op)
-    path = os.path.join(cfg.output, f"{s['label']}_seed{seed}.db")
-    if os.path.exists(path):
-        os.remove(path)  # a comparison run is redone whole, never mixed with an older one
-    hyper = {k: v for k, v in s.items() if k not in _NOT_HYPER}
-    strategy = make_strategy(s["name"], ds.candidates(), seed=seed, **hyper)
     with Store(path, op.workload) as store:
-        res = Tuner(strategy, ReplayMeasurer(ds, store), trials=s.get("trials", cfg.trials),
-                    batch_size=s.get("batch_size", cfg.batch_size), optimum=ds.best_tflops).run()
-    return {"label": s["label"], "seed": seed, "curve": res.best_so_far,
-            "trials_to_95pct": res.trials_to(0.95), "optimum": ds.best_tflops,
-            "reference": (ds.reference or {}).get("tflops"),
-            "reference_what": (ds.reference or {}).get("what", ""), "seconds": res.seconds,
-            "proposal_s": res.proposal_seconds}
+        _check_identity(store, run_identity(cfg, s, seed), path)
+        done = store.records()
+        if len(done) >= min(trials, len(ds.configs)):
+            res = TuneResult(done, best_so_far(done), 0.0, None)
+        else:
+            strategy = make_strategy(s["name"], ds.candidates(), seed=seed, **_hyper(s))
+            res = Tuner(strategy, ReplayMeasurer(ds, store), trials=trials,
+                        batch_size=entry_batch(cfg, s), optimum=ds.best_tflops).run(done)
+    out = _curve(res, s["label"], seed, trials)
+    out.update(optimum=ds.best_tflops, reference=(ds.reference or {}).get("tflops"),
+               reference_what=(ds.reference or {}).get("what", ""), resumed_from=len(done),
+               trials_to_95pct=_first_at(out["curve"], 0.95 * ds.best_tflops)
+               if ds.best_tflops else None)
+    return out
 
 
-def run(cfg: CompareConfig, *, progress=print, runner=None, builder=None,
+def run(cfg: CompareConfig, *, progress: Callable[[str], None] | None = None,
+        meter: Progress | None = None, runner=None, builder=None,
         only: Sequence[str] | None = None) -> dict[str, Any]:
-    """Run the comparison and write its outputs. ``runner``/``builder`` replace the local GPU
-    runner and nvcc builder of a live comparison (tests pass the CPU stand-in). ``only`` runs
-    just those strategy labels of a live comparison, so that one can be spread over several
-    sessions; the outputs are written once every run has finished (else the summary lists
-    what is ``missing``). An empty ``only`` runs nothing and needs no GPU: it writes the outputs
-    from the finished stores."""
-    os.makedirs(cfg.output, exist_ok=True)
+    """Run the comparison and write its outputs. ``progress`` receives a line per notable
+    event, ``meter`` the counts (runs or trials done, best so far). ``runner``/``builder``
+    replace the local GPU runner and nvcc builder of a live comparison (tests pass the CPU
+    stand-in). ``only`` runs just those strategy labels of a live comparison, so that one can be
+    spread over several sessions; the outputs are written once every run has finished (else the
+    summary lists what is ``missing``). An empty ``only`` runs nothing and needs no GPU: it
+    writes the outputs from the finished stores.
+
+    Every run resumes its record store, replay and live alike: a stopped comparison goes on
+    where it stopped, and one whose runs have all finished only reads them. The outputs are
+    written (each atomically) only from finished runs."""
+    progress = progress or (lambda m: None)
     t0 = time.perf_counter()
     if only is not None:
         labels = [s["label"] for s in cfg.strategies]
@@ -228,20 +335,53 @@ def run(cfg: CompareConfig, *, progress=print, runner=None, builder=None,
         if cfg.runner != "tvm":
             raise ConfigError("--only/--summarize: only live comparisons are split; a replay "
                               "one is cheap")
+    op = validate(cfg)[0]
+    os.makedirs(cfg.output, exist_ok=True)
     if cfg.runner == "tvm":
-        runs, extra = _run_live(cfg, progress, runner, builder,
+        runs, extra = _run_live(cfg, progress, meter, runner, builder,
                                 set(only) if only is not None else None)
         if extra["missing"]:
             return {"missing": extra["missing"], "seconds": time.perf_counter() - t0}
     else:
-        jobs = [(cfg, s, seed) for s in cfg.strategies for seed in s.get("seeds", cfg.seeds)]
-        runs, extra = [], {}
-        with ProcessPoolExecutor(cfg.workers or os.cpu_count()) as pool:
-            for r in pool.map(_replay_run, jobs):
-                runs.append(r)
-                progress(f"  {r['label']} seed {r['seed']}: best {r['curve'][-1]:.1f} TFLOPS, "
-                         f"95% at {r['trials_to_95pct']}")
+        runs, extra = _run_replay(cfg, op, progress, meter), {}
     return summarize(cfg, runs, time.perf_counter() - t0, extra)
+
+
+def _run_replay(cfg: CompareConfig, op, progress, meter) -> list[dict]:
+    import multiprocessing as mp
+    from concurrent.futures import as_completed
+
+    jobs = [(cfg, s, seed, path, trials) for s, seed, path, trials in plan(cfg)]
+    stop = mp.get_context("fork").Event()
+    runs = []
+    pool = None
+    try:
+        # the job processes start with SIGINT/SIGTERM blocked until their handler is set (a
+        # signal that came meanwhile is raised here, as the block ends)
+        with interrupt.blocked():
+            pool = ProcessPoolExecutor(min(cfg.workers or os.cpu_count() or 1, len(jobs)),
+                                       mp_context=mp.get_context("fork"),
+                                       initializer=_job_process, initargs=(stop,))
+            futures = [pool.submit(_replay_run, job) for job in jobs]
+        for fut in as_completed(futures):
+            r = fut.result()
+            runs.append(r)
+            line = (f"{r['label']} seed {r['seed']}: best {r['curve'][-1]:.1f} TFLOPS, 95% at "
+                    f"{r['trials_to_95pct']}" + (f" (resumed at {r['resumed_from']})"
+                                                 if 0 < r["resumed_from"] < r["trials_run"]
+                                                 else ""))
+            progress(line)
+            if meter is not None:
+                meter.update(len(runs), best=max(x["curve"][-1] for x in runs),
+                             note=f"last {r['label']} seed {r['seed']}")
+    except BaseException:
+        stop.set()  # every job stops at its next record; queued ones do not start
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    order = [(s["label"], seed) for s, seed, _, _ in plan(cfg)]
+    return sorted(runs, key=lambda r: order.index((r["label"], r["seed"])))
 
 
 def _curve(res, label: str, seed: int, trials: int) -> dict[str, Any]:
@@ -252,10 +392,12 @@ def _curve(res, label: str, seed: int, trials: int) -> dict[str, Any]:
             "status": dict(collections.Counter(str(r.status) for r in res.records))}
 
 
-def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
+def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=None,
               only: set[str] | None = None) -> tuple[list[dict], dict[str, Any]]:
     """Every strategy x seed on the local GPU, interleaved; MetaSchedule runs after. With
     ``only``, just those labels run; the others' finished stores are read."""
+    import contextlib
+
     from bocast import metaschedule
     from bocast.candidates import SpaceCandidates
     from bocast.measure.builder import Builder
@@ -267,22 +409,18 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
     from bocast.tuner import Tuner, run_interleaved
 
     op = from_workload(cfg.workload)
-    ro = cfg.runner_options
-    runner = runner or GpuRunner(timeout_s=ro.get("run_timeout", 30),
-                                 repeats=ro.get("repeats", 10))
-    builder = builder or Builder(workers=ro.get("workers"),
-                                 timeout_s=ro.get("build_timeout", 180),
-                                 reject_spills=ro.get("reject_spills", False))
-    plan = [(s, seed, os.path.join(cfg.output, f"{s['label']}_seed{seed}.db"),
-             s.get("trials", cfg.trials)) for s in cfg.strategies
-            for seed in s.get("seeds", cfg.seeds)]
+    runs_plan = plan(cfg)
     if only is not None and not only:
-        return _read_live(op, plan)
-    with runner, builder:
+        return _read_live(op, runs_plan)
+    ro = cfg.runner_options
+    runner = runner or GpuRunner(timeout_s=ro["run_timeout"], repeats=ro["repeats"])
+    builder = builder or Builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
+                                 reject_spills=ro["reject_spills"])
+    with runner, builder, contextlib.ExitStack() as stores:
         device = runner.device()
         # one reference for the whole comparison: the one timed when it started, if it did
         reference = None
-        for _, _, path, _ in plan:
+        for _, _, path, _ in runs_plan:
             if os.path.exists(path):
                 with Store(path, op.workload) as store:
                     reference = reference or store.get_meta("reference")
@@ -294,7 +432,7 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
         runs: list[dict] = []
         missing: list[str] = []
         tuners, labels = [], []
-        for s, seed, path, trials in plan:
+        for s, seed, path, trials in runs_plan:
             if only is not None and s["label"] not in only:
                 run = _finished_run(op, s, seed, path, trials)
                 if run is None:
@@ -302,28 +440,34 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
                 else:
                     runs.append(run)
             elif s["name"] != METASCHEDULE:
-                store = Store(path, op.workload)
+                store = stores.enter_context(Store(path, op.workload))
+                _check_identity(store, run_identity(cfg, s, seed), path)
                 store.set_meta("reference", reference)
-                hyper = {k: v for k, v in s.items() if k not in _NOT_HYPER}
-                strategy = make_strategy(s["name"], SpaceCandidates(op.space), seed=seed, **hyper)
+                strategy = make_strategy(s["name"], SpaceCandidates(op.space), seed=seed,
+                                         **_hyper(s))
                 measurer = Measurer(op, store, builder, runner, session_info={
                     **info, "strategy": s["label"], "seed": seed})
-                tuner = Tuner(strategy, measurer, trials=trials,
-                              batch_size=s.get("batch_size", cfg.batch_size),
+                tuner = Tuner(strategy, measurer, trials=trials, batch_size=entry_batch(cfg, s),
                               reference=reference["tflops"])
                 tuner.start(store.records())  # resumes an interrupted comparison
                 tuners.append(tuner)
                 labels.append((s["label"], seed))
+        total = sum(t.trials for t in tuners)
 
         def show(t):
             label, seed = labels[tuners.index(t)]
             progress(f"  {label} seed {seed}: {len(t.records)} trials, best {t.best[-1]:.1f} "
                      f"TFLOPS, proposal {t.proposal_s[-1]:.1f} s")
+            if meter is not None:
+                meter.total = total
+                meter.update(sum(min(len(x.records), x.trials) for x in tuners),
+                             best=max((x.best[-1] for x in tuners if x.best), default=0.0),
+                             note=f"{label} seed {seed}")
 
         results = run_interleaved(tuners, on_batch=show)
         runs += [_curve(res, label, seed, t.trials)
                  for res, t, (label, seed) in zip(results, tuners, labels)]
-        for s, seed, path, trials in plan:
+        for s, seed, path, trials in runs_plan:
             if s["name"] != METASCHEDULE or (only is not None and s["label"] not in only):
                 continue
             work_dir = path[:-3] + "_ms"
@@ -331,15 +475,16 @@ def _run_live(cfg: CompareConfig, progress, runner=None, builder=None,
                 problem = metaschedule.cannot_resume(store, work_dir)
                 if problem:
                     raise ConfigError(f"{path}: {problem}; move the store away to start over")
+                _check_identity(store, run_identity(cfg, s, seed), path)
                 store.set_meta("reference", reference)
                 res = metaschedule.tune(
                     op, trials=trials, seed=seed, store=store, builder=builder, runner=runner,
-                    work_dir=work_dir, batch_size=cfg.batch_size,
+                    work_dir=work_dir, batch_size=entry_batch(cfg, s),
                     reference=reference["tflops"], session_info=info)
             runs.append(_curve(res, s["label"], seed, trials))
             progress(f"  {s['label']} seed {seed}: {len(res.records)} trials, best "
                      f"{runs[-1]['curve'][-1]:.1f} TFLOPS")
-    return _finish_live(plan, runs, missing, device, reference)
+    return _finish_live(runs_plan, runs, missing, device, reference)
 
 
 def _read_live(op, plan) -> tuple[list[dict], dict[str, Any]]:
@@ -476,16 +621,23 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
 
 
 def _write_outputs(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None:
+    with interrupt.held():  # the four files are one result: a stop waits for the last one
+        _write_files(cfg, runs, summary)
+
+
+def _write_files(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None:
     import csv
 
+    from bocast.records import atomic_write
+
     os.makedirs(os.path.dirname(cfg.results) or ".", exist_ok=True)
-    with open(cfg.results + ".csv", "w", newline="") as f:
+    with atomic_write(cfg.results + ".csv", newline="") as f:
         w = csv.writer(f)
         w.writerow(["strategy", "seed", "trials_to_95pct"] + [f"best_at_{b}" for b in cfg.budgets])
         for r in runs:
             w.writerow([r["label"], r["seed"], r["trials_to_95pct"] or ""] +
                        [f"{r['curve'][b - 1]:.4g}" for b in cfg.budgets])
-    with open(cfg.results + ".json", "w") as f:
+    with atomic_write(cfg.results + ".json") as f:
         json.dump(summary, f, indent=1, sort_keys=True, default=str)
     prov = summary["provenance"]
     live = cfg.runner == "tvm"
@@ -538,7 +690,7 @@ def _write_outputs(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]
             vals = list(t.values())
             lines.append(f"| {name} | {vals[0]:.2g} | {vals[1]:.2g} |")
     lines += ["", f"![convergence]({os.path.basename(cfg.results)}.png)", ""]
-    with open(cfg.results + ".md", "w") as f:
+    with atomic_write(cfg.results + ".md") as f:
         f.write("\n".join(lines))
     _plot(cfg, runs, summary)
 
@@ -586,4 +738,7 @@ def save_png(fig, path: str) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     image = Image.open(buf).convert("RGB").quantize(colors=256, method=Image.Quantize.FASTOCTREE)
-    image.save(path, optimize=True)
+    from bocast.records import atomic_write
+
+    with atomic_write(path, "wb") as f:
+        image.save(f, format="PNG", optimize=True)

@@ -23,15 +23,24 @@ from typing import Any, Mapping
 
 import yaml
 
-RUNNERS = ("replay", "tvm", "rpc")
-_TOP = {"workload", "strategy", "batch_size", "budget", "seed", "runner", "dataset", "output",
-        "runner_options", "name", "description", "rpc"}
-#: runner_options of tune and compare configurations
-RUNNER_OPTIONS = {"repeats", "run_timeout", "build_timeout", "workers", "reject_spills"}
+from bocast import schema
+from bocast.schema import ConfigError, Field, Section
 
+__all__ = ["ConfigError", "TuneConfig", "load", "parse", "read_yaml", "workload_and_dataset"]
 
-class ConfigError(ValueError):
-    """A configuration file that cannot be run; the message names the field."""
+RUNNERS = (*schema.RUNNER_NAMES, "rpc")  # rpc: tune and measure (compare: not wired yet)
+WORKLOAD = Field("workload", dict, doc="op, shape and the operator's options")
+TUNE = Section((
+    Field("name", str, ""), Field("description", str, ""), WORKLOAD,
+    Field("strategy", dict, doc="name: the strategy; every other key is one of its options"),
+    schema.BATCH_SIZE, Field("budget", dict), schema.SEED.with_default(schema.REQUIRED),
+    Field("runner", str, "replay", choices=RUNNERS),
+    Field("dataset", str, None, nullable=True, doc="replay: prefix of a recorded dataset"),
+    Field("output", str, doc="folder of records.db and summary.json"),
+    Field("runner_options", dict, None, nullable=True),
+    Field("rpc", dict, None, nullable=True,
+          doc="runner rpc: tracker (host:port), key, ... (bocast.measure.rpc.parse_options)"),
+))
 
 
 @dataclass
@@ -57,105 +66,84 @@ class TuneConfig:
         return hashlib.sha256(json.dumps(self.raw, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _need(d: Mapping[str, Any], key: str, where: str, kind, *, allow_none: bool = False):
-    if key not in d:
-        raise ConfigError(f"{where}{key}: missing")
-    v = d[key]
-    if v is None and allow_none:
-        return None
-    if kind is int and (isinstance(v, bool) or not isinstance(v, int)):
-        raise ConfigError(f"{where}{key}: expected an integer, got {v!r}")
-    if kind is float and (isinstance(v, bool) or not isinstance(v, (int, float))):
-        raise ConfigError(f"{where}{key}: expected a number, got {v!r}")
-    if kind in (str, dict, list) and not isinstance(v, kind):
-        raise ConfigError(f"{where}{key}: expected a {kind.__name__}, got {v!r}")
-    return v
+#: keys of a comparison's strategy entry that are not the strategy's options: ``label``, and
+#: ``trials``, ``seeds`` and ``batch_size`` for that entry alone (see bocast.compare)
+COMPARISON_KEYS = ("label", "trials", "seeds", "batch_size")
+
+
+def strategy_entry(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
+    """(name, hyperparameters checked against the strategy's options) of a strategy mapping;
+    ``where`` prefixes the messages (``strategy.``, ``strategies[0] (bo): ``)."""
+    from bocast.strategies import StrategyError, strategy_class
+
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where.rstrip('. :')}: expected a mapping with a name, got {raw!r}")
+    if "name" not in raw:
+        raise ConfigError(f"{where}name: missing")
+    name = Field("name", str).check(raw["name"], where)
+    try:
+        cls = strategy_class(name)
+    except StrategyError as e:
+        raise ConfigError(f"{where}name: {e}") from None
+    hyper = {k: v for k, v in raw.items() if k != "name" and k not in COMPARISON_KEYS}
+    return name, cls.options.check(hyper, where, ConfigError)
 
 
 def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
           rpc: Mapping[str, Any] | None = None) -> TuneConfig:
-    if not isinstance(raw, Mapping):
-        raise ConfigError("the configuration must be a mapping of fields")
-    unknown = sorted(set(raw) - _TOP)
-    if unknown:
-        raise ConfigError(f"unknown field(s) {unknown}; known: {sorted(_TOP)}")
-    workload = dict(_need(raw, "workload", "", dict))
-    for key in ("op", "shape"):
-        if key not in workload:
-            raise ConfigError(f"workload.{key}: missing")
-    strategy = dict(_need(raw, "strategy", "", dict))
-    name = _need(strategy, "name", "strategy.", str)
-    budget = _need(raw, "budget", "", dict)
-    unknown = sorted(set(budget) - {"trials", "seconds"})
-    if unknown:
-        raise ConfigError(f"budget: unknown field(s) {unknown}; known: ['seconds', 'trials']")
-    trials = _need(budget, "trials", "budget.", int)
-    if trials < 1:
-        raise ConfigError(f"budget.trials: must be >= 1, got {trials}")
-    seconds = budget.get("seconds")
-    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-                                or seconds <= 0):
-        raise ConfigError(f"budget.seconds: expected a positive number or null, got {seconds!r}")
-    batch = raw.get("batch_size", 32)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ConfigError(f"batch_size: expected a positive integer, got {batch!r}")
-    seed = _need(raw, "seed", "", int)
-    run = runner or raw.get("runner", "replay")
-    if run == "gpu":
-        run = "tvm"
-    if run not in RUNNERS:
-        raise ConfigError(f"runner: {run!r} is not one of {list(RUNNERS)}")
-    dataset = raw.get("dataset")
-    if run == "replay" and not isinstance(dataset, str):
+    if isinstance(raw, Mapping) and (runner or raw.get("runner")) == "gpu":
+        runner = "tvm"  # the measure command's name for it
+    top = TUNE.check({**raw, **({"runner": runner} if runner else {})}
+                     if isinstance(raw, Mapping) else raw)
+    name, _ = strategy_entry(top["strategy"], "strategy.")
+    extra = sorted(set(top["strategy"]) & set(COMPARISON_KEYS))
+    if extra:
+        raise ConfigError(f"strategy: {extra} belong to comparisons, not to one run"
+                          + (" (its batch is the top-level batch_size)"
+                             if "batch_size" in extra else ""))
+    budget = schema.BUDGET.check(top["budget"], "budget.")
+    ropts = schema.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
+    if top["runner"] == "replay" and top["dataset"] is None:
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
-    output = _need(raw, "output", "", str)
-    ropts = runner_options(raw.get("runner_options"))
     rpc_opts = {}
-    if run == "rpc":  # rpc: the YAML's mapping, with the command line's fields over it
+    if top["runner"] == "rpc":  # the YAML's mapping, with the command line's fields over it
         from bocast.measure.rpc import parse_options
 
         try:
-            section = raw.get("rpc") or {}
-            rpc_opts = parse_options({**section, **(rpc or {})}
-                                     if isinstance(section, Mapping) else section)
+            rpc_opts = parse_options({**(top["rpc"] or {}), **(rpc or {})})
         except ValueError as e:
             raise ConfigError(str(e)) from None
     base = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
-    root = _repo_root(base)
-    resolve = (lambda p: p if os.path.isabs(p) else os.path.join(root, p))
-    return TuneConfig(workload=workload, strategy=name,
-                      strategy_options={k: v for k, v in strategy.items() if k != "name"},
-                      batch_size=batch, trials=trials, seconds=seconds, seed=seed, runner=run,
-                      dataset=resolve(dataset) if dataset else None, output=resolve(output),
-                      runner_options=ropts, rpc=rpc_opts, name=str(raw.get("name", "")),
-                      path=path,
-                      raw=dict(raw))
+    resolve = resolver(base)
+    return TuneConfig(workload=dict(top["workload"]), strategy=name,
+                      strategy_options={k: v for k, v in top["strategy"].items() if k != "name"},
+                      batch_size=top["batch_size"], trials=budget["trials"],
+                      seconds=budget["seconds"], seed=top["seed"], runner=top["runner"],
+                      dataset=resolve(top["dataset"]) if top["dataset"] else None,
+                      output=resolve(top["output"]), runner_options=ropts, rpc=rpc_opts,
+                      name=top["name"], path=path, raw=dict(raw))
 
 
-def runner_options(raw: Any) -> dict[str, Any]:
-    """The runner_options mapping of a configuration, checked (keys, and reject_spills a
-    boolean)."""
-    ropts = dict(raw or {}) if isinstance(raw, Mapping) or raw is None else None
-    if ropts is None:
-        raise ConfigError(f"runner_options: expected a mapping, got {raw!r}")
-    unknown = sorted(set(ropts) - RUNNER_OPTIONS)
-    if unknown:
-        raise ConfigError(f"runner_options: unknown field(s) {unknown}; "
-                          f"known: {sorted(RUNNER_OPTIONS)}")
-    if not isinstance(ropts.get("reject_spills", False), bool):
-        raise ConfigError(f"runner_options.reject_spills: expected true or false, got "
-                          f"{ropts['reject_spills']!r}")
-    return ropts
+def resolver(config_dir: str):
+    """Relative paths of a configuration, resolved as :func:`_repo_root` says."""
+    root = _repo_root(config_dir)
+    return lambda p: p if os.path.isabs(p) else os.path.join(root, p)
 
 
 def read_yaml(path: str) -> Any:
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             return yaml.safe_load(f)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a configuration file") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
 
 
 def load(path: str, *, runner: str | None = None, rpc: Mapping[str, Any] | None = None
@@ -171,7 +159,7 @@ def workload_and_dataset(workload: Mapping[str, Any], runner: str, dataset: str 
 
     try:
         op = from_workload(workload)
-    except (WorkloadError, TypeError, KeyError) as e:
+    except WorkloadError as e:
         raise ConfigError(f"workload: {e}") from None
     if runner != "replay":
         return op, None

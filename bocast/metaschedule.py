@@ -104,14 +104,18 @@ def cannot_resume(store: Store, work_dir: str) -> str | None:
 
 def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder, runner: Runner,
          work_dir: str, batch_size: int = 32, reference: float | None = None,
-         session_info: dict | None = None) -> TuneResult:
+         session_info: dict | None = None, search: dict | None = None) -> TuneResult:
     """Run MetaSchedule on ``op`` until ``store`` holds ``trials`` candidates; returns our
     TuneResult (records in the order they were written).
 
     An interrupted run resumes from ``work_dir``: MetaSchedule reloads its database (every
     candidate measured so far, which seeds its evolutionary search and excludes repeats) and
     runs the trials that are missing from the store. Its cost model restarts from that
-    database rather than from the lost process's state."""
+    database rather than from the lost process's state.
+
+    ``search``: options of MetaSchedule's evolutionary search (``population_size``,
+    ``genetic_num_iters``, ...) in place of its defaults; the tests use a small search, whose
+    default population of 512 costs minutes of CPU per round."""
     import time
 
     import tvm
@@ -158,6 +162,8 @@ def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder
                 max_trials_global=trials - len(done), num_trials_per_iter=batch_size,
                 builder=_Builder(),
                 runner=_Runner(), space=space, seed=seed, num_tuning_cores=os.cpu_count() or 1,
+                strategy=ms.search_strategy.EvolutionarySearch(**search) if search
+                else "evolutionary",
                 # the default callbacks also delete build artifacts, which are files for its
                 # own builder and keys for ours
                 measure_callbacks=[ms.measure_callback.AddToDatabase(),

@@ -7,12 +7,14 @@ engine only talks to that interface, so adding an operator is adding one file to
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
-from bocast.space import Config, Space
+from bocast.errors import InputError
+from bocast.space import MAX_EXTENT, Config, Space
 
 _REGISTRY: dict[str, type["Operator"]] = {}
 
@@ -22,8 +24,21 @@ DTYPES = {"float16": 2, "float32": 4}
 TOLERANCE = {"float32": 1e-3, "float16": 5e-3}
 
 
-class WorkloadError(ValueError):
+#: Elements of one tensor, at most: the kernels index tensors with 32-bit integers (TVM's
+#: default), and the GPU's memory would not hold much more anyway (2^31 fp16 = 4 GB).
+MAX_ELEMENTS = 2**31 - 1
+
+
+class WorkloadError(InputError):
     """A workload definition (shape, dtype, layout) that an operator cannot accept."""
+
+
+def check_tensor(op: str, name: str, shape: tuple[int, ...]) -> None:
+    """Refuse a tensor of more than :data:`MAX_ELEMENTS` elements, by name and size."""
+    n = math.prod(int(x) for x in shape)
+    if n > MAX_ELEMENTS:
+        raise WorkloadError(f"{op}: {name} {list(shape)} would have {n:,} elements; at most "
+                            f"{MAX_ELEMENTS:,} (2^31 - 1: kernels index with 32-bit integers)")
 
 
 @dataclass(frozen=True)
@@ -129,19 +144,49 @@ def canonical_workload(workload: Mapping[str, Any]) -> dict[str, Any]:
     return {"space": "v1", **workload}
 
 
+def make(name: str, shape: tuple[int, ...] | None = None, **options: Any) -> Operator:
+    """The operator ``name`` on ``shape`` (its default if None): the one way the CLI and the
+    configurations build an operator, so every workload passes the same bounds. Every extent
+    is checked by the operator's own rules (``WorkloadError``), the matmul's size before its
+    space is built, and each tensor's size here."""
+    op_cls = get_operator(name)
+    if shape is not None:
+        for x in shape:  # a cheap bound first: nothing below may loop over a huge extent
+            if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= MAX_EXTENT:
+                raise WorkloadError(f"{name}: extent {x!r} in shape {list(shape)} is not an "
+                                    f"integer between 0 and {MAX_EXTENT} (2^31 - 1)")
+    for key, value in options.items():
+        if not isinstance(value, str):
+            raise WorkloadError(f"{name}: {key} must be a string, got {value!r}")
+    op = op_cls.from_args(shape, **options)
+    for t in op.tensors():
+        check_tensor(name, t.name, t.shape)
+    return op
+
+
 def from_workload(workload: Mapping[str, Any]) -> Operator:
     """Rebuild an operator from a ``workload`` dict (an operator's, or a configuration's)."""
+    if not isinstance(workload, Mapping):
+        raise WorkloadError(f"expected a mapping with op and shape, got {workload!r}")
     w = dict(workload)
-    op = get_operator(w.pop("op"))
-    shape = tuple(w.pop("shape"))
-    return op.from_args(shape, **w)
+    for key in ("op", "shape"):
+        if key not in w:
+            raise WorkloadError(f"{key}: missing")
+    name, shape = w.pop("op"), w.pop("shape")
+    if not isinstance(name, str):
+        raise WorkloadError(f"op: expected the name of an operator, got {name!r}")
+    if not isinstance(shape, (list, tuple)) or not shape:
+        raise WorkloadError(f"shape: expected a list of integers, got {shape!r}")
+    return make(name, tuple(shape), **w)
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
+    """``--shape``: comma-separated integers (an ``x`` separates too)."""
+    parts = [x.strip() for x in text.replace("x", ",").split(",")]
+    if not text.strip() or not all(parts):
+        raise WorkloadError(f"shape {text!r}: expected comma-separated integers, "
+                            "e.g. 1024,1024,1024")
     try:
-        dims = tuple(int(x) for x in text.replace("x", ",").split(",") if x.strip())
+        return tuple(int(x) for x in parts)
     except ValueError:
         raise WorkloadError(f"shape {text!r} is not a comma-separated list of integers") from None
-    if not dims:
-        raise WorkloadError("empty shape")
-    return dims

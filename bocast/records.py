@@ -6,7 +6,8 @@ unique key on the configuration makes a second insert of the same configuration 
 than a silent duplicate; and pandas reads it in one call (:func:`load`).
 
 A store belongs to one workload: opening it for another workload, or opening a file that is not
-a bocast store, raises :class:`StoreError` and leaves the file untouched.
+a bocast store or is damaged (SQLite's ``quick_check``), raises :class:`StoreError` and leaves
+the file untouched: nothing is written to a store before these checks pass.
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ import os
 import platform
 import sqlite3
 import subprocess
+import tempfile
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from bocast import interrupt
+from bocast.errors import InputError
 from bocast.measure.status import Status
 from bocast.operator import canonical_workload
 
@@ -57,8 +62,28 @@ _COLUMNS = (
 )
 
 
-class StoreError(RuntimeError):
+class StoreError(InputError):
     """A record store that cannot be used for this run (corrupt, foreign, another workload)."""
+
+
+@contextmanager
+def atomic_write(path: str, mode: str = "w", **kwargs):
+    """Write ``path`` whole or not at all: into a temporary file beside it, renamed over it when
+    the block ends without an error (an interrupt included). A reader never sees a half-written
+    result, and a stopped command leaves the previous version in place."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        with interrupt.held():
+            os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 @dataclass
@@ -151,33 +176,53 @@ class Store:
             raise StoreError(f"record store {path} does not exist")
         if exists:
             self._check_existing(path)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        # one connection shared by the measuring threads; writes are serialised by the lock
-        self._conn = sqlite3.connect(path, timeout=30, isolation_level=None,
-                                     check_same_thread=False)
         self._lock = threading.RLock()
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        if not exists:
-            self._create()
-        elif "measured_on" not in {r[1] for r in self._conn.execute(
-                "PRAGMA table_info(measurements)")}:  # stores written before the column
-            self._conn.execute("ALTER TABLE measurements ADD COLUMN measured_on TEXT")
+        with interrupt.held():  # a new store is created whole (tables and meta) or not at all
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                # one connection shared by the measuring threads; writes serialised by the lock
+                self._conn = sqlite3.connect(path, timeout=30, isolation_level=None,
+                                             check_same_thread=False)
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=FULL")
+                if not exists:
+                    self._create()
+                elif "measured_on" not in {r[1] for r in self._conn.execute(
+                        "PRAGMA table_info(measurements)")}:  # stores written before the column
+                    self._conn.execute("ALTER TABLE measurements ADD COLUMN measured_on TEXT")
+            except (OSError, sqlite3.OperationalError) as e:
+                raise StoreError(f"cannot open record store {path} for writing ({e})") from None
 
     def _check_existing(self, path: str) -> None:
         try:
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            rows = dict(conn.execute("SELECT name, value FROM meta").fetchall())
-            conn.close()
+            try:
+                rows = dict(conn.execute("SELECT name, value FROM meta").fetchall())
+                tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE "
+                                                     "type = 'table'")}
+                # a page damaged mid-file passes the reads above; quick_check reads every page
+                problems = [m for (m,) in conn.execute("PRAGMA quick_check(5)")]
+            finally:
+                conn.close()
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{path} is not a bocast record store ({e}); refusing to touch it") \
                 from None
         if rows.get("format") != "bocast-records":
             raise StoreError(f"{path} is not a bocast record store; refusing to touch it")
-        if int(rows.get("schema", -1)) != SCHEMA_VERSION:
+        if problems != ["ok"]:
+            found = " ".join(" ".join(problems).split())[:300]
+            raise StoreError(f"{path} is damaged (SQLite quick_check: {found}); refusing to "
+                             "write to it: move it away (sqlite3's .recover may save its rows)")
+        if not {"measurements", "sessions"} <= tables:
+            raise StoreError(f"{path} lacks the measurements or sessions table; refusing to "
+                             "touch it")
+        if str(rows.get("schema")) != str(SCHEMA_VERSION):
             raise StoreError(f"{path} has schema {rows.get('schema')}, this bocast reads "
                              f"{SCHEMA_VERSION}")
-        stored = json.loads(rows["workload"])
+        try:
+            stored = json.loads(rows["workload"])
+        except (KeyError, TypeError, ValueError):
+            raise StoreError(f"{path} has no readable workload; refusing to touch it") from None
         if _canon(canonical_workload(stored)) != _canon(canonical_workload(self.workload)):
             raise StoreError(f"{path} holds records of workload {stored}, not {self.workload}; "
                              "use another file")
@@ -204,7 +249,7 @@ class Store:
 
     # --- meta ----------------------------------------------------------------------------
     def set_meta(self, name: str, value: Any) -> None:
-        with self._conn:
+        with interrupt.held(), self._lock, self._conn:
             self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, json.dumps(value)))
 
     def get_meta(self, name: str, default: Any = None) -> Any:
@@ -212,7 +257,7 @@ class Store:
         return json.loads(row[0]) if row else default
 
     def start_session(self, prov: Mapping[str, Any]) -> int:
-        with self._conn:
+        with interrupt.held(), self._lock, self._conn:
             cur = self._conn.execute("INSERT INTO sessions (started, provenance) VALUES (?, ?)",
                                      (prov.get("date", ""), json.dumps(prov, sort_keys=True)))
         return int(cur.lastrowid)
@@ -251,26 +296,38 @@ class Store:
         names = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         try:
-            with self._lock, self._conn:
+            # held: an interrupt lets the row finish; the transaction makes it whole or absent
+            with interrupt.held(), self._lock, self._conn:
                 self._conn.execute(f"INSERT INTO measurements ({names}) VALUES ({marks})",
                                    tuple(row.values()))
         except sqlite3.IntegrityError:
             raise StoreError(f"configuration {record.key} is already in {self.path}") from None
+        except sqlite3.OperationalError as e:  # disk full, file gone read-only, ...
+            raise StoreError(f"cannot write to {self.path}: {e}") from None
 
     def records(self) -> list[Record]:
-        cur = self._conn.execute("SELECT * FROM measurements ORDER BY id")
-        names = [d[0] for d in cur.description]
         out = []
-        for values in cur:
-            r = dict(zip(names, values))
-            out.append(Record(
-                key=r["key"], config=json.loads(r["config"]), status=Status(r["status"]),
-                **{k: r[k] for k in ("latency_ms", "latency_min_ms", "latency_q25_ms",
-                                     "latency_q75_ms", "latency_max_ms", "repeats", "tflops",
-                                     "rel_error", "build_s", "run_s", "stage", "source")},
-                error=r["error"] or "",
-                features={k: r[k] for k in _FEATURES if r[k] is not None},
-                measured_on=json.loads(r["measured_on"]) if r.get("measured_on") else None))
+        try:
+            cur = self._conn.execute("SELECT * FROM measurements ORDER BY id")
+            names = [d[0] for d in cur.description]
+            for values in cur:
+                r = dict(zip(names, values))
+                try:
+                    out.append(Record(
+                        key=r["key"], config=json.loads(r["config"]), status=Status(r["status"]),
+                        **{k: r[k] for k in ("latency_ms", "latency_min_ms", "latency_q25_ms",
+                                             "latency_q75_ms", "latency_max_ms", "repeats",
+                                             "tflops", "rel_error", "build_s", "run_s", "stage",
+                                             "source")},
+                        error=r["error"] or "",
+                        features={k: r[k] for k in _FEATURES if r[k] is not None},
+                        measured_on=(json.loads(r["measured_on"]) if r.get("measured_on")
+                                     else None)))
+                except (TypeError, ValueError) as e:
+                    raise StoreError(f"{self.path}: row {r.get('id')} cannot be read ({e})") \
+                        from None
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} cannot be read ({e})") from None
         return out
 
 
@@ -327,9 +384,9 @@ def export_dataset(store_path: str, out_prefix: str, meta: Mapping[str, Any]) ->
         if col in knob_cols and df[col].dtype.kind == "f":
             df[col] = df[col].astype("Int64")
     csv_path, meta_path = out_prefix + ".csv.gz", out_prefix + ".json"
-    with gzip.open(csv_path, "wt", compresslevel=9) as f:
+    with atomic_write(csv_path, "wb") as raw, gzip.open(raw, "wt", compresslevel=9) as f:
         df.to_csv(f, index=False, float_format="%.6g")
-    with open(meta_path, "w") as f:
+    with atomic_write(meta_path) as f:
         json.dump({"rows": len(df), "knob_columns": knob_cols, **meta}, f, indent=1, sort_keys=True)
     return csv_path, meta_path
 
@@ -344,23 +401,39 @@ def load_dataset(prefix: str):
 
 
 def dataset_configs(df, knob_columns: Iterable[str], space) -> list[dict[str, Any]]:
-    """Configurations of a dataset's rows, rebuilt from its knob columns."""
+    """Configurations of a dataset's rows, rebuilt from its knob columns. A value that is not
+    one a knob can take as read (a fraction where an integer belongs, a missing column) raises
+    ValueError naming the row (1 = the first under the header) and the knob."""
     from bocast.space import Split
 
     out = []
     cols = list(knob_columns)
-    for row in df[cols].itertuples(index=False):
+    for i, row in enumerate(df[cols].itertuples(index=False)):
         r = dict(zip(cols, row))
         cfg = {}
         for k in space.knobs:
-            if isinstance(k, Split):
-                parts = [r[f"{k.name}_{i}"] for i in range(k.parts)]
-                cfg[k.name] = None if any(_isna(p) for p in parts) else tuple(int(p) for p in parts)
-            else:
-                v = r[k.name]
-                cfg[k.name] = None if _isna(v) else (int(v) if isinstance(k.choices[0], int) else v)
+            try:
+                if isinstance(k, Split):
+                    parts = [r[f"{k.name}_{j}"] for j in range(k.parts)]
+                    cfg[k.name] = None if any(_isna(p) for p in parts) else \
+                        tuple(_int(p) for p in parts)
+                else:
+                    v = r[k.name]
+                    cfg[k.name] = None if _isna(v) else (
+                        _int(v) if isinstance(k.choices[0], int) else v)
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"row {i + 1}: knob {k.name}: "
+                                 f"{e if not isinstance(e, KeyError) else 'column missing'}") \
+                    from None
         out.append(cfg)
     return out
+
+
+def _int(v: Any) -> int:
+    f = float(v)
+    if not f.is_integer():
+        raise ValueError(f"{v!r} is not an integer")
+    return int(f)
 
 
 def _isna(v: Any) -> bool:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import collections
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from bocast import interrupt
 from bocast.records import Record
 from bocast.space import Config
 from bocast.strategies.base import Strategy
@@ -94,12 +94,13 @@ class Tuner:
 
     def __init__(self, strategy: Strategy, measurer, *, trials: int, seconds: float | None = None,
                  batch_size: int = 32, optimum: float | None = None,
-                 reference: float | None = None, progress: bool = False):
+                 reference: float | None = None, meter=None):
         if trials < 1:
             raise ValueError("budget must allow at least one trial")
         self.strategy, self.measurer = strategy, measurer
         self.trials, self.seconds, self.batch_size = trials, seconds, batch_size
-        self.optimum, self.reference, self.progress = optimum, reference, progress
+        self.optimum, self.reference = optimum, reference
+        self.meter = meter  # a bocast.progress.Progress, told after every batch
         self.start()
 
     def start(self, previous: Sequence[Record] = ()) -> None:
@@ -112,6 +113,8 @@ class Tuner:
             self._add(previous)
             self.strategy.tell(list(previous))
         self.t0 = time.perf_counter()
+        if self.meter is not None:
+            self._show()
 
     def _add(self, rs: Sequence[Record]) -> None:
         self.records += rs
@@ -134,12 +137,10 @@ class Tuner:
     def tell(self, records: Sequence[Record]) -> None:
         self._add(records)
         self.strategy.tell(records)
-        if self.progress:
+        if self.meter is not None:
             self._show()
 
     def result(self) -> TuneResult:
-        if self.progress:
-            print(file=sys.stderr)
         return TuneResult(self.records, self.best, time.perf_counter() - self.t0,
                           getattr(self.measurer, "clock_s", None), self.proposal_s, self.optimum,
                           self.reference)
@@ -147,6 +148,7 @@ class Tuner:
     def run(self, previous: Sequence[Record] = ()) -> TuneResult:
         self.start(previous)
         while not self.done():
+            interrupt.check()  # between batches: every record told so far is in the store
             configs = self.ask()
             if configs:
                 self.tell(self.measurer.measure(configs, source=self.strategy.name))
@@ -154,14 +156,13 @@ class Tuner:
 
     def _show(self) -> None:
         b = self.best[-1] if self.best else 0.0
-        line = f"trial {len(self.records)}/{self.trials}  best {b:.1f} TFLOPS"
+        note = []
         if self.reference:
-            line += f" ({b / self.reference:.2f}x reference)"
+            note.append(f"{b / self.reference:.2f}x reference")
         if self.optimum:
-            line += f" ({b / self.optimum:.0%} of dataset best)"
-        line += f"  proposal {self.proposal_s[-1]:.1f} s"
-        end = "\r" if sys.stderr.isatty() else "\n"
-        print(line.ljust(90), end=end, file=sys.stderr, flush=True)
+            note.append(f"{b / self.optimum:.0%} of dataset best")
+        note.append(f"proposal {self.proposal_s[-1]:.1f} s" if self.proposal_s else "")
+        self.meter.update(len(self.records), best=b, note=", ".join(n for n in note if n))
 
 
 def run_interleaved(tuners: Sequence[Tuner], *, on_batch=None, ahead: int = 2) -> list[TuneResult]:

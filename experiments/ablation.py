@@ -56,10 +56,20 @@ def _job(job):
     if os.path.exists(cache):
         with open(cache) as f:
             return {**json.load(f), "cached": True}
-    run = compare._replay_run((cfg, s, seed))
+    # the run's record store sits next to its cache; an interrupted run resumes from it
+    store = cache[: -len(".json")] + ".db"
+    run = compare._replay_run((cfg, s, seed, store, s.get("trials", cfg.trials)))
+    run = {k: run[k] for k in ("label", "seed", "curve", "trials_to_95pct", "optimum",
+                               "reference", "reference_what", "seconds", "proposal_s")}
     with open(cache, "w") as f:
         json.dump(run, f)
     return {**run, "cached": False}
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)  # the runs are the parallelism
 
 
 def _good_rows(prefix: str) -> tuple[int, int]:
@@ -104,7 +114,8 @@ def main(path: str) -> None:
             for seed in cfg.seeds:
                 jobs.append((cfg, s, seed, os.path.join(cfg.output, f"{s['label']}_seed{seed}.json")))
     runs: dict[str, list[dict]] = {cfg.name: [] for cfg in cfgs}
-    with ProcessPoolExecutor(spec.get("workers") or os.cpu_count()) as pool:
+    with ProcessPoolExecutor(spec.get("workers") or os.cpu_count(),
+                             initializer=_one_thread) as pool:
         for (cfg, _, _, _), r in zip(jobs, pool.map(_job, jobs)):
             runs[cfg.name].append(r)
             print(f"  {cfg.name} {r['label']} seed {r['seed']}: 95% at {r['trials_to_95pct']}",

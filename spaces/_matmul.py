@@ -30,8 +30,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from bocast.operator import Operator, WorkloadError
-from bocast.space import Categorical, Constraint, Space
+from bocast.operator import Operator, WorkloadError, check_tensor
+from bocast.space import MAX_EXTENT, Categorical, Constraint, Space
 
 DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "float16")}
 GRID_Y_LIMIT = 65535
@@ -56,11 +56,15 @@ def space_version(op: str, space: str) -> str:
 
 
 def check_extents(op: str, names: Sequence[str], values: Sequence[Any], *, minimum: int = 1) -> None:
-    """Every value an integer >= ``minimum``; else one WorkloadError naming the first bad one."""
+    """Every value an integer between ``minimum`` and 2^31 - 1; else one WorkloadError naming
+    the first bad one."""
     for name, v in zip(names, values):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < minimum:
             what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise WorkloadError(f"{op}: {name} must be {what}, got {v!r}")
+        if v > MAX_EXTENT:
+            raise WorkloadError(f"{op}: {name} = {v} is larger than {MAX_EXTENT} (2^31 - 1), "
+                                "the largest extent bocast accepts")
 
 
 def check_options(op: str, options: dict, allowed: Sequence[str]) -> None:
@@ -126,6 +130,22 @@ def _generation(spec: MatmulSpec):
     else:
         from spaces import _pipelined_matmul as gen
     return gen
+
+
+def check_size(spec: MatmulSpec, op: str) -> None:
+    """Bounds of the matmul itself, checked before its space is built (a convolution's M is a
+    product of extents, so each extent being bounded does not bound it): its operands fit the
+    kernels' 32-bit indices, and it has more than one output element per batch (TVM drops the
+    unit loops of a 1 x 1 output and no schedule of either space applies)."""
+    b = max(spec.batch, 1)
+    for name, shape in (("the matmul's A", (b, spec.M, spec.K)),
+                        ("the matmul's B", (b, spec.N, spec.K)),
+                        ("the matmul's C", (b, spec.M, spec.N))):
+        check_tensor(op, name, shape[1:] if not spec.batch else shape)
+    if spec.M * spec.N < 2:
+        raise WorkloadError(f"{op}: the matmul is M = {spec.M} x N = {spec.N}: one output element "
+                            "per batch, which the Tensor Core schedules cannot tile (TVM drops "
+                            "its unit loops); at least one of M, N must be >= 2")
 
 
 def space(spec: MatmulSpec, vec: Constraint) -> Space:
@@ -238,6 +258,7 @@ class MatmulOperator(Operator):
     matmul: MatmulSpec
 
     def matmul_space(self, vec: Constraint) -> Space:
+        check_size(self.matmul, self.name)
         return space(self.matmul, vec)
 
     def apply(self, config):

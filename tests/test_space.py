@@ -1,6 +1,7 @@
 """The generic space engine on a small space whose feasible set can be enumerated exactly."""
 
 import collections
+import itertools
 import math
 
 import numpy as np
@@ -151,3 +152,27 @@ def test_definition_errors():
         Space([Ordinal("a", (1, 2)), Split("s", 2, extent=lambda c: 4, extent_from=("a",))], [])
     with pytest.raises(SpaceError):
         Space([Ordinal("a", (1, 2)), Ordinal("a", (1,))], [])
+
+
+def test_factorizations_of_huge_extents_are_instant_and_bounded():
+    import time
+
+    from bocast.space import MAX_EXTENT
+
+    t = time.perf_counter()
+    assert factorizations(MAX_EXTENT, 3) == ((1, 1, MAX_EXTENT), (1, MAX_EXTENT, 1),
+                                             (MAX_EXTENT, 1, 1))  # 2^31 - 1 is prime
+    assert len(factorizations(2**30, 3)) == 31 * 32 // 2
+    assert time.perf_counter() - t < 1.0
+    with pytest.raises(SpaceError, match="larger than 2147483647"):
+        factorizations(MAX_EXTENT + 1, 2)
+
+
+def test_factorizations_keep_their_order():
+    # the order decides which configuration a seed draws: lexicographic, as it always was
+    for n in (1, 12, 60, 64):
+        for parts in (1, 2, 3):
+            f = factorizations(n, parts)
+            brute = [t for t in itertools.product(range(1, n + 1), repeat=parts)
+                     if math.prod(t) == n]
+            assert list(f) == brute

@@ -31,7 +31,7 @@ def tune(tmp_path, cfg, *extra):
                           capture_output=True, text=True, cwd=ROOT)
 
 
-def test_replay_run_writes_records_and_json_summary(tmp_path):
+def test_replay_run_writes_records_and_json_summary_and_resumes(tmp_path):
     proc = tune(tmp_path, GOOD, "--json")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -41,12 +41,8 @@ def test_replay_run_writes_records_and_json_summary(tmp_path):
     assert os.path.exists(tmp_path / "out" / "records.db")
     saved = json.load(open(tmp_path / "out" / "summary.json"))
     assert saved["provenance"]["git_sha"] and saved["config_sha256"]
-
-
-def test_resume_adds_only_the_missing_trials(tmp_path):
-    assert tune(tmp_path, GOOD).returncode == 0
-    more = {**GOOD, "budget": {"trials": 64}}
-    proc = tune(tmp_path, more, "--json")
+    # a larger budget resumes: only the missing trials run
+    proc = tune(tmp_path, {**GOOD, "budget": {"trials": 64}}, "--json")
     assert proc.returncode == 0, proc.stderr
     assert "resuming: 48 trials" in proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["trials"] == 64
@@ -60,24 +56,32 @@ def _without(d, key):
     (_without(GOOD, "seed"), "seed: missing"),
     ({**GOOD, "seed": "zero"}, "seed: expected an integer"),
     ({**GOOD, "budgett": {"trials": 3}}, "unknown field(s) ['budgett']"),
-    ({**GOOD, "budget": {"trials": 0}}, "budget.trials: must be >= 1"),
-    ({**GOOD, "strategy": {"name": "annealing"}}, "strategy: unknown strategy 'annealing'"),
-    ({**GOOD, "strategy": {"name": "bo", "acquisition": "ucb"}}, "unknown acquisition 'ucb'"),
+    ({**GOOD, "budget": {"trials": 0}}, "budget.trials: expected an integer between 1 and"),
+    ({**GOOD, "strategy": {"name": "annealing"}}, "strategy.name: unknown strategy 'annealing'"),
+    ({**GOOD, "strategy": {"name": "bo", "acquisition": "ucb"}},
+     "strategy.acquisition: expected one of ['logei', 'becbo', 'ts'], got 'ucb'"),
     ({**GOOD, "workload": {**GOOD["workload"], "shape": [1024, 1024, 1024]}},
      "data/gemm_32_2048_1000 was recorded for workload"),
     ({**GOOD, "workload": {"op": "gemm", "shape": [1, 2]}}, "workload: gemm: shape needs 3"),
-    ({**GOOD, "runner": "fpga"}, "runner: 'fpga' is not one of"),
+    ({**GOOD, "runner": "fpga"}, "runner: expected one of ['replay', 'tvm', 'rpc'], got 'fpga'"),
     (_without(GOOD, "dataset"), "dataset: the replay runner needs"),
+    ({**GOOD, "runner_options": {"reject_spills": "yes"}},
+     "runner_options.reject_spills: expected true or false, got 'yes'"),
+    ({**GOOD, "strategy": {"name": "bo", "features": "foo"}},
+     "strategy.features: expected one of ['knobs', 'derived'], got 'foo'"),
+    ({**GOOD, "strategy": {"name": "bo", "local_search": -1}},
+     "strategy.local_search: expected an integer between 0 and 100000, got -1"),
+    ({**GOOD, "strategy": {"name": "bo", "local_search_steps": 0}},
+     "strategy.local_search_steps: expected an integer between 1 and 100000, got 0"),
+    ({**GOOD, "strategy": {"name": "bo", "batch_size": 8}},
+     ("strategy: ['batch_size'] belong to comparisons, not to one run (its batch is the "
+      "top-level batch_size)")),
 ])
-def test_bad_config_one_error_exit_2_nothing_written(tmp_path, cfg, message):
-    proc = tune(tmp_path, cfg)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], proc.stderr
+def test_bad_config_one_error_exit_2_nothing_written(tmp_path, cfg, message, bocast_cli):
+    cfg = {**cfg, "output": str(tmp_path / "out")}
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    code, out, err = bocast_cli("tune", str(tmp_path / "cfg.yaml"))
+    assert code == 2 and not out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err
     assert not os.path.exists(tmp_path / "out")
-
-
-def test_reject_spills_must_be_a_boolean(tmp_path):
-    proc = tune(tmp_path, {**GOOD, "runner_options": {"reject_spills": "yes"}})
-    assert proc.returncode == 2
-    assert "runner_options.reject_spills: expected true or false" in proc.stderr

@@ -1,5 +1,10 @@
 """A process pool whose tasks have a time limit: a task over its limit, or a worker that dies
-(a segfault in TVM, an abort in the driver), costs only that task; the worker is replaced."""
+(a segfault in TVM, an abort in the driver), costs only that task; the worker is replaced.
+
+Workers ignore SIGINT and SIGTERM (:mod:`bocast.interrupt`): a Ctrl-C reaches every process of
+the terminal's group, and a task killed by it would come back as a crash, to be recorded as a
+failure of its configuration. When the command stops, :meth:`TimedPool.map` kills its workers and
+raises :class:`~bocast.interrupt.Interrupted` without reporting the unfinished tasks."""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Callable, Sequence
+
+from bocast import interrupt
 
 
 @dataclass
@@ -22,6 +29,7 @@ class TaskFailure:
 
 
 def _worker_main(conn, fn_ref: str) -> None:
+    interrupt.ignore()  # started with both signals blocked (see _Worker); the parent decides
     module, name = fn_ref.split(":")
     fn = getattr(importlib.import_module(module), name)
     conn.send(("ready", None))
@@ -42,7 +50,8 @@ class _Worker:
     def __init__(self, ctx, fn_ref: str):
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_main, args=(child, fn_ref), daemon=True)
-        self.proc.start()
+        with interrupt.blocked():  # until the worker ignores them itself
+            self.proc.start()
         child.close()
         self.ready = False
         self.task: tuple[int, float] | None = None  # (index, started)
@@ -101,7 +110,21 @@ class TimedPool:
             if on_result is not None:
                 on_result(i, value)
 
-        while done < len(tasks):
+        try:
+            self._serve(tasks, timeout_s, pending, finish, lambda: done, spawned)
+        except interrupt.Interrupted:
+            self._kill_all()  # their tasks are abandoned, not reported: nothing is recorded
+            raise
+        return results
+
+    def _kill_all(self) -> None:
+        for w in self._workers:
+            w.kill()
+        self._workers = []
+
+    def _serve(self, tasks, timeout_s, pending, finish, done, spawned) -> None:
+        while done() < len(tasks):
+            interrupt.check()
             for w in self._workers:
                 if w.ready and w.task is None and pending:
                     i = pending.pop()
@@ -109,8 +132,9 @@ class TimedPool:
                     w.task = (i, time.monotonic())
             now = time.monotonic()
             deadlines = [w.task[1] + timeout_s - now for w in self._workers if w.task]
+            # at most 0.5 s, so that a stop is seen while long builds are running
             ready = wait([w.conn for w in self._workers],
-                         timeout=max(0.05, min(deadlines, default=1.0)))
+                         timeout=min(0.5, max(0.05, min(deadlines, default=1.0))))
             for w in list(self._workers):
                 if w.conn not in ready:
                     continue
@@ -118,6 +142,7 @@ class TimedPool:
                     kind, value = w.conn.recv()
                 except (EOFError, OSError):
                     code = w.proc.exitcode
+                    interrupt.check()  # a worker that died as the command stopped is no result
                     if w.task is not None:
                         i, started = w.task
                         finish(i, TaskFailure("crash", f"worker exited with code {code}",
@@ -147,7 +172,6 @@ class TimedPool:
                     time.monotonic() - spawned > self.startup_timeout_s:
                 raise RuntimeError(f"no pool worker for {self.fn_ref} started within "
                                    f"{self.startup_timeout_s:.0f} s")
-        return results
 
     def _replace(self, w: _Worker) -> None:
         w.kill()

@@ -8,40 +8,55 @@ is the default runner on a machine without a GPU.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Sequence
 
+from bocast import interrupt
 from bocast.candidates import TableCandidates
+from bocast.errors import InputError
 from bocast.measure.status import Status
 from bocast.operator import Operator, canonical_workload
-from bocast.records import Record, dataset_configs, load_dataset
+from bocast.records import DATASET_COLUMNS, Record, dataset_configs
 from bocast.space import Config, Space
 
+#: columns read as numbers (the others: status and stage, text)
+NUMERIC = tuple(c for c in DATASET_COLUMNS if c not in ("status", "stage"))
 
-class ReplayError(ValueError):
+
+class ReplayError(InputError):
     pass
 
 
 class ReplayDataset:
+    """A recorded dataset, checked whole when it is opened (a bad row would otherwise surface
+    as a traceback at the trial that first reads it): files readable, its workload the
+    operator's, the columns present, every value of the right type, every status known, every
+    ``ok`` row with a positive TFLOPS, every configuration structurally valid and unique. An
+    error names the file and, for a value, the data row (1 = the first under the header)."""
+
     def __init__(self, prefix: str, op: Operator):
-        try:
-            df, meta = load_dataset(prefix)
-        except FileNotFoundError as e:
-            raise ReplayError(f"dataset {prefix}: {e.filename} not found") from None
-        if _canon(canonical_workload(meta.get("workload") or {})) != _canon(
+        meta = _read_meta(prefix)
+        if _canon(canonical_workload(meta["workload"])) != _canon(
                 canonical_workload(op.workload)):
             raise ReplayError(f"dataset {prefix} was recorded for workload {meta.get('workload')}, "
                               f"not {op.workload}")
+        df = _read_rows(prefix, meta)
         self.prefix, self.meta, self.op = prefix, meta, op
-        self.configs = dataset_configs(df, meta["knob_columns"], op.space)
+        self.configs = _configs(prefix + ".csv.gz", df, meta["knob_columns"], op.space)
         self.rows = df.to_dict("records")
         self.index = {Space.key(c): i for i, c in enumerate(self.configs)}
         ok = [r["tflops"] for r in self.rows if r["status"] == "ok" and _num(r["tflops"])]
         self.best_tflops = max(ok) if ok else None
         self.reference = meta.get("reference")
+        self._candidates: TableCandidates | None = None
 
     def candidates(self) -> TableCandidates:
-        return TableCandidates(self.op.space, self.configs)
+        """The dataset's configurations as candidates: one shared object (its index takes a
+        tenth of a second to build, and it holds no state of any strategy)."""
+        if self._candidates is None:
+            self._candidates = TableCandidates(self.op.space, self.configs)
+        return self._candidates
 
     def record(self, config: Config, source: str = "") -> Record:
         key = Space.key(config)
@@ -85,6 +100,7 @@ class ReplayMeasurer:
     def measure(self, configs: Sequence[Config], *, source: str = "", on_record=None) -> list[Record]:
         out = []
         for c in configs:
+            interrupt.check()  # between records (replay job processes stop here)
             rec = self.dataset.record(c, source)
             self.clock_s += (rec.build_s or 0.0) + (rec.run_s or 0.0)
             if self.store is not None:
@@ -93,6 +109,92 @@ class ReplayMeasurer:
             if on_record is not None:
                 on_record(rec)
         return out
+
+
+def _read_meta(prefix: str) -> dict[str, Any]:
+    path = prefix + ".json"
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        raise ReplayError(f"dataset {prefix}: {path} not found") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ReplayError(f"dataset {path}: not readable JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise ReplayError(f"dataset {path}: expected a JSON object")
+    if not isinstance(meta.get("workload"), dict):
+        raise ReplayError(f"dataset {path}: workload missing or not an object")
+    cols = meta.get("knob_columns")
+    if not (isinstance(cols, list) and cols and all(isinstance(c, str) for c in cols)):
+        raise ReplayError(f"dataset {path}: knob_columns missing or not a list of names")
+    return meta
+
+
+def _read_rows(prefix: str, meta: dict[str, Any]):
+    import gzip
+    import zlib
+
+    import pandas as pd
+
+    path = prefix + ".csv.gz"
+    try:
+        df = pd.read_csv(path, dtype={c: str for c in ("status", "stage")})
+    except FileNotFoundError:
+        raise ReplayError(f"dataset {prefix}: {path} not found") from None
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError,
+            pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise ReplayError(f"dataset {path}: cannot be read ({type(e).__name__}: "
+                          f"{' '.join(str(e).split())[:200]})") from None
+    missing = [c for c in (*meta["knob_columns"], *DATASET_COLUMNS) if c not in df.columns]
+    if missing:
+        raise ReplayError(f"dataset {path}: missing column(s) {missing}")
+    if not len(df):
+        raise ReplayError(f"dataset {path}: no rows")
+    if isinstance(meta.get("rows"), int) and meta["rows"] != len(df):
+        raise ReplayError(f"dataset {path}: {len(df)} rows, but its .json says {meta['rows']} "
+                          "(truncated or mixed up)")
+    for col in NUMERIC:
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = df[col].notna() & values.isna()
+        _first_bad(path, bad, lambda i, c=col: f"{c} {df[c].iloc[i]!r} is not a number")
+        df[col] = values
+    statuses = {s.value for s in Status}
+    bad = ~df["status"].isin(statuses)
+    _first_bad(path, bad, lambda i: f"status {df['status'].iloc[i]!r} is not one of "
+                                     f"{sorted(statuses)}")
+    tflops = df["tflops"]
+    bad = (df["status"] == "ok") & ~((tflops > 0) & tflops.map(lambda v: math.isfinite(v)))
+    _first_bad(path, bad, lambda i: f"status ok with tflops {tflops.iloc[i]!r} (expected a "
+                                     "positive number)")
+    return df
+
+
+def _first_bad(path: str, bad, message) -> None:
+    import numpy as np
+
+    rows = np.flatnonzero(np.asarray(bad))
+    if len(rows):
+        more = f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""
+        raise ReplayError(f"dataset {path} row {rows[0] + 1}: {message(int(rows[0]))}{more}")
+
+
+def _configs(path: str, df, knob_columns, space) -> list[Config]:
+    """Every row's configuration, each structurally valid for ``space`` and none twice."""
+    try:
+        configs = dataset_configs(df, knob_columns, space)
+    except ValueError as e:
+        raise ReplayError(f"dataset {path} {e}") from None
+    seen: dict[str, int] = {}
+    for i, c in enumerate(configs):
+        problems = space.structural_violations(c)
+        if problems:
+            raise ReplayError(f"dataset {path} row {i + 1}: not a configuration of the "
+                              f"workload's schedule space ({', '.join(problems)})")
+        j = seen.setdefault(Space.key(c), i)
+        if j != i:
+            raise ReplayError(f"dataset {path} row {i + 1}: the configuration of row {j + 1} "
+                              "again (a dataset holds each configuration once)")
+    return configs
 
 
 def _num(v: Any) -> float | None:
@@ -108,6 +210,4 @@ def _jsonable(config: Config) -> dict:
 
 
 def _canon(obj: Any) -> str:
-    import json
-
     return json.dumps(obj, sort_keys=True)

@@ -122,6 +122,18 @@ class WorkerRunner(Runner):
         return self._single({"kind": "device"}, 120.0)
 
 
+def why_no_gpu() -> str | None:
+    """None when this machine has a CUDA GPU for the runner, else why not: a command that needs
+    one asks before it writes anything."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed, so no GPU can be used"
+    if not torch.cuda.is_available():
+        return "this machine has no CUDA GPU (torch.cuda.is_available() is False)"
+    return None
+
+
 class GpuRunner(WorkerRunner):
     """Kernels on the local CUDA GPU, in an isolated worker process."""
 

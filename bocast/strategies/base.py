@@ -14,27 +14,25 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from bocast.candidates import Candidates
+from bocast.errors import InputError
 from bocast.records import Record
+from bocast.schema import Section
 from bocast.space import Config, Space
 
 _STRATEGIES: dict[str, type["Strategy"]] = {}
 
 
-class StrategyError(ValueError):
+class StrategyError(InputError):
     """A strategy name or hyperparameter that cannot be used."""
 
 
 class Strategy(ABC):
     name: ClassVar[str]
-    #: hyperparameter -> default; the config file may set exactly these
-    defaults: ClassVar[dict[str, Any]] = {}
+    #: the hyperparameters a configuration may set: type, range, default (bocast.schema)
+    options: ClassVar[Section] = Section((), noun="option")
 
     def __init__(self, candidates: Candidates, *, seed: int = 0, **hyper: Any):
-        unknown = set(hyper) - set(self.defaults)
-        if unknown:
-            raise StrategyError(f"strategy {self.name!r} has no option(s) {sorted(unknown)}; "
-                                f"options: {sorted(self.defaults)}")
-        self.hyper = {**self.defaults, **hyper}
+        self.hyper = self.options.check(hyper, f"strategy {self.name!r}: ", StrategyError)
         self.candidates = candidates
         self.space: Space = candidates.space
         self.seed = seed
@@ -90,8 +88,12 @@ def strategies() -> dict[str, type[Strategy]]:
     return dict(sorted(_STRATEGIES.items()))
 
 
-def make_strategy(name: str, candidates: Candidates, *, seed: int, **hyper: Any) -> Strategy:
+def strategy_class(name: str) -> type[Strategy]:
     known = strategies()
     if name not in known:
         raise StrategyError(f"unknown strategy {name!r}; known: {', '.join(known)}")
-    return known[name](candidates, seed=seed, **hyper)
+    return known[name]
+
+
+def make_strategy(name: str, candidates: Candidates, *, seed: int, **hyper: Any) -> Strategy:
+    return strategy_class(name)(candidates, seed=seed, **hyper)

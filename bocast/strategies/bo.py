@@ -31,8 +31,9 @@ import torch
 from bocast.bo import acquisition as acq
 from bocast.bo.feasibility import make_classifier
 from bocast.bo.surrogate import Surrogate
-from bocast.features import FeatureError, Features
+from bocast.features import KINDS, FeatureError, Features
 from bocast.measure.status import Status
+from bocast.schema import Field, Section
 from bocast.space import Space
 from bocast.strategies.base import Strategy, StrategyError, register
 
@@ -42,44 +43,43 @@ ACQUISITIONS = ("logei", "becbo", "ts")
 @register
 class BayesOpt(Strategy):
     name = "bo"
-    defaults = {
-        "acquisition": "logei",
-        "n_init": 32,
-        "pool_size": 4096,
-        "incumbents": 16,       # best configurations whose neighbours join the pool
-        "classifier": "gp",     # gp | ensemble
-        "fit_points": 384,      # observations used to fit hyperparameters
-        "fit_maxiter": 75,
-        "boundary_share": 0.25,  # becbo: share of the batch on the feasibility boundary
-        "beta0": 2.0,            # becbo: initial width of the optimistic feasibility bound
+    options = Section((
+        Field("acquisition", str, "logei", choices=ACQUISITIONS),
+        Field("n_init", int, 32, min=1, max=1_000_000, doc="uniform samples before the model"),
+        Field("pool_size", int, 4096, min=1, max=1_000_000,
+              doc="fresh samples scored per round"),
+        Field("incumbents", int, 16, min=0, max=100_000,
+              doc="best configurations whose neighbours join the pool"),
+        Field("classifier", str, "gp", choices=("gp", "ensemble")),
+        Field("fit_points", int, 384, min=3, max=100_000,
+              doc="observations used to fit hyperparameters"),
+        Field("fit_maxiter", int, 75, min=1, max=100_000),
+        Field("boundary_share", float, 0.25, min=0, max=1,
+              doc="becbo: share of the batch on the feasibility boundary"),
+        Field("beta0", float, 2.0, min=0, max=1000,
+              doc="becbo: initial width of the optimistic feasibility bound"),
         # torch threads for a round, at most: its matrices (the fit on fit_points observations,
         # then up to 1000 observations x a pool of ~4500) are too small for the 16 threads of
         # the H100 host, which were slower than 4 (experiments/bench_proposal.py)
-        "threads": 4,
-        "features": "knobs",       # knobs | derived (bocast.features)
-        "local_search": 0,         # starts of the hill climb on the acquisition (0: none)
-        "local_search_steps": 8,   # at most this many moves per start
-    }
+        Field("threads", int, 4, min=1, max=1024),
+        Field("features", str, "knobs", choices=KINDS,
+              doc="model inputs: knobs, or knobs + derived quantities (bocast.features)"),
+        Field("local_search", int, 0, min=0, max=100_000,
+              doc="starts of the hill climb on the acquisition (0: none)"),
+        Field("local_search_steps", int, 8, min=1, max=100_000,
+              doc="at most this many moves per start"),
+    ), noun="option")
 
     def __init__(self, candidates, *, seed=0, **hyper):
         super().__init__(candidates, seed=seed, **hyper)
-        if self.hyper["acquisition"] not in ACQUISITIONS:
-            raise StrategyError(f"unknown acquisition {self.hyper['acquisition']!r}; "
-                                f"known: {', '.join(ACQUISITIONS)}")
-        if self.hyper["classifier"] not in ("gp", "ensemble"):
-            raise StrategyError(f"unknown classifier {self.hyper['classifier']!r}: gp or ensemble")
-        for name, least in (("threads", 1), ("local_search", 0), ("local_search_steps", 1)):
-            v = self.hyper[name]
-            if isinstance(v, bool) or not isinstance(v, int) or v < least:
-                what = "a positive integer" if least else "an integer >= 0"
-                raise StrategyError(f"{name} must be {what}, not {v!r}")
         try:
             self.features = Features(candidates, self.hyper["features"])
-        except FeatureError as e:
-            raise StrategyError(str(e)) from None
+        except FeatureError as e:  # derived features on a space that derives too little
+            raise StrategyError(f"strategy {self.name!r}: features: {e}") from None
         self.surrogate = Surrogate(self.features.bounds(), fit_points=self.hyper["fit_points"],
                                    maxiter=self.hyper["fit_maxiter"], seed=seed)
         self.last_round: dict = {}
+        self.classifier = None  # the last round's feasibility classifier (for diagnostics)
 
     def _ask(self, n):
         with _torch_threads(self.hyper["threads"]):
@@ -101,6 +101,7 @@ class BayesOpt(Strategy):
         if labels.min() != labels.max():
             x_att = self.surrogate.scale(self.features([self.config_of(r) for r in attempted]))
             clf.fit(x_att, torch.as_tensor(labels))
+        self.classifier = clf
         best = float(y_ok.max())
         climbed = self._local_search(pool, clf, best) if self.hyper["local_search"] else []
         pool = pool + climbed

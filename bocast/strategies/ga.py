@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from bocast.features import FeatureError, Features
+from bocast.features import KINDS, FeatureError, Features
 from bocast.measure.status import Status
+from bocast.schema import Field, Section
 from bocast.space import Config, Space
 from bocast.strategies.base import Strategy, StrategyError, register
 
@@ -76,19 +77,28 @@ def _roulette(values: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarra
 @register
 class ConstrainedGA(Strategy):
     name = "cga"
-    defaults = {"pop_size": 200, "generations": 5, "select": 32, "history_topk": 32,
-                "key_ratio": 0.3, "epsilon": 0.6,
-                # knobs | derived: the cost model's inputs (bocast.features), as BO's option;
-                # with derived, a knob's importance for choosing keys includes its share of
-                # the derived columns computed from it
-                "features": "knobs"}
+    options = Section((
+        Field("pop_size", int, 200, min=1, max=100_000, doc="population per round"),
+        Field("generations", int, 5, min=0, max=1000, doc="generations per round"),
+        Field("select", int, 32, min=1, max=100_000, doc="parents selected per generation"),
+        Field("history_topk", int, 32, min=0, max=100_000,
+              doc="best measured configurations joining the population"),
+        Field("key_ratio", float, 0.3, above=0, max=1, doc="share of knobs that are keys"),
+        Field("epsilon", float, 0.6, min=0, max=1,
+              doc="share of the batch taken by predicted rank (the rest by roulette)"),
+        # the cost model's inputs (bocast.features), as BO's option; with derived, a knob's
+        # importance for choosing keys includes its share of the derived columns computed
+        # from it
+        Field("features", str, "knobs", choices=KINDS,
+              doc="model inputs: knobs, or knobs + derived quantities (bocast.features)"),
+    ), noun="option")
 
     def __init__(self, candidates, *, seed=0, **hyper):
         super().__init__(candidates, seed=seed, **hyper)
         try:
             self.features = Features(candidates, self.hyper["features"])
-        except FeatureError as e:
-            raise StrategyError(str(e)) from None
+        except FeatureError as e:  # derived features on a space that derives too little
+            raise StrategyError(f"strategy {self.name!r}: features: {e}") from None
         self.model = TreeCostModel(seed)
         self.population: list[Config] = []
 
@@ -165,7 +175,10 @@ class ConstrainedGA(Strategy):
 @register
 class PlainGA(Strategy):
     name = "ga"
-    defaults = {"elite": 8, "mutation": 0.1}
+    options = Section((
+        Field("elite", int, 8, min=1, max=100_000, doc="best configurations always in the pool"),
+        Field("mutation", float, 0.1, min=0, max=1, doc="per-knob mutation probability"),
+    ), noun="option")
 
     def _ask(self, n):
         ok = [r for r in self.history if r.ok and r.tflops]

@@ -8,7 +8,5 @@ from bocast.strategies.base import Strategy, register
 @register
 class RandomSearch(Strategy):
     name = "random"
-    defaults: dict = {}
-
     def _ask(self, n):
         return self.fresh_samples(n)

@@ -158,6 +158,9 @@ MMA_64 = dict(BEST_4096, tile_i=(1, 2, 2), tile_j=(1, 2, 2), tile_k=(2, 2), rast
               writeback="direct", out_vec=None, frag_pipeline="full")  # 64^3
 
 
+# slow: 30 s of CPU for TVM's intrinsic set; tests/test_metaschedule.py's default run covers
+# this order too
+@pytest.mark.slow
 def test_metaschedule_imports_every_intrinsic_after_an_mma_build():
     """An mma build registers the codegen function TVM's full intrinsic module also registers;
     MetaSchedule's import of that module (through import_all_intrinsics) still works."""

@@ -16,8 +16,13 @@ DATASET = "experiments/data/gemm_32_2048_1000"
 OP = get_operator("gemm").from_args((32, 2048, 1000), space="v1")
 
 # (name, hyperparameters): every registered strategy, and every acquisition of BO
-VARIANTS = [("random", {}), ("bo", {"acquisition": "logei"}), ("bo", {"acquisition": "becbo"}),
-            ("bo", {"acquisition": "ts"}), ("bo", {"acquisition": "logei", "classifier": "ensemble"})]
+# BO with LogEI in the default run; its other acquisitions and classifier (the same ask/tell
+# and seeding code around another scoring function) are slow
+_SLOW = pytest.mark.slow
+VARIANTS = [("random", {}), ("bo", {"acquisition": "logei"}),
+            pytest.param("bo", {"acquisition": "becbo"}, marks=_SLOW),
+            pytest.param("bo", {"acquisition": "ts"}, marks=_SLOW),
+            pytest.param("bo", {"acquisition": "logei", "classifier": "ensemble"}, marks=_SLOW)]
 VARIANTS += [(name, {}) for name in strategies() if name not in ("random", "bo")]
 FAST = {"n_init": 16, "pool_size": 512, "fit_maxiter": 25}
 
@@ -67,13 +72,12 @@ def test_resume_keeps_history_and_repeats_nothing(dataset):
     """A resumed run keeps every finished trial and proposes none twice. (Its later picks may
     differ from an uninterrupted run's: the surrogate warm-starts from the previous round's
     hyperparameters, which a fresh process does not have.)"""
-    whole = run(dataset, "bo", {"acquisition": "logei"}, seed=5, trials=80)
-    first = whole.records[:48]
+    first = run(dataset, "bo", {"acquisition": "logei"}, seed=5, trials=48).records
     strategy = make_strategy("bo", dataset.candidates(), seed=5, **hyper("bo", {}))
-    resumed = Tuner(strategy, ReplayMeasurer(dataset), trials=80, batch_size=16).run(first)
+    resumed = Tuner(strategy, ReplayMeasurer(dataset), trials=64, batch_size=16).run(first)
     keys = [r.key for r in resumed.records]
     assert keys[:48] == [r.key for r in first]
-    assert len(keys) == len(set(keys)) == 80
+    assert len(keys) == len(set(keys)) == 64
 
 
 def test_interleaved_runs_keep_their_own_trajectories(dataset):
@@ -99,8 +103,11 @@ def test_bo_beats_random_on_average(dataset):
 
 
 class FlakyMeasurer:
-    """SYNTHETIC failures for the classifier path (the recorded datasets have none): a
-    configuration fails to launch when its tile_i has more than 2 warps (a made-up rule)."""
+    """SYNTHETIC failures for the classifier path: a configuration fails to launch when its
+    fetch vector is 8 wide (a made-up rule). It hits 25% of the dataset, and the good part of
+    it (vec = 8 rows are the fastest on average), so a search that does not learn from failures
+    keeps proposing there: random search fails 8 of trials 33-64 on seeds 1 and 2, BO with its
+    classifier replaced by one that always answers "feasible" 10 and 7."""
 
     def __init__(self, dataset):
         self.inner = ReplayMeasurer(dataset)
@@ -108,33 +115,58 @@ class FlakyMeasurer:
     def measure(self, configs, **kw):
         out = []
         for r in self.inner.measure(configs):
-            if r.config["tile_i"][1] > 2:
+            if r.config["vec"] == 8:
                 r = Record(r.key, r.config, Status.LAUNCH_ERROR, error="synthetic")
             out.append(r)
         return out
 
 
-@pytest.mark.parametrize("acquisition, classifier", [("logei", "gp"), ("becbo", "gp"),
-                                                     ("ts", "gp"), ("becbo", "ensemble")])
-def test_failures_train_the_classifier(dataset, acquisition, classifier):
-    strategy = make_strategy("bo", dataset.candidates(), seed=1, acquisition=acquisition,
+def _late_failures(dataset, acquisition, classifier, seed=1):
+    strategy = make_strategy("bo", dataset.candidates(), seed=seed, acquisition=acquisition,
                              classifier=classifier, **FAST)
     res = Tuner(strategy, FlakyMeasurer(dataset), trials=64, batch_size=16).run()
     assert strategy.last_round["failures_seen"] > 0
-    late = [r for r in res.records[32:]]
-    assert sum(r.status is Status.LAUNCH_ERROR for r in late) <= 16, \
-        "the classifier should steer most proposals away from the failing region"
+    return strategy, sum(r.status is Status.LAUNCH_ERROR for r in res.records[32:])
 
 
-def test_recorded_launch_failures_reach_the_classifier():
+@pytest.mark.parametrize("acquisition", [
+    "logei", pytest.param("becbo", marks=pytest.mark.slow),
+    pytest.param("ts", marks=pytest.mark.slow)])
+def test_failures_steer_bo_away_from_the_failing_region(dataset, acquisition):
+    """Trials 33-64 (model rounds after the failures of the first 32): at most 4 of 32 fail,
+    half the base rate of 8 (measured at this commit: logei 1, becbo 0, ts 2 on seed 1)."""
+    _, late = _late_failures(dataset, acquisition, "gp")
+    assert late <= 4, f"{late} of 32 late proposals failed; random search fails 8"
+
+
+@pytest.mark.slow
+def test_ensemble_classifier_is_fitted_on_failures(dataset):
+    """The deep ensemble is fitted once failures are seen. It does NOT steer as the GP does on
+    this rule (11 and 6 late failures of 32 on seeds 1, 2; random 8): no such claim here."""
+    from bocast.bo.feasibility import EnsembleClassifier
+
+    strategy, _ = _late_failures(dataset, "becbo", "ensemble")
+    assert isinstance(strategy.classifier, EnsembleClassifier)
+
+
+def test_recorded_launch_failures_teach_the_classifier():
     """The conv3d dataset holds real failures (launches refused for their stack size, measured
-    on the H100): BO learns from them."""
+    on the H100; 13% of its rows). After 48 trials, BO's classifier ranks the rows it has not
+    measured: failing ones below working ones, AUC >= 0.65 (0.78 at this commit; a classifier
+    that learnt nothing scores 0.5)."""
+    from sklearn.metrics import roc_auc_score
+
     op = get_operator("conv3d").from_args((4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1), space="v1")
     ds = ReplayDataset("experiments/data/conv3d_4_16_28_28_64_64_3_3_3_1_1_1", op)
-    strategy = make_strategy("bo", ds.candidates(), seed=0, acquisition="becbo", **FAST)
-    res = Tuner(strategy, ReplayMeasurer(ds), trials=64, batch_size=16).run()
-    assert any(r.status is Status.LAUNCH_ERROR for r in res.records)
-    assert strategy.last_round["failures_seen"] > 0
+    strategy = make_strategy("bo", ds.candidates(), seed=0, acquisition="logei", **FAST)
+    res = Tuner(strategy, ReplayMeasurer(ds), trials=48, batch_size=16).run()
+    assert sum(r.status is Status.LAUNCH_ERROR for r in res.records) >= 2
+    seen = {r.key for r in res.records}
+    rest = [(c, row) for c, row in zip(ds.configs, ds.rows) if Space.key(c) not in seen]
+    p, _ = strategy.classifier.predict(strategy.surrogate.scale(
+        ds.candidates().encode([c for c, _ in rest])))
+    auc = roc_auc_score([row["status"] == "ok" for _, row in rest], p.numpy())
+    assert auc >= 0.65, f"AUC {auc:.3f}"
 
 
 def test_live_candidates_propose_feasible_configurations():
@@ -164,10 +196,14 @@ def test_bo_round_caps_torch_threads_and_restores_them(dataset, monkeypatch):
 
 @pytest.mark.parametrize("name, h, message", [
     ("nope", {}, "unknown strategy 'nope'"),
-    ("bo", {"acquisition": "pi"}, "unknown acquisition 'pi'"),
-    ("bo", {"learning_rate": 1}, "has no option"),
-    ("bo", {"threads": 0}, "threads must be a positive integer"),
-    ("bo", {"threads": True}, "threads must be a positive integer"),
+    ("bo", {"acquisition": "pi"}, r"acquisition: expected one of \['logei', 'becbo', 'ts'\]"),
+    ("bo", {"learning_rate": 1}, r"unknown option\(s\) \['learning_rate'\]"),
+    ("bo", {"threads": 0}, "threads: expected an integer between 1 and 1024, got 0"),
+    ("bo", {"threads": True}, "threads: expected an integer between 1 and 1024, got True"),
+    ("bo", {"pool_size": "big"}, "pool_size: expected an integer"),
+    ("bo", {"n_init": -3}, "n_init: expected an integer between 1"),
+    ("cga", {"key_ratio": 0}, "key_ratio: expected a number > 0 and <= 1"),
+    ("ga", {"mutation": 1.5}, "mutation: expected a number between 0 and 1"),
 ])
 def test_bad_strategy_names_the_problem(dataset, name, h, message):
     with pytest.raises(StrategyError, match=message):

@@ -1,0 +1,9 @@
+"""The one base of the errors that mean "bad input" (an option, a configuration, a file, the
+machine): the CLI reports their message in one line and exits with code 2. Every other exception
+is a bug, reported as such (``--debug`` or ``BOCAST_DEBUG=1`` shows its traceback)."""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Input that bocast cannot use; the message names the input and the problem."""

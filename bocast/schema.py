@@ -1,0 +1,256 @@
+"""One schema for every option: its type, range, default and help, checked in one place.
+
+A :class:`Field` checks a value from a YAML configuration (:meth:`Field.check`) or parses one
+from the command line (:meth:`Field.parse`, an argparse ``type``), with the same rule and the
+same message; a :class:`Section` is a mapping of fields (a configuration's ``budget``, its
+``runner_options``, a strategy's hyperparameters). The CLI, ``bocast tune``, ``bocast compare``
+and the strategies share these definitions, so an option has one range wherever it is given.
+
+Checking only reads: nothing runs and nothing is written before every field has passed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from bocast.errors import InputError
+
+
+class ConfigError(InputError):
+    """An option or configuration field that cannot be used; the message names the field."""
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED = _Required()
+
+
+@dataclass(frozen=True)
+class Field:
+    """One option. ``kind`` is int, float, str, bool, list or dict (``object``: any value, the
+    owner checks it); numbers are checked against ``min``/``max`` (inclusive) and ``above``
+    (exclusive lower bound), strings against ``choices`` or ``pattern``; ``nullable`` admits
+    None (YAML null)."""
+
+    name: str
+    kind: type
+    default: Any = REQUIRED
+    min: float | None = None
+    max: float | None = None
+    above: float | None = None
+    choices: tuple = ()
+    pattern: str | None = None
+    nullable: bool = False
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def expected(self, cli: bool = False) -> str:
+        """What a valid value is, in words (the error messages and the CLI help say it; a
+        command line has no null: leaving the option out gives the default)."""
+        if self.choices:
+            what = f"one of {list(self.choices)}"
+        elif self.kind in (int, float):
+            what = "an integer" if self.kind is int else "a number"
+            lo = (f">= {_num(self.min)}" if self.min is not None else
+                  f"> {_num(self.above)}" if self.above is not None else None)
+            if lo and self.max is not None and self.min is not None:
+                what += f" between {_num(self.min)} and {_num(self.max)}"
+            elif lo and self.max is not None:
+                what += f" {lo} and <= {_num(self.max)}"
+            elif lo:
+                what += f" {lo}"
+            elif self.max is not None:
+                what += f" <= {_num(self.max)}"
+        elif self.kind is str:
+            what = "a string" + (" of letters, digits, '.', '_', '+', '-' and inner spaces"
+                                 if self.pattern else "")
+        elif self.kind is bool:
+            what = "true or false"
+        else:
+            what = {list: "a list", dict: "a mapping", object: "a value"}.get(
+                self.kind, self.kind.__name__)
+        return what + (" or null" if self.nullable and not cli else "")
+
+    def check(self, value: Any, where: str = "", error: type[InputError] = ConfigError) -> Any:
+        """``value`` as this field's type (an int given for a float field becomes a float);
+        ``error`` names ``where`` + the field and what was expected."""
+        if value is None and self.nullable:
+            return None
+        bad = error(f"{where}{self.name}: expected {self.expected()}, got {value!r}")
+        if self.kind in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise bad
+            if self.kind is int and not isinstance(value, int):
+                raise bad
+            if self.kind is float:
+                value = float(value)
+                if not math.isfinite(value):
+                    raise bad
+            if ((self.min is not None and value < self.min)
+                    or (self.max is not None and value > self.max)
+                    or (self.above is not None and value <= self.above)):
+                raise bad
+        elif self.kind is bool:
+            if not isinstance(value, bool):
+                raise bad
+        elif self.kind is dict:
+            if not isinstance(value, Mapping):
+                raise bad
+        elif self.kind is not object and not isinstance(value, self.kind):
+            raise bad
+        if self.choices and value not in self.choices:
+            raise bad
+        if self.pattern and not re.fullmatch(self.pattern, value):
+            raise bad
+        return value
+
+    def parse(self, text: str) -> Any:
+        """A command-line value (argparse ``type``): converted, then checked like YAML's."""
+        import argparse
+
+        value: Any = text
+        try:
+            if self.kind is int:
+                value = int(text)
+            elif self.kind is float:
+                value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {self.expected(cli=True)}, got {text!r}") \
+                from None
+        try:
+            return self.check(value)
+        except ConfigError:
+            raise argparse.ArgumentTypeError(f"expected {self.expected(cli=True)}, got {text!r}") \
+                from None
+
+    def with_default(self, default: Any) -> "Field":
+        return dataclasses.replace(self, default=default)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+@dataclass(frozen=True)
+class Section:
+    """A mapping of fields, checked whole: unknown keys, missing required ones and each value."""
+
+    fields: tuple[Field, ...]
+    noun: str = "field"  # what the messages call a key: "field" (YAML), "option" (strategies)
+
+    def __post_init__(self):
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate fields in {names}")
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+    def __getitem__(self, name: str) -> Field:
+        return next(f for f in self.fields if f.name == name)
+
+    def defaults(self) -> dict[str, Any]:
+        return {f.name: f.default for f in self.fields if not f.required}
+
+    def check(self, raw: Any, where: str = "", error: type[InputError] = ConfigError,
+              *, ignore: Sequence[str] = ()) -> dict[str, Any]:
+        """Every field of ``raw`` checked, defaults filled in; keys in ``ignore`` pass through
+        unchecked (another section checks them)."""
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise error(f"{where.rstrip('.') or 'the configuration'}: expected a mapping of "
+                        f"fields, got {raw!r}")
+        unknown = sorted(str(k) for k in set(raw) - set(self.names) - set(ignore))
+        if unknown:
+            raise error(f"{where}unknown {self.noun}(s) {unknown}; known: {sorted(self.names)}")
+        out = {k: raw[k] for k in ignore if k in raw}
+        for f in self.fields:
+            if f.name not in raw:
+                if f.required:
+                    raise error(f"{where}{f.name}: missing")
+                out[f.name] = f.default
+            else:
+                out[f.name] = f.check(raw[f.name], where, error)
+        return out
+
+
+# --------------------------------------------------------------------------- shared fields
+#
+# The limits are generous: they exist so that a typo fails at once with a message instead of
+# an hour later with a traceback (or never, as a run that cannot end).
+
+MAX_TRIALS = 1_000_000
+SEED = Field("seed", int, 0, min=0, max=2**31 - 1, doc="random seed")
+TRIALS = Field("trials", int, min=1, max=MAX_TRIALS, doc="trials (measured configurations)")
+SECONDS = Field("seconds", float, None, above=0, nullable=True, doc="wall-time budget")
+BATCH_SIZE = Field("batch_size", int, 32, min=1, max=10_000, doc="configurations per batch")
+WORKERS = Field("workers", int, None, min=1, max=1024, nullable=True,
+                doc="processes (default: the machine's cores)")
+REPEATS = Field("repeats", int, 10, min=1, max=10_000, doc="timed repeats per kernel")
+RUN_TIMEOUT = Field("run_timeout", float, 30.0, above=0, max=86_400,
+                    doc="seconds per kernel run")
+BUILD_TIMEOUT = Field("build_timeout", float, 180.0, above=0, max=86_400,
+                      doc="seconds per build (apply, lower, nvcc)")
+SAMPLE = Field("sample", int, 0, min=0, max=1_000_000, doc="configurations to sample")
+SIZE_DRAWS = Field("size_draws", int, 200_000, min=1, max=100_000_000,
+                   doc="uniform draws of the feasible-set size estimate")
+PROGRESS_EVERY = Field("progress_every", int, 50, min=1, max=MAX_TRIALS,
+                       doc="a progress line every this many configurations (stderr)")
+REJECT_SPILLS = Field("reject_spills", bool, False,
+                      doc="build-time filter: record kernels whose ptxas report shows register "
+                          "spills or a stack frame as build_rejected, without running them")
+MAX_SECONDS = Field("max_seconds", float, None, above=0, nullable=True,
+                    doc="start no new batch after this many seconds; the next call resumes "
+                        "from the store (a device session's time limit)")
+RUNNER_NAMES = ("replay", "tvm")
+# inner spaces are allowed (experiments/ablation/bo_replay.yaml labels "bo q16"); a label
+# names files, so no '/', no leading or trailing space, nothing else
+LABEL = Field("label", str, pattern=r"[A-Za-z0-9]([A-Za-z0-9._+ -]*[A-Za-z0-9._+-])?",
+              doc="a strategy's name in results and file names")
+
+RUNNER_OPTIONS = Section((REPEATS, RUN_TIMEOUT, BUILD_TIMEOUT, WORKERS, REJECT_SPILLS))
+BUDGET = Section((TRIALS, SECONDS))
+
+
+# ------------------------------------------------------------------------------ locations
+
+
+def check_writable(path: str, what: str, *, directory: bool = False) -> None:
+    """Raise ConfigError unless ``path`` (a file, or with ``directory`` a folder) can be
+    written: it is of the right kind if it exists, and its nearest existing folder takes a new
+    file. Checked before any work, so that a run does not fail when its work is done; the
+    probe file is anonymous and gone when this returns, so nothing is created."""
+    if not path:
+        raise ConfigError(f"{what}: empty path")
+    full = os.path.abspath(path)
+    if os.path.exists(full):
+        if directory and not os.path.isdir(full):
+            raise ConfigError(f"{what}: {path} exists and is not a folder")
+        if not directory and os.path.isdir(full):
+            raise ConfigError(f"{what}: {path} is a folder, not a file")
+    probe = full if directory and os.path.isdir(full) else os.path.dirname(full)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise ConfigError(f"{what}: cannot create {path}: {probe} is a file, not a folder")
+    try:  # os.access says yes to root on a read-only file system; a real probe does not
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{what}: cannot write under {probe} ({e.strerror or e})") from None
+    if os.path.isfile(full) and not os.access(full, os.W_OK):
+        raise ConfigError(f"{what}: {path} is not writable")
