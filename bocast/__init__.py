@@ -1,3 +1,11 @@
-"""bocast: Bayesian-optimisation tuning of Tensor Core schedules."""
+"""bocast: Bayesian-optimisation tuning of Tensor Core schedules.
+
+The Python API (:mod:`bocast.api`): :func:`tune` runs a tune configuration as ``bocast tune``
+does, :func:`load` reads a record store into a DataFrame, :func:`create_study` gives ask/tell
+for a measurement loop of one's own."""
+
+from bocast.api import Study, TuneResult, create_study, load, tune
+from bocast.errors import InputError
 
 __version__ = "0.1.0"
+__all__ = ["InputError", "Study", "TuneResult", "create_study", "load", "tune"]

@@ -73,20 +73,15 @@ def _operator_from(args):
 
 
 def _need_compiler(what: str) -> None:
-    from bocast.measure.nvcc import why_no_compiler
+    from bocast.api import need_compiler
 
-    reason = why_no_compiler()
-    if reason:
-        raise UsageError(f"{what}: {reason}; nothing was written")
+    need_compiler(what)
 
 
 def _need_gpu(what: str, alternative: str) -> None:
-    from bocast.measure.runner import why_no_gpu
+    from bocast.api import need_gpu
 
-    reason = why_no_gpu()
-    if reason:
-        raise UsageError(f"{what} needs a CUDA GPU: {reason}; nothing was written "
-                         f"({alternative})")
+    need_gpu(what, alternative)
 
 
 # -------------------------------------------------------------------------------- space
@@ -397,91 +392,16 @@ def _measure(args, op, store, configs, what, subspace, Builder, Measurer, export
 
 
 def cmd_tune(args) -> int:
-    from bocast import config as cfgmod
-    from bocast.candidates import SpaceCandidates
-    from bocast.measure.replay import ReplayMeasurer
-    from bocast.records import Store, atomic_write, provenance
-    from bocast.strategies import make_strategy
-    from bocast.tuner import Tuner
+    from bocast import api
 
-    # validate everything before writing anything
     overrides = {k: v for k, v in (("tracker", args.tracker), ("key", args.key),
                                    ("gpu_model", args.gpu_model)) if v}
-    try:
-        cfg = cfgmod.load(args.config, runner=args.runner, rpc=overrides)
-        op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
-        if dataset is not None:
-            candidates = dataset.candidates()
-        else:
-            if cfg.runner == "tvm":  # rpc: kernels run on the servers; this host only builds
-                _need_gpu("runner tvm", "use --runner replay with a recorded dataset")
-            _need_compiler(f"runner {cfg.runner}")
-            candidates = SpaceCandidates(op.space)
-        strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **cfg.strategy_options)
-        check_writable(cfg.output, "output", directory=True)
-        store = Store(f"{cfg.output}/records.db", op.workload)
+    try:  # validates everything before writing anything
+        run = api.prepare(args.config, runner=args.runner, rpc=overrides)
     except InputError as e:
-        raise UsageError(f"{args.config}: {e}") from None
-    with store:
-        return _tune(args, cfg, op, dataset, strategy, store, ReplayMeasurer, Tuner,
-                     atomic_write, provenance)
-
-
-def _tune(args, cfg, op, dataset, strategy, store, ReplayMeasurer, Tuner, atomic_write,
-          provenance) -> int:
-    previous = store.records()
-    closers = []
-    if dataset is not None:
-        measurer = ReplayMeasurer(dataset, store)
-        reference = (dataset.reference or {}).get("tflops")
-        say(f"runner: replay of {cfg.dataset} ({len(dataset.configs)} recorded configurations; "
-            "no GPU is used)")
-    else:
-        from bocast.measure.builder import Builder
-        from bocast.measure.engine import Measurer
-        from bocast.measure.rpc import RpcRunner
-        from bocast.measure.runner import GpuRunner
-
-        ro = cfg.runner_options
-        kw = dict(timeout_s=ro["run_timeout"], repeats=ro["repeats"], seed=cfg.seed)
-        runner = RpcRunner(**cfg.rpc, **kw) if cfg.runner == "rpc" else GpuRunner(**kw)
-        closers.append(runner)
-        device = runner.device()
-        ref = store.get_meta("reference") or runner.reference(op)
-        builder = Builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
-                          reject_spills=ro["reject_spills"])
-        closers.append(builder)
-        store.set_meta("reference", ref)
-        reference = ref.get("tflops")
-        measurer = Measurer(op, store, builder, runner, session_info={
-            "device": device, "runner": cfg.runner, "config": cfg.raw})
-        say(f"runner: live on {device.get('gpu')}; reference {reference:.1f} TFLOPS")
-    if previous:
-        say(f"resuming: {len(previous)} trials already in {cfg.output}/records.db")
-    try:
-        with Progress(f"tune {cfg.strategy} seed {cfg.seed}", cfg.trials) as meter:
-            tuner = Tuner(strategy, measurer, trials=cfg.trials, seconds=cfg.seconds,
-                          batch_size=cfg.batch_size,
-                          optimum=dataset.best_tflops if dataset else None,
-                          reference=reference, meter=meter)
-            result = tuner.run(previous)
-    finally:
-        for c in closers:
-            c.close()
-    summary = {**result.summary(), "config": cfg.path, "config_sha256": cfg.digest,
-               "strategy": cfg.strategy, "strategy_options": strategy.hyper, "seed": cfg.seed,
-               "runner": cfg.runner, "dataset": cfg.dataset, "output": cfg.output,
-               "provenance": provenance()}
-    with atomic_write(f"{cfg.output}/summary.json") as f:
-        json.dump(summary, f, indent=1, sort_keys=True, default=str)
-    best = result.best_tflops or 0.0
-    lines = [f"{cfg.strategy} ({strategy.hyper.get('acquisition', '')}) seed {cfg.seed}: "
-             f"{result.trials} trials, best {best:.1f} TFLOPS"
-             + (f" = {best / reference:.2f}x reference" if reference else "")]
-    if result.optimum:
-        lines.append(f"dataset best {result.optimum:.1f} TFLOPS; 95% reached at trial "
-                     f"{result.trials_to(0.95)}")
-    lines.append(f"records: {cfg.output}/records.db; summary: {cfg.output}/summary.json")
+        raise UsageError(str(e)) from None  # already led by the file's name
+    with run.store:
+        summary, lines = run.execute(progress=True)
     _emit(args, {k: summary[k] for k in summary if k != "provenance"}, lines)
     return 0
 

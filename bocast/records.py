@@ -280,19 +280,7 @@ class Store:
 
     def append(self, record: Record, session: int | None = None) -> None:
         """Insert one finished measurement (its own transaction: durable once this returns)."""
-        row = {
-            "key": record.key, "config": json.dumps(record.config, sort_keys=True),
-            "status": str(record.status),
-            **{k: getattr(record, k) for k in (
-                "latency_ms", "latency_min_ms", "latency_q25_ms", "latency_q75_ms",
-                "latency_max_ms", "repeats", "tflops", "rel_error", "build_s", "run_s", "stage",
-                "error", "source")},
-            **{k: record.features.get(k) for k in _FEATURES},
-            "session": session,
-            "measured_on": json.dumps(record.measured_on, sort_keys=True)
-            if record.measured_on else None,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
-        }
+        row = _row(record, session)
         names = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         try:
@@ -331,6 +319,23 @@ class Store:
         return out
 
 
+def _row(record: Record, session: int | None) -> dict[str, Any]:
+    """The columns of a record as the store holds them."""
+    return {
+        "key": record.key, "config": json.dumps(record.config, sort_keys=True),
+        "status": str(record.status),
+        **{k: getattr(record, k) for k in (
+            "latency_ms", "latency_min_ms", "latency_q25_ms", "latency_q75_ms",
+            "latency_max_ms", "repeats", "tflops", "rel_error", "build_s", "run_s", "stage",
+            "error", "source")},
+        **{k: record.features.get(k) for k in _FEATURES},
+        "session": session,
+        "measured_on": json.dumps(record.measured_on, sort_keys=True)
+        if record.measured_on else None,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
+    }
+
+
 def _canon(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
@@ -350,6 +355,15 @@ def load(path: str):
     finally:
         conn.close()
     return _expand_configs(df)
+
+
+def frame(records: Iterable[Record]):
+    """Records not (or not yet) in a store, as the DataFrame :func:`load` gives for a store."""
+    import pandas as pd
+
+    rows = [{"id": i + 1, **_row(r, None)} for i, r in enumerate(records)]
+    columns = ["id", *_row(Record("", {}, Status.OK), None)]
+    return _expand_configs(pd.DataFrame(rows, columns=columns))
 
 
 def _expand_configs(df):

@@ -1,0 +1,330 @@
+"""The Python API: what ``bocast tune`` runs, the records of a store, and ask/tell for a
+measurement loop of one's own.
+
+    import bocast
+    result = bocast.tune("experiments/configs/bo_logei_gemm1024_replay.yaml")
+    df = bocast.load(result.store)
+
+    study = bocast.create_study(workload={"op": "gemm", "shape": [1024, 1024, 1024]})
+    for config in study.ask(8):
+        study.tell(config, tflops=my_timing(config))   # or status="build_error", ...
+
+Bad input raises :class:`bocast.errors.InputError` (a :class:`bocast.schema.ConfigError` for a
+configuration field) with the one-line message the command prints. Everything heavy (torch, TVM,
+pandas) is imported on first use, so ``import bocast`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Mapping
+
+from bocast.errors import InputError
+
+if TYPE_CHECKING:
+    from bocast.config import TuneConfig
+    from bocast.measure.status import Status
+    from bocast.records import Record, Store
+    from bocast.strategies.base import Strategy
+
+__all__ = ["Study", "TuneResult", "create_study", "load", "tune"]
+
+
+# --------------------------------------------------------------------------------- tune
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What a tuning run found; ``summary`` is the run's ``summary.json``."""
+
+    best_config: dict[str, Any] | None
+    best_tflops: float | None
+    trials: int
+    store: str
+    summary: dict[str, Any] = field(repr=False)
+
+
+def tune(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None = None,
+         progress: bool = False) -> TuneResult:
+    """Run one tune configuration (a YAML file or a mapping of the same fields) exactly as
+    ``bocast tune`` does: same checks before anything is written, same records.db and
+    summary.json in its ``output``, resumed when they exist. ``runner`` overrides the config's
+    (as ``--runner``); ``progress`` prints the command's status lines on stderr."""
+    run = prepare(config, runner=runner)
+    with run.store:
+        summary, _ = run.execute(progress=progress)
+    return TuneResult(summary.get("best_config"), summary.get("best_tflops"), summary["trials"],
+                      run.store.path, summary)
+
+
+def need_gpu(what: str, alternative: str) -> None:
+    from bocast.measure.runner import why_no_gpu
+
+    reason = why_no_gpu()
+    if reason:
+        raise InputError(f"{what} needs a CUDA GPU: {reason}; nothing was written "
+                         f"({alternative})")
+
+
+def need_compiler(what: str) -> None:
+    from bocast.measure.nvcc import why_no_compiler
+
+    reason = why_no_compiler()
+    if reason:
+        raise InputError(f"{what}: {reason}; nothing was written")
+
+
+def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None = None,
+            rpc: Mapping[str, Any] | None = None) -> "TuneRun":
+    """Check a tune configuration whole and open its store; nothing else is written. Errors of
+    a file's configuration start with the file's name (as the command prints them)."""
+    from bocast import config as cfgmod
+    from bocast.candidates import SpaceCandidates
+    from bocast.records import Store
+    from bocast.schema import check_writable
+    from bocast.strategies import make_strategy
+
+    path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
+    try:
+        cfg = (cfgmod.load(path, runner=runner, rpc=rpc) if path is not None
+               else cfgmod.parse(config, runner=runner, rpc=rpc))
+        op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
+        if dataset is not None:
+            candidates = dataset.candidates()
+        else:
+            if cfg.runner == "tvm":  # rpc: kernels run on the servers; this host only builds
+                need_gpu("runner tvm", "use --runner replay with a recorded dataset")
+            need_compiler(f"runner {cfg.runner}")
+            candidates = SpaceCandidates(op.space)
+        strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **cfg.strategy_options)
+        check_writable(cfg.output, "output", directory=True)
+        store = Store(f"{cfg.output}/records.db", op.workload)
+    except InputError as e:
+        if path is None:
+            raise
+        raise _prefixed(e, path) from None
+    return TuneRun(cfg, op, dataset, strategy, store)
+
+
+def _prefixed(e: InputError, where: str) -> InputError:
+    """The same kind of error, its message led by ``where``."""
+    try:
+        return type(e)(f"{where}: {e}")
+    except TypeError:  # an error class with another constructor
+        return InputError(f"{where}: {e}")
+
+
+@dataclass
+class TuneRun:
+    """A checked tune configuration with its strategy and open store (:func:`prepare`)."""
+
+    cfg: "TuneConfig"
+    op: Any
+    dataset: Any
+    strategy: "Strategy"
+    store: "Store"
+
+    def execute(self, *, progress: bool = True) -> tuple[dict[str, Any], list[str]]:
+        """Run to the budget (resuming the store's trials), write summary.json; return the
+        summary and the command's result lines."""
+        from bocast.measure.replay import ReplayMeasurer
+        from bocast.progress import Progress, say
+        from bocast.records import atomic_write, provenance
+        from bocast.tuner import Tuner
+
+        cfg, op, dataset, store = self.cfg, self.op, self.dataset, self.store
+        note = say if progress else (lambda _: None)
+        previous = store.records()
+        closers = []
+        if dataset is not None:
+            measurer = ReplayMeasurer(dataset, store)
+            reference = (dataset.reference or {}).get("tflops")
+            note(f"runner: replay of {cfg.dataset} ({len(dataset.configs)} recorded "
+                 "configurations; no GPU is used)")
+        else:
+            from bocast.measure.builder import Builder
+            from bocast.measure.engine import Measurer
+            from bocast.measure.rpc import RpcRunner
+            from bocast.measure.runner import GpuRunner
+
+            ro = cfg.runner_options
+            kw = dict(timeout_s=ro["run_timeout"], repeats=ro["repeats"], seed=cfg.seed)
+            runner = RpcRunner(**cfg.rpc, **kw) if cfg.runner == "rpc" else GpuRunner(**kw)
+            closers.append(runner)
+            device = runner.device()
+            ref = store.get_meta("reference") or runner.reference(op)
+            builder = Builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
+                              reject_spills=ro["reject_spills"])
+            closers.append(builder)
+            store.set_meta("reference", ref)
+            reference = ref.get("tflops")
+            measurer = Measurer(op, store, builder, runner, session_info={
+                "device": device, "runner": cfg.runner, "config": cfg.raw})
+            note(f"runner: live on {device.get('gpu')}; reference {reference:.1f} TFLOPS")
+        if previous:
+            note(f"resuming: {len(previous)} trials already in {cfg.output}/records.db")
+        try:
+            with (Progress(f"tune {cfg.strategy} seed {cfg.seed}", cfg.trials) if progress
+                  else contextlib.nullcontext()) as meter:
+                tuner = Tuner(self.strategy, measurer, trials=cfg.trials, seconds=cfg.seconds,
+                              batch_size=cfg.batch_size,
+                              optimum=dataset.best_tflops if dataset else None,
+                              reference=reference, meter=meter)
+                result = tuner.run(previous)
+        finally:
+            for c in closers:
+                c.close()
+        summary = {**result.summary(), "config": cfg.path, "config_sha256": cfg.digest,
+                   "strategy": cfg.strategy, "strategy_options": self.strategy.hyper,
+                   "seed": cfg.seed, "runner": cfg.runner, "dataset": cfg.dataset,
+                   "output": cfg.output, "provenance": provenance()}
+        with atomic_write(f"{cfg.output}/summary.json") as f:
+            json.dump(summary, f, indent=1, sort_keys=True, default=str)
+        best = result.best_tflops or 0.0
+        lines = [f"{cfg.strategy} ({self.strategy.hyper.get('acquisition', '')}) seed "
+                 f"{cfg.seed}: {result.trials} trials, best {best:.1f} TFLOPS"
+                 + (f" = {best / reference:.2f}x reference" if reference else "")]
+        if result.optimum:
+            lines.append(f"dataset best {result.optimum:.1f} TFLOPS; 95% reached at trial "
+                         f"{result.trials_to(0.95)}")
+        lines.append(f"records: {cfg.output}/records.db; summary: {cfg.output}/summary.json")
+        return summary, lines
+
+
+def load(store_path: str | os.PathLike):
+    """The records of a store as a pandas DataFrame: one column per knob (split knobs as
+    ``name_0 .. name_k``), then status, latencies, TFLOPS, static features."""
+    from bocast.records import load as load_records
+
+    return load_records(os.fspath(store_path))
+
+
+# -------------------------------------------------------------------------------- study
+
+
+def create_study(workload: Mapping[str, Any], *, strategy: str = "bo", seed: int = 0,
+                 store: str | os.PathLike | None = None, **strategy_options: Any) -> "Study":
+    """An ask/tell study of ``workload`` (``{"op": "gemm", "shape": [...], ...}``, as a tune
+    configuration's) over its whole space. With ``store``, every told trial is appended there
+    and a study on the same store resumes: the strategy is told the stored trials first."""
+    from bocast import config as cfgmod
+    from bocast.candidates import SpaceCandidates
+    from bocast.records import Store
+    from bocast.schema import SEED, ConfigError
+    from bocast.strategies import make_strategy
+
+    op, _ = cfgmod.workload_and_dataset(workload, "tvm", None)
+    seed = SEED.check(seed, "")
+    name, options = cfgmod.strategy_entry({"name": strategy, **strategy_options}, "strategy.")
+    extra = sorted(set(strategy_options) & set(cfgmod.COMPARISON_KEYS))
+    if extra:
+        raise ConfigError(f"strategy: {extra} are not options of a strategy")
+    strat = make_strategy(name, SpaceCandidates(op.space), seed=seed, **options)
+    db = Store(os.fspath(store), op.workload) if store is not None else None
+    return Study(op, strat, db)
+
+
+class Study:
+    """Ask for configurations, measure them your way, tell the results (:func:`create_study`)."""
+
+    def __init__(self, op, strategy: "Strategy", store: "Store | None" = None):
+        self.op, self.strategy, self.store = op, strategy, store
+        self.records: list[Record] = store.records() if store is not None else []
+        self._told = {r.key for r in self.records}
+        if self.records:
+            self.strategy.tell(list(self.records))
+        self._session = (store.start_session({"runner": "study", "strategy": strategy.name})
+                         if store is not None else None)
+
+    @property
+    def space(self):
+        return self.op.space
+
+    def ask(self, n: int = 1) -> list[dict[str, Any]]:
+        """Up to ``n`` configurations not asked or told before (fewer once none are left)."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise InputError(f"ask: n must be a positive integer, got {n!r}")
+        return self.strategy.ask(n)
+
+    def tell(self, config: Mapping[str, Any], tflops: float | None = None,
+             status: "str | Status" = "ok", **fields: Any) -> "Record":
+        """Record one measurement: ``tflops`` for status ``ok`` (required there), otherwise the
+        failure's status (``build_error``, ``run_timeout``, ...; see
+        :class:`bocast.measure.status.Status`). ``fields``: other columns of a record
+        (``latency_ms``, ``build_s``, ``error``, ``features={...}``, ...)."""
+        from bocast.measure.status import Status
+        from bocast.records import Record
+        from bocast.space import Space
+
+        try:
+            status = Status(status)
+        except ValueError:
+            raise InputError(f"tell: unknown status {status!r}; known: "
+                             f"{', '.join(s.value for s in Status)}") from None
+        config = self._config(config)
+        key = Space.key(config)
+        if key in self._told:
+            raise InputError(f"tell: configuration {key} was already told")
+        if status is Status.OK and not (isinstance(tflops, (int, float)) and tflops > 0):
+            raise InputError(f"tell: status ok needs tflops > 0, got {tflops!r}")
+        allowed = {f.name for f in _record_fields()} - {"key", "config", "status", "tflops"}
+        unknown = sorted(set(fields) - allowed)
+        if unknown:
+            raise InputError(f"tell: unknown field(s) {unknown}; known: {sorted(allowed)}")
+        record = Record(key, {k: list(v) if isinstance(v, tuple) else v
+                              for k, v in config.items()}, status,
+                        tflops=None if tflops is None else float(tflops),
+                        **{"source": self.strategy.name, **fields})
+        if self.store is not None:
+            self.store.append(record, self._session)
+        self._told.add(key)
+        self.records.append(record)
+        self.strategy.tell([record])
+        return record
+
+    def _config(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The configuration in the space's form, or a one-line InputError."""
+        if not isinstance(config, Mapping):
+            raise InputError(f"tell: a configuration is a mapping of knobs, got {config!r}")
+        try:
+            config = self.space.from_json(config)
+            bad = self.space.structural_violations(config)
+        except InputError as e:
+            raise InputError(f"tell: {e}") from None
+        except (TypeError, ValueError) as e:  # a split given as a number, ...
+            raise InputError(f"tell: configuration not in the space ({e})") from None
+        if bad:
+            raise InputError(f"tell: configuration not in the space ({', '.join(bad)})")
+        return config
+
+    @property
+    def best(self) -> "Record | None":
+        """The told trial of highest TFLOPS among the successful ones."""
+        ok = [r for r in self.records if r.ok and r.tflops]
+        return max(ok, key=lambda r: r.tflops) if ok else None
+
+    @property
+    def trials(self):
+        """Every told trial (resumed ones first) as a DataFrame, the columns of :func:`load`."""
+        from bocast.records import frame
+
+        return frame(self.records)
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _record_fields():
+    from bocast.records import Record
+
+    return fields(Record)
