@@ -415,10 +415,12 @@ def cmd_compare(args) -> int:
     try:
         cfg = compare.load(args.config)
         compare.validate(cfg)  # the workload, dataset, strategies and existing stores
-        if cfg.runner == "tvm" and not args.summarize:
-            _need_gpu("runner: tvm (a live comparison)", "use runner: replay with a recorded "
-                      "dataset, or --summarize to write the results of finished stores")
-            _need_compiler("runner: tvm (a live comparison)")
+        if cfg.runner in compare.LIVE and not args.summarize:
+            if cfg.runner == "tvm":  # rpc: the servers time, this host only builds
+                _need_gpu("runner: tvm (a live comparison)", "use runner: replay with a "
+                          "recorded dataset, or --summarize to write the results of finished "
+                          "stores")
+            _need_compiler(f"runner: {cfg.runner} (a live comparison)")
         check_writable(cfg.output, "output", directory=True)
         for ext in (".md", ".csv", ".json", ".png"):
             check_writable(cfg.results + ext, "results")
@@ -431,7 +433,7 @@ def cmd_compare(args) -> int:
     with Progress(f"compare {cfg.name}", runs if cfg.runner == "replay" else None,
                   unit="runs" if cfg.runner == "replay" else "trials") as meter:
         try:
-            summary = compare.run(cfg, progress=meter.say if cfg.runner == "tvm" else None,
+            summary = compare.run(cfg, progress=meter.say if cfg.runner in compare.LIVE else None,
                                   meter=meter, only=only)
         except InputError as e:
             raise UsageError(f"{args.config}: {e}") from None

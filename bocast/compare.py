@@ -59,10 +59,12 @@ from bocast.schema import Field, Section
 #: gives one strategy its own batch (BO with smaller q: more model updates per trial)
 _NOT_HYPER = ("name", "label", "trials", "seeds", "batch_size")
 METASCHEDULE = "metaschedule"
+#: live runners: the local GPU, or GPU servers through a tracker (bocast.measure.rpc)
+LIVE = ("tvm", "rpc")
 MAX_SEEDS = 10_000
 COMPARE = Section((
     Field("name", str), Field("description", str, ""), WORKLOAD,
-    Field("runner", str, "replay", choices=schema.RUNNER_NAMES),
+    Field("runner", str, "replay", choices=(*schema.RUNNER_NAMES, "rpc")),
     Field("dataset", str, None, nullable=True, doc="replay: prefix of a recorded dataset"),
     Field("strategies", list, doc="entries {name, label, options...}"),
     Field("seeds", object, doc="a number of seeds (0..n-1) or a list of distinct seeds"),
@@ -73,6 +75,8 @@ COMPARE = Section((
     Field("results", str, doc="path prefix of the .md/.csv/.json/.png results"),
     schema.WORKERS.with_default(None),
     Field("runner_options", dict, None, nullable=True),
+    Field("rpc", dict, None, nullable=True,
+          doc="runner rpc: tracker (host:port), key, ... (bocast.measure.rpc.parse_options)"),
 ))
 ENTRY = Section((
     Field("name", str), schema.LABEL.with_default(None),
@@ -99,6 +103,7 @@ class CompareConfig:
     results: str
     workers: int | None
     runner_options: dict[str, Any] = field(default_factory=dict)
+    rpc: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -164,8 +169,16 @@ def parse(raw: Any, where: str) -> CompareConfig:
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
     if runner == "replay" and any(s["name"] == METASCHEDULE for s in strategies):
         raise ConfigError(f"strategies: {METASCHEDULE} proposes its own schedules, which no "
-                          "recorded dataset holds; it needs runner: tvm")
+                          "recorded dataset holds; it needs a live runner (tvm or rpc)")
     ropts = schema.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
+    rpc_opts = {}
+    if runner == "rpc":
+        from bocast.measure.rpc import parse_options
+
+        try:
+            rpc_opts = parse_options(top["rpc"] or {})
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     baseline = top["baseline"]
     if baseline is not None and baseline not in labels:
         raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")
@@ -176,7 +189,7 @@ def parse(raw: Any, where: str) -> CompareConfig:
         strategies=strategies, seeds=seeds, trials=trials, batch_size=top["batch_size"],
         budgets=sorted(budgets), baseline=baseline, output=resolve(top["output"]),
         results=resolve(top["results"]), workers=top["workers"], runner_options=ropts,
-        raw=dict(raw))
+        rpc=rpc_opts, raw=dict(raw))
 
 
 def _seeds(seeds: Any, where: str) -> list[int]:
@@ -332,12 +345,12 @@ def run(cfg: CompareConfig, *, progress: Callable[[str], None] | None = None,
         unknown = sorted(set(only) - set(labels))
         if unknown:
             raise ConfigError(f"--only: {unknown} not among the strategy labels {labels}")
-        if cfg.runner != "tvm":
+        if cfg.runner not in LIVE:
             raise ConfigError("--only/--summarize: only live comparisons are split; a replay "
                               "one is cheap")
     op = validate(cfg)[0]
     os.makedirs(cfg.output, exist_ok=True)
-    if cfg.runner == "tvm":
+    if cfg.runner in LIVE:
         runs, extra = _run_live(cfg, progress, meter, runner, builder,
                                 set(only) if only is not None else None)
         if extra["missing"]:
@@ -413,6 +426,10 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
     if only is not None and not only:
         return _read_live(op, runs_plan)
     ro = cfg.runner_options
+    if runner is None and cfg.runner == "rpc":
+        from bocast.measure.rpc import RpcRunner
+
+        runner = RpcRunner(**cfg.rpc, timeout_s=ro["run_timeout"], repeats=ro["repeats"])
     runner = runner or GpuRunner(timeout_s=ro["run_timeout"], repeats=ro["repeats"])
     builder = builder or Builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
                                  reject_spills=ro["reject_spills"])
@@ -427,7 +444,7 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
         reference = reference or runner.reference(op)
         progress(f"live on {device.get('gpu')}; reference {reference['tflops']:.1f} TFLOPS "
                  f"({reference.get('what', '')})")
-        info = {"device": device, "runner": "tvm", "compare": cfg.name,
+        info = {"device": device, "runner": cfg.runner, "compare": cfg.name,
                 "config_sha256": cfg.digest}
         runs: list[dict] = []
         missing: list[str] = []
@@ -640,7 +657,7 @@ def _write_files(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) 
     with atomic_write(cfg.results + ".json") as f:
         json.dump(summary, f, indent=1, sort_keys=True, default=str)
     prov = summary["provenance"]
-    live = cfg.runner == "tvm"
+    live = cfg.runner in LIVE
     where = (f"{prov.get('device', {}).get('gpu', 'GPU')}, driver "
              f"{prov.get('device', {}).get('driver', '?')}" if live else "")
     last = cfg.budgets[-1]

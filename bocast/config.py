@@ -28,7 +28,7 @@ from bocast.schema import ConfigError, Field, Section
 
 __all__ = ["ConfigError", "TuneConfig", "load", "parse", "read_yaml", "workload_and_dataset"]
 
-RUNNERS = (*schema.RUNNER_NAMES, "rpc")  # rpc: tune and measure (compare: not wired yet)
+RUNNERS = (*schema.RUNNER_NAMES, "rpc")
 WORKLOAD = Field("workload", dict, doc="op, shape and the operator's options")
 TUNE = Section((
     Field("name", str, ""), Field("description", str, ""), WORKLOAD,

@@ -449,3 +449,42 @@ def test_bocast_tune_through_rpc_builds_here_and_records_the_servers(cluster, tm
         records, sessions = st.records(), st.sessions()
     assert len(records) == 4 and all(r.measured_on for r in records if r.ok)
     assert sessions[-1]["runner"] == "rpc" and len(sessions[-1]["device"]["servers"]) == SERVERS
+
+
+def test_compare_config_with_runner_rpc():
+    from bocast import compare
+
+    raw = {"name": "c", "workload": {"op": "gemm", "shape": [64, 64, 64]}, "runner": "rpc",
+           "strategies": [{"name": "random"}], "seeds": 1, "budget": {"trials": 4},
+           "output": "/tmp/x", "results": "/tmp/x/r",
+           "rpc": {"tracker": "gpu-host:9190", "key": "h100"}}
+    assert compare.parse(raw, "").rpc == {"tracker": "gpu-host:9190", "key": "h100"}
+    with pytest.raises(compare.ConfigError, match=r"rpc\.tracker: missing"):
+        compare.parse({**raw, "rpc": None}, "")
+    assert compare.parse({**raw, "runner": "replay", "dataset": "d"}, "").rpc == {}
+
+
+def test_bocast_compare_through_rpc_records_every_run_once(cluster, tmp_path):
+    """A live comparison whose kernels are timed by the servers (nvcc builds here)."""
+    from bocast import cli
+    from bocast.measure.nvcc import why_no_compiler
+    from bocast.records import Store
+
+    if why_no_compiler():
+        pytest.skip(why_no_compiler())
+    cluster.wait_free()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: c\nworkload: {op: gemm, shape: [256, 256, 256]}\nrunner: rpc\n"
+                   "strategies: [{name: random}, {name: cga}]\nseeds: 1\nbudget: {trials: 4}\n"
+                   f"batch_size: 4\noutput: {tmp_path / 'runs'}\nresults: {tmp_path / 'res'}\n"
+                   "runner_options: {workers: 2}\n"
+                   f"rpc: {{tracker: '127.0.0.1:{cluster.tracker.port}', key: {KEY}}}\n")
+    assert cli.main(["compare", str(cfg), "--json"]) == 0
+    for label in ("random", "cga"):
+        with Store(str(tmp_path / "runs" / f"{label}_seed0.db"),
+                   OP.workload | {"shape": [256] * 3}) as st:
+            records, sessions = st.records(), st.sessions()
+        assert len(records) == 4 and len({r.key for r in records}) == 4
+        assert all(r.measured_on for r in records if r.ok)
+        assert sessions[-1]["runner"] == "rpc"
+    assert (tmp_path / "res.md").exists()
