@@ -655,7 +655,7 @@ def _write_files(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) 
             w.writerow([r["label"], r["seed"], r["trials_to_95pct"] or ""] +
                        [f"{r['curve'][b - 1]:.4g}" for b in cfg.budgets])
     with atomic_write(cfg.results + ".json") as f:
-        json.dump(summary, f, indent=1, sort_keys=True, default=str)
+        json.dump(summary, f, separators=(",", ":"), sort_keys=True, default=str)
     prov = summary["provenance"]
     live = cfg.runner in LIVE
     where = (f"{prov.get('device', {}).get('gpu', 'GPU')}, driver "

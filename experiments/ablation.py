@@ -167,7 +167,7 @@ def main(path: str) -> None:
               "variants": spec["variants"], "tables": tables, "seconds": round(seconds, 1),
               "cpu_count": os.cpu_count(), "provenance": prov}
     with open(spec["results"] + ".json", "w") as f:
-        json.dump(result, f, indent=1, default=str)
+        json.dump(result, f, separators=(",", ":"), default=str)
     with open(spec["results"] + ".md", "w") as f:
         f.write(_markdown(result))
     print(_markdown(result))

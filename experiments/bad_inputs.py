@@ -640,7 +640,7 @@ def main() -> None:
             for r in results]
     with open(args.out + ".json", "w") as f:
         json.dump({"provenance": prov, "clean": clean, "cases": len(rows), "rows": rows}, f,
-                  indent=1)
+                  separators=(",", ":"))
     md = [f"# Bad inputs: {clean} of {len(rows)} clean", "",
           f"`python experiments/bad_inputs.py` at commit {prov['git_sha']}, {prov['date']}, on "
           f"{prov['host']} ({os.cpu_count()} CPUs, no GPU). Each case runs `bocast` once in a "

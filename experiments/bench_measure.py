@@ -55,7 +55,7 @@ def main() -> None:
                                        for s in {str(r.status) for r in runs}}}
         print(f"runner: {len(runs)} kernels in {seconds:.1f} s = {len(runs) / seconds:.1f}/s")
     with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+        json.dump(result, f, separators=(",", ":"))
 
 
 if __name__ == "__main__":

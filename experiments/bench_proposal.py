@@ -100,7 +100,7 @@ def main() -> None:
               "load_average": os.getloadavg(), "dataset": args.dataset,
               "provenance": provenance(), "rows": rows}
     with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+        json.dump(result, f, separators=(",", ":"))
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def main() -> None:
         rows.append({"kernel": f"cuBLAS torch.matmul fp16 {n}^3 (fp16 out)",
                      "tflops": 2 * n ** 3 / (t["latency_ms"] * 1e-3) / 1e12, **t})
     with open(args.out, "w") as f:
-        json.dump({"device": device_info(), "rows": rows}, f, indent=1)
+        json.dump({"device": device_info(), "rows": rows}, f, separators=(",", ":"))
     for r in rows:
         print(f"{r['kernel']:<48} {r['tflops']:7.1f} TFLOPS  ({r['latency_ms']:.4f} ms, "
               f"IQR {r['latency_q25_ms']:.4f}-{r['latency_q75_ms']:.4f})")

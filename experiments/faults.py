@@ -89,7 +89,7 @@ def main() -> None:
             rows.append({"case": name, "status": str(r.status), "tflops": r.tflops,
                          "rel_error": r.rel_error, "error": r.error[-200:]})
     with open(args.out, "w") as f:
-        json.dump({"rows": rows, "seconds": time.perf_counter() - t0}, f, indent=1)
+        json.dump({"rows": rows, "seconds": time.perf_counter() - t0}, f, separators=(",", ":"))
     print(f"{'case':<48} {'status':<14} detail")
     for row in rows:
         detail = f"{row['tflops']:.1f} TFLOPS" if row.get("tflops") else row["error"][:70]

@@ -219,7 +219,7 @@ def main() -> None:
             "result_files": res["final"].get("result_files", [])}
     with open(args.out + ".json", "w") as f:
         json.dump({"provenance": prov, "summary": summary, "compare": compare,
-                   "measure": measure}, f, indent=1, default=str)
+                   "measure": measure}, f, separators=(",", ":"), default=str)
     md = ["# SIGINT at random moments", "",
           f"`python experiments/interrupts.py --moments {args.moments} --seed {args.seed}` at "
           f"commit {prov['git_sha']}, {prov['date']}, on {prov['host']} ({os.cpu_count()} CPUs, "

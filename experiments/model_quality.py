@@ -94,7 +94,7 @@ def main() -> None:
               "tree_backend": backend, "summary": summary, "rows": rows,
               "provenance": prov}
     with open(args.out + ".json", "w") as f:
-        json.dump(result, f, indent=1)
+        json.dump(result, f, separators=(",", ":"))
     md = _markdown(result)
     with open(args.out + ".md", "w") as f:
         f.write(md)

@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     if args.out:
         tmp = args.out + ".tmp"
         with open(tmp, "w") as f:
-            json.dump(result, f, indent=1)
+            json.dump(result, f, separators=(",", ":"))
         os.replace(tmp, args.out)
     print(f"{workload}  cuBLAS {ref['median']:.1f} [{ref['min']:.1f}-{ref['max']:.1f}] TFLOPS "
           f"({len(cublas)} readings); device {prov['device'].get('gpu')}")

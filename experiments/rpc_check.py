@@ -204,7 +204,7 @@ def main(argv=None) -> int:
         out["rpc_lost"] = list(rpc.lost)
         if args.out:
             with open(args.out, "w") as f:
-                json.dump(out, f, indent=1, sort_keys=True, default=str)
+                json.dump(out, f, separators=(",", ":"), sort_keys=True, default=str)
 
     try:
         if args.tune_trials:

@@ -65,7 +65,7 @@ def main() -> int:
     with open(args.out, "w") as f:
         json.dump({"space": args.space, "sample": args.sample, "seed": args.seed, "rows": rows,
                    "provenance": provenance({"machine": "CPU (no GPU): static builds only"})},
-                  f, indent=1)
+                  f, separators=(",", ":"))
     return 0
 
 

@@ -120,7 +120,7 @@ def main() -> int:
         json.dump({"rows": rows, "provenance": prov,
                    "timing": "graph: bocast's runner method (CUDA events around CUDA-graph "
                              "replays, median); do_bench: triton.testing.do_bench (median)"},
-                  f, indent=1)
+                  f, separators=(",", ":"))
     print(f"{'shape':<18} {'triton':>8} {'cuBLAS':>8} {'ratio':>6}   (TFLOPS, CUDA-graph timing;"
           " do_bench in brackets)")
     for r in rows:
