@@ -56,17 +56,21 @@ class Subspace:
                                                for k, vals in self.allowed.items()}}
 
 
+def _knob(space: Space, name: str, where: str):
+    try:
+        return space.knob(name)
+    except KeyError:
+        raise SubspaceError(f"{where}: unknown knob {name!r}; knobs: "
+                            f"{', '.join(k.name for k in space.knobs)}") from None
+
+
 def allowed_values(space: Space, fix: Mapping[str, Any]) -> dict[str, list[Value]]:
     """``fix`` (knob -> a value or a list of values, as YAML or JSON gives them) as the
     ``allowed`` mapping of :meth:`Space.enumerate_feasible`, each value checked against the
     knob's domain."""
     out: dict[str, list[Value]] = {}
     for name, given in fix.items():
-        try:
-            knob = space.knob(name)
-        except KeyError:
-            raise SubspaceError(f"fix: unknown knob {name!r}; knobs: "
-                                f"{', '.join(k.name for k in space.knobs)}") from None
+        knob = _knob(space, name, "fix")
         if isinstance(knob, Split):
             many = isinstance(given, (list, tuple)) and given and all(
                 isinstance(v, (list, tuple)) for v in given)
@@ -97,11 +101,7 @@ def parse_fix_args(space: Space, items: Sequence[str]) -> dict[str, list[Value]]
         name, sep, text = item.partition("=")
         if not sep or not name or not text:
             raise SubspaceError(f"--fix {item!r}: expected KNOB=VALUE")
-        try:
-            knob = space.knob(name)
-        except KeyError:
-            raise SubspaceError(f"--fix: unknown knob {name!r}; knobs: "
-                                f"{', '.join(k.name for k in space.knobs)}") from None
+        knob = _knob(space, name, "--fix")
         if isinstance(knob, Split):
             try:
                 value: Value = tuple(int(p) for p in text.strip("[]() ").split(","))
