@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from bocast import interrupt, schema
-from bocast.config import WORKLOAD, ConfigError, read_yaml, resolver, strategy_entry, \
+from bocast.config import WORKLOAD, ConfigError, read_yaml, resolver, rpc_options, strategy_entry, \
     workload_and_dataset
 from bocast.progress import Progress
 from bocast.schema import Field, Section
@@ -171,14 +171,6 @@ def parse(raw: Any, where: str) -> CompareConfig:
         raise ConfigError(f"strategies: {METASCHEDULE} proposes its own schedules, which no "
                           "recorded dataset holds; it needs a live runner (tvm or rpc)")
     ropts = schema.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
-    rpc_opts = {}
-    if runner == "rpc":
-        from bocast.measure.rpc import parse_options
-
-        try:
-            rpc_opts = parse_options(top["rpc"] or {})
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
     baseline = top["baseline"]
     if baseline is not None and baseline not in labels:
         raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")
@@ -189,7 +181,7 @@ def parse(raw: Any, where: str) -> CompareConfig:
         strategies=strategies, seeds=seeds, trials=trials, batch_size=top["batch_size"],
         budgets=sorted(budgets), baseline=baseline, output=resolve(top["output"]),
         results=resolve(top["results"]), workers=top["workers"], runner_options=ropts,
-        rpc=rpc_opts, raw=dict(raw))
+        rpc=rpc_options(runner, top["rpc"]), raw=dict(raw))
 
 
 def _seeds(seeds: Any, where: str) -> list[int]:

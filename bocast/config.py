@@ -105,14 +105,7 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
     ropts = schema.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
     if top["runner"] == "replay" and top["dataset"] is None:
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
-    rpc_opts = {}
-    if top["runner"] == "rpc":  # the YAML's mapping, with the command line's fields over it
-        from bocast.measure.rpc import parse_options
-
-        try:
-            rpc_opts = parse_options({**(top["rpc"] or {}), **(rpc or {})})
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+    rpc_opts = rpc_options(top["runner"], top["rpc"], rpc)
     base = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
     resolve = resolver(base)
     return TuneConfig(workload=dict(top["workload"]), strategy=name,
@@ -122,6 +115,20 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
                       dataset=resolve(top["dataset"]) if top["dataset"] else None,
                       output=resolve(top["output"]), runner_options=ropts, rpc=rpc_opts,
                       name=top["name"], path=path, raw=dict(raw))
+
+
+def rpc_options(runner: str, section: Mapping[str, Any] | None,
+                overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A configuration's ``rpc`` mapping, with the command line's fields over it, checked when
+    the runner is rpc (tune and compare configurations alike); {} for other runners."""
+    if runner != "rpc":
+        return {}
+    from bocast.measure.rpc import parse_options
+
+    try:
+        return parse_options({**(section or {}), **(overrides or {})})
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def resolver(config_dir: str):
