@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import gzip
 import json
+import math
 import os
 import platform
 import sqlite3
@@ -22,44 +23,18 @@ import subprocess
 import tempfile
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterable, Mapping, get_args, get_type_hints
 
 from bocast import interrupt
 from bocast.errors import InputError
 from bocast.measure.status import Status
 from bocast.operator import canonical_workload
 
+#: Changes only with an incompatible change of the tables. A new measured value is a new
+#: nullable column: a store written before it gets the column when opened (its rows read None),
+#: and older code reads a newer store by column name, ignoring what it does not know.
 SCHEMA_VERSION = 1
-
-_COLUMNS = (
-    "id INTEGER PRIMARY KEY AUTOINCREMENT",
-    "key TEXT NOT NULL UNIQUE",
-    "config TEXT NOT NULL",
-    "status TEXT NOT NULL",
-    "latency_ms REAL",        # median over repeats
-    "latency_min_ms REAL",
-    "latency_q25_ms REAL",
-    "latency_q75_ms REAL",
-    "latency_max_ms REAL",
-    "repeats INTEGER",
-    "tflops REAL",
-    "rel_error REAL",
-    "build_s REAL",
-    "run_s REAL",
-    "registers REAL",
-    "smem_bytes REAL",
-    "dynamic_smem_bytes REAL",
-    "spill_stores REAL",
-    "spill_loads REAL",
-    "stack_bytes REAL",
-    "stage TEXT",
-    "error TEXT",
-    "source TEXT",            # who proposed it: strategy name, "sample", ...
-    "session INTEGER",
-    "created TEXT NOT NULL",
-    "measured_on TEXT",       # JSON: host, port, GPU index and model (runner: rpc)
-)
 
 
 class StoreError(InputError):
@@ -86,36 +61,121 @@ def atomic_write(path: str, mode: str = "w", **kwargs):
         raise
 
 
+# ---------------------------------------------------------------------- the record schema
+#
+# A record's measured values are defined here once: the scalar fields made by _measured()
+# (Measurement's, which a runner reports, and Record.build_s) and the static FEATURES of the
+# binary. The store's columns, a runner's result, its copy into a record, the dataset CSV
+# columns and replay's reading of a dataset all derive from them, so a new measured value is
+# one line here (plus the code that measures it).
+
+
+@dataclass(frozen=True)
+class Column:
+    """What a measured column holds. ``optional``: files written before the column existed
+    lack it and read it as None; every column added after the first tracked datasets must be
+    optional, so that those still load."""
+
+    doc: str
+    optional: bool = False
+
+
+def _measured(doc: str, *, optional: bool = False) -> Any:
+    return field(default=None, metadata={"column": Column(doc, optional)})
+
+
+@dataclass(kw_only=True)
+class Measurement:
+    """What a runner measures of one kernel; None where it was not measured (a failed run
+    keeps ``run_s`` and, for a wrong result, ``rel_error``)."""
+
+    latency_ms: float | None = _measured("median per-launch time over the timed repeats (ms)")
+    latency_min_ms: float | None = _measured("fastest timed repeat (ms)")
+    latency_q25_ms: float | None = _measured("first quartile of the timed repeats (ms)")
+    latency_q75_ms: float | None = _measured("third quartile of the timed repeats (ms)")
+    latency_max_ms: float | None = _measured("slowest timed repeat (ms)")
+    repeats: int | None = _measured("timed repeats")
+    tflops: float | None = _measured("TFLOP/s of the operator's FLOPs at the median latency")
+    rel_error: float | None = _measured("||out - ref|| / ||ref|| against the reference, float64")
+    run_s: float | None = _measured("wall seconds the runner spent on the kernel")
+
+
+#: Static features of a built kernel (``Record.features``), one float each.
+FEATURES: dict[str, Column] = {
+    "registers": Column("registers per thread (ptxas)"),
+    "smem_bytes": Column("static shared memory per block, bytes (ptxas)"),
+    "dynamic_smem_bytes": Column("dynamic shared memory per block, bytes (the lowered kernel)"),
+    "spill_stores": Column("register spill stores, bytes (ptxas)"),
+    "spill_loads": Column("register spill loads, bytes (ptxas)"),
+    "stack_bytes": Column("stack frame, bytes (ptxas)"),
+}
+
+
 @dataclass
-class Record:
-    """One finished measurement of one configuration."""
+class Record(Measurement):
+    """One finished measurement of one configuration: the runner's :class:`Measurement`
+    (keyword arguments), the build's time and features, and where the record came from."""
 
     key: str
     config: dict[str, Any]
     status: Status
-    latency_ms: float | None = None
-    latency_min_ms: float | None = None
-    latency_q25_ms: float | None = None
-    latency_q75_ms: float | None = None
-    latency_max_ms: float | None = None
-    repeats: int | None = None
-    tflops: float | None = None
-    rel_error: float | None = None
-    build_s: float | None = None
-    run_s: float | None = None
-    features: dict[str, float] = field(default_factory=dict)
-    stage: str | None = None
+    build_s: float | None = _measured("wall seconds to build the kernel (lower, compile)")
+    features: dict[str, float] = field(default_factory=dict)  # FEATURES of the binary
+    stage: str | None = None                  # where it failed: lower, compile, run, ...
     error: str = ""
-    source: str = ""
-    measured_on: dict[str, Any] | None = None
+    source: str = ""                          # who proposed it: strategy name, "sample", ...
+    measured_on: dict[str, Any] | None = None  # runner rpc: host, port, GPU index and model
 
     @property
     def ok(self) -> bool:
         return self.status is Status.OK
 
 
-_FEATURES = ("registers", "smem_bytes", "dynamic_smem_bytes", "spill_stores", "spill_loads",
-             "stack_bytes")
+#: the fields a runner reports (RunResult's, copied into the record)
+RUN_FIELDS = tuple(f.name for f in fields(Measurement))
+#: every scalar measured field of a record, in column order
+MEASURED = tuple(f.name for f in fields(Record) if "column" in f.metadata)
+_TYPES = {name: get_args(hint)[0] for name, hint in get_type_hints(Record).items()
+          if name in MEASURED}  # float or int, from "float | None"
+#: columns that files written before them lack
+OPTIONAL = frozenset([*(f.name for f in fields(Record) if "column" in f.metadata
+                        and f.metadata["column"].optional),
+                      *(n for n, c in FEATURES.items() if c.optional)])
+
+_COLUMNS = {
+    "id": "INTEGER PRIMARY KEY AUTOINCREMENT",
+    "key": "TEXT NOT NULL UNIQUE",
+    "config": "TEXT NOT NULL",            # JSON
+    "status": "TEXT NOT NULL",
+    **{name: "INTEGER" if _TYPES[name] is int else "REAL" for name in MEASURED},
+    **{name: "REAL" for name in FEATURES},
+    "stage": "TEXT",
+    "error": "TEXT",
+    "source": "TEXT",
+    "session": "INTEGER",
+    "created": "TEXT NOT NULL",
+    "measured_on": "TEXT",                # JSON
+}
+
+
+def column_docs() -> dict[str, str]:
+    """What each measured column holds (a dataset's .json carries it)."""
+    return {**{f.name: f.metadata["column"].doc for f in fields(Record) if "column" in f.metadata},
+            **{name: c.doc for name, c in FEATURES.items()}}
+
+
+def measured_values(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The measured fields and ``features`` of a :class:`Record` from a row of the store or a
+    dataset (a missing column, None or NaN: not measured)."""
+    out: dict[str, Any] = {k: _value(row.get(k), _TYPES[k]) for k in MEASURED}
+    out["features"] = {k: v for k in FEATURES if (v := _value(row.get(k), float)) is not None}
+    return out
+
+
+def _value(v: Any, kind: type) -> Any:
+    if v is None or (isinstance(v, float) and math.isnan(v)):  # an empty cell of a dataset
+        return None
+    return int(v) if kind is int else float(v)
 
 
 def git_sha(path: str | None = None) -> str:
@@ -187,9 +247,8 @@ class Store:
                 self._conn.execute("PRAGMA synchronous=FULL")
                 if not exists:
                     self._create()
-                elif "measured_on" not in {r[1] for r in self._conn.execute(
-                        "PRAGMA table_info(measurements)")}:  # stores written before the column
-                    self._conn.execute("ALTER TABLE measurements ADD COLUMN measured_on TEXT")
+                else:
+                    self._add_new_columns()
             except (OSError, sqlite3.OperationalError) as e:
                 raise StoreError(f"cannot open record store {path} for writing ({e})") from None
 
@@ -227,11 +286,19 @@ class Store:
             raise StoreError(f"{path} holds records of workload {stored}, not {self.workload}; "
                              "use another file")
 
+    def _add_new_columns(self) -> None:
+        """Give a store written before a column existed that column (its rows read None)."""
+        have = {r[1] for r in self._conn.execute("PRAGMA table_info(measurements)")}
+        for name, kind in _COLUMNS.items():
+            if name not in have:
+                self._conn.execute(f"ALTER TABLE measurements ADD COLUMN {name} {kind}")
+
     def _create(self) -> None:
         with self._conn:
             self._conn.execute("BEGIN")
             self._conn.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT)")
-            self._conn.execute(f"CREATE TABLE measurements ({', '.join(_COLUMNS)})")
+            self._conn.execute("CREATE TABLE measurements ("
+                               + ", ".join(f"{n} {t}" for n, t in _COLUMNS.items()) + ")")
             self._conn.execute("CREATE TABLE sessions (id INTEGER PRIMARY KEY AUTOINCREMENT, "
                                "started TEXT, provenance TEXT)")
             self._conn.executemany("INSERT INTO meta VALUES (?, ?)", [
@@ -303,12 +370,8 @@ class Store:
                 try:
                     out.append(Record(
                         key=r["key"], config=json.loads(r["config"]), status=Status(r["status"]),
-                        **{k: r[k] for k in ("latency_ms", "latency_min_ms", "latency_q25_ms",
-                                             "latency_q75_ms", "latency_max_ms", "repeats",
-                                             "tflops", "rel_error", "build_s", "run_s", "stage",
-                                             "source")},
+                        **measured_values(r), stage=r["stage"], source=r["source"],
                         error=r["error"] or "",
-                        features={k: r[k] for k in _FEATURES if r[k] is not None},
                         measured_on=(json.loads(r["measured_on"]) if r.get("measured_on")
                                      else None)))
                 except (TypeError, ValueError) as e:
@@ -324,11 +387,9 @@ def _row(record: Record, session: int | None) -> dict[str, Any]:
     return {
         "key": record.key, "config": json.dumps(record.config, sort_keys=True),
         "status": str(record.status),
-        **{k: getattr(record, k) for k in (
-            "latency_ms", "latency_min_ms", "latency_q25_ms", "latency_q75_ms",
-            "latency_max_ms", "repeats", "tflops", "rel_error", "build_s", "run_s", "stage",
-            "error", "source")},
-        **{k: record.features.get(k) for k in _FEATURES},
+        **{k: getattr(record, k) for k in MEASURED},
+        **{k: record.features.get(k) for k in FEATURES},
+        "stage": record.stage, "error": record.error, "source": record.source,
         "session": session,
         "measured_on": json.dumps(record.measured_on, sort_keys=True)
         if record.measured_on else None,
@@ -354,6 +415,9 @@ def load(path: str):
         raise StoreError(f"{path} is not a bocast record store ({e})") from None
     finally:
         conn.close()
+    for name in _COLUMNS:  # a store written before a column (opened read-only here)
+        if name not in df.columns:
+            df[name] = None
     return _expand_configs(df)
 
 
@@ -382,17 +446,15 @@ def _expand_configs(df):
 
 # ------------------------------------------------------------------------------ datasets
 
-DATASET_COLUMNS = ("status", "latency_ms", "latency_min_ms", "latency_q25_ms", "latency_q75_ms",
-                   "latency_max_ms", "repeats", "tflops", "rel_error", "build_s", "run_s",
-                   *_FEATURES, "stage")
+#: a dataset's columns after the knob columns (the store's, less the provenance ones)
+DATASET_COLUMNS = ("status", *MEASURED, *FEATURES, "stage")
 
 
 def export_dataset(store_path: str, out_prefix: str, meta: Mapping[str, Any]) -> tuple[str, str]:
     """Write ``<prefix>.csv.gz`` (one row per measurement: knob columns, status, timings,
     features; errors dropped) and ``<prefix>.json`` (workload, provenance, references)."""
     df = load(store_path)
-    knob_cols = [c for c in df.columns if c not in DATASET_COLUMNS and c not in (
-        "id", "key", "error", "source", "session", "created", "measured_on")]
+    knob_cols = [c for c in df.columns if c not in _COLUMNS]
     df = df[knob_cols + list(DATASET_COLUMNS)]
     for col in df.columns:  # integer-valued knob columns stay integers (nullable for inactive)
         if col in knob_cols and df[col].dtype.kind == "f":
@@ -401,7 +463,8 @@ def export_dataset(store_path: str, out_prefix: str, meta: Mapping[str, Any]) ->
     with atomic_write(csv_path, "wb") as raw, gzip.open(raw, "wt", compresslevel=9) as f:
         df.to_csv(f, index=False, float_format="%.6g")
     with atomic_write(meta_path) as f:
-        json.dump({"rows": len(df), "knob_columns": knob_cols, **meta}, f, indent=1, sort_keys=True)
+        json.dump({"rows": len(df), "knob_columns": knob_cols, "columns": column_docs(), **meta},
+                  f, indent=1, sort_keys=True)
     return csv_path, meta_path
 
 

@@ -10,10 +10,11 @@ import time
 
 import pytest
 
+from bocast.measure.replay import ReplayDataset
 from bocast.measure.status import Status
 from bocast.operator import get_operator
-from bocast.records import Record, Store, StoreError, dataset_configs, export_dataset, load, \
-    load_dataset
+from bocast.records import FEATURES, MEASURED, Record, Store, StoreError, dataset_configs, \
+    export_dataset, load, load_dataset
 from bocast.space import Space
 
 OP = get_operator("gemm").from_args((64, 64, 64))
@@ -92,9 +93,53 @@ def test_dataset_round_trip(tmp_path):
     assert os.path.getsize(csv_path) < 20_000
     df, meta = load_dataset(str(tmp_path / "ds"))
     assert meta["rows"] == 20 and meta["workload"] == OP.workload
+    assert set(meta["columns"]) == {*MEASURED, *FEATURES}
     rebuilt = dataset_configs(df, meta["knob_columns"], OP.space)
     assert [Space.key(c) for c in rebuilt] == [Space.key(c) for c in configs]
     assert list(df["status"][:3]) == ["build_error", "ok", "ok"]
+
+
+def _every_field(config, i):
+    """A record with every measured field and feature set, each to a value of its own."""
+    values = {name: (10 + i if name == "repeats" else 1.5 + i + n / 8)
+              for n, name in enumerate(MEASURED)}
+    return Record(Space.key(config), _json(config), Status.OK, **values,
+                  features={name: 100.0 + n for n, name in enumerate(FEATURES)}, source="t")
+
+
+def test_every_measured_field_survives_store_dataset_and_replay(tmp_path):
+    path = str(tmp_path / "r.db")
+    configs = OP.space.sample(3, rng=2, unique=True)
+    records = [_every_field(c, i) for i, c in enumerate(configs)]
+    with Store(path, OP.workload) as store:
+        for r in records:
+            store.append(r)
+    with Store(path, OP.workload) as store:
+        assert store.records() == records
+    df = load(path)
+    assert all(df[name].tolist() == [getattr(r, name) for r in records] for name in MEASURED)
+    export_dataset(path, str(tmp_path / "ds"), {"workload": OP.workload})
+    ds = ReplayDataset(str(tmp_path / "ds"), OP)
+    assert [ds.record(c, source="t") for c in configs] == records
+    assert isinstance(ds.record(configs[0]).repeats, int)
+
+
+def test_store_written_before_a_column_gets_it_on_open(tmp_path):
+    path = str(tmp_path / "old.db")
+    with Store(path, OP.workload) as store:
+        store.append(_every_field(OP.space.sample(1, rng=0)[0], 0))
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE measurements DROP COLUMN latency_q25_ms")
+    conn.commit()
+    conn.close()
+    assert load(path)["latency_q25_ms"].isna().all()  # read-only: the column is not added
+    with pytest.raises(sqlite3.OperationalError):
+        sqlite3.connect(path).execute("SELECT latency_q25_ms FROM measurements")
+    with Store(path, OP.workload) as store:
+        (old,) = store.records()
+        assert old.latency_q25_ms is None and old.latency_q75_ms is not None
+        store.append(_every_field(OP.space.sample(2, rng=1, unique=True)[1], 1))
+        assert store.records()[1].latency_q25_ms is not None
 
 
 def _rows(path):

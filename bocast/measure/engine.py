@@ -23,7 +23,7 @@ from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.runner import Runner, RunResult
 from bocast.measure.status import Status
 from bocast.operator import Operator
-from bocast.records import Record, Store, provenance
+from bocast.records import RUN_FIELDS, Record, Store, provenance
 from bocast.space import Config, Space
 
 
@@ -123,8 +123,7 @@ def to_record(key: str, config: Config, b: BuildResult, r: RunResult | None, sou
         rec.status = r.status
         rec.error = r.error
         rec.stage = "run" if r.status is not Status.OK else None
-        for k in ("latency_ms", "latency_min_ms", "latency_q25_ms", "latency_q75_ms",
-                  "latency_max_ms", "repeats", "tflops", "rel_error", "run_s"):
+        for k in RUN_FIELDS:
             setattr(rec, k, getattr(r, k))
         rec.measured_on = r.extra.get("measured_on")
     return rec

@@ -17,7 +17,7 @@ from bocast.candidates import TableCandidates
 from bocast.errors import InputError
 from bocast.measure.status import Status
 from bocast.operator import Operator, canonical_workload
-from bocast.records import DATASET_COLUMNS, Record, dataset_configs
+from bocast.records import DATASET_COLUMNS, OPTIONAL, Record, dataset_configs, measured_values
 from bocast.space import Config, Space
 
 #: columns read as numbers (the others: status and stage, text)
@@ -65,14 +65,7 @@ class ReplayDataset:
             raise ReplayError(f"configuration {key} is not in dataset {self.prefix}")
         r = self.rows[i]
         return Record(
-            key, _jsonable(config), Status(r["status"]),
-            **{k: _num(r.get(k)) for k in ("latency_ms", "latency_min_ms", "latency_q25_ms",
-                                           "latency_q75_ms", "latency_max_ms", "tflops",
-                                           "rel_error", "build_s", "run_s")},
-            repeats=int(r["repeats"]) if _num(r.get("repeats")) is not None else None,
-            features={k: float(r[k]) for k in ("registers", "smem_bytes", "dynamic_smem_bytes",
-                                               "spill_stores", "spill_loads", "stack_bytes")
-                      if _num(r.get(k)) is not None},
+            key, _jsonable(config), Status(r["status"]), **measured_values(r),
             stage=r.get("stage") if isinstance(r.get("stage"), str) else None,
             error="replayed" if r["status"] != "ok" else "", source=source)
 
@@ -145,9 +138,13 @@ def _read_rows(prefix: str, meta: dict[str, Any]):
             pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise ReplayError(f"dataset {path}: cannot be read ({type(e).__name__}: "
                           f"{' '.join(str(e).split())[:200]})") from None
-    missing = [c for c in (*meta["knob_columns"], *DATASET_COLUMNS) if c not in df.columns]
+    missing = [c for c in (*meta["knob_columns"], *DATASET_COLUMNS)
+               if c not in df.columns and c not in OPTIONAL]
     if missing:
         raise ReplayError(f"dataset {path}: missing column(s) {missing}")
+    for c in DATASET_COLUMNS:  # a column newer than the dataset: not measured
+        if c not in df.columns:
+            df[c] = float("nan")
     if not len(df):
         raise ReplayError(f"dataset {path}: no rows")
     if isinstance(meta.get("rows"), int) and meta["rows"] != len(df):

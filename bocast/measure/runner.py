@@ -17,21 +17,17 @@ from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure, TimedPool
 from bocast.measure.status import Status, tail
 from bocast.operator import Operator
+from bocast.records import RUN_FIELDS, Measurement
 
 
 @dataclass
-class RunResult:
+class RunResult(Measurement):
+    """A runner's answer for one kernel: its :class:`~bocast.records.Measurement` (keyword
+    arguments), the status, and ``extra`` details (``number``, ``method``; rpc:
+    ``measured_on``)."""
+
     key: str
     status: Status
-    latency_ms: float | None = None
-    latency_min_ms: float | None = None
-    latency_q25_ms: float | None = None
-    latency_q75_ms: float | None = None
-    latency_max_ms: float | None = None
-    repeats: int | None = None
-    tflops: float | None = None
-    rel_error: float | None = None
-    run_s: float | None = None
     error: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -60,10 +56,6 @@ class Runner(ABC):
 
     def __exit__(self, *exc):
         self.close()
-
-
-_RESULT_FIELDS = ("latency_ms", "latency_min_ms", "latency_q25_ms", "latency_q75_ms",
-                  "latency_max_ms", "repeats", "tflops", "rel_error", "run_s")
 
 
 class WorkerRunner(Runner):
@@ -104,7 +96,7 @@ class WorkerRunner(Runner):
             status = {"timeout": Status.RUN_TIMEOUT}.get(raw.kind, Status.RUNTIME_ERROR)
             return RunResult(key, status, run_s=raw.seconds, error=tail(f"{raw.kind}: {raw.detail}"))
         res = RunResult(key, Status(raw["status"]), error=tail(raw.get("error", "")),
-                        **{k: raw.get(k) for k in _RESULT_FIELDS})
+                        **{k: raw.get(k) for k in RUN_FIELDS})
         res.extra = {k: raw[k] for k in ("number", "method") if k in raw}
         return res
 
