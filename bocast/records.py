@@ -231,11 +231,15 @@ class Store:
     def __init__(self, path: str, workload: Mapping[str, Any], *, create: bool = True):
         self.path = path
         self.workload = dict(workload)
+        self.readonly = False
         exists = os.path.exists(path) and os.path.getsize(path) > 0
         if not exists and not create:
             raise StoreError(f"record store {path} does not exist")
         if exists:
-            self._check_existing(path)
+            stored = _check_existing(path)
+            if _canon(canonical_workload(stored)) != _canon(canonical_workload(self.workload)):
+                raise StoreError(f"{path} holds records of workload {stored}, not "
+                                 f"{self.workload}; use another file")
         self._lock = threading.RLock()
         with interrupt.held():  # a new store is created whole (tables and meta) or not at all
             try:
@@ -252,39 +256,19 @@ class Store:
             except (OSError, sqlite3.OperationalError) as e:
                 raise StoreError(f"cannot open record store {path} for writing ({e})") from None
 
-    def _check_existing(self, path: str) -> None:
-        try:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            try:
-                rows = dict(conn.execute("SELECT name, value FROM meta").fetchall())
-                tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE "
-                                                     "type = 'table'")}
-                # a page damaged mid-file passes the reads above; quick_check reads every page
-                problems = [m for (m,) in conn.execute("PRAGMA quick_check(5)")]
-            finally:
-                conn.close()
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"{path} is not a bocast record store ({e}); refusing to touch it") \
-                from None
-        if rows.get("format") != "bocast-records":
-            raise StoreError(f"{path} is not a bocast record store; refusing to touch it")
-        if problems != ["ok"]:
-            found = " ".join(" ".join(problems).split())[:300]
-            raise StoreError(f"{path} is damaged (SQLite quick_check: {found}); refusing to "
-                             "write to it: move it away (sqlite3's .recover may save its rows)")
-        if not {"measurements", "sessions"} <= tables:
-            raise StoreError(f"{path} lacks the measurements or sessions table; refusing to "
-                             "touch it")
-        if str(rows.get("schema")) != str(SCHEMA_VERSION):
-            raise StoreError(f"{path} has schema {rows.get('schema')}, this bocast reads "
-                             f"{SCHEMA_VERSION}")
-        try:
-            stored = json.loads(rows["workload"])
-        except (KeyError, TypeError, ValueError):
-            raise StoreError(f"{path} has no readable workload; refusing to touch it") from None
-        if _canon(canonical_workload(stored)) != _canon(canonical_workload(self.workload)):
-            raise StoreError(f"{path} holds records of workload {stored}, not {self.workload}; "
-                             "use another file")
+    @classmethod
+    def open(cls, path: str) -> Store:
+        """An existing store of whatever workload it holds (``store.workload``), read-only:
+        for reading the records of runs one did not start. The same checks as for writing;
+        nothing is written to the file (a column it lacks reads None); writing raises
+        StoreError."""
+        if not (os.path.exists(path) and os.path.getsize(path) > 0):
+            raise StoreError(f"record store {path} does not exist")
+        self = cls.__new__(cls)
+        self.path, self.workload, self.readonly = path, _check_existing(path), True
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        return self
 
     def _add_new_columns(self) -> None:
         """Give a store written before a column existed that column (its rows read None)."""
@@ -315,7 +299,12 @@ class Store:
         self.close()
 
     # --- meta ----------------------------------------------------------------------------
+    def _writable(self) -> None:
+        if self.readonly:
+            raise StoreError(f"{self.path} was opened read-only (Store.open)")
+
     def set_meta(self, name: str, value: Any) -> None:
+        self._writable()
         with interrupt.held(), self._lock, self._conn:
             self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, json.dumps(value)))
 
@@ -324,6 +313,7 @@ class Store:
         return json.loads(row[0]) if row else default
 
     def start_session(self, prov: Mapping[str, Any]) -> int:
+        self._writable()
         with interrupt.held(), self._lock, self._conn:
             cur = self._conn.execute("INSERT INTO sessions (started, provenance) VALUES (?, ?)",
                                      (prov.get("date", ""), json.dumps(prov, sort_keys=True)))
@@ -347,6 +337,7 @@ class Store:
 
     def append(self, record: Record, session: int | None = None) -> None:
         """Insert one finished measurement (its own transaction: durable once this returns)."""
+        self._writable()
         row = _row(record, session)
         names = ", ".join(row)
         marks = ", ".join("?" for _ in row)
@@ -380,6 +371,42 @@ class Store:
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} cannot be read ({e})") from None
         return out
+
+
+def _check_existing(path: str) -> dict[str, Any]:
+    """The workload of an existing store, once it passed every check (StoreError if not)."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = dict(conn.execute("SELECT name, value FROM meta").fetchall())
+            tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE "
+                                                 "type = 'table'")}
+            # a page damaged mid-file passes the reads above; quick_check reads every page
+            problems = [m for (m,) in conn.execute("PRAGMA quick_check(5)")]
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"{path} is not a bocast record store ({e}); refusing to touch it") \
+            from None
+    if rows.get("format") != "bocast-records":
+        raise StoreError(f"{path} is not a bocast record store; refusing to touch it")
+    if problems != ["ok"]:
+        found = " ".join(" ".join(problems).split())[:300]
+        raise StoreError(f"{path} is damaged (SQLite quick_check: {found}); refusing to "
+                         "write to it: move it away (sqlite3's .recover may save its rows)")
+    if not {"measurements", "sessions"} <= tables:
+        raise StoreError(f"{path} lacks the measurements or sessions table; refusing to "
+                         "touch it")
+    if str(rows.get("schema")) != str(SCHEMA_VERSION):
+        raise StoreError(f"{path} has schema {rows.get('schema')}, this bocast reads "
+                         f"{SCHEMA_VERSION}")
+    try:
+        stored = json.loads(rows["workload"])
+    except (KeyError, TypeError, ValueError):
+        raise StoreError(f"{path} has no readable workload; refusing to touch it") from None
+    if not isinstance(stored, dict):
+        raise StoreError(f"{path} has no readable workload; refusing to touch it")
+    return stored
 
 
 def _row(record: Record, session: int | None) -> dict[str, Any]:

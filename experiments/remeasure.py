@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import statistics
 import sys
 
@@ -28,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
 
 from bocast.operator import canonical_workload, from_workload
-from bocast.records import provenance
+from bocast.records import Store, StoreError, provenance
 
 
 def best_configs(stores: list[str], top: int) -> tuple[dict, list[dict]]:
@@ -48,22 +47,20 @@ def best_configs(stores: list[str], top: int) -> tuple[dict, list[dict]]:
                 if r["key"] not in rows or r["recorded_tflops"] > rows[r["key"]]["recorded_tflops"]:
                     rows[r["key"]] = dict(r)
             continue
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            w = json.loads(dict(conn.execute("SELECT name, value FROM meta").fetchall())["workload"])
-            found = conn.execute("SELECT key, config, tflops FROM measurements "
-                                 "WHERE status = 'ok' AND tflops IS NOT NULL").fetchall()
-        finally:
-            conn.close()
-        w = canonical_workload(w)
+            with Store.open(path) as store:
+                w = canonical_workload(store.workload)
+                found = [r for r in store.records() if r.ok and r.tflops is not None]
+        except StoreError as e:
+            raise SystemExit(str(e)) from None
         if workload is None:
             workload = w
         elif w != workload:
             raise SystemExit(f"{path}: workload {w} differs from the first store's {workload}")
-        for key, config, tflops in found:
-            if key not in rows or tflops > rows[key]["recorded_tflops"]:
-                rows[key] = {"key": key, "config": json.loads(config), "recorded_tflops": tflops,
-                             "store": os.path.basename(path)}
+        for r in found:
+            if r.key not in rows or r.tflops > rows[r.key]["recorded_tflops"]:
+                rows[r.key] = {"key": r.key, "config": r.config, "recorded_tflops": r.tflops,
+                               "store": os.path.basename(path)}
     if workload is None:
         raise SystemExit("no store given")
     ranked = sorted(rows.values(), key=lambda r: -r["recorded_tflops"])

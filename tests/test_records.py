@@ -1,6 +1,7 @@
 """Record store: append-only rows, refusal of foreign files, SIGKILL-and-resume, datasets."""
 
 import hashlib
+import importlib.util
 import os
 import signal
 import sqlite3
@@ -18,6 +19,7 @@ from bocast.records import FEATURES, MEASURED, Record, Store, StoreError, datase
 from bocast.space import Space
 
 OP = get_operator("gemm").from_args((64, 64, 64))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _digest(path):
@@ -140,6 +142,58 @@ def test_store_written_before_a_column_gets_it_on_open(tmp_path):
         assert old.latency_q25_ms is None and old.latency_q75_ms is not None
         store.append(_every_field(OP.space.sample(2, rng=1, unique=True)[1], 1))
         assert store.records()[1].latency_q25_ms is not None
+
+
+def test_open_reads_a_store_of_any_workload_and_writes_nothing(tmp_path):
+    path = str(tmp_path / "r.db")
+    other = get_operator("gemm").from_args((128, 64, 64))
+    configs = other.space.sample(3, rng=4, unique=True)
+    with Store(path, other.workload) as store:
+        for i, c in enumerate(configs):
+            store.append(_every_field(c, i))
+        written = store.records()
+    conn = sqlite3.connect(path)  # as if written before a column existed
+    conn.execute("ALTER TABLE measurements DROP COLUMN rel_error")
+    conn.commit()
+    conn.close()
+    before = _digest(path)
+    with Store.open(path) as store:
+        assert store.workload == other.workload
+        got = store.records()
+        with pytest.raises(StoreError, match="read-only"):
+            store.append(_every_field(OP.space.sample(1, rng=9)[0], 9))
+    assert [r.rel_error for r in got] == [None] * 3
+    assert [r.latency_ms for r in got] == [r.latency_ms for r in written]
+    assert _digest(path) == before
+    with pytest.raises(StoreError, match="does not exist"):
+        Store.open(str(tmp_path / "none.db"))
+    with open(tmp_path / "x.db", "wb") as f:
+        f.write(b"not a database at all" * 100)
+    with pytest.raises(StoreError, match="not a bocast record store"):
+        Store.open(str(tmp_path / "x.db"))
+
+
+def test_remeasure_picks_the_best_of_stores_through_the_records_api(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "remeasure", os.path.join(ROOT, "experiments", "remeasure.py"))
+    remeasure = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(remeasure)
+    configs = OP.space.sample(6, rng=5, unique=True)
+    paths = [str(tmp_path / f"{i}.db") for i in range(2)]
+    for j, path in enumerate(paths):
+        with Store(path, OP.workload) as store:
+            for i, c in enumerate(configs[3 * j:3 * j + 3]):
+                store.append(_record(c, Status.OK if i else Status.RUN_TIMEOUT, tflops=i + 3 * j))
+    workload, picked = remeasure.best_configs(paths, 3)
+    assert workload == OP.workload
+    assert [(p["recorded_tflops"], p["store"]) for p in picked] == [(5, "1.db"), (4, "1.db"),
+                                                                    (2, "0.db")]
+    assert picked[0]["config"] == _json(configs[5])
+    with Store(str(tmp_path / "other.db"), get_operator("gemm").from_args((128, 64, 64))
+               .workload):
+        pass
+    with pytest.raises(SystemExit, match="differs"):
+        remeasure.best_configs([paths[0], str(tmp_path / "other.db")], 3)
 
 
 def _rows(path):
