@@ -6,12 +6,38 @@ import collections
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from bocast import interrupt
 from bocast.records import Record
 from bocast.space import Config
 from bocast.strategies.base import Strategy
+
+
+@runtime_checkable
+class SupportsMeasure(Protocol):
+    """What :class:`Tuner` calls on its measurer: the live engine
+    (:class:`bocast.measure.engine.Measurer`) and replay
+    (:class:`bocast.measure.replay.ReplayMeasurer`). A ``clock_s`` attribute, where present,
+    is the simulated time of the trials (replay: their recorded build and run seconds)."""
+
+    def measure(self, configs: Sequence[Config], *, source: str = "") -> list[Record]:
+        """Measure ``configs``; their records, each already in the store (where there is one),
+        in the order they were written."""
+        ...
+
+
+@runtime_checkable
+class SupportsPrepareRun(SupportsMeasure, Protocol):
+    """A measurer whose measurement has two halves (:func:`run_interleaved`): ``prepare``
+    (dedupe, build; may run in another thread while ``run`` of another batch runs) and
+    ``run`` (time what built, record, return every record of the batch)."""
+
+    def prepare(self, configs: Sequence[Config], *, source: str = "") -> Any:
+        ...
+
+    def run(self, batch: Any) -> list[Record]:
+        ...
 
 
 @dataclass
@@ -85,14 +111,14 @@ def _count(values) -> dict[str, int]:
 
 
 class Tuner:
-    """Drives ``strategy`` with ``measurer`` (anything with ``measure(configs) -> records``)
-    under a budget of trials and, optionally, wall seconds.
+    """Drives ``strategy`` with ``measurer`` (:class:`SupportsMeasure`) under a budget of
+    trials and, optionally, wall seconds. The strategy sees only configurations and records.
 
     :meth:`run` is the whole loop; :meth:`start`, :meth:`ask`, :meth:`tell`, :meth:`done` and
     :meth:`result` are its steps, for drivers that interleave several tuners
     (:func:`run_interleaved`)."""
 
-    def __init__(self, strategy: Strategy, measurer, *, trials: int, seconds: float | None = None,
+    def __init__(self, strategy: Strategy, measurer: SupportsMeasure, *, trials: int, seconds: float | None = None,
                  batch_size: int = 32, optimum: float | None = None,
                  reference: float | None = None, meter=None):
         if trials < 1:
@@ -170,12 +196,16 @@ def run_interleaved(tuners: Sequence[Tuner], *, on_batch=None, ahead: int = 2) -
     one tuner's batch runs on the GPU (this thread), the next one's is built and the one after
     is proposed (one thread each; ``ahead`` batches are prepared ahead of the one running).
 
-    Each tuner's measurer must offer ``prepare``/``run`` (:class:`bocast.measure.engine.Measurer`)
-    and they may share one builder and one runner: the runner times one batch at a time and the
+    Each tuner's measurer must offer ``prepare``/``run`` (:class:`SupportsPrepareRun`) and
+    they may share one builder and one runner: the runner times one batch at a time and the
     builder builds one batch at a time. A tuner proposes only after it has been told its
     previous batch, so each trajectory is what :meth:`Tuner.run` would produce; only wall time
     is shared. Tuners should be freshly started (or resumed with :meth:`Tuner.start`) before
     the call. ``on_batch(tuner)`` is called after each finished batch."""
+    one_phase = [type(t.measurer).__name__ for t in tuners
+                 if not isinstance(t.measurer, SupportsPrepareRun)]
+    if one_phase:
+        raise TypeError(f"run_interleaved needs measurers with prepare and run, not {one_phase}")
     waiting = collections.deque(t for t in tuners if not t.done())
     inflight: collections.deque = collections.deque()
 

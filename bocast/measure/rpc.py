@@ -38,7 +38,7 @@ from bocast.measure import rpc_tracker as trk
 from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure
 from bocast.measure.rpc_server import PROTOCOL
-from bocast.measure.runner import Runner, RunResult, WorkerRunner
+from bocast.measure.runner import OnResult, Runner, RunResult, WorkerRunner
 from bocast.measure.status import Status
 from bocast.operator import Operator
 
@@ -187,7 +187,8 @@ class RpcRunner(Runner):
         self._lock = threading.Lock()
 
     # --- Runner --------------------------------------------------------------------------
-    def run(self, op: Operator, builds: Sequence[BuildResult], on_result=None) -> list[RunResult]:
+    def run(self, op: Operator, builds: Sequence[BuildResult], *,
+            on_result: OnResult | None = None) -> list[RunResult]:
         for b in builds:
             if b.status is not Status.OK:
                 raise ValueError(f"cannot run {b.key}: build status {b.status}")

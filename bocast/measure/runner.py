@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure, TimedPool
@@ -32,24 +32,47 @@ class RunResult(Measurement):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+#: ``on_result(i, result)``: the result of ``builds[i]``, as soon as it is known
+OnResult = Callable[[int, RunResult], None]
+
+
 class Runner(ABC):
-    """Times kernels of one operator. ``name`` is recorded with results."""
+    """Times built kernels of one operator. This is everything the engine
+    (:meth:`bocast.measure.engine.Measurer.run`) and the commands that set a run up
+    (``bocast tune``/``measure``/``compare``) call on a runner; ``name`` is recorded with the
+    session. Implementations: :class:`GpuRunner` (this machine's GPU),
+    :class:`bocast.measure.standin.StandinRunner` (synthetic timings, for tests on a CPU) and
+    :class:`bocast.measure.rpc.RpcRunner` (GPU servers). Replay is not a runner: a dataset row
+    is a whole record (build time and features too), so
+    :class:`bocast.measure.replay.ReplayMeasurer` stands in for the whole Measurer."""
 
     name: str = "runner"
 
     @abstractmethod
-    def run(self, op: Operator, builds: Sequence[BuildResult]) -> list[RunResult]:
-        """One result per build (all builds must have status ``ok``)."""
+    def run(self, op: Operator, builds: Sequence[BuildResult], *,
+            on_result: OnResult | None = None) -> list[RunResult]:
+        """Time ``builds`` (each of status ``ok``, else ValueError before anything runs).
+
+        Returns ``len(builds)`` results, ``result[i]`` for ``builds[i]``; a kernel that hangs,
+        crashes or computes a wrong result is a result with that status, not an exception.
+        ``on_result(i, result)`` is called in the calling thread as each result is known (in
+        any order), so the engine records it before the batch ends. Raises only what stops
+        the whole batch (:class:`bocast.interrupt.Interrupted`; rpc: no server); results not
+        yet passed to ``on_result`` are then dropped, and a resumed run measures them again."""
 
     def reference(self, op: Operator) -> dict[str, Any] | None:
-        """The vendor library on the same workload, timed the same way (None if unavailable)."""
+        """The vendor library (cuBLAS/cuDNN through torch) on the same workload, timed the
+        same way: ``{"tflops", "latency_ms", ... (Measurement fields), "what"}``; None where
+        the runner has none."""
         return None
 
     def device(self) -> dict[str, Any]:
+        """What the kernels run on, for the session's provenance: ``{"gpu": model name,
+        "driver", clocks, ...}`` (empty where unknown)."""
         return {}
 
     def close(self) -> None:
-        pass
+        """Stop worker processes or sessions; the runner is not used after."""
 
     def __enter__(self):
         return self
@@ -76,7 +99,8 @@ class WorkerRunner(Runner):
                 "seed": self.seed, "repeats": self.repeats, "warmup_ms": self.warmup_ms,
                 "tolerance": op.tolerance}
 
-    def run(self, op: Operator, builds: Sequence[BuildResult], on_result=None) -> list[RunResult]:
+    def run(self, op: Operator, builds: Sequence[BuildResult], *,
+            on_result: OnResult | None = None) -> list[RunResult]:
         for b in builds:
             if b.status is not Status.OK:
                 raise ValueError(f"cannot run {b.key}: build status {b.status}")

@@ -50,3 +50,51 @@ def test_pool_reports_errors_as_data():
         out = pool.map([{"do": "ok", "v": 1}, {"do": "raise"}, {"do": "ok", "v": 3}], timeout_s=30)
     assert out[0] == 1 and out[2] == 3
     assert isinstance(out[1], TaskFailure) and out[1].kind == "error" and "boom" in out[1].detail
+
+
+def test_every_runner_takes_the_call_the_engine_makes():
+    """run(op, builds, *, on_result) on each runner; the results come back by index, once."""
+    import inspect
+
+    from bocast.measure.rpc import RpcRunner
+    from bocast.measure.runner import GpuRunner, Runner
+
+    declared = inspect.signature(Runner.run).parameters
+    for cls in (GpuRunner, StandinRunner, RpcRunner):
+        assert issubclass(cls, Runner) and not inspect.isabstract(cls), cls
+        got = inspect.signature(cls.run).parameters
+        assert [(p.name, p.kind) for p in got.values()] == \
+            [(p.name, p.kind) for p in declared.values()], cls
+    seen = []
+    builds = [build("ok1"), build("wrong"), build("ok2")]
+    with StandinRunner(timeout_s=10) as runner:
+        results = runner.run(OP, builds, on_result=lambda i, r: seen.append((i, r)))
+    assert sorted(i for i, _ in seen) == [0, 1, 2]
+    assert all(results[i] is r and r.key == builds[i].key for i, r in seen)
+
+
+def test_measurers_offer_what_the_tuner_calls(tmp_path):
+    from bocast.measure.builder import Builder
+    from bocast.measure.engine import Measurer
+    from bocast.measure.replay import ReplayDataset, ReplayMeasurer
+    from bocast.records import Store
+    from bocast.strategies import make_strategy
+    from bocast.tuner import SupportsPrepareRun, Tuner, run_interleaved
+
+    from bocast.operator import from_workload
+    from bocast.records import load_dataset
+
+    prefix = "experiments/data/gemm_1024_1024_1024"
+    op = from_workload(load_dataset(prefix)[1]["workload"])
+    replay = ReplayMeasurer(ReplayDataset(prefix, op))
+    with Store(str(tmp_path / "s.db"), OP.workload) as store, Builder(workers=1) as builder:
+        live = Measurer(OP, store, builder, None)
+        assert isinstance(live, SupportsPrepareRun) and isinstance(replay, SupportsPrepareRun)
+
+    class OnlyMeasure:
+        def measure(self, configs, *, source=""):
+            return replay.measure(configs, source=source)
+
+    strategy = make_strategy("random", replay.dataset.candidates(), seed=0)
+    with pytest.raises(TypeError, match="OnlyMeasure"):
+        run_interleaved([Tuner(strategy, OnlyMeasure(), trials=4)])
