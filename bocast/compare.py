@@ -293,7 +293,7 @@ def _replay_run(job) -> dict[str, Any]:
     from bocast.operator import from_workload
     from bocast.records import Store
     from bocast.strategies import make_strategy
-    from bocast.tuner import TuneResult, Tuner, best_so_far
+    from bocast.tuner import Trajectory, Tuner, best_so_far
 
     cfg, s, seed, path, trials = job
     interrupt.check()  # a job handed out as the command stopped
@@ -303,7 +303,7 @@ def _replay_run(job) -> dict[str, Any]:
         _check_identity(store, run_identity(cfg, s, seed), path)
         done = store.records()
         if len(done) >= min(trials, len(ds.configs)):
-            res = TuneResult(done, best_so_far(done), 0.0, None)
+            res = Trajectory(done, best_so_far(done), 0.0, None)
         else:
             strategy = make_strategy(s["name"], ds.candidates(), seed=seed, **_hyper(s))
             res = Tuner(strategy, ReplayMeasurer(ds, store), trials=trials,
@@ -521,7 +521,7 @@ def _read_live(op, plan) -> tuple[list[dict], dict[str, Any]]:
 def _finished_run(op, s, seed: int, path: str, trials: int) -> dict | None:
     """The curve of a run whose store holds all its trials; None if it is absent or short."""
     from bocast.records import Store
-    from bocast.tuner import TuneResult, best_so_far
+    from bocast.tuner import Trajectory, best_so_far
 
     if not os.path.exists(path):
         return None
@@ -529,7 +529,7 @@ def _finished_run(op, s, seed: int, path: str, trials: int) -> dict | None:
         done = store.records()
     if len(done) < trials:
         return None
-    return _curve(TuneResult(done, best_so_far(done), 0.0, None), s["label"], seed, trials)
+    return _curve(Trajectory(done, best_so_far(done), 0.0, None), s["label"], seed, trials)
 
 
 def _finish_live(plan, runs, missing, device, reference) -> tuple[list[dict], dict[str, Any]]:

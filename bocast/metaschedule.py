@@ -28,7 +28,7 @@ from bocast.measure.status import Status
 from bocast.operator import Operator
 from bocast.records import Record, Store, provenance
 from bocast.tensorcore import SM90_TARGET
-from bocast.tuner import TuneResult, best_so_far
+from bocast.tuner import Trajectory, best_so_far
 
 NAME = "metaschedule"
 
@@ -104,9 +104,9 @@ def cannot_resume(store: Store, work_dir: str) -> str | None:
 
 def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder, runner: Runner,
          work_dir: str, batch_size: int = 32, reference: float | None = None,
-         session_info: dict | None = None, search: dict | None = None) -> TuneResult:
+         session_info: dict | None = None, search: dict | None = None) -> Trajectory:
     """Run MetaSchedule on ``op`` until ``store`` holds ``trials`` candidates; returns our
-    TuneResult (records in the order they were written).
+    Trajectory (records in the order they were written).
 
     An interrupted run resumes from ``work_dir``: MetaSchedule reloads its database (every
     candidate measured so far, which seeds its evolutionary search and excludes repeats) and
@@ -137,7 +137,7 @@ def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder
                                                      "pass_config": PASS_CONFIG})))
     bridge.records = list(done)
     if len(done) >= trials:
-        return TuneResult(done, best_so_far(done), 0.0, None, [], None, reference)
+        return Trajectory(done, best_so_far(done), 0.0, None, [], None, reference)
 
     @derived_object
     class _Builder(PyBuilder):
@@ -168,6 +168,6 @@ def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder
                 # own builder and keys for ours
                 measure_callbacks=[ms.measure_callback.AddToDatabase(),
                                    ms.measure_callback.UpdateCostModel()])
-    return TuneResult(bridge.records, best_so_far(bridge.records), time.perf_counter() - t0,
+    return Trajectory(bridge.records, best_so_far(bridge.records), time.perf_counter() - t0,
                       None, [], None, reference)
 

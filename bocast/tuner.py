@@ -41,7 +41,10 @@ class SupportsPrepareRun(SupportsMeasure, Protocol):
 
 
 @dataclass
-class TuneResult:
+class Trajectory:
+    """One run's trials in the order they were measured, with its best-so-far curve (what
+    :class:`Tuner` returns; :class:`bocast.TuneResult` is the public summary of a tune run)."""
+
     records: list[Record]
     best_so_far: list[float]          # best TFLOPS after each trial (0 until the first success)
     seconds: float                    # wall time
@@ -166,12 +169,12 @@ class Tuner:
         if self.meter is not None:
             self._show()
 
-    def result(self) -> TuneResult:
-        return TuneResult(self.records, self.best, time.perf_counter() - self.t0,
+    def result(self) -> Trajectory:
+        return Trajectory(self.records, self.best, time.perf_counter() - self.t0,
                           getattr(self.measurer, "clock_s", None), self.proposal_s, self.optimum,
                           self.reference)
 
-    def run(self, previous: Sequence[Record] = ()) -> TuneResult:
+    def run(self, previous: Sequence[Record] = ()) -> Trajectory:
         self.start(previous)
         while not self.done():
             interrupt.check()  # between batches: every record told so far is in the store
@@ -191,7 +194,7 @@ class Tuner:
         self.meter.update(len(self.records), best=b, note=", ".join(n for n in note if n))
 
 
-def run_interleaved(tuners: Sequence[Tuner], *, on_batch=None, ahead: int = 2) -> list[TuneResult]:
+def run_interleaved(tuners: Sequence[Tuner], *, on_batch=None, ahead: int = 2) -> list[Trajectory]:
     """Run several tuners round-robin, one batch at a time, as a three-stage pipeline: while
     one tuner's batch runs on the GPU (this thread), the next one's is built and the one after
     is proposed (one thread each; ``ahead`` batches are prepared ahead of the one running).
