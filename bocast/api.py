@@ -105,16 +105,8 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
     except InputError as e:
         if path is None:
             raise
-        raise _prefixed(e, path) from None
+        raise cfgmod.in_file(e, path) from None
     return TuneRun(cfg, op, dataset, strategy, store)
-
-
-def _prefixed(e: InputError, where: str) -> InputError:
-    """The same kind of error, its message led by ``where``."""
-    try:
-        return type(e)(f"{where}: {e}")
-    except TypeError:  # an error class with another constructor
-        return InputError(f"{where}: {e}")
 
 
 @dataclass

@@ -411,6 +411,7 @@ def cmd_tune(args) -> int:
 
 def cmd_compare(args) -> int:
     from bocast import compare
+    from bocast.config import in_file
 
     try:
         cfg = compare.load(args.config)
@@ -425,7 +426,7 @@ def cmd_compare(args) -> int:
         for ext in (".md", ".csv", ".json", ".png"):
             check_writable(cfg.results + ext, "results")
     except InputError as e:
-        raise UsageError(f"{args.config}: {e}") from None
+        raise UsageError(str(in_file(e, args.config))) from None
     only = [x for x in args.only.split(",") if x] if args.only else None
     if args.summarize:
         only = []

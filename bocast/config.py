@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import yaml
 
 from bocast import schema
+from bocast.errors import InputError
 from bocast.schema import ConfigError, Field, Section
 
 __all__ = ["ConfigError", "TuneConfig", "load", "parse", "read_yaml", "workload_and_dataset"]
@@ -137,20 +138,44 @@ def resolver(config_dir: str):
     return lambda p: p if os.path.isabs(p) else os.path.join(root, p)
 
 
+class UnreadableFile(ConfigError):
+    """A configuration file that cannot be read as YAML; the message names the file."""
+
+
 def read_yaml(path: str) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
             return yaml.safe_load(f)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
+        raise UnreadableFile(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise ConfigError(f"{path}: is a folder, not a configuration file") from None
+        raise UnreadableFile(f"{path}: is a folder, not a configuration file") from None
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror or e})") from None
+        raise UnreadableFile(f"{path}: cannot read ({e.strerror or e})") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a text file") from None
+        raise UnreadableFile(f"{path}: not a text file") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
+        raise UnreadableFile(f"{path}: not valid YAML ({_yaml_problem(e)})") from None
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """What PyYAML found and where, without the file's name (its message repeats it)."""
+    mark = getattr(e, "problem_mark", None)
+    if mark is None or not getattr(e, "problem", None):
+        return " ".join(str(e).split())
+    what = " ".join(x for x in (getattr(e, "context", None), e.problem) if x)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {' '.join(what.split())}"
+
+
+def in_file(e: InputError, path: str) -> InputError:
+    """``e`` as an error of the configuration file ``path``: the same kind of error, its
+    message led by the file's name (which an :class:`UnreadableFile` already has)."""
+    if isinstance(e, UnreadableFile):
+        return e
+    try:
+        return type(e)(f"{path}: {e}")
+    except TypeError:  # an error class with another constructor
+        return InputError(f"{path}: {e}")
 
 
 def load(path: str, *, runner: str | None = None, rpc: Mapping[str, Any] | None = None

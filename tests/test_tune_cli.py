@@ -85,3 +85,21 @@ def test_bad_config_one_error_exit_2_nothing_written(tmp_path, cfg, message, boc
     lines = err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], err
     assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.parametrize("command", ["tune", "compare"])
+@pytest.mark.parametrize("what, make, message", [
+    ("missing.yaml", None, "no such file"),
+    ("folder", lambda p: p.mkdir(), "is a folder, not a configuration file"),
+    ("broken.yaml", lambda p: p.write_text("a: [1,"), "not valid YAML"),
+    ("content.yaml", lambda p: p.write_text("seed: [0]\n"), ": "),
+])
+def test_a_config_files_name_leads_its_error_once(tmp_path, command, what, make, message,
+                                                 bocast_cli):
+    path = tmp_path / what
+    if make is not None:
+        make(path)
+    code, out, err = bocast_cli(command, str(path))
+    assert code == 2 and not out
+    assert err.startswith(f"bocast: error: {path}: ") and message in err, err
+    assert err.count(str(path)) == 1, err
