@@ -14,8 +14,17 @@ import pytest
 from bocast.measure.replay import ReplayDataset
 from bocast.measure.status import Status
 from bocast.operator import get_operator
-from bocast.records import FEATURES, MEASURED, Record, Store, StoreError, dataset_configs, \
-    export_dataset, load, load_dataset
+from bocast.records import (
+    FEATURES,
+    MEASURED,
+    Record,
+    Store,
+    StoreError,
+    dataset_configs,
+    export_dataset,
+    load,
+    load_dataset,
+)
 from bocast.space import Space
 
 OP = get_operator("gemm").from_args((64, 64, 64))

@@ -17,7 +17,13 @@ from bocast.candidates import TableCandidates
 from bocast.errors import InputError
 from bocast.measure.status import Status
 from bocast.operator import Operator, canonical_workload
-from bocast.records import DATASET_COLUMNS, OPTIONAL, Record, dataset_configs, measured_values
+from bocast.records import (
+    DATASET_COLUMNS,
+    OPTIONAL,
+    Record,
+    dataset_configs,
+    measured_values,
+)
 from bocast.space import Config, Space
 
 #: columns read as numbers (the others: status and stage, text)

@@ -77,12 +77,10 @@ def test_measurers_offer_what_the_tuner_calls(tmp_path):
     from bocast.measure.builder import Builder
     from bocast.measure.engine import Measurer
     from bocast.measure.replay import ReplayDataset, ReplayMeasurer
-    from bocast.records import Store
+    from bocast.operator import from_workload
+    from bocast.records import Store, load_dataset
     from bocast.strategies import make_strategy
     from bocast.tuner import SupportsPrepareRun, Tuner, run_interleaved
-
-    from bocast.operator import from_workload
-    from bocast.records import load_dataset
 
     prefix = "experiments/data/gemm_1024_1024_1024"
     op = from_workload(load_dataset(prefix)[1]["workload"])
