@@ -168,15 +168,25 @@ def provenance(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
 class Store:
     """Records of one workload in one SQLite file. Rows are only ever inserted."""
 
-    def __init__(self, path: str, workload: Mapping[str, Any], *, create: bool = True):
+    def __init__(self, path: str, workload: Mapping[str, Any] | None, *, create: bool = True,
+                 readonly: bool = False):
+        """``workload`` None: the store's own (an existing store only). ``readonly``: an
+        existing store, opened without writing anything to it (an export)."""
         self.path = path
-        self.workload = dict(workload)
+        self.workload = dict(workload) if workload is not None else None
         exists = os.path.exists(path) and os.path.getsize(path) > 0
-        if not exists and not create:
+        if not exists and (readonly or not create or workload is None):
             raise StoreError(f"record store {path} does not exist")
         if exists:
             self._check_existing(path)
         self._lock = threading.RLock()
+        if readonly:
+            try:
+                self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True,
+                                             check_same_thread=False)
+            except sqlite3.OperationalError as e:
+                raise StoreError(f"cannot read record store {path} ({e})") from None
+            return
         with interrupt.held():  # a new store is created whole (tables and meta) or not at all
             try:
                 os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -223,7 +233,9 @@ class Store:
             stored = json.loads(rows["workload"])
         except (KeyError, TypeError, ValueError):
             raise StoreError(f"{path} has no readable workload; refusing to touch it") from None
-        if _canon(canonical_workload(stored)) != _canon(canonical_workload(self.workload)):
+        if self.workload is None:
+            self.workload = canonical_workload(stored)
+        elif _canon(canonical_workload(stored)) != _canon(canonical_workload(self.workload)):
             raise StoreError(f"{path} holds records of workload {stored}, not {self.workload}; "
                              "use another file")
 
@@ -294,6 +306,10 @@ class Store:
             raise StoreError(f"cannot write to {self.path}: {e}") from None
 
     def records(self) -> list[Record]:
+        return [r for _, _, r in self.rows()]
+
+    def rows(self) -> list[tuple[int, int | None, Record]]:
+        """(row id, session id, record) of every row, in insertion order."""
         out = []
         try:
             cur = self._conn.execute("SELECT * FROM measurements ORDER BY id")
@@ -301,7 +317,7 @@ class Store:
             for values in cur:
                 r = dict(zip(names, values))
                 try:
-                    out.append(Record(
+                    out.append((r["id"], r["session"], Record(
                         key=r["key"], config=json.loads(r["config"]), status=Status(r["status"]),
                         **{k: r[k] for k in ("latency_ms", "latency_min_ms", "latency_q25_ms",
                                              "latency_q75_ms", "latency_max_ms", "repeats",
@@ -310,7 +326,7 @@ class Store:
                         error=r["error"] or "",
                         features={k: r[k] for k in _FEATURES if r[k] is not None},
                         measured_on=(json.loads(r["measured_on"]) if r.get("measured_on")
-                                     else None)))
+                                     else None))))
                 except (TypeError, ValueError) as e:
                     raise StoreError(f"{self.path}: row {r.get('id')} cannot be read ({e})") \
                         from None
