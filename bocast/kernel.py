@@ -256,6 +256,7 @@ class Kernel:
                 raise InputError(f"{self.path}: {name} differs from the file exported "
                                  f"(sha256 in {META})")
         self._function = None
+        self.binary: str | None = None  # set by load()
 
     @property
     def workload(self) -> dict[str, Any]:
@@ -312,8 +313,11 @@ class Kernel:
             source = self.source
             library = os.path.join(self.path, "kernel.so")
 
+            supplied = []
+
             def answer(code, previous):
                 if code == source:
+                    supplied.append(True)
                     return cubin
                 if previous is None:
                     raise RuntimeError("no CUDA compiler callback registered")
@@ -326,6 +330,8 @@ class Kernel:
                 first = " ".join(str(e).split())[:400]
                 raise InputError(f"cannot load {library}: {first}") from None
             self._function = module[self.meta["kernel"]["entry"]]
+            # which binary runs: ours, or one kernel.so holds (exported by a TVM with CUDA)
+            self.binary = "kernel.cubin" if supplied else "kernel.so"
         return self
 
     def __call__(self, *tensors):
