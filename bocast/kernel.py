@@ -1,25 +1,15 @@
 """Export a record's kernel (:func:`export`, ``bocast export``) and load it (:func:`load_kernel`).
 
-A store keeps a record's configuration, not its kernel. :func:`export` rebuilds the kernel with
-the builder the runner's kernels come from (``bocast.measure.builder.build_one``: the same
-schedule, lowering and nvcc flags) and writes a folder:
+A store keeps a record's configuration, not its kernel. :func:`export` rebuilds it with the
+builder's own path (``bocast.measure.builder.build_one``) and writes a folder: schedule.py
+(TVMScript, to read: TVM 0.27 cannot parse back its printed mma intrinsics), schedule.json
+(``tvm.ir.save_json``, exact), kernel.cu, kernel.cubin (nvcc, sm_90: the binary the runner
+times), kernel.so (TVM's ``export_library``) and kernel.json (provenance, sha256 of each file).
 
-==============  ================================================================================
-schedule.py     the scheduled TensorIR module (TVMScript, to read: TVM 0.27 prints its mma
-                intrinsics in a form its parser refuses)
-schedule.json   the same module in TVM's serialisation (``tvm.ir.load_json``, exact)
-kernel.cu       the CUDA source TVM generated (what nvcc compiled)
-kernel.cubin    nvcc's sm_90 binary: the kernel the runner times
-kernel.so       TVM's ``export_library`` of the compiled module (host launcher + CUDA kernel)
-kernel.json     workload, configuration, the record's stored figures, launch, provenance, and
-                the sha256 of every file
-==============  ================================================================================
-
-Why a cubin beside kernel.so: a TVM built without CUDA (the CPU machines) cannot put a binary
-in its module; it keeps the CUDA source, and TVM compiles that source when the module is loaded,
-through its global ``tvm_callback_cuda_compile`` (NVRTC by default). :func:`load_kernel` answers
-that call with kernel.cubin, so the kernel it runs is byte for byte the one the store's row
-timed. ``tvm.runtime.load_module("kernel.so")`` alone works too, with TVM's own compiler.
+Why a cubin beside kernel.so: a TVM built without CUDA (the CPU machines) keeps the CUDA source
+in its module and compiles it when the module is loaded, through its global
+``tvm_callback_cuda_compile`` (NVRTC by default). :func:`load_kernel` answers that call with
+kernel.cubin, so the kernel it runs is byte for byte the one the store's row timed.
 """
 
 from __future__ import annotations
@@ -44,13 +34,14 @@ META = "kernel.json"
 
 def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | str = "best",
            any_status: bool = False) -> Kernel:
-    """Rebuild one record of ``store`` and write its kernel into the folder ``out`` (new or
-    empty). ``record``: ``"best"`` (the ok row of highest TFLOPS, the first of equals), a row
-    id, or a configuration key. A record whose status is not ``ok`` is refused unless
-    ``any_status``. Returns the exported :class:`Kernel` (not loaded: calling it loads it).
-    Needs TVM, nvcc and a C compiler (``export_library``), no GPU; nothing is written unless
-    the whole folder is."""
+    """Rebuild one record of ``store`` into the new or empty folder ``out``; the exported
+    :class:`Kernel` (loaded on its first call). ``record``: ``"best"`` (the first ok row of
+    highest TFLOPS), a row id or a configuration key; a status other than ok only with
+    ``any_status``. Needs TVM, nvcc and a C compiler, no GPU; writes the whole folder or
+    nothing."""
     from bocast.api import need_compiler
+    from bocast.measure.builder import build_one
+    from bocast.measure.nvcc import compile_cubin
     from bocast.operator import from_workload
     from bocast.records import Store
     from bocast.schema import check_writable
@@ -69,7 +60,9 @@ def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | st
                          f"{f' ({rec.error[:200]})' if rec.error else ''}; export it with "
                          "any_status (--any-status) to rebuild it anyway")
     need_compiler("export")
-    built = _build(workload, rec.config)
+    # a TVM with CUDA compiles the kernel while lowering: with nvcc, as the builder does
+    with _cuda_compile(lambda code, _: compile_cubin(code).cubin):
+        built = build_one({"workload": workload, "config": rec.config})
     res = built.result
     if res.cubin is None:
         raise InputError(f"{store}: record {row_id} does not build here: {res.status} at stage "
@@ -82,26 +75,21 @@ def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | st
 
 def _pick(rows, record: int | str, store: str):
     """The (id, session, record) that ``record`` names, or an InputError that says why not."""
-    if not rows:
-        raise InputError(f"{store} holds no records")
     if record == "best":
         ok = [r for r in rows if r[2].ok and r[2].tflops]
-        if not ok:
-            counts = collections.Counter(str(r[2].status) for r in rows)
-            raise InputError(f"{store} has no ok record to export ({len(rows)} rows: "
-                             + ", ".join(f"{k} {v}" for k, v in counts.most_common()) + ")")
-        return max(ok, key=lambda r: (r[2].tflops, -r[0]))
-    if isinstance(record, int) and not isinstance(record, bool):
-        found = [r for r in rows if r[0] == record]
-        if not found:
-            raise InputError(f"{store} has no record id {record} (ids {rows[0][0]}..{rows[-1][0]})")
-        return found[0]
-    if isinstance(record, str):
-        found = [r for r in rows if r[2].key == record]
-        if not found:
-            raise InputError(f"{store} has no record of configuration {record[:200]}")
-        return found[0]
-    raise InputError(f"record: expected 'best', a row id or a configuration key, got {record!r}")
+        if ok:
+            return max(ok, key=lambda r: (r[2].tflops, -r[0]))
+        counts = collections.Counter(str(r[2].status) for r in rows)
+        raise InputError(f"{store} has no ok record to export ({len(rows)} rows"
+                         + "".join(f", {k} {v}" for k, v in counts.most_common()) + ")")
+    field = 0 if isinstance(record, int) and not isinstance(record, bool) else 2
+    for r in rows:
+        if (r[0] if field == 0 else r[2].key) == record:
+            return r
+    if field == 0:
+        raise InputError(f"{store} has no record id {record}"
+                         + (f" (ids {rows[0][0]}..{rows[-1][0]})" if rows else ""))
+    raise InputError(f"{store} has no record of configuration {str(record)[:200]}")
 
 
 @contextlib.contextmanager
@@ -121,25 +109,6 @@ def _cuda_compile(answer: Callable[[str, Any], bytes]):
             tvm_ffi.register_global_func(name, previous, override=True)
         else:
             tvm_ffi.remove_global_func(name)
-
-
-def _nvcc(code: str, _previous=None) -> bytes:
-    from bocast.measure.nvcc import compile_cubin
-
-    res = compile_cubin(code)
-    if not res.ok:
-        raise RuntimeError(f"nvcc failed: {res.log[-500:]}")
-    return res.cubin
-
-
-def _build(workload: dict, config: dict):
-    """The builder's build of ``config``, in this process. A TVM with CUDA compiles the
-    module's kernel while lowering: with nvcc here, so that kernel.so holds the runner's binary
-    too (a TVM without CUDA keeps the source; see the module docstring)."""
-    from bocast.measure.builder import build_one
-
-    with _cuda_compile(_nvcc):
-        return build_one({"workload": workload, "config": config})
 
 
 def _meta(store, row_id, session, rec, built, op, reference, subspace,
@@ -196,14 +165,12 @@ def _write(out: str, built, meta: dict[str, Any]) -> None:
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's folder is private; the export is not
     try:
-        header = (f"# bocast export: the scheduled TensorIR of {json.dumps(meta['workload'])}\n"
-                  f"# configuration {meta['key']}\n")
-        with open(os.path.join(tmp, "schedule.py"), "w") as f:
-            f.write(header + built.schedule.mod.script())
-        with open(os.path.join(tmp, "schedule.json"), "w") as f:
-            f.write(tvm.ir.save_json(built.schedule.mod))
-        with open(os.path.join(tmp, "kernel.cu"), "w") as f:
-            f.write(built.lowered.source)
+        mod = built.schedule.mod
+        for name, text in (("schedule.py", f"# bocast export of {meta['key']}\n{mod.script()}"),
+                           ("schedule.json", tvm.ir.save_json(mod)),
+                           ("kernel.cu", built.lowered.source)):
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(text)
         with open(os.path.join(tmp, "kernel.cubin"), "wb") as f:
             f.write(built.result.cubin)
         built.lowered.module.export_library(os.path.join(tmp, "kernel.so"))
@@ -220,21 +187,17 @@ def _write(out: str, built, meta: dict[str, Any]) -> None:
 class Kernel:
     """An exported kernel (:func:`load_kernel`, :func:`export`).
 
-    ``kernel(*tensors)`` runs it on torch CUDA tensors: they go to TVM's compiled function as
-    they are, through DLPack (tvm_ffi takes a torch tensor without a copy, and launches on
-    torch's current stream, so the kernel orders with torch's work and CUDA-graph capture).
-    The arguments are the operator's tensors in order, inputs then the output, as
-    ``kernel.signature`` lists them: each contiguous (row-major), on one GPU, of exactly that
-    shape and dtype; the output is written in place and returned. For a GEMM (layout NT):
-    ``A [M, K]`` and ``B [N, K]`` (fp16), ``C [M, N] = A @ B.T`` (the workload's output
-    dtype); layout NN has ``B [K, N]`` and ``C = A @ B``. In general the kernel computes what
-    the operator's ``reference(*inputs)`` computes (``spaces/``), the check the runner applies
-    to every kernel it times (``bocast.measure.gpu_worker.output_error``). A wrong argument
-    raises :class:`InputError` naming it, before anything runs.
+    ``kernel(*tensors)`` runs it on torch CUDA tensors, passed to TVM's function through DLPack
+    (no copy; tvm_ffi launches on torch's current stream, so CUDA-graph capture works). The
+    arguments are the operator's tensors in order, inputs then output (``kernel.signature``),
+    each contiguous, on one GPU, of exactly that shape and dtype; the output is written in
+    place and returned. GEMM, layout NT: ``A [M, K]``, ``B [N, K]`` (fp16), ``C [M, N] = A @
+    B.T``; NN: ``B [K, N]``, ``C = A @ B``. In general it computes the operator's
+    ``reference(*inputs)`` (``spaces/``), the runner's check of every kernel
+    (``gpu_worker.output_error``). A wrong argument raises :class:`InputError` naming it.
 
-    ``workload``, ``config``, ``source`` (the CUDA), ``measured`` (the store's figures of the
-    record: status, latency statistics in ms, TFLOPS, timing method and device), ``meta`` (all
-    of kernel.json)."""
+    ``workload``, ``config``, ``source`` (CUDA), ``measured`` (the store's figures of the
+    record, its timing method and device), ``meta`` (kernel.json)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)

@@ -65,7 +65,7 @@ def main(argv=None) -> int:
         items.append({"folder": folder, "kernel": k, "op": op, "tensors": tensors,
                       "rel_error": err, "correct": err <= op.tolerance, "binary": k.binary,
                       "stored_ms": k.measured["latency_ms"], "exported_ms": [],
-                      "runner_ms": [], "runner_errors": []})
+                      "runner_ms": [], "runner_errors": [], "method": None})
     prov = provenance({"command": " ".join(sys.argv)})
     with GpuRunner(repeats=args.repeats, seed=0) as runner, Builder(workers=1) as builder:
         prov["device"] = runner.device()
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
                 for it in items:
                     if step == "exported" and it["correct"]:
                         t = time_callable(lambda it=it: it["kernel"](*it["tensors"]),
-                                          warmup_ms=20, repeats=args.repeats)
+                                          warmup_ms=runner.warmup_ms, repeats=runner.repeats)
                         it["exported_ms"].append(t["latency_ms"])
                         it["method"] = t["method"]
                     elif step == "runner" and it["build"].status is Status.OK:
@@ -90,57 +90,43 @@ def main(argv=None) -> int:
                             it["runner_errors"].append(f"{res.status}: {res.error[:200]}")
     rows = []
     for it in items:
-        ex = _spread(it["exported_ms"]) if it["exported_ms"] else None
-        rn = _spread(it["runner_ms"]) if it["runner_ms"] else None
-        st = it["stored_ms"]
-        row = {k: it[k] for k in ("folder", "rel_error", "correct", "binary", "stored_ms",
-                                  "exported_ms", "runner_ms", "runner_errors",
-                                  "same_cubin_as_runner_build")}
-        row.update(workload=it["kernel"].workload, key=it["kernel"].meta["key"],
-                   record=it["kernel"].meta["record"]["id"], stored_timing=it["kernel"].measured[
-                       "timing"], build_status=str(it["build"].status), exported=ex, runner=rn,
-                   method=it.get("method"),
-                   exported_vs_stored=ex["median"] / st if ex and st else None,
-                   exported_vs_runner=ex["median"] / rn["median"] if ex and rn else None,
-                   runner_vs_stored=rn["median"] / st if rn and st else None)
-        row["within_target"] = (row["exported_vs_stored"] is not None
-                                and abs(row["exported_vs_stored"] - 1) <= TARGET)
+        k, st = it.pop("kernel"), it["stored_ms"]
+        ex, rn = (_spread(it[f"{w}_ms"]) if it[f"{w}_ms"] else None for w in ("exported", "runner"))
+        row = {**{n: it[n] for n in it if n not in ("op", "tensors", "build")},
+               "workload": k.workload, "key": k.meta["key"], "record": k.meta["record"]["id"],
+               "stored_timing": k.measured["timing"], "build_status": str(it["build"].status),
+               "exported": ex, "runner": rn,
+               "exported_vs_stored": ex["median"] / st if ex and st else None,
+               "exported_vs_runner": ex["median"] / rn["median"] if ex and rn else None,
+               "runner_vs_stored": rn["median"] / st if rn and st else None}
+        row["met"] = row["correct"] and row["exported_vs_stored"] is not None and \
+            abs(row["exported_vs_stored"] - 1) <= TARGET
         rows.append(row)
-    result = {"rounds": args.rounds, "repeats": args.repeats, "target": TARGET, "kernels": rows,
-              "provenance": prov,
-              "timing": "gpu_worker.time_callable for the exported kernel (this process) and "
-                        "the runner (GpuRunner's worker), alternating per round; medians over "
-                        "rounds"}
     if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f, separators=(",", ":"), default=str)
-        os.replace(tmp, args.out)
-    print(f"device {prov['device'].get('gpu')}, driver {prov['device'].get('driver')}; "
-          f"{args.rounds} rounds x {args.repeats} replays; medians [min-max] over rounds")
-    print("| kernel | rel. error | binary | stored ms | exported ms | runner-now ms | "
-          "exported / stored | exported / runner-now | runner-now / stored | same cubin |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+        with open(args.out, "w") as f:
+            json.dump({"rounds": args.rounds, "repeats": args.repeats, "target": TARGET,
+                       "kernels": rows, "provenance": prov}, f, separators=(",", ":"), default=str)
 
     def ms(s):
         return f"{s['median']:.4f} [{s['min']:.4f}-{s['max']:.4f}]" if s else "-"
 
-    def ratio(x):
-        return f"{x:.3f}" if x is not None else "-"
-
-    for row in rows:
-        print(f"| {os.path.basename(row['folder'].rstrip('/'))} (row {row['record']}) | "
-              f"{row['rel_error']:.2e}{'' if row['correct'] else ' WRONG'} | {row['binary']} | "
-              f"{row['stored_ms'] or float('nan'):.4f} | {ms(row['exported'])} | {ms(row['runner'])} | "
-              f"{ratio(row['exported_vs_stored'])} | {ratio(row['exported_vs_runner'])} | "
-              f"{ratio(row['runner_vs_stored'])} | {row['same_cubin_as_runner_build']} |")
-        for e in row["runner_errors"]:
+    print(f"device {prov['device'].get('gpu')}, driver {prov['device'].get('driver')}; "
+          f"{args.rounds} rounds x {args.repeats} replays; ms: median [min-max] over rounds")
+    print("| kernel | rel. error | binary | stored ms | exported ms | runner-now ms | exported / "
+          "stored | exported / runner-now | runner-now / stored | same cubin |")
+    print("|---" * 10 + "|")
+    for r in rows:
+        ratios = [f"{x:.3f}" if x is not None else "-" for x in (
+            r["exported_vs_stored"], r["exported_vs_runner"], r["runner_vs_stored"])]
+        print(f"| {os.path.basename(r['folder'].rstrip('/'))} (row {r['record']}) | "
+              f"{r['rel_error']:.2e}{'' if r['correct'] else ' WRONG'} | {r['binary']} | "
+              f"{r['stored_ms'] or float('nan'):.4f} | {ms(r['exported'])} | {ms(r['runner'])} | "
+              f"{' | '.join(ratios)} | {r['same_cubin_as_runner_build']} |")
+        for e in r["runner_errors"]:
             print(f"  runner: {e}")
-    ok = all(r["correct"] and r["within_target"] for r in rows)
-    print(f"target (exported within {TARGET:.0%} of stored, correct): "
-          f"{'met' if ok else 'NOT met'} for {sum(r['correct'] and r['within_target'] for r in rows)}"
-          f"/{len(rows)}")
-    return 0 if ok else 1
+    met = sum(r["met"] for r in rows)
+    print(f"target (correct, exported within {TARGET:.0%} of stored): met by {met}/{len(rows)}")
+    return 0 if met == len(rows) else 1
 
 
 if __name__ == "__main__":
