@@ -59,6 +59,12 @@ def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | st
         raise InputError(f"{store}: record {row_id} has status {rec.status}"
                          f"{f' ({rec.error[:200]})' if rec.error else ''}; export it with "
                          "any_status (--any-status) to rebuild it anyway")
+    op = from_workload(workload)
+    try:  # a MetaSchedule candidate's row holds a key into MetaSchedule's database, not knobs
+        op.space.from_json(rec.config)
+    except (InputError, TypeError, ValueError) as e:
+        raise InputError(f"{store}: record {row_id} is not a configuration of the space of "
+                         f"{op.workload} ({e}), so it cannot be rebuilt") from None
     need_compiler("export")
     # a TVM with CUDA compiles the kernel while lowering: with nvcc, as the builder does
     with _cuda_compile(lambda code, _: compile_cubin(code).cubin):
@@ -67,8 +73,7 @@ def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | st
     if res.cubin is None:
         raise InputError(f"{store}: record {row_id} does not build here: {res.status} at stage "
                          f"{res.stage}: {res.error[-300:]}")
-    meta = _meta(store, row_id, session, rec, built, from_workload(workload), reference,
-                 subspace, sessions)
+    meta = _meta(store, row_id, session, rec, built, op, reference, subspace, sessions)
     _write(out, built, meta)
     return Kernel(out)
 

@@ -171,10 +171,16 @@ def test_a_failed_record_exports_only_when_asked(store, tmp_path):
 
 
 def test_bad_input_is_one_line_and_writes_nothing(store, exported, tmp_path, bocast_cli):
+    from bocast.measure.status import Status
+    from bocast.records import Record, Store
+
     path, _ = store
     failed = str(tmp_path / "failed.db")
     with bocast.create_study(workload=WORKLOAD, strategy="random", store=failed) as study:
         study.tell(study.space.sample(1, 1)[0], status="build_error")
+    foreign = str(tmp_path / "ms.db")  # a MetaSchedule candidate's row: no knobs to rebuild
+    with Store(foreign, bocast.create_study(workload=WORKLOAD).op.workload) as db:
+        db.append(Record("ms:1", {"metaschedule": "ms:1"}, Status.OK, tflops=1.0))
     afile = tmp_path / "afile"
     afile.write_text("x")
     out = str(tmp_path / "new")
@@ -185,6 +191,7 @@ def test_bad_input_is_one_line_and_writes_nothing(store, exported, tmp_path, boc
         ([path, "--id", "7", "--out", out], r"has no record id 7 \(ids 1..3\)"),
         ([path, "--id", "3", "--out", out], "record 3 has status build_error .*--any-status"),
         ([path, "--key", "{}", "--out", out], "has no record of configuration {}"),
+        ([foreign, "--best", "--out", out], "record 1 is not a configuration of the space"),
         ([path, "--best", "--out", exported[0]], "is not empty"),
         ([path, "--best", "--out", str(afile)], "exists and is not a folder"),
         ([path, "--best", "--id", "1", "--out", out], "not allowed with argument"),
