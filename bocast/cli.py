@@ -458,6 +458,34 @@ def cmd_compare(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------- export
+
+
+def cmd_export(args) -> int:
+    from bocast.kernel import export
+
+    record = "best" if args.best else args.id if args.id is not None else args.key
+    kernel = export(args.store, out=args.out, record=record, any_status=args.any_status)
+    rec, k = kernel.meta["record"], kernel.meta["kernel"]
+    figures = (f"{rec['tflops']:.1f} TFLOPS, " if rec["tflops"] else "") + \
+        (f"{rec['latency_ms']:.4f} ms, " if rec["latency_ms"] else "")
+    lines = [f"exported record {rec['id']} of {args.store} ({rec['status']}, {figures}"
+             f"timed by {kernel.meta['timing']['runner']}) to {args.out}: "
+             f"{', '.join(sorted(kernel.meta['files']))}, kernel.json",
+             f"{k['name']}: grid {k['grid']}, block {k['block']}, {k['dynamic_smem_bytes']} B "
+             f"dynamic shared memory, {k['features'].get('registers', 0):.0f} registers; "
+             f"arguments {kernel.signature}"]
+    if k["features_match_store"] is False:
+        lines.append("note: ptxas's figures of this build differ from the stored ones "
+                     f"(now {k['features']}, stored {rec['features']}): not the kernel "
+                     "the record timed")
+    _emit(args, {"out": args.out, "id": rec["id"], "key": rec["key"], "status": rec["status"],
+                 "tflops": rec["tflops"], "latency_ms": rec["latency_ms"],
+                 "files": kernel.meta["files"],
+                 "features_match_store": k["features_match_store"]}, lines)
+    return 0
+
+
 # ------------------------------------------------------------------------------ parser
 
 
@@ -577,6 +605,20 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False)
     p.add_argument("serve_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=lambda args: cmd_serve(args.serve_args))
+
+    p = sub.add_parser("export", parents=[common],
+                       help="rebuild one record's kernel: TVMScript, CUDA, cubin, TVM library "
+                            "and kernel.json (load it with bocast.load_kernel)")
+    p.add_argument("store", help="record store (SQLite), read only")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--best", action="store_true", help="the ok record of highest TFLOPS")
+    _opt(which, "--id", schema.Field("id", int, None, min=1, max=2**63 - 1, nullable=True,
+                                     doc="the record of this row id"))
+    which.add_argument("--key", help="the record of this configuration key (its JSON)")
+    p.add_argument("--out", required=True, help="folder to write (new or empty)")
+    p.add_argument("--any-status", action="store_true",
+                   help="export a record whose status is not ok (it must still build)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("ops", parents=[common], help="list the operators and their shape syntax")
     p.set_defaults(func=cmd_ops)

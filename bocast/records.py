@@ -352,6 +352,10 @@ class Store:
             raise StoreError(f"cannot write to {self.path}: {e}") from None
 
     def records(self) -> list[Record]:
+        return [r for _, _, r in self.rows()]
+
+    def rows(self) -> list[tuple[int, int | None, Record]]:
+        """(row id, session id, record) of every row, in insertion order."""
         out = []
         try:
             cur = self._conn.execute("SELECT * FROM measurements ORDER BY id")
@@ -359,12 +363,12 @@ class Store:
             for values in cur:
                 r = dict(zip(names, values))
                 try:
-                    out.append(Record(
+                    out.append((r["id"], r["session"], Record(
                         key=r["key"], config=json.loads(r["config"]), status=Status(r["status"]),
                         **measured_values(r), stage=r["stage"], source=r["source"],
                         error=r["error"] or "",
                         measured_on=(json.loads(r["measured_on"]) if r.get("measured_on")
-                                     else None)))
+                                     else None))))
                 except (TypeError, ValueError) as e:
                     raise StoreError(f"{self.path}: row {r.get('id')} cannot be read ({e})") \
                         from None

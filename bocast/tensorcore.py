@@ -15,7 +15,8 @@ import importlib.util
 import os
 import re
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 #: The three WMMA shapes of fp16 Tensor Cores, as (m, n, k).
 WMMA_SHAPES = {"16x16x16": (16, 16, 16), "32x8x16": (32, 8, 16), "8x32x16": (8, 32, 16)}
@@ -181,6 +182,7 @@ class Lowered:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     dynamic_smem: int              # bytes of dynamic shared memory passed at launch
+    module: Any = field(default=None, repr=False, compare=False)  # TVM runtime module (host + CUDA)
 
 
 _CALL = re.compile(r'T\.call_ffi_kernel\("(\w+)", (.*?), launch_params=\[([^\]]*)\]')
@@ -222,4 +224,5 @@ def lower(mod, *, pass_config: dict | None = None, target_overrides: dict | None
         grid=tuple(launch.get(f"blockIdx.{a}", 1) for a in "xyz"),
         block=tuple(launch.get(f"threadIdx.{a}", 1) for a in "xyz"),
         dynamic_smem=launch.get("tirx.use_dyn_shared_memory", 0),
+        module=runtime_mod,
     )

@@ -91,11 +91,28 @@ _PRIMITIVE = re.compile(r"schedule primitive '([\w-]+)'")
 
 def build_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """Build one configuration; runs inside a pool worker. Returns ``BuildResult.to_dict``."""
+    _skip_tvm_cuda_compile()
+    return build_one(task).result.to_dict(with_cubin=True)
+
+
+@dataclass
+class Built:
+    """What :func:`build_one` made: the result, and for a configuration that got so far its
+    schedule and lowering (the runtime module included; ``bocast.export`` writes them)."""
+
+    result: BuildResult
+    schedule: Any = None
+    lowered: Any = None
+
+
+def build_one(task: Mapping[str, Any]) -> Built:
+    """Build one task (``{"workload", "config" | "key" + "module", "compile", ...}``) in this
+    process: the stages and failure classes of the module docstring."""
     from bocast.tensorcore import lower
 
-    _skip_tvm_cuda_compile()
     op = _operator(task["workload"])
     t0 = time.perf_counter()
+    sch = None
     if "module" in task:  # an already scheduled IRModule (another tuner's candidate)
         import tvm
 
@@ -105,14 +122,15 @@ def build_task(task: Mapping[str, Any]) -> dict[str, Any]:
         config = op.space.from_json(task["config"])
         res = BuildResult(key=Space.key(config), status=Status.OK)
         try:
-            mod = op.apply(config).mod
+            sch = op.apply(config)
+            mod = sch.mod
         except Exception as e:  # noqa: BLE001
             msg = str(e)
             m = _PRIMITIVE.search(msg)
             res.status, res.stage, res.error = Status.SCHEDULE_ERROR, "apply", tail(msg)
             res.primitive = m.group(1) if m else type(e).__name__
             res.times["apply_s"] = time.perf_counter() - t0
-            return res.to_dict()
+            return Built(res)
     t1 = time.perf_counter()
     res.times["apply_s"] = t1 - t0
     options = {} if "module" in task else op.build_options(config)
@@ -125,13 +143,13 @@ def build_task(task: Mapping[str, Any]) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001
         res.status, res.stage, res.error = Status.BUILD_ERROR, "lower", tail(str(e))
         res.times["lower_s"] = time.perf_counter() - t1
-        return res.to_dict()
+        return Built(res, sch)
     res.times["lower_s"] = time.perf_counter() - t1
     res.kernel, res.args, res.grid, res.block = low.kernel, low.args, low.grid, low.block
     res.features["dynamic_smem_bytes"] = float(low.dynamic_smem)
     if not task.get("compile", True):
         res.times["total_s"] = time.perf_counter() - t0
-        return res.to_dict()
+        return Built(res, sch, low)
     cr = compile_cubin(low.source, timeout_s=task.get("compile_timeout_s", 120.0))
     res.times["compile_s"] = cr.seconds
     res.features.update(cr.features)
@@ -142,7 +160,7 @@ def build_task(task: Mapping[str, Any]) -> dict[str, Any]:
     else:
         res.cubin = cr.cubin
     res.times["total_s"] = time.perf_counter() - t0
-    return res.to_dict(with_cubin=True)
+    return Built(res, sch, low)
 
 
 def _from_dict(d: Mapping[str, Any]) -> BuildResult:

@@ -165,6 +165,14 @@ def rel_error(out, ref) -> float:
     return float(torch.linalg.vector_norm(out64 - ref64) / torch.linalg.vector_norm(ref64))
 
 
+def output_error(op, inputs) -> float:
+    """Relative error of the output among ``inputs`` (:func:`make_inputs`, after the kernel
+    ran) against ``op.reference`` of its inputs: the correctness check of every kernel."""
+    out = inputs[next(t.name for t in op.tensors() if t.role == "output")]
+    return rel_error(out, op.reference(*[inputs[t.name] for t in op.tensors()
+                                         if t.role == "input"]))
+
+
 def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """One task: {"kind": "kernel" | "reference" | "device", ...}; returns a plain dict."""
     kind = task.get("kind", "kernel")
@@ -199,10 +207,7 @@ def _run_kernel(task: Mapping[str, Any]) -> dict[str, Any]:
         res.update(status="runtime_error", error=str(CudaError("kernel", code)),
                    run_s=time.perf_counter() - t0, _restart=code in _STICKY or code > 0)
         return res
-    outputs = [t for t in op.tensors() if t.role == "output"]
-    out = inputs[outputs[0].name]
-    ref = op.reference(*[inputs[t.name] for t in op.tensors() if t.role == "input"])
-    err = rel_error(out, ref)
+    err = output_error(op, inputs)
     res["rel_error"] = err
     if not err <= task.get("tolerance", op.tolerance):
         res.update(status="wrong_result", error=f"relative error {err:.3g} > {op.tolerance:g}"

@@ -46,6 +46,19 @@ def why_no_compiler() -> str | None:
     return None
 
 
+def nvcc_version() -> str | None:
+    """The release line of ``nvcc --version`` (None without nvcc)."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        return None
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [ln for ln in out.stdout.splitlines() if "release" in ln]
+    return lines[-1].strip() if lines else out.stdout.strip()[-200:]
+
+
 def parse_ptxas(log: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, pat in _FEATURE_PATTERNS.items():
