@@ -118,11 +118,11 @@ def register(cls: type[Operator]) -> type[Operator]:
 
 
 def _discover() -> None:
-    import spaces  # the package of operator files
+    spaces = importlib.import_module("bocast.spaces")  # the package of operator files
 
     for mod in pkgutil.iter_modules(spaces.__path__):
         if not mod.name.startswith("_"):
-            importlib.import_module(f"spaces.{mod.name}")
+            importlib.import_module(f"bocast.spaces.{mod.name}")
 
 
 def operators() -> dict[str, type[Operator]]:

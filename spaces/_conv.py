@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from bocast.operator import TensorSpec, WorkloadError
-from spaces import _matmul as mm
+from . import _matmul as mm
 
 
 class Conv(mm.MatmulOperator):

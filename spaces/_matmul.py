@@ -126,9 +126,9 @@ def vec_constraint(name: str, doc: str, extents: Sequence[int]) -> Constraint:
 
 def _generation(spec: MatmulSpec):
     if spec.space == "v1":
-        from spaces import _wmma_matmul as gen
+        from . import _wmma_matmul as gen
     else:
-        from spaces import _pipelined_matmul as gen
+        from . import _pipelined_matmul as gen
     return gen
 
 

@@ -55,7 +55,7 @@ import numpy as np
 
 from bocast.space import Categorical, Constraint, Knob, Ordinal, PowerOfTwo, Space, Split
 from bocast.tensorcore import mma_intrin, wmma_intrin
-from spaces._matmul import copy_loop, fetch, inline_producers, spread, tile2, tile_dims
+from ._matmul import copy_loop, fetch, inline_producers, spread, tile2, tile_dims
 
 #: Tensor Core instruction paths and the (m, n, k) of one tile.
 INSTRUCTIONS = {"mma": (16, 16, 16), "wmma16x16x16": (16, 16, 16), "wmma32x8x16": (32, 8, 16),

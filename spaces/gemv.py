@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from bocast.operator import TensorSpec, WorkloadError, register
-from spaces import _matmul as mm
+from . import _matmul as mm
 
 
 @register

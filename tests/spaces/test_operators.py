@@ -228,6 +228,17 @@ def test_ops_lists_every_operator_with_its_shape_syntax():
         assert op_name in proc.stdout and get_operator(op_name).shape_help in proc.stdout
 
 
+def test_operators_register_from_bocast_spaces_without_torch_or_pandas():
+    # spaces/ installs as bocast.spaces (a top-level `spaces` clashes with a PyPI package); finding
+    # every operator must not import the heavy libraries the listing commands do not need
+    code = ("import sys; from bocast.operator import operators; ops = operators(); "
+            "mods = {c.__module__.rpartition('.')[0] for c in ops.values()}; "
+            "assert mods == {'bocast.spaces'} and 'spaces' not in sys.modules, mods; "
+            "heavy = [m for m in ('torch', 'tvm', 'pandas') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 # ---------------------------------------------------------- TE definitions vs torch (CPU)
 
 #: Tiny shapes covering stride, padding, dilation and output padding in every operator.
