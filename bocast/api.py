@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from bocast.errors import InputError
 
@@ -78,7 +79,7 @@ def need_compiler(what: str) -> None:
 
 
 def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None = None,
-            rpc: Mapping[str, Any] | None = None) -> "TuneRun":
+            rpc: Mapping[str, Any] | None = None) -> TuneRun:
     """Check a tune configuration whole and open its store; nothing else is written. Errors of
     a file's configuration start with the file's name (as the command prints them)."""
     from bocast import config as cfgmod
@@ -121,11 +122,11 @@ def _prefixed(e: InputError, where: str) -> InputError:
 class TuneRun:
     """A checked tune configuration with its strategy and open store (:func:`prepare`)."""
 
-    cfg: "TuneConfig"
+    cfg: TuneConfig
     op: Any
     dataset: Any
-    strategy: "Strategy"
-    store: "Store"
+    strategy: Strategy
+    store: Store
 
     def execute(self, *, progress: bool = True) -> tuple[dict[str, Any], list[str]]:
         """Run to the budget (resuming the store's trials), write summary.json; return the
@@ -206,7 +207,7 @@ def load(store_path: str | os.PathLike):
 
 
 def create_study(workload: Mapping[str, Any], *, strategy: str = "bo", seed: int = 0,
-                 store: str | os.PathLike | None = None, **strategy_options: Any) -> "Study":
+                 store: str | os.PathLike | None = None, **strategy_options: Any) -> Study:
     """An ask/tell study of ``workload`` (``{"op": "gemm", "shape": [...], ...}``, as a tune
     configuration's) over its whole space. With ``store``, every told trial is appended there
     and a study on the same store resumes: the strategy is told the stored trials first."""
@@ -230,7 +231,7 @@ def create_study(workload: Mapping[str, Any], *, strategy: str = "bo", seed: int
 class Study:
     """Ask for configurations, measure them your way, tell the results (:func:`create_study`)."""
 
-    def __init__(self, op, strategy: "Strategy", store: "Store | None" = None):
+    def __init__(self, op, strategy: Strategy, store: Store | None = None):
         self.op, self.strategy, self.store = op, strategy, store
         self.records: list[Record] = store.records() if store is not None else []
         self._told = {r.key for r in self.records}
@@ -250,7 +251,7 @@ class Study:
         return self.strategy.ask(n)
 
     def tell(self, config: Mapping[str, Any], tflops: float | None = None,
-             status: "str | Status" = "ok", **fields: Any) -> "Record":
+             status: str | Status = "ok", **fields: Any) -> Record:
         """Record one measurement: ``tflops`` for status ``ok`` (required there), otherwise the
         failure's status (``build_error``, ``run_timeout``, ...; see
         :class:`bocast.measure.status.Status`). ``fields``: other columns of a record
@@ -301,7 +302,7 @@ class Study:
         return config
 
     @property
-    def best(self) -> "Record | None":
+    def best(self) -> Record | None:
         """The told trial of highest TFLOPS among the successful ones."""
         ok = [r for r in self.records if r.ok and r.tflops]
         return max(ok, key=lambda r: r.tflops) if ok else None

@@ -9,7 +9,7 @@ same operations, so every strategy runs unchanged on either.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -22,7 +22,8 @@ import statistics
 import sys
 import time
 import traceback
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -208,8 +209,9 @@ def summarize_records(records, reference: dict | None) -> tuple[dict[str, Any], 
     counts = collections.Counter(str(r.status) for r in records)
     ok = sorted((r.tflops for r in records if r.ok and r.tflops), reverse=True)
     summary: dict[str, Any] = {"rows": len(records), "status": dict(counts)}
-    lines = [f"{len(records)} rows: " + ", ".join(f"{k} {v} ({100 * v / len(records):.0f}%)"
-                                                  for k, v in counts.most_common())] if records else []
+    shares = ", ".join(f"{k} {v} ({100 * v / len(records):.0f}%)"
+                       for k, v in counts.most_common()) if records else ""
+    lines = [f"{len(records)} rows: {shares}"] if records else []
     if ok:
         summary.update(best_tflops=ok[0], median_tflops=statistics.median(ok))
         line = f"TFLOPS best {ok[0]:.1f}, median {statistics.median(ok):.1f}"
@@ -263,7 +265,8 @@ def _check_size(args, n: int) -> None:
 
 
 def _jsonable_allowed(allowed: dict) -> dict:
-    return {k: [list(v) if isinstance(v, tuple) else v for v in vals] for k, vals in allowed.items()}
+    return {k: [list(v) if isinstance(v, tuple) else v for v in vals]
+            for k, vals in allowed.items()}
 
 
 def _fixed_text(allowed: dict) -> str:
@@ -598,7 +601,8 @@ def cmd_serve(rest: Sequence[str]) -> int:
 
 def cmd_ops(args) -> int:
     ops = operators()
-    lines = [f"{name:<18} {cls.shape_help} (default {cls.default_shape})" for name, cls in ops.items()]
+    lines = [f"{name:<18} {cls.shape_help} (default {cls.default_shape})"
+             for name, cls in ops.items()]
     _emit(args, {name: {"shape": cls.shape_help, "default": cls.default_shape}
                  for name, cls in ops.items()}, lines)
     return 0

@@ -19,7 +19,7 @@ MetaSchedule schedules the operator's unscheduled ``prim_func()``; it does not s
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.engine import to_record

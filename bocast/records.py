@@ -21,9 +21,10 @@ import sqlite3
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from bocast import interrupt
 from bocast.errors import InputError
@@ -250,7 +251,8 @@ class Store:
     # --- meta ----------------------------------------------------------------------------
     def set_meta(self, name: str, value: Any) -> None:
         with interrupt.held(), self._lock, self._conn:
-            self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, json.dumps(value)))
+            self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                               (name, json.dumps(value)))
 
     def get_meta(self, name: str, default: Any = None) -> Any:
         row = self._conn.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()

@@ -25,8 +25,9 @@ import functools
 import itertools
 import json
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,8 @@ MAX_ENUMERATION = 200_000_000
 
 
 class SpaceError(InputError):
-    """A configuration or space definition that cannot be interpreted (not a constraint violation)."""
+    """A configuration or space definition that cannot be interpreted (not a constraint
+    violation)."""
 
 
 #: Largest extent a split accepts. Divisors come from the prime factorisation (trial division up
@@ -211,7 +213,8 @@ class Split(Knob):
         if self.parts < 1:
             raise SpaceError(f"knob {self.name!r}: parts must be >= 1")
         if callable(self.extent) != bool(self.extent_from):
-            raise SpaceError(f"knob {self.name!r}: a callable extent needs extent_from, and only then")
+            raise SpaceError(f"knob {self.name!r}: a callable extent needs extent_from, "
+                             "and only then")
         object.__setattr__(self, "width", self.parts)
 
     @property
@@ -274,7 +277,8 @@ class Space:
     """
 
     def __init__(self, knobs: Sequence[Knob], constraints: Sequence[Constraint],
-                 derive: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None):
+                 derive: Callable[[Mapping[str, np.ndarray]],
+                                  Mapping[str, np.ndarray]] | None = None):
         names = [k.name for k in knobs]
         if len(set(names)) != len(names):
             raise SpaceError(f"duplicate knob names in {names}")
@@ -381,7 +385,8 @@ class Space:
 
     def structural_violations(self, config: Mapping[str, Value]) -> list[str]:
         """Domain problems: ``<knob>.choice``, ``<knob>.product`` (split product differs from the
-        extent), ``<knob>.parts``, ``<knob>.inactive`` (a value given where the knob is inactive)."""
+        extent), ``<knob>.parts``, ``<knob>.inactive`` (a value given where the knob is
+        inactive)."""
         self.check_keys(config)
         out = []
         for n in self.conditioning:
@@ -412,7 +417,8 @@ class Space:
         return self.violations(self.columns([config]))[0]
 
     def validate_many(self, configs: Sequence[Mapping[str, Value]]) -> list[list[str]]:
-        """``validate`` for many configurations, with the known constraints evaluated as one batch."""
+        """``validate`` for many configurations, with the known constraints evaluated as one
+        batch."""
         out = [self.structural_violations(c) for c in configs]
         sound = [i for i, v in enumerate(out) if not v]
         if sound:
@@ -453,7 +459,7 @@ class Space:
         weights = np.array([c for _, _, c in variants], dtype=float)
         counts = rng.multinomial(n, weights / weights.sum())
         parts: dict[str, list[np.ndarray]] = {k.name: [] for k in self.knobs}
-        for (cond, domains, _), m in zip(variants, counts):
+        for (_, domains, _), m in zip(variants, counts):
             if m == 0:
                 continue
             for k in self.knobs:
@@ -597,7 +603,8 @@ class Space:
         """``len(enumerate_feasible(allowed))`` without building the configurations."""
         return sum(len(idx) for _, idx in self._enumerate_chunks(allowed, max_structural))
 
-    def restricted_structural_size(self, allowed: Mapping[str, Sequence[Value]] | None = None) -> int:
+    def restricted_structural_size(
+            self, allowed: Mapping[str, Sequence[Value]] | None = None) -> int:
         """Structural configurations an enumeration of ``allowed`` visits."""
         return sum(c for _, _, c in self._variants_for(allowed))
 
@@ -774,7 +781,8 @@ class Space:
                 elif not k.is_active(cond):
                     cfg[k.name] = None
                 else:
-                    cfg[k.name] = k.decode_columns(row[offsets[k.name]:offsets[k.name] + k.width], cond)
+                    at = offsets[k.name]
+                    cfg[k.name] = k.decode_columns(row[at:at + k.width], cond)
             out.append(cfg)
         return out
 

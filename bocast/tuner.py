@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from bocast import interrupt
 from bocast.records import Record

@@ -50,7 +50,8 @@ def best_configs(stores: list[str], top: int) -> tuple[dict, list[dict]]:
             continue
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            w = json.loads(dict(conn.execute("SELECT name, value FROM meta").fetchall())["workload"])
+            meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
+            w = json.loads(meta["workload"])
             found = conn.execute("SELECT key, config, tflops FROM measurements "
                                  "WHERE status = 'ok' AND tflops IS NOT NULL").fetchall()
         finally:

@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from bocast.operator import TensorSpec, WorkloadError
+
 from . import _matmul as mm
 
 
@@ -64,7 +65,8 @@ class Conv(mm.MatmulOperator):
         self.N, self.C, self.K = (int(values[k]) for k in ("N", "C", "K"))
         self.size = tuple(int(values[k]) for k in self.spatial)
         self.ksize = tuple(int(values[k]) for k in self.kernel)
-        self.stride, self.pad, self.dilation = (int(values[k]) for k in ("stride", "pad", "dilation"))
+        self.stride, self.pad, self.dilation = (int(values[k])
+                                                for k in ("stride", "pad", "dilation"))
         self.output_padding = int(values.get("output_padding", 0))
         if self.transposed and self.output_padding >= max(self.stride, self.dilation):
             raise WorkloadError(f"{name}: output_padding ({self.output_padding}) must be smaller "
@@ -99,7 +101,7 @@ class Conv(mm.MatmulOperator):
         return f"{','.join(f[:cls.min_fields()])}[,{','.join(f[cls.min_fields():])}]"
 
     @classmethod
-    def from_args(cls, shape=None, **options: Any) -> "Conv":
+    def from_args(cls, shape=None, **options: Any) -> Conv:
         shape = tuple(shape) if shape is not None else cls.default_shape
         mm.check_options(cls.name, options, ("dtype", "space"))
         return cls(shape, **options)

@@ -9,6 +9,7 @@ stride-2 downsamples C2/C4/C6).
 """
 
 from bocast.operator import register
+
 from ._conv import Conv
 
 

@@ -10,6 +10,7 @@ dilation has no effect).
 """
 
 from bocast.operator import register
+
 from .conv2d import Conv2d
 
 

@@ -10,6 +10,7 @@ downsamples C3D2/C3D4/C3D6.
 """
 
 from bocast.operator import register
+
 from ._conv import Conv
 
 

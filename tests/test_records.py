@@ -12,8 +12,15 @@ import pytest
 
 from bocast.measure.status import Status
 from bocast.operator import get_operator
-from bocast.records import Record, Store, StoreError, dataset_configs, export_dataset, load, \
-    load_dataset
+from bocast.records import (
+    Record,
+    Store,
+    StoreError,
+    dataset_configs,
+    export_dataset,
+    load,
+    load_dataset,
+)
 from bocast.space import Space
 
 OP = get_operator("gemm").from_args((64, 64, 64))
@@ -61,14 +68,15 @@ def test_store_of_another_workload_is_refused_and_untouched(tmp_path):
     assert _digest(path) == before
 
 
-@pytest.mark.parametrize("content", [b"not a database at all" * 100, b"SQLite format 3\x00" + b"\x07" * 2000])
+@pytest.mark.parametrize("content", [b"not a database at all" * 100,
+                                     b"SQLite format 3\x00" + b"\x07" * 2000])
 def test_corrupt_store_is_refused_and_untouched(tmp_path, content):
     path = str(tmp_path / "bad.db")
     with open(path, "wb") as f:
         f.write(content)
     with pytest.raises(StoreError, match="not a bocast record store"):
         Store(path, OP.workload)
-    assert open(path, "rb").read() == content
+    assert (tmp_path / "bad.db").read_bytes() == content
 
 
 def test_foreign_sqlite_is_refused(tmp_path):

@@ -20,7 +20,8 @@ import math
 import statistics
 import subprocess
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 _CU = None
 _OPS: dict[str, Any] = {}
@@ -79,7 +80,8 @@ class Kernel:
         params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p)
                                                     for v in values])
         _check("cuLaunchKernel", _CU.cuLaunchKernel(
-            self.func, *[ctypes.c_uint(x) for x in self.grid], *[ctypes.c_uint(x) for x in self.block],
+            self.func, *[ctypes.c_uint(x) for x in self.grid],
+            *[ctypes.c_uint(x) for x in self.block],
             ctypes.c_uint(self.dynamic_smem), ctypes.c_void_p(stream), params, None))
 
     def unload(self) -> None:

@@ -31,8 +31,9 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from bocast.measure import rpc_tracker as trk
 from bocast.measure.builder import BuildResult
@@ -176,8 +177,8 @@ class RpcRunner(Runner):
                  server_wait_s: float = 600.0, max_attempts: int = 3, priority: int = 1,
                  log: Callable[[str], None] | None = None):
         self.tracker, self.key = trk.parse_addr(tracker), key
-        self.timeout_s, self.repeats, self.warmup_ms, self.seed = timeout_s, repeats, warmup_ms, seed
-        self.sessions, self.gpu_model = sessions, gpu_model
+        self.timeout_s, self.repeats, self.warmup_ms = timeout_s, repeats, warmup_ms
+        self.seed, self.sessions, self.gpu_model = seed, sessions, gpu_model
         self.slack_s, self.connect_timeout_s = slack_s, connect_timeout_s
         self.server_wait_s, self.max_attempts, self.priority = server_wait_s, max_attempts, priority
         self.log = log or (lambda m: print(f"rpc: {m}", file=sys.stderr, flush=True))

@@ -39,7 +39,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from bocast.measure import rpc_tracker as trk
 from bocast.measure.pool import TaskFailure, TimedPool
@@ -353,7 +354,8 @@ def _gpus(spec: str | None) -> list[str | None]:
             out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
                                  timeout=30).stdout
         except (OSError, subprocess.SubprocessError) as e:
-            raise SystemExit(f"--gpus all: nvidia-smi failed ({e}); list the GPUs: --gpus 0,1")
+            raise SystemExit(f"--gpus all: nvidia-smi failed ({e}); "
+                             "list the GPUs: --gpus 0,1") from e
         n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
         if n == 0:
             raise SystemExit("--gpus all: nvidia-smi lists no GPU")

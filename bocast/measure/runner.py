@@ -10,8 +10,9 @@ stand-in worker on a CPU.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure, TimedPool
@@ -52,7 +53,7 @@ class Runner(ABC):
     def device(self) -> dict[str, Any]:
         return {}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: runners that hold nothing need no close
         pass
 
     def __enter__(self):
@@ -71,7 +72,8 @@ class WorkerRunner(Runner):
 
     def __init__(self, *, worker: str, timeout_s: float = 30.0, repeats: int = 10,
                  warmup_ms: float = 20.0, seed: int = 0, startup_timeout_s: float = 300.0):
-        self.timeout_s, self.repeats, self.warmup_ms, self.seed = timeout_s, repeats, warmup_ms, seed
+        self.timeout_s, self.repeats = timeout_s, repeats
+        self.warmup_ms, self.seed = warmup_ms, seed
         self._pool = TimedPool(worker, 1, startup_timeout_s=startup_timeout_s)
 
     def close(self) -> None:
@@ -102,7 +104,8 @@ class WorkerRunner(Runner):
     def _convert(key: str, raw: Any) -> RunResult:
         if isinstance(raw, TaskFailure):
             status = {"timeout": Status.RUN_TIMEOUT}.get(raw.kind, Status.RUNTIME_ERROR)
-            return RunResult(key, status, run_s=raw.seconds, error=tail(f"{raw.kind}: {raw.detail}"))
+            return RunResult(key, status, run_s=raw.seconds,
+                             error=tail(f"{raw.kind}: {raw.detail}"))
         res = RunResult(key, Status(raw["status"]), error=tail(raw.get("error", "")),
                         **{k: raw.get(k) for k in _RESULT_FIELDS})
         res.extra = {k: raw[k] for k in ("number", "method") if k in raw}

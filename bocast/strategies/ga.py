@@ -196,7 +196,8 @@ class PlainGA(Strategy):
             if self.rng.random() < 0.5:  # elitism: half the matings involve an elite parent
                 i = int(self.rng.integers(min(self.hyper["elite"], len(ok))))
             a, b = parents[i], parents[j]
-            child = {k.name: (a if self.rng.random() < 0.5 else b)[k.name] for k in self.space.knobs}
+            child = {k.name: (a if self.rng.random() < 0.5 else b)[k.name]
+                     for k in self.space.knobs}
             for k in self.space.knobs:
                 if child[k.name] is not None and self.rng.random() < self.hyper["mutation"]:
                     other = self.candidates.sample_restricted(
