@@ -90,8 +90,9 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
     try:
-        cfg = (cfgmod.load(path, runner=runner, rpc=rpc) if path is not None
-               else cfgmod.parse(config, runner=runner, rpc=rpc))
+        cfg = (cfgmod.parse(config, runner=runner, rpc=rpc)
+               if not isinstance(config, (str, os.PathLike))
+               else cfgmod.load(os.fspath(config), runner=runner, rpc=rpc))
         op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
         if dataset is not None:
             candidates = dataset.candidates()
@@ -139,7 +140,8 @@ class TuneRun:
         cfg, op, dataset, store = self.cfg, self.op, self.dataset, self.store
         note = say if progress else (lambda _: None)
         previous = store.records()
-        closers = []
+        closers: list[Any] = []  # runner and builder: closed when the run ends
+        measurer: ReplayMeasurer | Measurer
         if dataset is not None:
             measurer = ReplayMeasurer(dataset, store)
             reference = (dataset.reference or {}).get("tflops")
@@ -291,21 +293,21 @@ class Study:
         if not isinstance(config, Mapping):
             raise InputError(f"tell: a configuration is a mapping of knobs, got {config!r}")
         try:
-            config = self.space.from_json(config)
-            bad = self.space.structural_violations(config)
+            out = self.space.from_json(config)
+            bad = self.space.structural_violations(out)
         except InputError as e:
             raise InputError(f"tell: {e}") from None
         except (TypeError, ValueError) as e:  # a split given as a number, ...
             raise InputError(f"tell: configuration not in the space ({e})") from None
         if bad:
             raise InputError(f"tell: configuration not in the space ({', '.join(bad)})")
-        return config
+        return out
 
     @property
     def best(self) -> Record | None:
         """The told trial of highest TFLOPS among the successful ones."""
         ok = [r for r in self.records if r.ok and r.tflops]
-        return max(ok, key=lambda r: r.tflops) if ok else None
+        return max(ok, key=lambda r: r.tflops or 0.0) if ok else None
 
     @property
     def trials(self):

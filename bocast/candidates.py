@@ -67,7 +67,8 @@ class SpaceCandidates(Candidates):
         return self._reference
 
     def sample(self, n, rng, exclude):
-        out, seen = [], set(exclude)
+        out: list[Config] = []
+        seen = set(exclude)
         for _ in range(20):
             for c in self.space.sample(max(n - len(out), 1) * 2, rng):
                 key = Space.key(c)

@@ -441,7 +441,7 @@ def cmd_compare(args) -> int:
         except InputError as e:
             raise UsageError(f"{args.config}: {e}") from None
     if "missing" in summary:
-        _emit(args, summary, [f"ran {', '.join(only) or 'nothing'}; results are written once "
+        _emit(args, summary, [f"ran {', '.join(only or []) or 'nothing'}; results are written once "
                               f"these runs have finished too: {', '.join(summary['missing'])}"])
         return 0
     with open(cfg.results + ".md") as f:
@@ -506,7 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     from bocast.config import RUNNERS as TUNE_RUNNERS
 
     parser = _Parser(prog="bocast", description=__doc__.splitlines()[0])
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--json", action="store_true", help="last line: one JSON summary")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks (also BOCAST_DEBUG=1)")

@@ -171,6 +171,8 @@ def workload_and_dataset(workload: Mapping[str, Any], runner: str, dataset: str 
         raise ConfigError(f"workload: {e}") from None
     if runner != "replay":
         return op, None
+    if dataset is None:
+        raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
     try:
         return op, ReplayDataset(dataset, op)
     except ReplayError as e:

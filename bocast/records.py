@@ -262,7 +262,8 @@ class Store:
         with interrupt.held(), self._lock, self._conn:
             cur = self._conn.execute("INSERT INTO sessions (started, provenance) VALUES (?, ?)",
                                      (prov.get("date", ""), json.dumps(prov, sort_keys=True)))
-        return int(cur.lastrowid)
+        assert cur.lastrowid is not None  # set by the INSERT
+        return cur.lastrowid
 
     def sessions(self) -> list[dict[str, Any]]:
         return [{"id": i, "started": s, **json.loads(p)} for i, s, p in
@@ -426,7 +427,7 @@ def dataset_configs(df, knob_columns: Iterable[str], space) -> list[dict[str, An
     cols = list(knob_columns)
     for i, row in enumerate(df[cols].itertuples(index=False)):
         r = dict(zip(cols, row))
-        cfg = {}
+        cfg: dict[str, Any] = {}
         for k in space.knobs:
             try:
                 if isinstance(k, Split):

@@ -62,7 +62,7 @@ def factorizations(extent: int, parts: int) -> tuple[tuple[int, ...], ...]:
         raise SpaceError(f"cannot split extent {extent}: larger than {MAX_EXTENT} (2^31 - 1)")
     if parts == 1:
         return ((extent,),)
-    out = []
+    out: list[tuple[int, ...]] = []
     for d in _divisors(extent):
         out.extend((d, *rest) for rest in factorizations(extent // d, parts - 1))
     return tuple(out)
@@ -235,6 +235,14 @@ class Split(Knob):
         return tuple(int(x) for x in self.domain(cond)[int(np.argmin(((dom - cols) ** 2).sum(1)))])
 
 
+def _kind(k: Knob) -> Split | _Choice:
+    """A knob of a kind a space knows how to sample, encode and enumerate."""
+    if not isinstance(k, (Split, _Choice)):
+        raise SpaceError(f"knob {k.name!r}: {type(k).__name__} is not a knob kind "
+                         "(Split, Categorical, Ordinal, PowerOfTwo)")
+    return k
+
+
 # --------------------------------------------------------------------------------- constraints
 
 
@@ -285,16 +293,19 @@ class Space:
         cnames = [c.name for c in constraints]
         if len(set(cnames)) != len(cnames):
             raise SpaceError(f"duplicate constraint names in {cnames}")
-        self.knobs: tuple[Knob, ...] = tuple(knobs)
+        self.knobs = tuple(_kind(k) for k in knobs)
         self.constraints: tuple[Constraint, ...] = tuple(constraints)
         self._derive = derive
         self._by_name = {k.name: k for k in self.knobs}
         cond_names = sorted({d for k in self.knobs for d in k.depends_on})
+        self._conditioners: dict[str, Categorical] = {}
         for d in cond_names:
-            if not isinstance(self._by_name.get(d), Categorical):
+            ck = self._by_name.get(d)
+            if not isinstance(ck, Categorical):
                 raise SpaceError(f"knobs may only depend on categorical knobs; {d!r} is not one")
-            if self._by_name[d].depends_on:
+            if ck.depends_on:
                 raise SpaceError(f"conditioning knob {d!r} must not itself depend on other knobs")
+            self._conditioners[d] = ck
         self.conditioning: tuple[str, ...] = tuple(cond_names)
         self._variants = self._enumerate_variants()
 
@@ -309,7 +320,7 @@ class Space:
     def _enumerate_variants(self):
         """For each assignment of the conditioning knobs: its domains and structural count."""
         variants = []
-        choices = [self._by_name[n].choices for n in self.conditioning]
+        choices = [self._conditioners[n].choices for n in self.conditioning]
         for combo in itertools.product(*choices):
             cond = dict(zip(self.conditioning, combo))
             domains, count = {}, 1
@@ -390,7 +401,7 @@ class Space:
         self.check_keys(config)
         out = []
         for n in self.conditioning:
-            if config[n] not in self._by_name[n].choices:
+            if config[n] not in self._conditioners[n].choices:
                 return [f"{n}.choice"]
         cond = self._cond_of(config)
         for k in self.knobs:

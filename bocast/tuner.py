@@ -32,7 +32,7 @@ class TuneResult:
     @property
     def best(self) -> Record | None:
         ok = [r for r in self.records if r.ok and r.tflops]
-        return max(ok, key=lambda r: r.tflops) if ok else None
+        return max(ok, key=lambda r: r.tflops or 0.0) if ok else None
 
     @property
     def best_tflops(self) -> float | None:

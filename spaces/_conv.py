@@ -204,12 +204,14 @@ class Conv(mm.MatmulOperator):
                 x, cond = self._source(o[dim], r[dim], self.size[dim])
                 idx.append(x)
                 conds += cond
-            return te.if_then_else(tvm.tirx.all(*conds), X[(n, *idx, c)],
+            at = (n, *idx, c)  # X[n, *idx, c] would need Python 3.11
+            return te.if_then_else(tvm.tirx.all(*conds), X[at],
                                    tvm.tirx.const(0, self.in_dtype))
 
         A = te.compute((spec.M, spec.K), gather, name="A")
         B = te.compute((self.K, spec.K),
-                       lambda j, kr: W[(j, *unravel(kr, (*self.ksize, C))[1:])], name="B")
+                       lambda j, kr: W[tuple([j, *unravel(kr, (*self.ksize, C))[1:]])],
+                       name="B")
         k = te.reduce_axis((0, spec.K), name="k")
         Cm = te.compute((spec.M, self.K), lambda i, j: te.sum(
             A[i, k].astype(acc) * B[j, k].astype(acc), axis=k), name="C")

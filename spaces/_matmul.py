@@ -127,11 +127,9 @@ def vec_constraint(name: str, doc: str, extents: Sequence[int]) -> Constraint:
 
 
 def _generation(spec: MatmulSpec):
-    if spec.space == "v1":
-        from . import _wmma_matmul as gen
-    else:
-        from . import _pipelined_matmul as gen
-    return gen
+    from . import _pipelined_matmul, _wmma_matmul
+
+    return _wmma_matmul if spec.space == "v1" else _pipelined_matmul
 
 
 def check_size(spec: MatmulSpec, op: str) -> None:

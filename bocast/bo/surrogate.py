@@ -17,6 +17,7 @@ import contextlib
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,7 +39,7 @@ class Surrogate:
         self.span = torch.tensor(np.where(hi > lo, hi - lo, 1.0), dtype=DTYPE)
         self.fit_points, self.maxiter, self.seed = fit_points, maxiter, seed
         self._hyper: dict[str, torch.Tensor] | None = None
-        self.model = None
+        self.model: Any = None  # botorch's SingleTaskGP once fitted (botorch is untyped)
 
     def scale(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
         return (torch.as_tensor(x, dtype=DTYPE) - self.lo) / self.span

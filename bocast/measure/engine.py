@@ -95,6 +95,7 @@ class Measurer:
                 c, b = batch.runnable[i]
                 self._keep(batch, to_record(b.key, c, b, r, batch.source))
 
+            assert self.runner is not None  # prepare() keeps builds runnable only with one
             self.runner.run(self.op, [b for _, b in batch.runnable], on_result=ran)
         return batch.records
 

@@ -155,6 +155,7 @@ class TimedPool:
                 if kind == "ready":
                     w.ready = True
                     continue
+                assert w.task is not None  # results come only from a worker given a task
                 i, started = w.task
                 w.task = None
                 finish(i, value if kind == "ok" else

@@ -65,11 +65,12 @@ class ReplayDataset:
         if i is None:
             raise ReplayError(f"configuration {key} is not in dataset {self.prefix}")
         r = self.rows[i]
+        numbers: dict[str, Any] = {
+            k: _num(r.get(k)) for k in ("latency_ms", "latency_min_ms", "latency_q25_ms",
+                                        "latency_q75_ms", "latency_max_ms", "tflops",
+                                        "rel_error", "build_s", "run_s")}
         return Record(
-            key, _jsonable(config), Status(r["status"]),
-            **{k: _num(r.get(k)) for k in ("latency_ms", "latency_min_ms", "latency_q25_ms",
-                                           "latency_q75_ms", "latency_max_ms", "tflops",
-                                           "rel_error", "build_s", "run_s")},
+            key, _jsonable(config), Status(r["status"]), **numbers,
             repeats=int(r["repeats"]) if _num(r.get("repeats")) is not None else None,
             features={k: float(r[k]) for k in ("registers", "smem_bytes", "dynamic_smem_bytes",
                                                "spill_stores", "spill_loads", "stack_bytes")

@@ -10,7 +10,7 @@ stand-in worker on a CPU.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,8 +43,10 @@ class Runner(ABC):
     name: str = "runner"
 
     @abstractmethod
-    def run(self, op: Operator, builds: Sequence[BuildResult]) -> list[RunResult]:
-        """One result per build (all builds must have status ``ok``)."""
+    def run(self, op: Operator, builds: Sequence[BuildResult],
+            on_result: Callable[[int, RunResult], None] | None = None) -> list[RunResult]:
+        """One result per build (all builds must have status ``ok``); ``on_result(i, result)``
+        as each one finishes."""
 
     def reference(self, op: Operator) -> dict[str, Any] | None:
         """The vendor library on the same workload, timed the same way (None if unavailable)."""
@@ -61,6 +63,15 @@ class Runner(ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def kernel_task(op: Operator, b: BuildResult, *, seed: int, repeats: int,
+                warmup_ms: float) -> dict[str, Any]:
+    """The worker task that times one built kernel (the local and the RPC runner send the same)."""
+    return {"kind": "kernel", "key": b.key, "workload": op.workload, "cubin": b.cubin,
+            "kernel": b.kernel, "grid": b.grid, "block": b.block, "args": b.args,
+            "dynamic_smem": int(b.features.get("dynamic_smem_bytes", 0)),
+            "seed": seed, "repeats": repeats, "warmup_ms": warmup_ms, "tolerance": op.tolerance}
 
 
 _RESULT_FIELDS = ("latency_ms", "latency_min_ms", "latency_q25_ms", "latency_q75_ms",
@@ -80,11 +91,7 @@ class WorkerRunner(Runner):
         self._pool.close()
 
     def _task(self, op: Operator, b: BuildResult) -> dict[str, Any]:
-        return {"kind": "kernel", "key": b.key, "workload": op.workload, "cubin": b.cubin,
-                "kernel": b.kernel, "grid": b.grid, "block": b.block, "args": b.args,
-                "dynamic_smem": int(b.features.get("dynamic_smem_bytes", 0)),
-                "seed": self.seed, "repeats": self.repeats, "warmup_ms": self.warmup_ms,
-                "tolerance": op.tolerance}
+        return kernel_task(op, b, seed=self.seed, repeats=self.repeats, warmup_ms=self.warmup_ms)
 
     def run(self, op: Operator, builds: Sequence[BuildResult], on_result=None) -> list[RunResult]:
         for b in builds:
@@ -117,7 +124,7 @@ class WorkerRunner(Runner):
             raise RuntimeError(f"runner worker {raw.kind}: {raw.detail}")
         return raw
 
-    def reference(self, op: Operator) -> dict[str, Any] | None:
+    def reference(self, op: Operator) -> dict[str, Any]:
         return self._single({"kind": "reference", "workload": op.workload, "seed": self.seed,
                              "repeats": max(20, self.repeats)}, 120.0)
 
