@@ -5,9 +5,19 @@ does, :func:`load` reads a record store into a DataFrame, :func:`create_study` g
 for a measurement loop of one's own; :func:`export` writes a record's kernel to a folder and
 :func:`load_kernel` loads it to call on torch tensors (:mod:`bocast.kernel`)."""
 
+from pathlib import Path
+
 from bocast.api import Study, TuneResult, create_study, load, tune
 from bocast.errors import InputError
 from bocast.kernel import Kernel, export, load_kernel
+
+# The operator files are the top-level spaces/ folder; an install puts them at bocast/spaces
+# (pyproject's package-dir), as no top-level `spaces` may clash with PyPI's package of that name.
+# Run from a checkout (PYTHONPATH, or an editable install) bocast.spaces is found here, in this
+# checkout's spaces/, never through an editable install's mapping into another tree.
+_here = Path(__file__).resolve().parent
+if not (_here / "spaces").is_dir() and (_here.parent / "spaces" / "__init__.py").is_file():
+    __path__.append(str(_here.parent))
 
 __version__ = "0.1.0"
 __all__ = ["InputError", "Kernel", "Study", "TuneResult", "create_study", "export", "load",

@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from bocast.errors import InputError
 
@@ -78,7 +79,7 @@ def need_compiler(what: str) -> None:
 
 
 def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None = None,
-            rpc: Mapping[str, Any] | None = None) -> "TuneRun":
+            rpc: Mapping[str, Any] | None = None) -> TuneRun:
     """Check a tune configuration whole and open its store; nothing else is written. Errors of
     a file's configuration start with the file's name (as the command prints them)."""
     from bocast import config as cfgmod
@@ -89,8 +90,9 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
     try:
-        cfg = (cfgmod.load(path, runner=runner, rpc=rpc) if path is not None
-               else cfgmod.parse(config, runner=runner, rpc=rpc))
+        cfg = (cfgmod.parse(config, runner=runner, rpc=rpc)
+               if not isinstance(config, (str, os.PathLike))
+               else cfgmod.load(os.fspath(config), runner=runner, rpc=rpc))
         op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
         if dataset is not None:
             candidates = dataset.candidates()
@@ -113,11 +115,11 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
 class TuneRun:
     """A checked tune configuration with its strategy and open store (:func:`prepare`)."""
 
-    cfg: "TuneConfig"
+    cfg: TuneConfig
     op: Any
     dataset: Any
-    strategy: "Strategy"
-    store: "Store"
+    strategy: Strategy
+    store: Store
 
     def execute(self, *, progress: bool = True) -> tuple[dict[str, Any], list[str]]:
         """Run to the budget (resuming the store's trials), write summary.json; return the
@@ -130,7 +132,8 @@ class TuneRun:
         cfg, op, dataset, store = self.cfg, self.op, self.dataset, self.store
         note = say if progress else (lambda _: None)
         previous = store.records()
-        closers = []
+        closers: list[Any] = []  # runner and builder: closed when the run ends
+        measurer: ReplayMeasurer | Measurer
         if dataset is not None:
             measurer = ReplayMeasurer(dataset, store)
             reference = (dataset.reference or {}).get("tflops")
@@ -198,7 +201,7 @@ def load(store_path: str | os.PathLike):
 
 
 def create_study(workload: Mapping[str, Any], *, strategy: str = "bo", seed: int = 0,
-                 store: str | os.PathLike | None = None, **strategy_options: Any) -> "Study":
+                 store: str | os.PathLike | None = None, **strategy_options: Any) -> Study:
     """An ask/tell study of ``workload`` (``{"op": "gemm", "shape": [...], ...}``, as a tune
     configuration's) over its whole space. With ``store``, every told trial is appended there
     and a study on the same store resumes: the strategy is told the stored trials first."""
@@ -222,7 +225,7 @@ def create_study(workload: Mapping[str, Any], *, strategy: str = "bo", seed: int
 class Study:
     """Ask for configurations, measure them your way, tell the results (:func:`create_study`)."""
 
-    def __init__(self, op, strategy: "Strategy", store: "Store | None" = None):
+    def __init__(self, op, strategy: Strategy, store: Store | None = None):
         self.op, self.strategy, self.store = op, strategy, store
         self.records: list[Record] = store.records() if store is not None else []
         self._told = {r.key for r in self.records}
@@ -242,7 +245,7 @@ class Study:
         return self.strategy.ask(n)
 
     def tell(self, config: Mapping[str, Any], tflops: float | None = None,
-             status: "str | Status" = "ok", **fields: Any) -> "Record":
+             status: str | Status = "ok", **fields: Any) -> Record:
         """Record one measurement: ``tflops`` for status ``ok`` (required there), otherwise the
         failure's status (``build_error``, ``run_timeout``, ...; see
         :class:`bocast.measure.status.Status`). ``fields``: other columns of a record
@@ -282,21 +285,21 @@ class Study:
         if not isinstance(config, Mapping):
             raise InputError(f"tell: a configuration is a mapping of knobs, got {config!r}")
         try:
-            config = self.space.from_json(config)
-            bad = self.space.structural_violations(config)
+            out = self.space.from_json(config)
+            bad = self.space.structural_violations(out)
         except InputError as e:
             raise InputError(f"tell: {e}") from None
         except (TypeError, ValueError) as e:  # a split given as a number, ...
             raise InputError(f"tell: configuration not in the space ({e})") from None
         if bad:
             raise InputError(f"tell: configuration not in the space ({', '.join(bad)})")
-        return config
+        return out
 
     @property
-    def best(self) -> "Record | None":
+    def best(self) -> Record | None:
         """The told trial of highest TFLOPS among the successful ones."""
         ok = [r for r in self.records if r.ok and r.tflops]
-        return max(ok, key=lambda r: r.tflops) if ok else None
+        return max(ok, key=lambda r: r.tflops or 0.0) if ok else None
 
     @property
     def trials(self):

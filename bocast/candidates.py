@@ -9,7 +9,7 @@ same operations, so every strategy runs unchanged on either.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -67,7 +67,8 @@ class SpaceCandidates(Candidates):
         return self._reference
 
     def sample(self, n, rng, exclude):
-        out, seen = [], set(exclude)
+        out: list[Config] = []
+        seen = set(exclude)
         for _ in range(20):
             for c in self.space.sample(max(n - len(out), 1) * 2, rng):
                 key = Space.key(c)

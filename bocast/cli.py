@@ -22,7 +22,8 @@ import statistics
 import sys
 import time
 import traceback
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -208,8 +209,9 @@ def summarize_records(records, reference: dict | None) -> tuple[dict[str, Any], 
     counts = collections.Counter(str(r.status) for r in records)
     ok = sorted((r.tflops for r in records if r.ok and r.tflops), reverse=True)
     summary: dict[str, Any] = {"rows": len(records), "status": dict(counts)}
-    lines = [f"{len(records)} rows: " + ", ".join(f"{k} {v} ({100 * v / len(records):.0f}%)"
-                                                  for k, v in counts.most_common())] if records else []
+    shares = ", ".join(f"{k} {v} ({100 * v / len(records):.0f}%)"
+                       for k, v in counts.most_common()) if records else ""
+    lines = [f"{len(records)} rows: {shares}"] if records else []
     if ok:
         summary.update(best_tflops=ok[0], median_tflops=statistics.median(ok))
         line = f"TFLOPS best {ok[0]:.1f}, median {statistics.median(ok):.1f}"
@@ -263,7 +265,8 @@ def _check_size(args, n: int) -> None:
 
 
 def _jsonable_allowed(allowed: dict) -> dict:
-    return {k: [list(v) if isinstance(v, tuple) else v for v in vals] for k, vals in allowed.items()}
+    return {k: [list(v) if isinstance(v, tuple) else v for v in vals]
+            for k, vals in allowed.items()}
 
 
 def _fixed_text(allowed: dict) -> str:
@@ -439,7 +442,7 @@ def cmd_compare(args) -> int:
         except InputError as e:
             raise UsageError(f"{args.config}: {e}") from None
     if "missing" in summary:
-        _emit(args, summary, [f"ran {', '.join(only) or 'nothing'}; results are written once "
+        _emit(args, summary, [f"ran {', '.join(only or []) or 'nothing'}; results are written once "
                               f"these runs have finished too: {', '.join(summary['missing'])}"])
         return 0
     with open(cfg.results + ".md") as f:
@@ -514,7 +517,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _opt(p: argparse.ArgumentParser, flag: str, field: schema.Field, default: Any = None,
+def _opt(p: argparse._ActionsContainer, flag: str, field: schema.Field, default: Any = None,
          **kwargs) -> None:
     """A command-line option checked by its schema field (type, range; default and help)."""
     default = field.default if default is None and not field.required else default
@@ -532,7 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
     from bocast.config import RUNNERS as TUNE_RUNNERS
 
     parser = _Parser(prog="bocast", description=__doc__.splitlines()[0])
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--json", action="store_true", help="last line: one JSON summary")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks (also BOCAST_DEBUG=1)")
@@ -641,7 +644,8 @@ def cmd_serve(rest: Sequence[str]) -> int:
 
 def cmd_ops(args) -> int:
     ops = operators()
-    lines = [f"{name:<18} {cls.shape_help} (default {cls.default_shape})" for name, cls in ops.items()]
+    lines = [f"{name:<18} {cls.shape_help} (default {cls.default_shape})"
+             for name, cls in ops.items()]
     _emit(args, {name: {"shape": cls.shape_help, "default": cls.default_shape}
                  for name, cls in ops.items()}, lines)
     return 0

@@ -43,13 +43,21 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from bocast import interrupt, schema
-from bocast.config import WORKLOAD, ConfigError, read_yaml, resolver, rpc_options, strategy_entry, \
-    workload_and_dataset
+from bocast.config import (
+    WORKLOAD,
+    ConfigError,
+    read_yaml,
+    resolver,
+    rpc_options,
+    strategy_entry,
+    workload_and_dataset,
+)
 from bocast.progress import Progress
 from bocast.schema import Field, Section
 
@@ -673,8 +681,8 @@ def _write_files(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) 
                 if live and cfg.baseline else ""), "",
              "| strategy | trials to 95% | reached | " + " | ".join(
                  f"best @{b}" for b in cfg.budgets)
-             + (f" | best @{last} / {_vendor(summary)} | trials to 95% of {cfg.baseline}" if live and
-                cfg.baseline else "") + " |",
+             + (f" | best @{last} / {_vendor(summary)} | trials to 95% of {cfg.baseline}"
+                if live and cfg.baseline else "") + " |",
              "|---" * (3 + len(cfg.budgets) + (2 if live and cfg.baseline else 0)) + "|"]
     for lab, s in summary["strategies"].items():
         lo, hi = s["iqr_trials_to_95pct"]

@@ -18,8 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -160,10 +161,10 @@ def read_yaml(path: str) -> Any:
 
 def _yaml_problem(e: yaml.YAMLError) -> str:
     """What PyYAML found and where, without the file's name (its message repeats it)."""
-    mark = getattr(e, "problem_mark", None)
-    if mark is None or not getattr(e, "problem", None):
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is None or not problem:
         return " ".join(str(e).split())
-    what = " ".join(x for x in (getattr(e, "context", None), e.problem) if x)
+    what = " ".join(x for x in (getattr(e, "context", None), problem) if x)
     return f"line {mark.line + 1}, column {mark.column + 1}: {' '.join(what.split())}"
 
 
@@ -195,6 +196,8 @@ def workload_and_dataset(workload: Mapping[str, Any], runner: str, dataset: str 
         raise ConfigError(f"workload: {e}") from None
     if runner != "replay":
         return op, None
+    if dataset is None:
+        raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
     try:
         return op, ReplayDataset(dataset, op)
     except ReplayError as e:

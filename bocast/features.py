@@ -22,7 +22,7 @@ bounds (:meth:`Features.bounds`) like the knob columns.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

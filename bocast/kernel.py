@@ -98,7 +98,7 @@ def _pick(rows, record: int | str, store: str):
 
 
 @contextlib.contextmanager
-def _cuda_compile(answer: Callable[[str, Any], bytes]):
+def _cuda_compile(answer: Callable[[str, Any], bytes | None]):
     """Within the block, TVM's ``tvm_callback_cuda_compile`` (source -> CUDA binary, called
     when TVM creates a CUDA module) is ``answer(source, previous callback or None)``."""
     import tvm  # noqa: F401 - registers TVM's own callback first
@@ -223,7 +223,7 @@ class Kernel:
             if _sha256(file) != digest:
                 raise InputError(f"{self.path}: {name} differs from the file exported "
                                  f"(sha256 in {META})")
-        self._function = None
+        self._function: Any = None  # the loaded module's entry (load())
         self.binary: str | None = None  # set by load()
 
     @property

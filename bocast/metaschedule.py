@@ -19,7 +19,7 @@ MetaSchedule schedules the operator's unscheduled ``prim_func()``; it does not s
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.engine import to_record
@@ -68,7 +68,7 @@ class _Bridge:
             keyed.append((key, tvm.ir.save_json(mod)))
         # MetaSchedule may propose a module it has measured before (its database dedupes by
         # structure, we by hash); measure it again but do not count it twice
-        out = []
+        out: list[tuple[str | None, str | None]] = []
         for b in self.builder.build_modules(self.op, keyed, pass_config=PASS_CONFIG):
             if b.status is Status.OK:
                 self.built[b.key] = b
@@ -82,11 +82,11 @@ class _Bridge:
     def run(self, keys: Sequence[str]) -> list[tuple[float | None, str | None]]:
         """(seconds, error) per built artifact; every result is recorded."""
         builds = [self.built[k] for k in keys]
-        out = []
+        out: list[tuple[float | None, str | None]] = []
         for b, r in zip(builds, self.runner.run(self.op, builds)):
             if b.key not in self.store:
                 self.keep(to_record(b.key, {"metaschedule": b.key}, b, r, NAME))
-            if r.status is Status.OK:
+            if r.status is Status.OK and r.latency_ms is not None:
                 out.append((r.latency_ms * 1e-3, None))
             else:
                 out.append((None, f"{r.status}: {r.error}"))

@@ -10,13 +10,14 @@ import importlib
 import math
 import pkgutil
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from bocast.errors import InputError
 from bocast.space import MAX_EXTENT, Config, Space
 
-_REGISTRY: dict[str, type["Operator"]] = {}
+_REGISTRY: dict[str, type[Operator]] = {}
 
 #: Input/output element types the Tensor Core spaces accept, with the tolerance of the relative
 #: error ||out - ref|| / ||ref|| used by correctness checks (fp16 inputs, fp32 reference).
@@ -68,8 +69,9 @@ class Operator(ABC):
 
     @classmethod
     @abstractmethod
-    def from_args(cls, shape: tuple[int, ...] | None = None, **options: Any) -> "Operator":
-        """Build from a CLI-style shape tuple and options; raise WorkloadError naming the problem."""
+    def from_args(cls, shape: tuple[int, ...] | None = None, **options: Any) -> Operator:
+        """Build from a CLI-style shape tuple and options; raise WorkloadError naming the
+        problem."""
 
     @abstractmethod
     def prim_func(self):
@@ -118,11 +120,11 @@ def register(cls: type[Operator]) -> type[Operator]:
 
 
 def _discover() -> None:
-    import spaces  # the package of operator files
+    spaces = importlib.import_module("bocast.spaces")  # the package of operator files
 
     for mod in pkgutil.iter_modules(spaces.__path__):
         if not mod.name.startswith("_"):
-            importlib.import_module(f"spaces.{mod.name}")
+            importlib.import_module(f"bocast.spaces.{mod.name}")
 
 
 def operators() -> dict[str, type[Operator]]:

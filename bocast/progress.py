@@ -32,7 +32,8 @@ class Progress:
         self.tty = self.stream.isatty() if tty is None else tty
         self.every_s, self.every_n = every_s, every_n
         self.t0 = time.perf_counter()
-        self.done, self.best, self.note = 0, None, ""
+        self.done, self.note = 0, ""
+        self.best: float | None = None
         self._last_line = -1e9
         self._last_n = 0
         self._drawn = False

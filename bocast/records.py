@@ -22,9 +22,10 @@ import sqlite3
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Mapping, get_args, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 from bocast import interrupt
 from bocast.errors import InputError
@@ -306,7 +307,8 @@ class Store:
     def set_meta(self, name: str, value: Any) -> None:
         self._writable()
         with interrupt.held(), self._lock, self._conn:
-            self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, json.dumps(value)))
+            self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                               (name, json.dumps(value)))
 
     def get_meta(self, name: str, default: Any = None) -> Any:
         row = self._conn.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
@@ -317,7 +319,8 @@ class Store:
         with interrupt.held(), self._lock, self._conn:
             cur = self._conn.execute("INSERT INTO sessions (started, provenance) VALUES (?, ?)",
                                      (prov.get("date", ""), json.dumps(prov, sort_keys=True)))
-        return int(cur.lastrowid)
+        assert cur.lastrowid is not None  # set by the INSERT
+        return cur.lastrowid
 
     def sessions(self) -> list[dict[str, Any]]:
         return [{"id": i, "started": s, **json.loads(p)} for i, s, p in
@@ -518,7 +521,7 @@ def dataset_configs(df, knob_columns: Iterable[str], space) -> list[dict[str, An
     cols = list(knob_columns)
     for i, row in enumerate(df[cols].itertuples(index=False)):
         r = dict(zip(cols, row))
-        cfg = {}
+        cfg: dict[str, Any] = {}
         for k in space.knobs:
             try:
                 if isinstance(k, Split):

@@ -16,8 +16,9 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from bocast.errors import InputError
 
@@ -135,7 +136,7 @@ class Field:
             raise argparse.ArgumentTypeError(f"expected {self.expected(cli=True)}, got {text!r}") \
                 from None
 
-    def with_default(self, default: Any) -> "Field":
+    def with_default(self, default: Any) -> Field:
         return dataclasses.replace(self, default=default)
 
 

@@ -25,8 +25,9 @@ import functools
 import itertools
 import json
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,8 @@ MAX_ENUMERATION = 200_000_000
 
 
 class SpaceError(InputError):
-    """A configuration or space definition that cannot be interpreted (not a constraint violation)."""
+    """A configuration or space definition that cannot be interpreted (not a constraint
+    violation)."""
 
 
 #: Largest extent a split accepts. Divisors come from the prime factorisation (trial division up
@@ -60,7 +62,7 @@ def factorizations(extent: int, parts: int) -> tuple[tuple[int, ...], ...]:
         raise SpaceError(f"cannot split extent {extent}: larger than {MAX_EXTENT} (2^31 - 1)")
     if parts == 1:
         return ((extent,),)
-    out = []
+    out: list[tuple[int, ...]] = []
     for d in _divisors(extent):
         out.extend((d, *rest) for rest in factorizations(extent // d, parts - 1))
     return tuple(out)
@@ -211,7 +213,8 @@ class Split(Knob):
         if self.parts < 1:
             raise SpaceError(f"knob {self.name!r}: parts must be >= 1")
         if callable(self.extent) != bool(self.extent_from):
-            raise SpaceError(f"knob {self.name!r}: a callable extent needs extent_from, and only then")
+            raise SpaceError(f"knob {self.name!r}: a callable extent needs extent_from, "
+                             "and only then")
         object.__setattr__(self, "width", self.parts)
 
     @property
@@ -230,6 +233,14 @@ class Split(Knob):
     def decode_columns(self, cols, cond):
         dom = np.log2(np.array(self.domain(cond), dtype=float))
         return tuple(int(x) for x in self.domain(cond)[int(np.argmin(((dom - cols) ** 2).sum(1)))])
+
+
+def _kind(k: Knob) -> Split | _Choice:
+    """A knob of a kind a space knows how to sample, encode and enumerate."""
+    if not isinstance(k, (Split, _Choice)):
+        raise SpaceError(f"knob {k.name!r}: {type(k).__name__} is not a knob kind "
+                         "(Split, Categorical, Ordinal, PowerOfTwo)")
+    return k
 
 
 # --------------------------------------------------------------------------------- constraints
@@ -274,23 +285,27 @@ class Space:
     """
 
     def __init__(self, knobs: Sequence[Knob], constraints: Sequence[Constraint],
-                 derive: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None):
+                 derive: Callable[[Mapping[str, np.ndarray]],
+                                  Mapping[str, np.ndarray]] | None = None):
         names = [k.name for k in knobs]
         if len(set(names)) != len(names):
             raise SpaceError(f"duplicate knob names in {names}")
         cnames = [c.name for c in constraints]
         if len(set(cnames)) != len(cnames):
             raise SpaceError(f"duplicate constraint names in {cnames}")
-        self.knobs: tuple[Knob, ...] = tuple(knobs)
+        self.knobs = tuple(_kind(k) for k in knobs)
         self.constraints: tuple[Constraint, ...] = tuple(constraints)
         self._derive = derive
         self._by_name = {k.name: k for k in self.knobs}
         cond_names = sorted({d for k in self.knobs for d in k.depends_on})
+        self._conditioners: dict[str, Categorical] = {}
         for d in cond_names:
-            if not isinstance(self._by_name.get(d), Categorical):
+            ck = self._by_name.get(d)
+            if not isinstance(ck, Categorical):
                 raise SpaceError(f"knobs may only depend on categorical knobs; {d!r} is not one")
-            if self._by_name[d].depends_on:
+            if ck.depends_on:
                 raise SpaceError(f"conditioning knob {d!r} must not itself depend on other knobs")
+            self._conditioners[d] = ck
         self.conditioning: tuple[str, ...] = tuple(cond_names)
         self._variants = self._enumerate_variants()
 
@@ -305,7 +320,7 @@ class Space:
     def _enumerate_variants(self):
         """For each assignment of the conditioning knobs: its domains and structural count."""
         variants = []
-        choices = [self._by_name[n].choices for n in self.conditioning]
+        choices = [self._conditioners[n].choices for n in self.conditioning]
         for combo in itertools.product(*choices):
             cond = dict(zip(self.conditioning, combo))
             domains, count = {}, 1
@@ -381,11 +396,12 @@ class Space:
 
     def structural_violations(self, config: Mapping[str, Value]) -> list[str]:
         """Domain problems: ``<knob>.choice``, ``<knob>.product`` (split product differs from the
-        extent), ``<knob>.parts``, ``<knob>.inactive`` (a value given where the knob is inactive)."""
+        extent), ``<knob>.parts``, ``<knob>.inactive`` (a value given where the knob is
+        inactive)."""
         self.check_keys(config)
         out = []
         for n in self.conditioning:
-            if config[n] not in self._by_name[n].choices:
+            if config[n] not in self._conditioners[n].choices:
                 return [f"{n}.choice"]
         cond = self._cond_of(config)
         for k in self.knobs:
@@ -412,7 +428,8 @@ class Space:
         return self.violations(self.columns([config]))[0]
 
     def validate_many(self, configs: Sequence[Mapping[str, Value]]) -> list[list[str]]:
-        """``validate`` for many configurations, with the known constraints evaluated as one batch."""
+        """``validate`` for many configurations, with the known constraints evaluated as one
+        batch."""
         out = [self.structural_violations(c) for c in configs]
         sound = [i for i, v in enumerate(out) if not v]
         if sound:
@@ -453,7 +470,7 @@ class Space:
         weights = np.array([c for _, _, c in variants], dtype=float)
         counts = rng.multinomial(n, weights / weights.sum())
         parts: dict[str, list[np.ndarray]] = {k.name: [] for k in self.knobs}
-        for (cond, domains, _), m in zip(variants, counts):
+        for (_, domains, _), m in zip(variants, counts):
             if m == 0:
                 continue
             for k in self.knobs:
@@ -597,7 +614,8 @@ class Space:
         """``len(enumerate_feasible(allowed))`` without building the configurations."""
         return sum(len(idx) for _, idx in self._enumerate_chunks(allowed, max_structural))
 
-    def restricted_structural_size(self, allowed: Mapping[str, Sequence[Value]] | None = None) -> int:
+    def restricted_structural_size(
+            self, allowed: Mapping[str, Sequence[Value]] | None = None) -> int:
         """Structural configurations an enumeration of ``allowed`` visits."""
         return sum(c for _, _, c in self._variants_for(allowed))
 
@@ -774,7 +792,8 @@ class Space:
                 elif not k.is_active(cond):
                     cfg[k.name] = None
                 else:
-                    cfg[k.name] = k.decode_columns(row[offsets[k.name]:offsets[k.name] + k.width], cond)
+                    at = offsets[k.name]
+                    cfg[k.name] = k.decode_columns(row[at:at + k.width], cond)
             out.append(cfg)
         return out
 

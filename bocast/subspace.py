@@ -23,8 +23,9 @@ boolean: quote them.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from bocast.space import Config, Space, SpaceError, Split, Value
 

@@ -48,8 +48,10 @@ def target(overrides: dict | None = None):
 
 @functools.lru_cache(maxsize=1)
 def _helpers() -> types.ModuleType:
-    origin = os.path.join(os.path.dirname(importlib.util.find_spec("tvm.s_tir").origin),
-                          "tensor_intrin", "cuda.py")
+    spec = importlib.util.find_spec("tvm.s_tir")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("tvm.s_tir not found: bocast needs TVM 0.27 (apache-tvm)")
+    origin = os.path.join(os.path.dirname(spec.origin), "tensor_intrin", "cuda.py")
     with open(origin) as f:
         tree = ast.parse(f.read())
 
@@ -60,7 +62,7 @@ def _helpers() -> types.ModuleType:
     # Decorated top-level functions are registrations (``@register_global_func``): running the
     # decorators here would make a later ``import tvm.s_tir.tensor_intrin.cuda`` (MetaSchedule
     # needs it) fail with "already registered"; we keep the functions without them.
-    keep = []
+    keep: list[ast.stmt] = []
     for n in tree.body:
         if isinstance(n, ast.FunctionDef):
             n.decorator_list = []

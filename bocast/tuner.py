@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from bocast import interrupt
 from bocast.records import Record
@@ -60,7 +61,7 @@ class Trajectory:
     @property
     def best(self) -> Record | None:
         ok = [r for r in self.records if r.ok and r.tflops]
-        return max(ok, key=lambda r: r.tflops) if ok else None
+        return max(ok, key=lambda r: r.tflops or 0.0) if ok else None
 
     @property
     def best_tflops(self) -> float | None:
@@ -121,7 +122,8 @@ class Tuner:
     :meth:`result` are its steps, for drivers that interleave several tuners
     (:func:`run_interleaved`)."""
 
-    def __init__(self, strategy: Strategy, measurer: SupportsMeasure, *, trials: int, seconds: float | None = None,
+    def __init__(self, strategy: Strategy, measurer: SupportsMeasure, *, trials: int,
+                 seconds: float | None = None,
                  batch_size: int = 32, optimum: float | None = None,
                  reference: float | None = None, meter=None):
         if trials < 1:
@@ -218,7 +220,8 @@ def run_interleaved(tuners: Sequence[Tuner], *, on_batch=None, ahead: int = 2) -
 
             def prepare():
                 configs = asked.result()
-                return t, (t.measurer.prepare(configs, source=t.strategy.name) if configs else None)
+                measurer = cast(SupportsPrepareRun, t.measurer)  # checked above
+                return t, (measurer.prepare(configs, source=t.strategy.name) if configs else None)
 
             return builder.submit(prepare)
 

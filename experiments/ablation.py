@@ -112,7 +112,8 @@ def main(path: str) -> None:
         os.makedirs(cfg.output, exist_ok=True)
         for s in cfg.strategies:
             for seed in cfg.seeds:
-                jobs.append((cfg, s, seed, os.path.join(cfg.output, f"{s['label']}_seed{seed}.json")))
+                out = os.path.join(cfg.output, f"{s['label']}_seed{seed}.json")
+                jobs.append((cfg, s, seed, out))
     runs: dict[str, list[dict]] = {cfg.name: [] for cfg in cfgs}
     with ProcessPoolExecutor(spec.get("workers") or os.cpu_count(),
                              initializer=_one_thread) as pool:
@@ -135,12 +136,13 @@ def main(path: str) -> None:
             lab, rs = s["label"], by[s["label"]]
             q = s.get("batch_size", cfg.batch_size)
             model_rounds = [p for r in rs for p in r["proposal_s"][math.ceil(32 / q):]]
+            optimum = rs[0]["optimum"]
             row = {"median_trials_to_95pct": float(np.median(t95[lab])),
                    "iqr_trials_to_95pct": [float(x) for x in np.percentile(t95[lab], [25, 75])],
                    "reached": int(sum(r["trials_to_95pct"] is not None for r in rs)),
                    "runs": len(rs),
-                   "best_at_64": float(np.median([r["curve"][63] for r in rs])) / rs[0]["optimum"],
-                   "best_at_128": float(np.median([r["curve"][127] for r in rs])) / rs[0]["optimum"],
+                   "best_at_64": float(np.median([r["curve"][63] for r in rs])) / optimum,
+                   "best_at_128": float(np.median([r["curve"][127] for r in rs])) / optimum,
                    "median_round_s": statistics.median(model_rounds) if model_rounds else None,
                    "batch_size": q}
             if lab != ref:
@@ -178,9 +180,9 @@ def _markdown(res: dict) -> str:
     lines = [f"# {res['name']}", "",
              f"REPLAY on recorded tables (CPU, {res['cpu_count']} cores, shared with other work "
              f"while it ran): {res['seeds']} paired seeds, budget {res['budget']}, batch "
-             f"{res['batch_size']} unless a variant says otherwise. `python experiments/ablation.py "
-             f"{res['config']}` at commit {prov['git_sha']} ({prov['date']}); the {res['runs']} "
-             f"runs took {res['run_seconds']:.0f} s in all"
+             f"{res['batch_size']} unless a variant says otherwise. "
+             f"`python experiments/ablation.py {res['config']}` at commit {prov['git_sha']} "
+             f"({prov['date']}); the {res['runs']} runs took {res['run_seconds']:.0f} s in all"
              + (f" ({res['runs_cached']} read from the per-run cache of an earlier call)"
                 if res["runs_cached"] else "") + ".", "", res["description"], "",
              "Trials to 95% of the table's best: median [IQR] over seeds (budget + 1 when never "

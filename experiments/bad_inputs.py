@@ -28,8 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "experiments", "data")
@@ -374,7 +375,7 @@ def cases() -> list[Case]:
     fil("space --subspace file missing", ["space", "--subspace", "{tmp}/sub.yaml"],
         "--subspace: {tmp}/sub.yaml: no such file")
     fil("--subspace file not YAML", MEASURE_SUB, "--subspace: {tmp}/sub.yaml: not valid YAML",
-        setup=lambda t: open(os.path.join(t, "sub.yaml"), "w").write("fix: [unclosed\n"),
+        setup=lambda t: Path(t, "sub.yaml").write_text("fix: [unclosed\n"),
         intact=("sub.yaml",))
     fil("--subspace file without fix", MEASURE_SUB, "--subspace: sub.yaml: fix: missing",
         setup=subspace_file(fix=DROP), intact=("sub.yaml",))
@@ -395,7 +396,7 @@ def cases() -> list[Case]:
         "holds the table of another sub-space", setup=other_subspace_store,
         intact=("s.db", "sub.yaml"))
     fil("configuration not YAML", TUNE_ARGV, "not valid YAML",
-        setup=lambda t: open(os.path.join(t, "c.yaml"), "w").write("workload: [unclosed\n"))
+        setup=lambda t: Path(t, "c.yaml").write_text("workload: [unclosed\n"))
     fil("configuration is a folder", ["tune", "{tmp}"], "is a folder, not a configuration file")
     fil("configuration is a list", TUNE_ARGV, "expected a mapping of fields",
         setup=lambda t: _yaml(os.path.join(t, "c.yaml"), [1, 2]))
@@ -451,7 +452,8 @@ def cases() -> list[Case]:
         "strategy.n_init: expected an integer between 1")
     cfg("tune: unknown strategy option", tune_cfg(strategy={"name": "bo", "learning_rate": 1}),
         "unknown option(s) ['learning_rate']")
-    cfg("tune: runner fpga", tune_cfg(runner="fpga"), "runner: expected one of ['replay', 'tvm', 'rpc']")
+    cfg("tune: runner fpga", tune_cfg(runner="fpga"),
+        "runner: expected one of ['replay', 'tvm', 'rpc']")
     cfg("tune: runner tvm on a machine without GPU", tune_cfg(runner="tvm"), "needs a CUDA GPU")
     cfg("tune: runner_options.workers -1", tune_cfg(runner_options={"workers": -1}),
         "runner_options.workers: expected")

@@ -9,7 +9,8 @@ the feasibility classifier is never fitted; the conv3d dataset has 13% launch fa
 exercises it); the candidate pool is the live space (4096 fresh samples plus neighbours of the
 16 best), as in a live run.
 
-    python experiments/bench_proposal.py --dataset experiments/data/conv3d_4_16_28_28_64_64_3_3_3_1_1_1 \
+    python experiments/bench_proposal.py \
+        --dataset experiments/data/conv3d_4_16_28_28_64_64_3_3_3_1_1_1 \
         --out experiments/results/proposal_cost_conv3d_cpu2.json
 
 ``--variant LABEL=JSON`` (repeatable) times BO with those options (e.g. ``derived={"features":

@@ -16,6 +16,7 @@ import os
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.runner import GpuRunner
@@ -44,9 +45,9 @@ extern "C" __global__ void wrong_result(half* A, half* B, float* C) {
 def compile_broken() -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         src, out = os.path.join(tmp, "broken.cu"), os.path.join(tmp, "broken.cubin")
-        open(src, "w").write(BROKEN)
+        Path(src).write_text(BROKEN)
         subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-O3", src, "-o", out], check=True)
-        return open(out, "rb").read()
+        return Path(out).read_bytes()
 
 
 def main() -> None:

@@ -3,13 +3,14 @@ command again, until it finishes; checks after every stop that nothing finished 
 measured twice.
 
 Two commands: a replay comparison (BO, CGA and random search, 5 seeds, budget 128, in job
-processes; the tests use 3 seeds and budget 96) and ``bocast measure`` with the CPU stand-in runner (TVM lowering in builder
-processes, synthetic timings in a runner process). For each stop: the exit code (130), the last
-stderr line, a traceback (none), processes left behind (none), and per record store: every row
-there before the stop is there after it, unchanged and in order; no configuration is in a store
-twice; no row records a failure (the stand-in and the dataset rows used here never fail, so a
-failure row would be an interrupted build or run recorded as a failure). The last, uninterrupted
-call must finish every run and write the results.
+processes; the tests use 3 seeds and budget 96) and ``bocast measure`` with the CPU stand-in
+runner (TVM lowering in builder processes, synthetic timings in a runner process). For each
+stop: the exit code (130), the last stderr line, a traceback (none), processes left behind
+(none), and per record store: every row there before the stop is there after it, unchanged and
+in order; no configuration is in a store twice; no row records a failure (the stand-in and the
+dataset rows used here never fail, so a failure row would be an interrupted build or run
+recorded as a failure). The last, uninterrupted call must finish every run and write the
+results.
 
     python experiments/interrupts.py --moments 20        # -> experiments/results/interrupts.*
 """
@@ -245,7 +246,8 @@ def main() -> None:
            "afterwards:", ""]
     for name, res in (("compare", compare), ("measure", measure)):
         md.append(f"- {name}: " + "; ".join(
-            f"{s['delay_s']} s{'' if s['target_rows'] is None else ' (rows ' + str(s['target_rows']) + ')'}"
+            f"{s['delay_s']} s"
+            f"{'' if s['target_rows'] is None else ' (rows ' + str(s['target_rows']) + ')'}"
             f" -> {s['exit']}, {s['rows']}" for s in res["stops"]))
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(md) + "\n")

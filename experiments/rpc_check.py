@@ -131,7 +131,7 @@ def top_of_dataset(prefix: str, op, k: int) -> list[dict]:
 def remeasure(op, configs, runners: dict, builder, args) -> dict[str, Any]:
     builds = builder.build(op, configs)
     ok = [(c, b) for c, b in zip(configs, builds) if b.status is Status.OK]
-    for c, b in zip(configs, builds):
+    for b in builds:
         if b.status is not Status.OK:
             print(f"  not built ({b.status}): {b.error.splitlines()[-1] if b.error else ''}")
     names = list(runners)

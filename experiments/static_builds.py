@@ -2,7 +2,8 @@
 sample with nvcc for sm_90, and tabulate what built, what failed (by failure class), registers,
 spills and stack frames. No GPU.
 
-    python experiments/static_builds.py --sample 50 --space v2 --out experiments/results/static_builds_v2.json
+    python experiments/static_builds.py --sample 50 --space v2 \
+        --out experiments/results/static_builds_v2.json
 
 Stack frames are what made space v1's conv3d kernels fail to launch on the H100 (63 of 500
 rows: frames of 301 KB or more); the table counts frames over 1 KB and over 256 KB.

@@ -32,7 +32,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from bocast.operator import TensorSpec, WorkloadError
-from spaces import _matmul as mm
+
+from . import _matmul as mm
 
 
 class Conv(mm.MatmulOperator):
@@ -64,7 +65,8 @@ class Conv(mm.MatmulOperator):
         self.N, self.C, self.K = (int(values[k]) for k in ("N", "C", "K"))
         self.size = tuple(int(values[k]) for k in self.spatial)
         self.ksize = tuple(int(values[k]) for k in self.kernel)
-        self.stride, self.pad, self.dilation = (int(values[k]) for k in ("stride", "pad", "dilation"))
+        self.stride, self.pad, self.dilation = (int(values[k])
+                                                for k in ("stride", "pad", "dilation"))
         self.output_padding = int(values.get("output_padding", 0))
         if self.transposed and self.output_padding >= max(self.stride, self.dilation):
             raise WorkloadError(f"{name}: output_padding ({self.output_padding}) must be smaller "
@@ -99,7 +101,7 @@ class Conv(mm.MatmulOperator):
         return f"{','.join(f[:cls.min_fields()])}[,{','.join(f[cls.min_fields():])}]"
 
     @classmethod
-    def from_args(cls, shape=None, **options: Any) -> "Conv":
+    def from_args(cls, shape=None, **options: Any) -> Conv:
         shape = tuple(shape) if shape is not None else cls.default_shape
         mm.check_options(cls.name, options, ("dtype", "space"))
         return cls(shape, **options)
@@ -202,12 +204,14 @@ class Conv(mm.MatmulOperator):
                 x, cond = self._source(o[dim], r[dim], self.size[dim])
                 idx.append(x)
                 conds += cond
-            return te.if_then_else(tvm.tirx.all(*conds), X[(n, *idx, c)],
+            at = (n, *idx, c)  # X[n, *idx, c] would need Python 3.11
+            return te.if_then_else(tvm.tirx.all(*conds), X[at],
                                    tvm.tirx.const(0, self.in_dtype))
 
         A = te.compute((spec.M, spec.K), gather, name="A")
         B = te.compute((self.K, spec.K),
-                       lambda j, kr: W[(j, *unravel(kr, (*self.ksize, C))[1:])], name="B")
+                       lambda j, kr: W[tuple([j, *unravel(kr, (*self.ksize, C))[1:]])],
+                       name="B")
         k = te.reduce_axis((0, spec.K), name="k")
         Cm = te.compute((spec.M, self.K), lambda i, j: te.sum(
             A[i, k].astype(acc) * B[j, k].astype(acc), axis=k), name="C")

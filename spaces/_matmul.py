@@ -25,8 +25,9 @@ Two schedule spaces implement it, chosen by the workload's ``space``:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,8 @@ def space_version(op: str, space: str) -> str:
     return space
 
 
-def check_extents(op: str, names: Sequence[str], values: Sequence[Any], *, minimum: int = 1) -> None:
+def check_extents(op: str, names: Sequence[str], values: Sequence[Any], *,
+                  minimum: int = 1) -> None:
     """Every value an integer between ``minimum`` and 2^31 - 1; else one WorkloadError naming
     the first bad one."""
     for name, v in zip(names, values):
@@ -125,11 +127,9 @@ def vec_constraint(name: str, doc: str, extents: Sequence[int]) -> Constraint:
 
 
 def _generation(spec: MatmulSpec):
-    if spec.space == "v1":
-        from spaces import _wmma_matmul as gen
-    else:
-        from spaces import _pipelined_matmul as gen
-    return gen
+    from . import _pipelined_matmul, _wmma_matmul
+
+    return _wmma_matmul if spec.space == "v1" else _pipelined_matmul
 
 
 def check_size(spec: MatmulSpec, op: str) -> None:

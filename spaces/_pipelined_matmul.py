@@ -49,13 +49,14 @@ this (tests check it against the shared memory of lowered kernels).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from bocast.space import Categorical, Constraint, Knob, Ordinal, PowerOfTwo, Space, Split
 from bocast.tensorcore import mma_intrin, wmma_intrin
-from spaces._matmul import copy_loop, fetch, inline_producers, spread, tile2, tile_dims
+
+from ._matmul import copy_loop, fetch, inline_producers, spread, tile2, tile_dims
 
 #: Tensor Core instruction paths and the (m, n, k) of one tile.
 INSTRUCTIONS = {"mma": (16, 16, 16), "wmma16x16x16": (16, 16, 16), "wmma32x8x16": (32, 8, 16),
@@ -133,7 +134,9 @@ def derive(spec):
     acc_bytes, trans_b = spec.acc_bytes, spec.trans_b
     m_of, n_of = tile_dims(INSTRUCTIONS, 0), tile_dims(INSTRUCTIONS, 1)
     pads = list(LAYOUT_PAD)
-    pad_of = lambda col: np.select([col == p for p in pads], list(LAYOUT_PAD.values()), 0)
+
+    def pad_of(col):
+        return np.select([col == p for p in pads], list(LAYOUT_PAD.values()), 0)
 
     def run(c):
         m, n = m_of(c["instr"]), n_of(c["instr"])
@@ -168,7 +171,10 @@ def derive(spec):
 
 def constraints(spec, vec: Constraint) -> list[Constraint]:
     M, N = spec.M, spec.N
-    mma = lambda c: c["instr"] == "mma"
+
+    def mma(c):
+        return c["instr"] == "mma"
+
     return [
         Constraint("threads_le_1024", "32 x warps per block <= 1024",
                    lambda c: c["threads"] <= 1024),

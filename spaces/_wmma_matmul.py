@@ -9,13 +9,14 @@ plain loads and stores). Space v2 makes that a knob of its own (``async_copy``).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from bocast.space import Categorical, Constraint, Knob, Ordinal, PowerOfTwo, Space, Split
 from bocast.tensorcore import WMMA_SHAPES, wmma_intrin
-from spaces._matmul import copy_loop, fetch, inline_producers, round_up, spread, tile2, tile_dims
+
+from ._matmul import copy_loop, fetch, inline_producers, round_up, spread, tile2, tile_dims
 
 STATIC_SMEM_LIMIT = 48 * 1024  # static shared memory per block (ptxas)
 SMEM_LIMIT = 227 * 1024  # static + dynamic shared memory per block on Hopper (with opt-in)

@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from bocast.operator import TensorSpec, WorkloadError, register
-from spaces import _matmul as mm
+
+from . import _matmul as mm
 
 LAYOUTS = ("NT", "NN")
 
@@ -51,7 +52,7 @@ class Bmm(mm.MatmulOperator):
             f"B ({'K' if layout == 'NT' else 'N'}={b_extent})", (self.K, b_extent)))
 
     @classmethod
-    def from_args(cls, shape=None, **options: Any) -> "Bmm":
+    def from_args(cls, shape=None, **options: Any) -> Bmm:
         shape = tuple(shape) if shape is not None else cls.default_shape
         if len(shape) != 4:
             raise WorkloadError(f"bmm: shape needs 4 extents B,M,N,K, got {len(shape)}: {shape}")

@@ -8,7 +8,8 @@ p = 4, 8, 16, 32, and the pointwise C1D5 [16,892,512,1024,1,1,0,1], C1D6 [16,892
 """
 
 from bocast.operator import register
-from spaces._conv import Conv
+
+from ._conv import Conv
 
 
 @register

@@ -9,7 +9,8 @@ stride-2 downsamples C2/C4/C6).
 """
 
 from bocast.operator import register
-from spaces._conv import Conv
+
+from ._conv import Conv
 
 
 @register

@@ -10,7 +10,8 @@ dilation has no effect).
 """
 
 from bocast.operator import register
-from spaces.conv2d import Conv2d
+
+from .conv2d import Conv2d
 
 
 @register

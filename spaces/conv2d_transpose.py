@@ -13,7 +13,8 @@ T5 [16,14,14,256,512,3,3,1,1,1,0] and 1x1 stride-2 cases T2/T4/T6.
 """
 
 from bocast.operator import register
-from spaces._conv import Conv
+
+from ._conv import Conv
 
 
 @register

@@ -10,7 +10,8 @@ downsamples C3D2/C3D4/C3D6.
 """
 
 from bocast.operator import register
-from spaces._conv import Conv
+
+from ._conv import Conv
 
 
 @register

@@ -22,14 +22,18 @@ smem_at               loop (ko or km) under which A and B tiles are fetched to s
                       (Heron: dense.wmma.accumulator_shared_pos)
 frag_at               loop (ko, km or ki) under which WMMA fragments are loaded from shared
                       memory (Heron: dense.wmma.accumulator_local_pos)
-a_pad, b_pad          storage_align offsets (elements) of the shared A / B tiles (Heron: *.shared_offset)
-vec                   vector width of the cooperative global->shared fetch (Heron: *.shared_vectorize)
+a_pad, b_pad          storage_align offsets (elements) of the shared A / B tiles
+                      (Heron: *.shared_offset)
+vec                   vector width of the cooperative global->shared fetch
+                      (Heron: *.shared_vectorize)
 pipeline              software-pipelining depth of the fetch loop (synchronous copies: v1 never
                       set TVM's ``tirx.use_async_copy``)
 unroll                auto_unroll_max_step on the block loop (Heron: dense_unroll_pragma)
 writeback             accumulators to global directly (store_matrix_sync) or staged in shared memory
-c_at                  (staged) the staging copy runs per thread block or per warp (Heron: dense_shared_pos)
-c_pad                 (staged) storage_align offset of the staging tile (Heron: ...accumulator.shared_offset)
+c_at                  (staged) the staging copy runs per thread block or per warp
+                      (Heron: dense_shared_pos)
+c_pad                 (staged) storage_align offset of the staging tile
+                      (Heron: ...accumulator.shared_offset)
 out_vec               (staged) vector width of the shared->global copy (Heron: output_vectorize)
 ====================  =========================================================================
 
@@ -50,7 +54,8 @@ from __future__ import annotations
 from typing import Any
 
 from bocast.operator import TensorSpec, WorkloadError, register
-from spaces import _matmul as mm
+
+from . import _matmul as mm
 
 LAYOUTS = ("NT", "NN")
 
@@ -66,7 +71,8 @@ class Gemm(mm.MatmulOperator):
         mm.check_extents(self.name, ("M", "N", "K"), (M, N, K))
         self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype)
         if layout not in LAYOUTS:
-            raise WorkloadError(f"gemm: layout {layout!r} not supported; use one of {list(LAYOUTS)}")
+            raise WorkloadError(f"gemm: layout {layout!r} not supported; "
+                                f"use one of {list(LAYOUTS)}")
         self.M, self.N, self.K = int(M), int(N), int(K)
         self.layout = layout
         self.workload = {"op": self.name, "shape": [self.M, self.N, self.K], "dtype": dtype,
@@ -81,7 +87,7 @@ class Gemm(mm.MatmulOperator):
             (self.K, vec_b_extent)))
 
     @classmethod
-    def from_args(cls, shape=None, **options: Any) -> "Gemm":
+    def from_args(cls, shape=None, **options: Any) -> Gemm:
         shape = tuple(shape) if shape is not None else cls.default_shape
         if len(shape) != 3:
             raise WorkloadError(f"gemm: shape needs 3 extents M,N,K, got {len(shape)}: {shape}")

@@ -19,13 +19,15 @@ from __future__ import annotations
 from typing import Any
 
 from bocast.operator import TensorSpec, WorkloadError, register
-from spaces import _matmul as mm
+
+from . import _matmul as mm
 
 
 @register
 class Gemv(mm.MatmulOperator):
     name = "gemv"
-    shape_help = "M,K[,B] (Y[B,M] = X[B,K] @ A[M,K]^T: B vectors times an M x K matrix; B=1 when left out)"
+    shape_help = ("M,K[,B] (Y[B,M] = X[B,K] @ A[M,K]^T: B vectors times an M x K matrix; "
+                  "B=1 when left out)")
     default_shape = (4096, 4096, 16)
 
     def __init__(self, M: int, K: int, B: int = 1, *, dtype: str = "fp16:fp32",
@@ -42,7 +44,7 @@ class Gemv(mm.MatmulOperator):
             "vec_divides_k", f"fetch vectors stay inside rows of X and A (K={self.K})", (self.K,)))
 
     @classmethod
-    def from_args(cls, shape=None, **options: Any) -> "Gemv":
+    def from_args(cls, shape=None, **options: Any) -> Gemv:
         shape = tuple(shape) if shape is not None else cls.default_shape
         if len(shape) not in (2, 3):
             raise WorkloadError(f"gemv: shape needs 2 or 3 extents M,K[,B], got {len(shape)}: "

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -33,7 +34,7 @@ GOOD = {
 
 
 def readme_example() -> str:
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    text = Path(ROOT, "README.md").read_text(encoding="utf-8")
     m = re.search(r"<!-- readme-example: python-api -->\n```python\n(.*?)\n```", text, re.S)
     assert m, "README.md lost its Python API example (or its marker)"
     return m.group(1)
@@ -62,7 +63,7 @@ def test_tune_is_bocast_tune(tmp_path, bocast_cli):
     assert result.store == str(tmp_path / "api" / "records.db")
     assert list(bocast.load(result.store)["key"]) == \
         list(bocast.load(tmp_path / "cli" / "records.db")["key"])
-    assert json.load(open(tmp_path / "api" / "summary.json"))["provenance"]["git_sha"]
+    assert json.loads((tmp_path / "api" / "summary.json").read_text())["provenance"]["git_sha"]
     # a path runs the same; the store is resumed, so nothing more is measured
     again = bocast.tune(path)
     assert (again.trials, again.best_tflops) == (24, cli["best_tflops"])

@@ -51,12 +51,12 @@ def test_compare_writes_tables_plot_records_and_json(tmp_path):
         assert os.path.getsize(tmp_path / "res" / f"t.{ext}") > 0
     assert sorted(os.listdir(tmp_path / "runs")) == sorted(
         f"{s}_seed{i}.db" for s in ("bo", "cga", "random") for i in (0, 1))
-    assert "| random (runs 96 trials, batch 8) |" in open(tmp_path / "res" / "t.md").read()
-    saved = json.load(open(tmp_path / "res" / "t.json"))
+    assert "| random (runs 96 trials, batch 8) |" in (tmp_path / "res" / "t.md").read_text()
+    saved = json.loads((tmp_path / "res" / "t.json").read_text())
     assert saved["provenance"]["git_sha"] and saved["config_sha256"]
     # every figure of the table is the stores' own best-so-far at that budget
     workload = from_workload(GOOD["workload"]).workload
-    rows = list(csv.DictReader(open(tmp_path / "res" / "t.csv")))
+    rows = list(csv.DictReader((tmp_path / "res" / "t.csv").read_text().splitlines()))
     assert len(rows) == 6
     optimum = saved["optimum_tflops"]
     for row in rows:

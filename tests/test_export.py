@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -63,14 +64,14 @@ def test_the_export_is_the_builders_build_of_the_record(exported):
     out, line = exported
     assert sorted(os.listdir(out)) == ["kernel.cu", "kernel.cubin", "kernel.json", "kernel.so",
                                        "schedule.json", "schedule.py"]
-    meta = json.load(open(os.path.join(out, "kernel.json")))
+    meta = json.loads(Path(os.path.join(out, "kernel.json")).read_text())
     assert line["id"] == meta["record"]["id"] == 1 and line["tflops"] == 10.0
     assert meta["files"] == {n: _sha(os.path.join(out, n)) for n in meta["files"]}
-    source = open(os.path.join(out, "kernel.cu")).read()
+    source = Path(os.path.join(out, "kernel.cu")).read_text()
     assert f"void __launch_bounds__({meta['kernel']['block'][0] * meta['kernel']['block'][1]}) " \
            f"{meta['kernel']['name']}(" in source
     assert 'extern "C" __global__' in source
-    cubin = open(os.path.join(out, "kernel.cubin"), "rb").read()
+    cubin = Path(os.path.join(out, "kernel.cubin")).read_bytes()
     assert cubin[:4] == b"\x7fELF"
     assert compile_cubin(source).cubin == cubin  # nvcc's build of kernel.cu
     # ... and byte for byte what the runner is handed for this configuration
@@ -78,14 +79,14 @@ def test_the_export_is_the_builders_build_of_the_record(exported):
     assert built["cubin"] == cubin
     assert (built["kernel"], list(built["grid"]), list(built["block"])) == \
         (meta["kernel"]["name"], meta["kernel"]["grid"], meta["kernel"]["block"])
-    library = open(os.path.join(out, "kernel.so"), "rb").read()
+    library = Path(os.path.join(out, "kernel.so")).read_bytes()
     assert library[:4] == b"\x7fELF" and meta["kernel"]["name"].encode() in library
     # the schedule: TVM's serialisation exactly, the TVMScript as printed
     op = from_workload(meta["workload"])
     scheduled = op.apply(op.space.from_json(meta["config"])).mod
-    saved = tvm.ir.load_json(open(os.path.join(out, "schedule.json")).read())
+    saved = tvm.ir.load_json(Path(os.path.join(out, "schedule.json")).read_text())
     tvm.ir.assert_structural_equal(saved, scheduled)
-    assert open(os.path.join(out, "schedule.py")).read().endswith(scheduled.script())
+    assert Path(os.path.join(out, "schedule.py")).read_text().endswith(scheduled.script())
 
 
 def test_kernel_json_round_trips(store, exported):
@@ -94,14 +95,14 @@ def test_kernel_json_round_trips(store, exported):
 
     (_, configs), (out, _) = store, exported
     k = bocast.Kernel(out)
-    assert k.meta == json.load(open(os.path.join(out, "kernel.json")))
+    assert k.meta == json.loads(Path(os.path.join(out, "kernel.json")).read_text())
     op = from_workload(k.workload)
     assert op.workload == {**WORKLOAD, "dtype": "fp16:fp32", "layout": "NT", "space": "v2"}
     assert Space.key(op.space.from_json(k.config)) == Space.key(configs[0]) == k.meta["key"]
     assert (k.measured["status"], k.measured["tflops"], k.measured["latency_ms"],
             k.measured["repeats"]) == ("ok", 10.0, 0.0034, 10)
     assert k.measured["timing"]["runner"] == "study"  # who measured it: a told study here
-    assert k.source == open(os.path.join(out, "kernel.cu")).read()
+    assert k.source == Path(os.path.join(out, "kernel.cu")).read_text()
     assert [t["name"] for t in k.meta["tensors"]] == [t.name for t in op.tensors()]
     assert k.meta["provenance"]["git_sha"] and k.meta["build"]["nvcc"]
 

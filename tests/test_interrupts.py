@@ -50,7 +50,7 @@ def test_replay_compare_stops_cleanly_and_resumes(tmp_path):
         total += rng.randint(5, 200)
         before = INT.stores(folder)
         r = INT.run(INT.compare_command(folder), delay=None, env=ENV,
-                    when=lambda: sum(map(len, INT.stores(folder).values())) >= total)
+                    when=lambda: sum(map(len, INT.stores(folder).values())) >= total)  # noqa: B023 - polled within this iteration
         stopped.append(r["signal_sent"])
         after = INT.stores(folder)
         counts = INT.check(before, after)

@@ -73,14 +73,15 @@ def test_store_of_another_workload_is_refused_and_untouched(tmp_path):
     assert _digest(path) == before
 
 
-@pytest.mark.parametrize("content", [b"not a database at all" * 100, b"SQLite format 3\x00" + b"\x07" * 2000])
+@pytest.mark.parametrize("content", [b"not a database at all" * 100,
+                                     b"SQLite format 3\x00" + b"\x07" * 2000])
 def test_corrupt_store_is_refused_and_untouched(tmp_path, content):
     path = str(tmp_path / "bad.db")
     with open(path, "wb") as f:
         f.write(content)
     with pytest.raises(StoreError, match="not a bocast record store"):
         Store(path, OP.workload)
-    assert open(path, "rb").read() == content
+    assert (tmp_path / "bad.db").read_bytes() == content
 
 
 def test_foreign_sqlite_is_refused(tmp_path):

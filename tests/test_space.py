@@ -8,8 +8,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bocast.space import (Categorical, Constraint, Ordinal, PowerOfTwo, Space, SpaceError, Split,
-                          factorizations)
+from bocast.space import (
+    Categorical,
+    Constraint,
+    Ordinal,
+    PowerOfTwo,
+    Space,
+    SpaceError,
+    Split,
+    factorizations,
+)
 
 
 def toy_space() -> Space:
@@ -24,7 +32,8 @@ def toy_space() -> Space:
     constraints = [
         Constraint("inner_le_vec_x3", "", lambda c: c["tile"][:, 2] <= 3 * c["vec"]),
         Constraint("at_matches_outer", "", lambda c: (c["at"] < 2) | (c["tile"][:, 0] > 1)),
-        Constraint("pad_needs_vec", "", lambda c: (c["mode"] == "x") | (c["pad"] == 0) | (c["vec"] > 1)),
+        Constraint("pad_needs_vec", "",
+                   lambda c: (c["mode"] == "x") | (c["pad"] == 0) | (c["vec"] > 1)),
     ]
     return Space(knobs, constraints)
 

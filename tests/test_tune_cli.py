@@ -39,7 +39,7 @@ def test_replay_run_writes_records_and_json_summary_and_resumes(tmp_path):
     assert "trials_to_95pct" in summary and summary["seconds"] >= 0
     assert "replay" in proc.stderr  # says which runner it uses
     assert os.path.exists(tmp_path / "out" / "records.db")
-    saved = json.load(open(tmp_path / "out" / "summary.json"))
+    saved = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert saved["provenance"]["git_sha"] and saved["config_sha256"]
     # a larger budget resumes: only the missing trials run
     proc = tune(tmp_path, {**GOOD, "budget": {"trials": 64}}, "--json")

@@ -2,9 +2,10 @@
 
 Hyperparameters are fitted with BoTorch (``SingleTaskGP`` + ``fit_gpytorch_mll``) on at most
 ``fit_points`` observations (a uniform subset once there are more), warm-started from the
-previous round (a third of the L-BFGS iterations of a cold fit). Predictions then condition on *all* observations with those hyperparameters,
-through one Cholesky factor that this class keeps, so that scoring thousands of candidates and
-Kriging-believer batch selection cost matrix products rather than repeated GP calls.
+previous round (a third of the L-BFGS iterations of a cold fit). Predictions then condition on
+*all* observations with those hyperparameters, through one Cholesky factor that this class
+keeps, so that scoring thousands of candidates and Kriging-believer batch selection cost matrix
+products rather than repeated GP calls.
 
 Inputs are scaled to [0, 1] with fixed bounds (from the candidate set), so lengthscales keep
 their meaning from one round to the next.
@@ -12,9 +13,11 @@ their meaning from one round to the next.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,7 +39,7 @@ class Surrogate:
         self.span = torch.tensor(np.where(hi > lo, hi - lo, 1.0), dtype=DTYPE)
         self.fit_points, self.maxiter, self.seed = fit_points, maxiter, seed
         self._hyper: dict[str, torch.Tensor] | None = None
-        self.model = None
+        self.model: Any = None  # botorch's SingleTaskGP once fitted (botorch is untyped)
 
     def scale(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
         return (torch.as_tensor(x, dtype=DTYPE) - self.lo) / self.span
@@ -62,10 +65,9 @@ class Surrogate:
         maxiter = self.maxiter if self._hyper is None else max(10, self.maxiter // 3)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            try:
+            # a failed fit keeps the previous (or initial) hyperparameters
+            with contextlib.suppress(Exception):
                 fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": maxiter}})
-            except Exception:  # noqa: BLE001 - keep the previous/initial hyperparameters
-                pass
         model.eval()
         self._hyper = {k: v.detach().clone() for k, v in model.state_dict().items()
                        if k.startswith(("covar_module", "likelihood", "mean_module"))}
@@ -79,8 +81,8 @@ class Surrogate:
         # the GP was fitted on its subset's standardisation; re-express its scale parameters
         sub_std = float(Y[sub].std()) if len(sub) > 1 else 1.0
         ratio = (sub_std / self.y_std) ** 2 if sub_std > 0 else 1.0
-        self.mean_const = (float(model.mean_module.constant.detach()) * sub_std + float(Y[sub].mean())
-                           - self.y_mean) / self.y_std
+        self.mean_const = (float(model.mean_module.constant.detach()) * sub_std
+                           + float(Y[sub].mean()) - self.y_mean) / self.y_std
         self.kernel = model.covar_module
         self.scale2 = ratio  # multiplies the fitted kernel to the all-data standardisation
         self.noise = float(model.likelihood.noise.detach()) * ratio

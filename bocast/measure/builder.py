@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from bocast.measure.nvcc import compile_cubin, why_no_compiler
 from bocast.measure.pool import TaskFailure, TimedPool

@@ -15,9 +15,9 @@ builder and runner (:func:`bocast.tuner.run_interleaved`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.runner import Runner, RunResult
@@ -61,7 +61,7 @@ class Measurer:
         return records
 
     def prepare(self, configs: Sequence[Config], *, source: str = "", seen: set[str] | None = None,
-                on_record: Callable[[Record], None] | None = None) -> "Prepared":
+                on_record: Callable[[Record], None] | None = None) -> Prepared:
         """First half of a measurement, safe to overlap with :meth:`run` of another batch:
         dedupe against ``seen`` (default: the store), record invalid configurations and failed
         builds, and return what can run."""
@@ -88,17 +88,18 @@ class Measurer:
                 self._keep(batch, to_record(key, c, b, None, source))
         return batch
 
-    def run(self, batch: "Prepared") -> list[Record]:
+    def run(self, batch: Prepared) -> list[Record]:
         """Second half: run what built; returns every record of the batch in write order."""
         if batch.runnable:
             def ran(i: int, r: RunResult) -> None:
                 c, b = batch.runnable[i]
                 self._keep(batch, to_record(b.key, c, b, r, batch.source))
 
+            assert self.runner is not None  # prepare() keeps builds runnable only with one
             self.runner.run(self.op, [b for _, b in batch.runnable], on_result=ran)
         return batch.records
 
-    def _keep(self, batch: "Prepared", rec: Record) -> None:
+    def _keep(self, batch: Prepared, rec: Record) -> None:
         self.store.append(rec, self.session)  # on disk before anyone sees it
         batch.records.append(rec)
         if batch.on_record is not None:

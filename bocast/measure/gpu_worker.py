@@ -20,7 +20,8 @@ import math
 import statistics
 import subprocess
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 _CU = None
 _OPS: dict[str, Any] = {}
@@ -78,13 +79,14 @@ class Kernel:
         values = [ctypes.c_void_p(p) for p in pointers]
         params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p)
                                                     for v in values])
-        _check("cuLaunchKernel", _CU.cuLaunchKernel(
-            self.func, *[ctypes.c_uint(x) for x in self.grid], *[ctypes.c_uint(x) for x in self.block],
+        _check("cuLaunchKernel", _driver().cuLaunchKernel(
+            self.func, *[ctypes.c_uint(x) for x in self.grid],
+            *[ctypes.c_uint(x) for x in self.block],
             ctypes.c_uint(self.dynamic_smem), ctypes.c_void_p(stream), params, None))
 
     def unload(self) -> None:
         if self.module:
-            _CU.cuModuleUnload(self.module)
+            _driver().cuModuleUnload(self.module)
             self.module = ctypes.c_void_p()
 
 
@@ -202,7 +204,7 @@ def _run_kernel(task: Mapping[str, Any]) -> dict[str, Any]:
         if e.code in _STICKY:
             res["_restart"] = True
         return res
-    code = _CU.cuCtxSynchronize()
+    code = _driver().cuCtxSynchronize()
     if code != 0:
         res.update(status="runtime_error", error=str(CudaError("kernel", code)),
                    run_s=time.perf_counter() - t0, _restart=code in _STICKY or code > 0)

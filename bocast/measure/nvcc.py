@@ -88,7 +88,8 @@ def compile_cubin(source: str, *, timeout_s: float = 120.0) -> CompileResult:
             log = (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) \
                 else (e.stderr or "")
             return CompileResult(False, None, seconds=time.perf_counter() - t0,
-                                 log=f"nvcc timed out after {timeout_s:.0f} s\n{log}", timed_out=True)
+                                 log=f"nvcc timed out after {timeout_s:.0f} s\n{log}",
+                                 timed_out=True)
         seconds = time.perf_counter() - t0
         log = "\n".join(ln for ln in (proc.stdout + proc.stderr).splitlines()
                         if "declared but never referenced" not in ln and "herf" not in ln

@@ -8,13 +8,15 @@ raises :class:`~bocast.interrupt.Interrupted` without reporting the unfinished t
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing as mp
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from bocast import interrupt
 
@@ -86,10 +88,8 @@ class TimedPool:
 
     def close(self) -> None:
         for w in self._workers:
-            try:
+            with contextlib.suppress(BrokenPipeError, OSError):
                 w.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
             w.proc.join(timeout=5)
             w.kill()
         self._workers = []
@@ -149,12 +149,13 @@ class TimedPool:
                                               time.monotonic() - started))
                     elif not w.ready:
                         raise RuntimeError(f"pool worker for {self.fn_ref} died at start "
-                                           f"(exit code {code})")
+                                           f"(exit code {code})") from None
                     self._replace(w)
                     continue
                 if kind == "ready":
                     w.ready = True
                     continue
+                assert w.task is not None  # results come only from a worker given a task
                 i, started = w.task
                 w.task = None
                 finish(i, value if kind == "ok" else

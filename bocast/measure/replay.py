@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from bocast import interrupt
 from bocast.candidates import TableCandidates
@@ -96,7 +97,8 @@ class ReplayMeasurer:
         configs, source, on_record = batch
         return self.measure(configs, source=source, on_record=on_record)
 
-    def measure(self, configs: Sequence[Config], *, source: str = "", on_record=None) -> list[Record]:
+    def measure(self, configs: Sequence[Config], *, source: str = "",
+                on_record=None) -> list[Record]:
         out = []
         for c in configs:
             interrupt.check()  # between records (replay job processes stop here)

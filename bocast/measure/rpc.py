@@ -1,7 +1,7 @@
 """The RPC runner: kernels built here are timed on GPU servers that a tracker hands out.
 
 ``runner: rpc`` measures exactly what :class:`~bocast.measure.runner.GpuRunner` measures: each
-kernel is the same task (:meth:`WorkerRunner._task`) for the same worker
+kernel is the same task (:func:`~bocast.measure.runner.kernel_task`) for the same worker
 (:mod:`bocast.measure.gpu_worker`: CUDA-graph events, the torch correctness check), which runs
 isolated in the server's measurement process (:mod:`bocast.measure.rpc_server`), and its answer
 becomes a :class:`RunResult` by the same conversion. What the RPC layer adds is where it runs:
@@ -31,14 +31,15 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from bocast.measure import rpc_tracker as trk
 from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure
 from bocast.measure.rpc_server import PROTOCOL
-from bocast.measure.runner import OnResult, Runner, RunResult, WorkerRunner
+from bocast.measure.runner import OnResult, Runner, RunResult, WorkerRunner, kernel_task
 from bocast.measure.status import Status
 from bocast.operator import Operator
 
@@ -176,8 +177,8 @@ class RpcRunner(Runner):
                  server_wait_s: float = 600.0, max_attempts: int = 3, priority: int = 1,
                  log: Callable[[str], None] | None = None):
         self.tracker, self.key = trk.parse_addr(tracker), key
-        self.timeout_s, self.repeats, self.warmup_ms, self.seed = timeout_s, repeats, warmup_ms, seed
-        self.sessions, self.gpu_model = sessions, gpu_model
+        self.timeout_s, self.repeats, self.warmup_ms = timeout_s, repeats, warmup_ms
+        self.seed, self.sessions, self.gpu_model = seed, sessions, gpu_model
         self.slack_s, self.connect_timeout_s = slack_s, connect_timeout_s
         self.server_wait_s, self.max_attempts, self.priority = server_wait_s, max_attempts, priority
         self.log = log or (lambda m: print(f"rpc: {m}", file=sys.stderr, flush=True))
@@ -194,7 +195,8 @@ class RpcRunner(Runner):
                 raise ValueError(f"cannot run {b.key}: build status {b.status}")
         calls = []
         for b in builds:
-            task = WorkerRunner._task(self, op, b)  # the local runner's task, field for field
+            task = kernel_task(op, b, seed=self.seed, repeats=self.repeats,
+                               warmup_ms=self.warmup_ms)  # the local runner's task
             cubin = task.pop("cubin") or b""
             calls.append(_Call(task, cubin, self.timeout_s))
         out: list[RunResult | None] = [None] * len(builds)
@@ -211,7 +213,7 @@ class RpcRunner(Runner):
         self._run_batch(calls, collect)
         return out  # type: ignore[return-value]
 
-    def reference(self, op: Operator) -> dict[str, Any] | None:
+    def reference(self, op: Operator) -> dict[str, Any]:
         task = {"kind": "reference", "workload": op.workload, "seed": self.seed,
                 "repeats": max(20, self.repeats)}
         got: list[tuple[dict | None, dict]] = []

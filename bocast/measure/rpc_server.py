@@ -39,7 +39,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from bocast.measure import rpc_tracker as trk
 from bocast.measure.pool import TaskFailure, TimedPool
@@ -138,18 +139,25 @@ class _TrackerLink:
                 self._complained = time.monotonic()
             return False
 
+    def _connected(self) -> socket.socket:
+        if self.sock is None:  # dropped: the caller's except drops it, ensure() reconnects
+            raise ConnectionError("not connected to the tracker")
+        return self.sock
+
     def offer(self) -> None:
         self.matchkey, self.taken_since = _matchkey(self.key), None
-        trk.send_msg(self.sock, [trk.PUT, self.key, [self.port, self.matchkey], self.custom_addr])
-        if trk.recv_msg(self.sock) != trk.SUCCESS:
+        sock = self._connected()
+        trk.send_msg(sock, [trk.PUT, self.key, [self.port, self.matchkey], self.custom_addr])
+        if trk.recv_msg(sock) != trk.SUCCESS:
             raise trk.TrackerError("tracker refused PUT")
 
     def check(self) -> None:
         """While idle: offer a new matchkey if the current one was handed to a client that
         never came (the tracker no longer lists it as pending)."""
         try:
-            trk.send_msg(self.sock, [trk.PENDING])
-            pending = trk.recv_msg(self.sock)
+            sock = self._connected()
+            trk.send_msg(sock, [trk.PENDING])
+            pending = trk.recv_msg(sock)
             if self.matchkey in pending:
                 self.taken_since = None
             elif self.taken_since is None:
@@ -353,7 +361,8 @@ def _gpus(spec: str | None) -> list[str | None]:
             out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
                                  timeout=30).stdout
         except (OSError, subprocess.SubprocessError) as e:
-            raise SystemExit(f"--gpus all: nvidia-smi failed ({e}); list the GPUs: --gpus 0,1")
+            raise SystemExit(f"--gpus all: nvidia-smi failed ({e}); "
+                             "list the GPUs: --gpus 0,1") from e
         n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
         if n == 0:
             raise SystemExit("--gpus all: nvidia-smi lists no GPU")

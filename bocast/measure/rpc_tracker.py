@@ -17,6 +17,7 @@ withdrawn at once, so a dead server is never handed out.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import json
@@ -196,7 +197,7 @@ class Tracker:
     def addr(self) -> tuple[str, int]:
         return ("127.0.0.1" if self.host in ("0.0.0.0", "") else self.host), self.port
 
-    def start(self) -> "Tracker":
+    def start(self) -> Tracker:
         self._thread = threading.Thread(target=self.serve_forever, name="tracker", daemon=True)
         self._thread.start()
         return self
@@ -220,10 +221,8 @@ class Tracker:
         with self._lock:
             conns = list(self._conns)
         for c in conns:
-            try:
+            with contextlib.suppress(OSError):
                 c.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         self._listen.close()
 
     def __enter__(self):
@@ -317,10 +316,8 @@ class Tracker:
             self._conns.discard(conn)
             for offers in self._offers.values():
                 offers[:] = [o for o in offers if o[0] is not conn]
-        try:
+        with contextlib.suppress(OSError):
             conn.sock.close()
-        except OSError:
-            pass
 
     def summary(self) -> dict[str, Any]:
         with self._lock:

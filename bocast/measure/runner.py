@@ -10,8 +10,9 @@ stand-in worker on a CPU.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure, TimedPool
@@ -71,7 +72,7 @@ class Runner(ABC):
         "driver", clocks, ...}`` (empty where unknown)."""
         return {}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: runners that hold nothing need no close
         """Stop worker processes or sessions; the runner is not used after."""
 
     def __enter__(self):
@@ -81,23 +82,29 @@ class Runner(ABC):
         self.close()
 
 
+def kernel_task(op: Operator, b: BuildResult, *, seed: int, repeats: int,
+                warmup_ms: float) -> dict[str, Any]:
+    """The worker task that times one built kernel (the local and the RPC runner send the same)."""
+    return {"kind": "kernel", "key": b.key, "workload": op.workload, "cubin": b.cubin,
+            "kernel": b.kernel, "grid": b.grid, "block": b.block, "args": b.args,
+            "dynamic_smem": int(b.features.get("dynamic_smem_bytes", 0)),
+            "seed": seed, "repeats": repeats, "warmup_ms": warmup_ms, "tolerance": op.tolerance}
+
+
 class WorkerRunner(Runner):
     """Runs each kernel as one task of a single-process :class:`TimedPool`."""
 
     def __init__(self, *, worker: str, timeout_s: float = 30.0, repeats: int = 10,
                  warmup_ms: float = 20.0, seed: int = 0, startup_timeout_s: float = 300.0):
-        self.timeout_s, self.repeats, self.warmup_ms, self.seed = timeout_s, repeats, warmup_ms, seed
+        self.timeout_s, self.repeats = timeout_s, repeats
+        self.warmup_ms, self.seed = warmup_ms, seed
         self._pool = TimedPool(worker, 1, startup_timeout_s=startup_timeout_s)
 
     def close(self) -> None:
         self._pool.close()
 
     def _task(self, op: Operator, b: BuildResult) -> dict[str, Any]:
-        return {"kind": "kernel", "key": b.key, "workload": op.workload, "cubin": b.cubin,
-                "kernel": b.kernel, "grid": b.grid, "block": b.block, "args": b.args,
-                "dynamic_smem": int(b.features.get("dynamic_smem_bytes", 0)),
-                "seed": self.seed, "repeats": self.repeats, "warmup_ms": self.warmup_ms,
-                "tolerance": op.tolerance}
+        return kernel_task(op, b, seed=self.seed, repeats=self.repeats, warmup_ms=self.warmup_ms)
 
     def run(self, op: Operator, builds: Sequence[BuildResult], *,
             on_result: OnResult | None = None) -> list[RunResult]:
@@ -107,9 +114,9 @@ class WorkerRunner(Runner):
         out: list[RunResult | None] = [None] * len(builds)
 
         def collect(i: int, raw: Any) -> None:
-            out[i] = self._convert(builds[i].key, raw)
+            out[i] = res = self._convert(builds[i].key, raw)
             if on_result is not None:
-                on_result(i, out[i])
+                on_result(i, res)
 
         self._pool.map([self._task(op, b) for b in builds], self.timeout_s, on_result=collect)
         return out  # type: ignore[return-value]
@@ -118,7 +125,8 @@ class WorkerRunner(Runner):
     def _convert(key: str, raw: Any) -> RunResult:
         if isinstance(raw, TaskFailure):
             status = {"timeout": Status.RUN_TIMEOUT}.get(raw.kind, Status.RUNTIME_ERROR)
-            return RunResult(key, status, run_s=raw.seconds, error=tail(f"{raw.kind}: {raw.detail}"))
+            return RunResult(key, status, run_s=raw.seconds,
+                             error=tail(f"{raw.kind}: {raw.detail}"))
         res = RunResult(key, Status(raw["status"]), error=tail(raw.get("error", "")),
                         **{k: raw.get(k) for k in RUN_FIELDS})
         res.extra = {k: raw[k] for k in ("number", "method") if k in raw}
@@ -130,7 +138,7 @@ class WorkerRunner(Runner):
             raise RuntimeError(f"runner worker {raw.kind}: {raw.detail}")
         return raw
 
-    def reference(self, op: Operator) -> dict[str, Any] | None:
+    def reference(self, op: Operator) -> dict[str, Any]:
         return self._single({"kind": "reference", "workload": op.workload, "seed": self.seed,
                              "repeats": max(20, self.repeats)}, 120.0)
 

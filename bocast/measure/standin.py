@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from bocast.measure.runner import WorkerRunner
 

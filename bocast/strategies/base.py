@@ -9,7 +9,8 @@ been told about or already proposed.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from bocast.records import Record
 from bocast.schema import Section
 from bocast.space import Config, Space
 
-_STRATEGIES: dict[str, type["Strategy"]] = {}
+_STRATEGIES: dict[str, type[Strategy]] = {}
 
 
 class StrategyError(InputError):
@@ -62,7 +63,7 @@ class Strategy(ABC):
         self.history.extend(records)
         self._tell(records)
 
-    def _tell(self, records: Sequence[Record]) -> None:
+    def _tell(self, records: Sequence[Record]) -> None:  # noqa: B027 - optional hook
         """Hook for strategies that update state per batch."""
 
     # helpers shared by strategies

@@ -93,7 +93,7 @@ class BayesOpt(Strategy):
         if not pool:
             return []
         x_ok = self.features([self.config_of(r) for r in ok])
-        y_ok = np.log([r.tflops for r in ok])
+        y_ok = np.log(np.array([r.tflops for r in ok], dtype=float))
         self.surrogate.fit(x_ok, y_ok)
         attempted = [r for r in self.history if r.status is not Status.INVALID]
         labels = np.array([1.0 if r.ok else 0.0 for r in attempted])
@@ -161,7 +161,7 @@ class BayesOpt(Strategy):
         """Fresh uniform samples plus neighbours of the incumbents, all unproposed."""
         pool = self.fresh_samples(self.hyper["pool_size"])
         seen = set(self.proposed) | {Space.key(c) for c in pool}
-        best = sorted(self.measured_ok(), key=lambda r: r.tflops, reverse=True)
+        best = sorted(self.measured_ok(), key=lambda r: r.tflops or 0.0, reverse=True)
         for r in best[: self.hyper["incumbents"]]:
             for nb in self.candidates.neighbours(self.config_of(r)):
                 key = Space.key(nb)

@@ -18,6 +18,8 @@ a child that breaks a known constraint is replaced by the closest measurable con
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from bocast.features import KINDS, FeatureError, Features
@@ -34,7 +36,7 @@ class TreeCostModel:
 
     def __init__(self, seed: int):
         self.seed = seed
-        self.model = None
+        self.model: Any = None  # xgboost's or scikit-learn's regressor (both untyped)
         try:
             import xgboost  # noqa: F401
 
@@ -49,7 +51,8 @@ class TreeCostModel:
             self.model = xgboost.XGBRegressor(n_estimators=200, max_depth=6, learning_rate=0.1,
                                               subsample=0.9, random_state=self.seed, n_jobs=1)
         else:
-            from sklearn.ensemble import GradientBoostingRegressor
+            # scikit-learn ships no type information
+            from sklearn.ensemble import GradientBoostingRegressor  # type: ignore[import-untyped]
 
             self.model = GradientBoostingRegressor(n_estimators=150, max_depth=5,
                                                    learning_rate=0.1, subsample=0.9,
@@ -109,7 +112,7 @@ class ConstrainedGA(Strategy):
         attempted = [r for r in self.history if r.status is not Status.INVALID]
         if not any(r.ok for r in attempted):
             return
-        best = max(r.tflops for r in attempted if r.ok)
+        best = max(r.tflops or 0.0 for r in attempted if r.ok)
         x = self.features([self.config_of(r) for r in attempted])
         y = np.array([(r.tflops or 0.0) / best if r.ok else 0.0 for r in attempted])
         self.model.fit(x, y)
@@ -137,7 +140,8 @@ class ConstrainedGA(Strategy):
         if self.model.model is None:  # nothing measured yet: Heron's first round is random
             return self.fresh_samples(n)
         pop_size = self.hyper["pop_size"]
-        best = sorted((r for r in self.history if r.ok and r.tflops), key=lambda r: -r.tflops)
+        best = sorted((r for r in self.history if r.ok and r.tflops),
+                      key=lambda r: -(r.tflops or 0.0))
         topk = [self.config_of(r) for r in best[: self.hyper["history_topk"]]]
         pool = self.population + topk + self.fresh_samples(pop_size)
         pool = _unique(pool)
@@ -184,7 +188,7 @@ class PlainGA(Strategy):
         ok = [r for r in self.history if r.ok and r.tflops]
         if len(ok) < 2:
             return self.fresh_samples(n)
-        ok.sort(key=lambda r: -r.tflops)
+        ok.sort(key=lambda r: -(r.tflops or 0.0))
         fitness = np.array([r.tflops for r in ok])
         parents = [self.config_of(r) for r in ok]
         out: list[Config] = []
@@ -196,17 +200,18 @@ class PlainGA(Strategy):
             if self.rng.random() < 0.5:  # elitism: half the matings involve an elite parent
                 i = int(self.rng.integers(min(self.hyper["elite"], len(ok))))
             a, b = parents[i], parents[j]
-            child = {k.name: (a if self.rng.random() < 0.5 else b)[k.name] for k in self.space.knobs}
+            child = {k.name: (a if self.rng.random() < 0.5 else b)[k.name]
+                     for k in self.space.knobs}
             for k in self.space.knobs:
                 if child[k.name] is not None and self.rng.random() < self.hyper["mutation"]:
                     other = self.candidates.sample_restricted(
                         1, self.rng, {n_: [v] for n_, v in child.items() if n_ != k.name}, set())
                     if other:
                         child = other[0]
-            child = self.candidates.project(_repair(self.space, child))
-            if child is not None and Space.key(child) not in seen:
-                seen.add(Space.key(child))
-                out.append(child)
+            kept = self.candidates.project(_repair(self.space, child))
+            if kept is not None and Space.key(kept) not in seen:
+                seen.add(Space.key(kept))
+                out.append(kept)
         if len(out) < n:
             out += self.fresh_samples(n - len(out))
         return out

@@ -1,6 +1,6 @@
 """The operator spaces built on the shared Tensor Core matmul (spaces/_matmul.py, both space
-generations): bmm, the convolutions and gemv. Constraints, sampling coverage, encoding, workload errors, the TE
-definitions against torch references on the CPU, and static builds for sm_90."""
+generations): bmm, the convolutions and gemv. Constraints, sampling coverage, encoding, workload
+errors, the TE definitions against torch references on the CPU, and static builds for sm_90."""
 
 import collections
 import hashlib
@@ -228,6 +228,17 @@ def test_ops_lists_every_operator_with_its_shape_syntax():
         assert op_name in proc.stdout and get_operator(op_name).shape_help in proc.stdout
 
 
+def test_operators_register_from_bocast_spaces_without_torch_or_pandas():
+    # spaces/ installs as bocast.spaces (a top-level `spaces` clashes with a PyPI package); finding
+    # every operator must not import the heavy libraries the listing commands do not need
+    code = ("import sys; from bocast.operator import operators; ops = operators(); "
+            "mods = {c.__module__.rpartition('.')[0] for c in ops.values()}; "
+            "assert mods == {'bocast.spaces'} and 'spaces' not in sys.modules, mods; "
+            "heavy = [m for m in ('torch', 'tvm', 'pandas') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 # ---------------------------------------------------------- TE definitions vs torch (CPU)
 
 #: Tiny shapes covering stride, padding, dilation and output padding in every operator.
@@ -354,7 +365,8 @@ def test_single_row_output_builds_through_the_staging_tile_v2():
     ("gemm", (1024, 1024, 1024), "v1",
      "23940ec9340f85dd41e70a1db29e3131d98a058d66dc97baf420e9521a6406ad"),
     ("conv2d", None, "v1", "a16269c23e61595b4a392b0b492f04d8fe15e0110ff260e9c7d4d8ee13dfd9fc"),
-    ("gemm", (1024, 1024, 1024), "v2", "d2c75056ca87339805810a663fbe6632b62689a4bbcbb4f467e9a07c856ef2e9"),
+    ("gemm", (1024, 1024, 1024), "v2",
+     "d2c75056ca87339805810a663fbe6632b62689a4bbcbb4f467e9a07c856ef2e9"),
     ("conv2d", None, "v2", "3e87e6657cfb5c5bed5199d5f76860612332933ed72a29dd82bf9225fe5ad1b3"),
 ])
 def test_a_seed_gives_the_same_samples_as_it_always_did(op, args, space_name, digest):

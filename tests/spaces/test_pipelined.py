@@ -10,11 +10,11 @@ import sys
 
 import numpy as np
 import pytest
+from bocast.spaces._pipelined_matmul import merged_dynamic_bytes
 
 from bocast.measure.nvcc import why_no_compiler
 from bocast.operator import get_operator
 from bocast.space import Space
-from spaces._pipelined_matmul import merged_dynamic_bytes
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 Gemm = get_operator("gemm")

@@ -97,7 +97,8 @@ def test_interleaved_runs_keep_their_own_trajectories(dataset):
 def test_bo_beats_random_on_average(dataset):
     """Not a performance claim (that is the benchmark's job): a sanity check that the model is
     used. Over 4 seeds, BO's mean best at 64 trials is at least random's."""
-    bo = np.mean([run(dataset, "bo", {"acquisition": "logei"}, s).best_so_far[-1] for s in range(4)])
+    bo = np.mean([run(dataset, "bo", {"acquisition": "logei"}, s).best_so_far[-1]
+                  for s in range(4)])
     rnd = np.mean([run(dataset, "random", {}, s).best_so_far[-1] for s in range(4)])
     assert bo >= rnd
 
