@@ -19,7 +19,9 @@ reference: the median paired difference in trials to 95% with a bootstrap 95% in
 resamples of seeds), a two-sided Wilcoxon signed-rank test, and Holm's correction over the
 tables for each variant. The analytic baseline is random search without replacement: with K of
 a table's N rows at or above 95% of its best, it needs (N + 1) / (K + 1) trials on average.
-Each table's standard comparison outputs (md, csv, json, png) go next to the results.
+Each table's standard comparison outputs (md, csv, json, png) go next to the results; the
+JSON keeps every variant's per-seed trials (in the order of its ``seeds``) for paired tests
+against any other variant.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def _reference_level(runs: list[dict], ref: list[dict], budget: int, within: int
         level = 0.95 * b["curve"][budget - 1]
         t.append(next((i + 1 for i, v in enumerate(r["curve"][:budget]) if v >= level),
                       budget + 1))
-    return {"median_trials_to_ref_level": float(np.median(t)),
+    return {"trials_to_ref_level": t, "median_trials_to_ref_level": float(np.median(t)),
             "share_ref_level_within": sum(x <= within for x in t) / len(t), "within": within}
 
 
@@ -166,7 +168,8 @@ def main(path: str) -> None:
                    "best_at_64": float(np.median([r["curve"][63] for r in rs])) / rs[0]["optimum"],
                    "best_at_128": float(np.median([r["curve"][127] for r in rs])) / rs[0]["optimum"],
                    "median_round_s": statistics.median(model_rounds) if model_rounds else None,
-                   "batch_size": q}
+                   "batch_size": q, "seeds": [r["seed"] for r in rs],
+                   "trials_to_95pct": [int(x) for x in t95[lab]]}
             if spec.get("within"):
                 row.update(_reference_level(rs, by[ref], budget, spec["within"]))
             if lab != ref:
