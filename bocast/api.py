@@ -100,7 +100,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
             if cfg.runner == "tvm":  # rpc: kernels run on the servers; this host only builds
                 need_gpu("runner tvm", "use --runner replay with a recorded dataset")
             need_compiler(f"runner {cfg.runner}")
-            candidates = SpaceCandidates(op.space)
+            candidates = SpaceCandidates(op.space, op.workload)
         strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **cfg.strategy_options)
         check_writable(cfg.output, "output", directory=True)
         store = Store(f"{cfg.output}/records.db", op.workload)
@@ -217,7 +217,7 @@ def create_study(workload: Mapping[str, Any], *, strategy: str = "bo", seed: int
     extra = sorted(set(strategy_options) & set(cfgmod.COMPARISON_KEYS))
     if extra:
         raise ConfigError(f"strategy: {extra} are not options of a strategy")
-    strat = make_strategy(name, SpaceCandidates(op.space), seed=seed, **options)
+    strat = make_strategy(name, SpaceCandidates(op.space, op.workload), seed=seed, **options)
     db = Store(os.fspath(store), op.workload) if store is not None else None
     return Study(op, strat, db)
 

@@ -17,8 +17,11 @@ from bocast.space import Config, Space
 
 
 class Candidates(ABC):
-    def __init__(self, space: Space):
+    def __init__(self, space: Space, workload: dict | None = None):
         self.space = space
+        #: the operator's workload, where the caller knows it (BO's warm start checks its
+        #: sources against it)
+        self.workload = workload
 
     @abstractmethod
     def sample(self, n: int, rng: np.random.Generator, exclude: set[str]) -> list[Config]:
@@ -96,8 +99,8 @@ class SpaceCandidates(Candidates):
 class TableCandidates(Candidates):
     """The configurations of a recorded dataset, and nothing else (replay)."""
 
-    def __init__(self, space: Space, configs: Sequence[Config]):
-        super().__init__(space)
+    def __init__(self, space: Space, configs: Sequence[Config], workload: dict | None = None):
+        super().__init__(space, workload)
         self.configs = list(configs)
         self.keys = [Space.key(c) for c in self.configs]
         self.index = {k: i for i, k in enumerate(self.keys)}

@@ -217,7 +217,7 @@ def validate(cfg: CompareConfig):
     from bocast.strategies import StrategyError, make_strategy
 
     op, dataset = workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
-    cands = dataset.candidates() if dataset else SpaceCandidates(op.space)
+    cands = dataset.candidates() if dataset else SpaceCandidates(op.space, op.workload)
     for i, s in enumerate(cfg.strategies):
         if s["name"] != METASCHEDULE:
             try:
@@ -460,8 +460,8 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
                 store = stores.enter_context(Store(path, op.workload))
                 _check_identity(store, run_identity(cfg, s, seed), path)
                 store.set_meta("reference", reference)
-                strategy = make_strategy(s["name"], SpaceCandidates(op.space), seed=seed,
-                                         **_hyper(s))
+                strategy = make_strategy(s["name"], SpaceCandidates(op.space, op.workload),
+                                         seed=seed, **_hyper(s))
                 measurer = Measurer(op, store, builder, runner, session_info={
                     **info, "strategy": s["label"], "seed": seed})
                 tuner = Tuner(strategy, measurer, trials=trials, batch_size=entry_batch(cfg, s),

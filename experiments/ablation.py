@@ -6,7 +6,11 @@ paired by seed (a seed gives every variant the same initial design), one table o
 The file lists ``tables`` (dataset + workload), ``variants`` (compare strategy entries; a
 ``batch_size`` there overrides the common one), ``reference`` (the variant the others are
 paired with), ``seeds``, ``budget``, ``batch_size``, ``output`` (record stores and a per-run
-cache: a rerun skips finished runs) and ``results`` (prefix of the .md/.json written).
+cache: a rerun skips finished runs) and ``results`` (prefix of the .md/.json written). A table
+may add ``variant_options`` ({label: {option: value}}: that variant's options on that table
+only, e.g. a warm start from the other tables), and the file ``within`` (trials): then each
+variant also reports, per seed, the trials it needs to reach 95% of the reference's best at
+the budget on the same seed, and the share of seeds that reach it within ``within`` trials.
 
 Per table and variant: trials to 95% of the table's best (censored at budget + 1), best at 64
 and 128 trials over the table's best, and the median proposal time of a model round (rounds
@@ -15,7 +19,9 @@ reference: the median paired difference in trials to 95% with a bootstrap 95% in
 resamples of seeds), a two-sided Wilcoxon signed-rank test, and Holm's correction over the
 tables for each variant. The analytic baseline is random search without replacement: with K of
 a table's N rows at or above 95% of its best, it needs (N + 1) / (K + 1) trials on average.
-Each table's standard comparison outputs (md, csv, json, png) go next to the results.
+Each table's standard comparison outputs (md, csv, json, png) go next to the results; the
+JSON keeps every variant's per-seed trials (in the order of its ``seeds``) for paired tests
+against any other variant.
 """
 
 from __future__ import annotations
@@ -33,17 +39,24 @@ import numpy as np
 from bocast import compare
 from bocast.config import read_yaml
 from bocast.records import load_dataset, provenance
+from bocast.schema import ConfigError
 
 N_BOOT = 10_000
 
 
 def _configs(spec: dict, where: str) -> list[compare.CompareConfig]:
     out = []
+    labels = [v["label"] for v in spec["variants"]]
     for t in spec["tables"]:
         name = os.path.basename(t["dataset"])
+        extra = t.get("variant_options") or {}
+        if set(extra) - set(labels):
+            raise ConfigError(f"{name}: variant_options of unknown variant(s) "
+                              f"{sorted(set(extra) - set(labels))}; known: {labels}")
+        variants = [{**v, **extra.get(v["label"], {})} for v in spec["variants"]]
         out.append(compare.parse({
             "name": f"{spec['name']}_{name}", "workload": t["workload"], "runner": "replay",
-            "dataset": t["dataset"], "strategies": spec["variants"], "seeds": spec["seeds"],
+            "dataset": t["dataset"], "strategies": variants, "seeds": spec["seeds"],
             "budget": {"trials": spec["budget"]}, "batch_size": spec["batch_size"],
             "budgets": [b for b in (32, 64, 128, spec["budget"]) if b <= spec["budget"]],
             "baseline": spec["reference"], "output": os.path.join(spec["output"], name),
@@ -76,6 +89,19 @@ def _good_rows(prefix: str) -> tuple[int, int]:
     df, _ = load_dataset(prefix)
     ok = df[df.status == "ok"].tflops
     return len(df), int((ok >= 0.95 * ok.max()).sum())
+
+
+def _reference_level(runs: list[dict], ref: list[dict], budget: int, within: int) -> dict:
+    """Per seed, trials to 95% of the reference's best at ``budget`` on the same seed
+    (budget + 1 when never reached): median, and the share of seeds within ``within``."""
+    t = []
+    for r, b in zip(runs, ref):
+        assert r["seed"] == b["seed"]
+        level = 0.95 * b["curve"][budget - 1]
+        t.append(next((i + 1 for i, v in enumerate(r["curve"][:budget]) if v >= level),
+                      budget + 1))
+    return {"trials_to_ref_level": t, "median_trials_to_ref_level": float(np.median(t)),
+            "share_ref_level_within": sum(x <= within for x in t) / len(t), "within": within}
 
 
 def _wilcoxon(d: np.ndarray) -> float:
@@ -124,7 +150,7 @@ def main(path: str) -> None:
     seconds = time.perf_counter() - t0
     ref, budget, rng = spec["reference"], spec["budget"], np.random.default_rng(0)
     tables = []
-    for cfg in cfgs:
+    for cfg, table in zip(cfgs, spec["tables"]):
         compare.summarize(cfg, runs[cfg.name], seconds, prov=prov)  # its standard outputs
         n_rows, k_good = _good_rows(cfg.dataset)
         by = {s["label"]: sorted((r for r in runs[cfg.name] if r["label"] == s["label"]),
@@ -144,7 +170,10 @@ def main(path: str) -> None:
                    "best_at_64": float(np.median([r["curve"][63] for r in rs])) / optimum,
                    "best_at_128": float(np.median([r["curve"][127] for r in rs])) / optimum,
                    "median_round_s": statistics.median(model_rounds) if model_rounds else None,
-                   "batch_size": q}
+                   "batch_size": q, "seeds": [r["seed"] for r in rs],
+                   "trials_to_95pct": [int(x) for x in t95[lab]]}
+            if spec.get("within"):
+                row.update(_reference_level(rs, by[ref], budget, spec["within"]))
             if lab != ref:
                 d = t95[lab] - t95[ref]
                 row.update(median_diff=float(np.median(d)), diff_ci95=_boot_ci(d, rng),
@@ -152,7 +181,8 @@ def main(path: str) -> None:
             rows[lab] = row
         tables.append({"table": os.path.relpath(cfg.dataset), "rows": n_rows, "good_rows": k_good,
                        "optimum": runs[cfg.name][0]["optimum"],
-                       "random_expected_trials": (n_rows + 1) / (k_good + 1), "variants": rows})
+                       "random_expected_trials": (n_rows + 1) / (k_good + 1),
+                       "variant_options": table.get("variant_options") or {}, "variants": rows})
     for s in cfgs[0].strategies:  # Holm over the tables, per variant
         lab = s["label"]
         if lab == ref:
@@ -166,6 +196,7 @@ def main(path: str) -> None:
               "runs": len(every), "runs_cached": sum(r["cached"] for r in every),
               "run_seconds": round(sum(r["seconds"] for r in every), 1),
               "seeds": len(cfgs[0].seeds), "budget": budget, "batch_size": spec["batch_size"],
+              "within": spec.get("within"),
               "variants": spec["variants"], "tables": tables, "seconds": round(seconds, 1),
               "cpu_count": os.cpu_count(), "provenance": prov}
     with open(spec["results"] + ".json", "w") as f:
@@ -191,12 +222,19 @@ def _markdown(res: dict) -> str:
              "Wilcoxon signed-rank, then Holm over the tables. best@64/@128: median best so far "
              "over the table's best. Round: median proposal seconds of a model round (after the "
              "first 32 trials) on this CPU.", ""]
+    within = res.get("within")
+    if within:
+        lines += [(f"Reference level: 95% of {res['reference']}'s best at {res['budget']} "
+                   "trials on the same seed; trials to it: median over seeds (budget + 1 when "
+                   f"never reached); share: seeds that reach it within {within} trials."), ""]
     for t in res["tables"]:
         lines += [f"## `{t['table']}` ({t['rows']} rows, {t['good_rows']} at >= 95% of the best "
                   f"{t['optimum']:.1f} TFLOPS; random search without replacement needs "
                   f"{t['random_expected_trials']:.0f} trials on average)", "",
                   "| variant | trials to 95% | reached | difference [95% CI] | p | p (Holm) | "
-                  "best@64 | best@128 | round s |", "|---|---|---|---|---|---|---|---|---|"]
+                  "best@64 | best@128 | round s |"
+                  + (f" to reference level | share within {within} |" if within else ""),
+                  "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if within else "")]
         for lab, v in t["variants"].items():
             lo, hi = v["iqr_trials_to_95pct"]
             diff = (f"{v['median_diff']:+.0f} [{v['diff_ci95'][0]:+.0f}, {v['diff_ci95'][1]:+.0f}]"
@@ -206,7 +244,9 @@ def _markdown(res: dict) -> str:
             rs = f"{v['median_round_s']:.2f}" if v["median_round_s"] is not None else ""
             lines.append(f"| {lab} | {v['median_trials_to_95pct']:.0f} [{lo:.0f}-{hi:.0f}] | "
                          f"{v['reached']}/{v['runs']} | {diff} | {p} | {ph} | "
-                         f"{v['best_at_64']:.3f} | {v['best_at_128']:.3f} | {rs} |")
+                         f"{v['best_at_64']:.3f} | {v['best_at_128']:.3f} | {rs} |"
+                         + (f" {v['median_trials_to_ref_level']:.0f} | "
+                            f"{v['share_ref_level_within']:.2f} |" if within else ""))
         lines.append("")
     return "\n".join(lines)
 

@@ -62,7 +62,7 @@ class ReplayDataset:
         """The dataset's configurations as candidates: one shared object (its index takes a
         tenth of a second to build, and it holds no state of any strategy)."""
         if self._candidates is None:
-            self._candidates = TableCandidates(self.op.space, self.configs)
+            self._candidates = TableCandidates(self.op.space, self.configs, self.op.workload)
         return self._candidates
 
     def record(self, config: Config, source: str = "") -> Record:

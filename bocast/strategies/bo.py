@@ -18,12 +18,18 @@ Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmar
   every row visited joins the pool. A uniform pool of 4096 holds ~4e-6 of a 1e9-member space,
   so its best row is rarely a local optimum of the acquisition. (On replay of a table no
   larger than the pool, the pool already holds every row: local search cannot change a pick.)
+- ``warm_start: [sources]``: records of the same operator on other shapes (dataset prefixes or
+  record stores) as a source model (:mod:`bocast.bo.transfer`). Its mean is one more input of
+  the GP, and the first batch is picked by LogEI on it over the candidates (a uniform pool plus
+  the best source rows that the candidates contain, and their neighbours) instead of uniform
+  samples; the model takes over from the second batch (``n_init`` does not apply).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -36,6 +42,9 @@ from bocast.measure.status import Status
 from bocast.schema import Field, Section
 from bocast.space import Space
 from bocast.strategies.base import Strategy, StrategyError, register
+
+if TYPE_CHECKING:
+    from bocast.bo.transfer import SourceModel
 
 ACQUISITIONS = ("logei", "becbo", "ts")
 
@@ -68,6 +77,10 @@ class BayesOpt(Strategy):
               doc="starts of the hill climb on the acquisition (0: none)"),
         Field("local_search_steps", int, 8, min=1, max=100_000,
               doc="at most this many moves per start"),
+        Field("warm_start", list, [],
+              doc="dataset prefixes or record stores of the operator on other shapes"),
+        Field("warm_start_points", int, 1024, min=3, max=100_000,
+              doc="warm_start: source rows the source model conditions on (a fixed subset)"),
     ), noun="option")
 
     def __init__(self, candidates, *, seed=0, **hyper):
@@ -76,10 +89,41 @@ class BayesOpt(Strategy):
             self.features = Features(candidates, self.hyper["features"])
         except FeatureError as e:  # derived features on a space that derives too little
             raise StrategyError(f"strategy {self.name!r}: features: {e}") from None
-        self.surrogate = Surrogate(self.features.bounds(), fit_points=self.hyper["fit_points"],
+        self.source = self._source_model(self.hyper["warm_start"]) \
+            if self.hyper["warm_start"] else None
+        bounds = self.features.bounds()
+        if self.source is not None:
+            bounds = np.hstack([bounds, self.source.bounds[:, None]])
+        self.surrogate = Surrogate(bounds, fit_points=self.hyper["fit_points"],
                                    maxiter=self.hyper["fit_maxiter"], seed=seed)
         self.last_round: dict = {}
         self.classifier = None  # the last round's feasibility classifier (for diagnostics)
+
+    def _source_model(self, paths):
+        from bocast.bo.transfer import WarmStartError, source_model
+        from bocast.operator import WorkloadError, from_workload
+
+        where = f"strategy {self.name!r}: "
+        if not all(isinstance(p, str) and p for p in paths):
+            raise StrategyError(f"{where}warm_start: expected a list of dataset prefixes or "
+                                f"record store paths, got {paths!r}")
+        if self.candidates.workload is None:
+            raise StrategyError(f"{where}warm_start needs the target's workload (candidates "
+                                "made without one)")
+        try:
+            target = from_workload(self.candidates.workload)
+            return source_model(paths, target, self.features,
+                                points=self.hyper["warm_start_points"],
+                                maxiter=self.hyper["fit_maxiter"])
+        except (WarmStartError, WorkloadError) as e:
+            raise StrategyError(f"{where}{e}") from None
+
+    def _inputs(self, configs) -> np.ndarray:
+        """The GP's inputs: the features, then (warm start) the source model's mean."""
+        x = self.features(configs)
+        if self.source is None:
+            return x
+        return np.hstack([x, self.source.mean(x)[:, None]])
 
     def _ask(self, n):
         with _torch_threads(self.hyper["threads"]):
@@ -87,25 +131,27 @@ class BayesOpt(Strategy):
 
     def _round(self, n):
         ok = self.measured_ok()
-        if len(self.history) < self.hyper["n_init"] or len(ok) < 3:
+        if self.source is not None and not self.history:
+            return self._first_batch(n, self.source)
+        if (self.source is None and len(self.history) < self.hyper["n_init"]) or len(ok) < 3:
             return self.fresh_samples(n)
         pool = self._pool()
         if not pool:
             return []
-        x_ok = self.features([self.config_of(r) for r in ok])
+        x_ok = self._inputs([self.config_of(r) for r in ok])
         y_ok = np.log(np.array([r.tflops for r in ok], dtype=float))
         self.surrogate.fit(x_ok, y_ok)
         attempted = [r for r in self.history if r.status is not Status.INVALID]
         labels = np.array([1.0 if r.ok else 0.0 for r in attempted])
         clf = make_classifier(self.hyper["classifier"], labels, seed=self.seed)
         if labels.min() != labels.max():
-            x_att = self.surrogate.scale(self.features([self.config_of(r) for r in attempted]))
+            x_att = self.surrogate.scale(self._inputs([self.config_of(r) for r in attempted]))
             clf.fit(x_att, torch.as_tensor(labels))
         self.classifier = clf
         best = float(y_ok.max())
         climbed = self._local_search(pool, clf, best) if self.hyper["local_search"] else []
         pool = pool + climbed
-        x_pool = self.features(pool)
+        x_pool = self._inputs(pool)
         pred = self.surrogate.predict(x_pool)
         xs = self.surrogate.scale(x_pool)
         p_feas, _ = clf.predict(xs)
@@ -125,8 +171,30 @@ class BayesOpt(Strategy):
                            "local_search_added": len(climbed)}
         return [pool[i] for i in picks]
 
+    def _first_batch(self, n: int, source: SourceModel) -> list:
+        """Warm start: ``n`` picks of LogEI on the source model (Kriging believer) over a
+        uniform pool plus the best source rows the candidates contain and their neighbours."""
+        pool = self.fresh_samples(self.hyper["pool_size"])
+        seen = set(self.proposed) | {Space.key(c) for c in pool}
+        for c in source.top(max(self.hyper["incumbents"], n)):
+            if not self.candidates.contains(c):  # infeasible for the target, or not in its table
+                continue
+            for nb in [c, *self.candidates.neighbours(c)]:
+                key = Space.key(nb)
+                if key not in seen:
+                    seen.add(key)
+                    pool.append(nb)
+        if not pool:
+            return []
+        model = source.surrogate
+        pred = model.predict(self.features(pool)[:, source.columns])
+        picks = acq.constrained_logei(model, pred, torch.ones(len(pool), dtype=pred.mean.dtype),
+                                      source.best, n)
+        self.last_round = {"pool": len(pool), "observations": 0, "warm_start": True}
+        return [pool[i] for i in picks]
+
     def _constrained_log_ei(self, configs: list, clf, best: float) -> np.ndarray:
-        x = self.features(configs)
+        x = self._inputs(configs)
         pred = self.surrogate.predict(x)
         p, _ = clf.predict(self.surrogate.scale(x))
         return (acq.log_ei(pred.mean, pred.var.sqrt(), best)

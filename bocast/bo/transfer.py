@@ -1,0 +1,236 @@
+"""Warm start from other shapes' records of the same operator (issue 11, "transfer").
+
+A *source* is a recorded dataset (prefix) or a record store of the target's operator, space,
+dtype and layout on another (or the same) shape. Its successful rows become one source model:
+
+- **Translation.** A source configuration is carried into the target's space by keeping every
+  knob and, in each split, every level but the outermost; the outermost (thread blocks, or
+  k tiles) is recomputed for the target's extent. A 128 x 128 block tile of 4 warps stays that
+  tile; only the grid changes. Rows whose inner levels do not divide the target's extent are
+  dropped. Feasibility in the target is not required: the model only needs the encoding.
+- **Model.** One GP (:class:`~bocast.bo.surrogate.Surrogate`, fixed seed, the same for every
+  run) on the translated rows in the target's model inputs, y = log TFLOPS z-scored per source
+  workload (shapes run at different speeds; only the ranking transfers). Columns that no
+  source varies are left out of it: a source that never moved a knob says nothing about it,
+  and a fixed value that differs from the target's (raster 16 at 4096^3, 1 at 1024^3) would
+  otherwise read as distance. More than ``points`` rows: a fixed-seed uniform subset.
+- **Use.** The target GP gets the source model's mean as one extra input column (the target's
+  data decide through its lengthscale how far to trust it), and the first batch is chosen by
+  LogEI on the source model over the target's candidates (:class:`~bocast.strategies.bo.BayesOpt`).
+
+Source rows never become the target's trials: they are not told to the strategy, so they
+neither count against the budget nor keep a configuration from being proposed and measured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bocast.errors import InputError
+from bocast.space import Config, Space, Split
+
+#: the fitted source models of this process, by what they are made of (every seed of a
+#: comparison shares one); small: a comparison has one or two
+_CACHE: dict[tuple, SourceModel] = {}
+_CACHE_MAX = 4
+
+
+class WarmStartError(InputError):
+    """A warm-start source that cannot be used."""
+
+
+@dataclass
+class Source:
+    """One source's successful rows, translated: configurations in the target's space."""
+
+    path: str
+    workload: dict[str, Any]
+    configs: list[Config]
+    log_tflops: np.ndarray
+    dropped: int  # ok rows whose splits do not fit the target's extents
+
+
+def _workload(path: str) -> dict[str, Any]:
+    """The workload a dataset (prefix) or a record store (``.db``) was recorded for."""
+    import sqlite3
+
+    from bocast.measure.replay import ReplayError, _read_meta
+
+    if not path.endswith(".db"):
+        try:
+            return _read_meta(path)["workload"]
+        except ReplayError as e:
+            raise WarmStartError(f"warm_start: {e}") from None
+    if not os.path.isfile(path):
+        raise WarmStartError(f"warm_start: record store {path} not found")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
+        finally:
+            conn.close()
+        if meta.get("format") != "bocast-records":
+            raise ValueError("no bocast format mark")
+        return json.loads(meta["workload"])
+    except (sqlite3.DatabaseError, KeyError, ValueError) as e:
+        raise WarmStartError(f"warm_start: {path} is not a readable bocast record store "
+                             f"({e})") from None
+
+
+def _ok_rows(path: str, op) -> list[tuple[Config, float]]:
+    """(configuration of ``op``'s space, TFLOPS) of every ok row, checked as replay checks a
+    dataset (a store: as a store is opened)."""
+    from bocast.measure.replay import ReplayDataset, ReplayError
+    from bocast.records import Store, StoreError
+
+    try:
+        if not path.endswith(".db"):
+            ds = ReplayDataset(path, op)
+            return [(c, float(r["tflops"])) for c, r in zip(ds.configs, ds.rows)
+                    if r["status"] == "ok"]
+        with Store(path, op.workload, create=False) as store:
+            return [(op.space.from_json(r.config), float(r.tflops)) for r in store.records()
+                    if r.ok and r.tflops]
+    except (ReplayError, StoreError) as e:
+        raise WarmStartError(f"warm_start: {e}") from None
+
+
+def translate(config: Config, target: Space) -> Config | None:
+    """``config`` of a source's space (the same knobs) carried into ``target``: splits keep
+    their inner levels and take the outermost from the target's extent (None when the inner
+    levels do not divide it, or the result is not a structural configuration of ``target``)."""
+    cond = {n: config[n] for n in target.conditioning}
+    out = dict(config)
+    for k in target.knobs:
+        v = config.get(k.name)
+        if isinstance(k, Split) and v is not None:
+            inner = math.prod(v[1:])
+            extent = k.extent_for(cond)
+            if extent % inner:
+                return None
+            out[k.name] = (extent // inner, *v[1:])
+    return None if target.structural_violations(out) else out
+
+
+def load_sources(paths: Sequence[str], target_op) -> list[Source]:
+    """Every source read, checked against the target and translated; a
+    :class:`WarmStartError` names the first that cannot be used."""
+    from bocast.operator import WorkloadError, canonical_workload, from_workload
+
+    want = canonical_workload(target_op.workload)
+    out = []
+    for path in paths:
+        workload = _workload(path)
+        got = canonical_workload(workload)
+        differs = sorted(k for k in set(got) | set(want)
+                         if k != "shape" and got.get(k) != want.get(k))
+        if differs:
+            raise WarmStartError(
+                f"warm_start: {path} holds records of {_describe(got)}, not of the target's "
+                f"{_describe(want)} ({', '.join(differs)} differ); a source must be the same "
+                "operator on another shape")
+        try:
+            src_op = from_workload(workload)
+        except WorkloadError as e:
+            raise WarmStartError(f"warm_start: {path}: {e}") from None
+        rows = _ok_rows(path, src_op)
+        if not rows:
+            raise WarmStartError(f"warm_start: {path} has no successful (ok) rows")
+        configs, ys = [], []
+        for c, tflops in rows:
+            t = translate(c, target_op.space)
+            if t is not None:
+                configs.append(t)
+                ys.append(math.log(tflops))
+        if not configs:
+            raise WarmStartError(f"warm_start: {path}: none of its {len(rows)} ok rows fits the "
+                                 f"target's shape {list(target_op.workload['shape'])}")
+        out.append(Source(path, got, configs, np.array(ys), len(rows) - len(configs)))
+    return out
+
+
+def _describe(w: Mapping[str, Any]) -> str:
+    rest = ", ".join(f"{k} {w[k]}" for k in sorted(w) if k not in ("op", "shape"))
+    return f"{w.get('op')} ({rest})"
+
+
+class SourceModel:
+    """The sources' GP in the target's model inputs (see the module docstring)."""
+
+    def __init__(self, sources: Sequence[Source], features, *, points: int, maxiter: int):
+        from bocast.bo.surrogate import Surrogate
+
+        self.sources = list(sources)
+        configs = [c for s in sources for c in s.configs]
+        y = np.concatenate([_zscores(sources, s) for s in sources])
+        x = features(configs)
+        if len(configs) > points:  # fixed seed: the same model in every run
+            keep = np.sort(np.random.default_rng(0).permutation(len(configs))[:points])
+            x, y, configs = x[keep], y[keep], [configs[i] for i in keep]
+        self.configs, self.y = configs, y
+        self.columns = np.flatnonzero(x.max(0) > x.min(0))
+        b = features.bounds()
+        lo = np.minimum(b[0], x.min(0))[self.columns]
+        hi = np.maximum(b[1], x.max(0))[self.columns]
+        self.surrogate = Surrogate(np.stack([lo, hi]), fit_points=384, maxiter=maxiter, seed=0)
+        self.surrogate.fit(x[:, self.columns], y)
+        self.best = float(y.max())
+        ref = self.mean(features(features.candidates.reference_configs()))
+        self.bounds = np.array([ref.min(), ref.max() if ref.max() > ref.min() else ref.min() + 1])
+
+    def mean(self, x: np.ndarray) -> np.ndarray:
+        """(m,) source mean at the target's model inputs ``x`` (m, d), z-score units."""
+        import torch
+
+        from bocast.bo.surrogate import DTYPE
+
+        xs = self.surrogate.scale(x[:, self.columns])
+        with torch.no_grad():
+            mean = self.surrogate.mean_const + (self.surrogate._k(self.surrogate.X, xs)
+                                                * self.surrogate.alpha).sum(0)
+        return (self.surrogate.y_mean + self.surrogate.y_std * mean).to(DTYPE).numpy()
+
+    def top(self, n: int) -> list[Config]:
+        """The ``n`` best source rows (translated), best first."""
+        return [self.configs[i] for i in np.argsort(-self.y, kind="stable")[:n]]
+
+
+def _zscores(sources: Sequence[Source], s: Source) -> np.ndarray:
+    """``s``'s log TFLOPS z-scored over every source of its workload."""
+    same = np.concatenate([o.log_tflops for o in sources if o.workload == s.workload])
+    sd = float(same.std()) if len(same) > 1 and same.std() > 0 else 1.0
+    return (s.log_tflops - float(same.mean())) / sd
+
+
+def source_model(paths: Sequence[str], target_op, features, *, points: int,
+                 maxiter: int) -> SourceModel:
+    """The source model of ``paths`` for ``target_op`` (built once per process and reused: it
+    depends only on the files, the target and the model inputs, never on a run's seed)."""
+    stamp = tuple((os.path.abspath(p), *_stamp(p)) for p in paths)
+    # the model's input bounds and its extra column's come from the candidates
+    cands = hashlib.sha1(features.bounds().tobytes())
+    for c in features.candidates.reference_configs():
+        cands.update(Space.key(c).encode())
+    key = (stamp, json.dumps(target_op.workload, sort_keys=True), features.kind,
+           cands.hexdigest(), points, maxiter)
+    if key not in _CACHE:
+        model = SourceModel(load_sources(paths, target_op), features, points=points,
+                            maxiter=maxiter)
+        while len(_CACHE) >= _CACHE_MAX:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = model
+    return _CACHE[key]
+
+
+def _stamp(path: str) -> tuple:
+    files = [path] if path.endswith(".db") else [path + ".json", path + ".csv.gz"]
+    return tuple((os.path.getmtime(f), os.path.getsize(f)) if os.path.exists(f) else None
+                 for f in files)

@@ -1,0 +1,132 @@
+"""BO's warm start from other shapes' records (bocast/bo/transfer.py): replay of the exhaustive
+GEMM 1024^3 table, warm-started from (small subsets of) the 4096^3 table."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from bocast.bo.transfer import translate
+from bocast.candidates import SpaceCandidates, TableCandidates
+from bocast.measure.replay import ReplayDataset, ReplayMeasurer
+from bocast.operator import get_operator
+from bocast.records import load_dataset
+from bocast.space import Space
+from bocast.strategies import StrategyError, make_strategy
+from bocast.tuner import Tuner
+from tests.spaces.test_pipelined import BEST_4096
+
+T1024 = "experiments/data/exhaustive/gemm_1024_1024_1024_v2"
+T4096 = "experiments/data/exhaustive/gemm_4096_4096_4096_v2"
+OP1024 = get_operator("gemm").from_args((1024, 1024, 1024))
+OP4096 = get_operator("gemm").from_args((4096, 4096, 4096))
+FAST = {"pool_size": 512, "fit_maxiter": 25, "warm_start_points": 128}
+
+
+def subset(src: str, dst: str, rows, **change) -> str:
+    """A dataset of ``rows`` of ``src`` written at ``dst`` (columns in ``change`` replaced)."""
+    df, meta = load_dataset(src)
+    df = df.iloc[rows].assign(**change)
+    df.to_csv(dst + ".csv.gz", index=False)
+    with open(dst + ".json", "w") as f:
+        json.dump({**meta, "rows": len(df)}, f)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def target():
+    return ReplayDataset(T1024, OP1024)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """400 rows of the 4096^3 table, its best row among them."""
+    df, _ = load_dataset(T4096)
+    rows = sorted({*range(399), int(df.tflops.idxmax())})
+    return subset(T4096, str(tmp_path_factory.mktemp("src") / "g4096"), rows)
+
+
+def test_translation_keeps_the_block_and_rescales_the_grid():
+    t = translate(BEST_4096, OP1024.space)
+    # 128 x 128 block tile of 2 x 2 warps, BK 32: 8 x 8 blocks at 1024^3 instead of 32 x 32
+    assert t["tile_i"] == (8, 2, 4) and t["tile_j"] == (8, 2, 4) and t["tile_k"] == (32, 2)
+    assert {k: v for k, v in t.items() if not k.startswith("tile_")} == \
+        {k: v for k, v in BEST_4096.items() if not k.startswith("tile_")}
+    assert translate(t, OP4096.space) == BEST_4096
+    # an inner level that does not divide the target's extent: no translation
+    assert translate({**BEST_4096, "tile_i": (2, 16, 128)}, OP1024.space) is None
+
+
+def test_warm_start_changes_the_first_batch_to_the_source_models_picks(target, source):
+    cold = make_strategy("bo", target.candidates(), seed=0, **FAST)
+    warm = make_strategy("bo", target.candidates(), seed=0, warm_start=[source], **FAST)
+    a, b = cold.ask(8), warm.ask(8)
+    assert len(b) == 8 and warm.last_round["warm_start"]
+    assert {Space.key(c) for c in a}.isdisjoint({Space.key(c) for c in b})
+    # the picks rank high by the source model over the whole target table
+    everything = warm.source.mean(warm.features(target.configs))
+    picked = warm.source.mean(warm.features(b))
+    assert picked.max() >= np.quantile(everything, 0.95)
+    assert np.median(picked) > np.median(everything)
+
+
+def test_source_rows_are_not_trials_and_stay_proposable(target, tmp_path):
+    # a source of the target's own shape whose rows are ALL the candidates: were they taken
+    # as measured, nothing would be left to propose
+    rows = list(range(0, 4562, 50))
+    src = subset(T1024, str(tmp_path / "own"), rows)
+    cands = TableCandidates(OP1024.space, [target.configs[i] for i in rows], OP1024.workload)
+    s = make_strategy("bo", cands, seed=0, warm_start=[src], **FAST)
+    assert not s.history and not s.proposed
+    res = Tuner(s, ReplayMeasurer(target), trials=24, batch_size=8).run()
+    assert len(res.records) == len(s.history) == len(s.proposed) == 24
+    assert {r.key for r in res.records} <= set(cands.keys)
+
+
+def test_same_seed_same_trajectory(target, source):
+    def run(seed):
+        s = make_strategy("bo", target.candidates(), seed=seed, warm_start=[source], **FAST)
+        return [r.key for r in Tuner(s, ReplayMeasurer(target), trials=16, batch_size=8)
+                .run().records]
+
+    first = run(3)
+    assert first == run(3) and len(first) == 16
+    assert first[:8] != run(4)[:8]
+
+
+def test_the_target_model_sees_the_source_mean_as_one_more_input(target, source):
+    s = make_strategy("bo", target.candidates(), seed=0, warm_start=[source], **FAST)
+    s.tell([target.record(c) for c in s.ask(8)])
+    assert len(s.ask(8)) == 8 and "warm_start" not in s.last_round  # the target model's round
+    assert s.surrogate.X.shape[1] == s.features.bounds().shape[1] + 1
+
+
+@pytest.mark.parametrize("paths, message", [
+    (["experiments/data/bmm_12_512_512_64"],
+     "holds records of bmm (dtype fp16:fp32, layout NT, space v1), not of the target's gemm"),
+    (["experiments/data/gemm_1024_1024_1024"],
+     "(space differ); a source must be the same operator on another shape"),
+    (["experiments/data/no_such_dataset"], "no_such_dataset.json not found"),
+    (["runs/no_such_store.db"], "record store runs/no_such_store.db not found"),
+    ("experiments/data/gemm_4096_4096_4096_v2", "warm_start: expected a list, got"),
+    ([3], "warm_start: expected a list of dataset prefixes or record store paths, got [3]"),
+])
+def test_bad_sources_name_the_problem(target, paths, message):
+    with pytest.raises(StrategyError, match=re.escape(message)):
+        make_strategy("bo", target.candidates(), seed=0, warm_start=paths, **FAST)
+
+
+def test_a_source_without_ok_rows_is_refused(target, tmp_path):
+    src = subset(T4096, str(tmp_path / "failed"), range(5), status="build_error")
+    with pytest.raises(StrategyError, match=re.escape(f"{src} has no successful (ok) rows")):
+        make_strategy("bo", target.candidates(), seed=0, warm_start=[src], **FAST)
+
+
+def test_warm_start_needs_the_targets_workload(source):
+    with pytest.raises(StrategyError, match="warm_start needs the target's workload"):
+        make_strategy("bo", SpaceCandidates(OP1024.space), seed=0, warm_start=[source], **FAST)
+    s = make_strategy("bo", SpaceCandidates(OP1024.space, OP1024.workload), seed=0,
+                      warm_start=[source], **FAST)
+    picks = s.ask(4)  # live candidates: the best source rows that are feasible join the pool
+    assert len(picks) == 4 and not any(OP1024.space.validate_many(picks))
