@@ -7,7 +7,7 @@ for a measurement loop of one's own; :func:`export` writes a record's kernel to 
 
 from pathlib import Path
 
-from bocast.api import Study, TuneResult, create_study, load, tune
+from bocast.api import Study, TuneResult, compare, create_study, load, tune
 from bocast.errors import InputError
 from bocast.kernel import Kernel, export, load_kernel
 
@@ -20,5 +20,5 @@ if not (_here / "spaces").is_dir() and (_here.parent / "spaces" / "__init__.py")
     __path__.append(str(_here.parent))
 
 __version__ = "0.1.0"
-__all__ = ["InputError", "Kernel", "Study", "TuneResult", "create_study", "export", "load",
-           "load_kernel", "tune"]
+__all__ = ["InputError", "Kernel", "Study", "TuneResult", "compare", "create_study", "export",
+           "load", "load_kernel", "tune"]

@@ -19,19 +19,79 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from bocast.errors import InputError
 
 if TYPE_CHECKING:
+    from bocast.comparison import CompareConfig
     from bocast.config import TuneConfig
     from bocast.measure.status import Status
     from bocast.records import Record, Store
     from bocast.strategies.base import Strategy
 
-__all__ = ["Study", "TuneResult", "create_study", "load", "tune"]
+__all__ = ["Study", "TuneResult", "compare", "create_study", "load", "tune"]
+
+
+# ------------------------------------------------------------------------------ compare
+
+
+def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
+                    summarize: bool = False) -> CompareConfig:
+    """Check a comparison configuration whole (workload, dataset, every strategy, the stores
+    already under its output, a GPU and nvcc for a live one unless ``summarize``) before
+    anything runs or is written; errors of a file start with the file's name."""
+    from bocast import comparison as cmp
+    from bocast.config import in_file
+    from bocast.schema import check_writable
+
+    path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
+    try:
+        cfg = cmp.load(path) if path is not None else cmp.parse(config, os.getcwd())
+        cmp.validate(cfg)
+        if cfg.runner in cmp.LIVE and not summarize:
+            if cfg.runner == "tvm":  # rpc: the servers time, this host only builds
+                need_gpu("runner: tvm (a live comparison)", "use runner: replay with a "
+                         "recorded dataset, or --summarize to write the results of finished "
+                         "stores")
+            need_compiler(f"runner: {cfg.runner} (a live comparison)")
+        check_writable(cfg.output, "output", directory=True)
+        for ext in (".md", ".csv", ".json", ".png"):
+            check_writable(cfg.results + ext, "results")
+    except InputError as e:
+        if path is None:
+            raise
+        raise in_file(e, path) from None
+    return cfg
+
+
+def compare(config: str | os.PathLike | Mapping[str, Any], *,
+            only: Sequence[str] | None = None, summarize: bool = False,
+            progress: bool = False) -> dict[str, Any]:
+    """Run a comparison configuration (a YAML file or a mapping of its fields) exactly as
+    ``bocast compare`` does: the same checks first, each run's store under ``output`` (resumed
+    where it exists), the results (.md/.csv/.json/.png) at ``results``. ``only``: just these
+    strategy labels (results once every run has finished); ``summarize``: run nothing, write
+    the results of finished stores. Returns the summary (the .json's content; ``missing``
+    lists unfinished runs when there are any); ``progress`` prints status lines on stderr."""
+    return run_compare(prepare_compare(config, summarize=summarize), only=only,
+                       summarize=summarize, progress=progress)
+
+
+def run_compare(cfg: CompareConfig, *, only: Sequence[str] | None = None,
+                summarize: bool = False, progress: bool = False) -> dict[str, Any]:
+    """:func:`compare` of a configuration that :func:`prepare_compare` checked."""
+    from bocast import comparison as cmp
+    from bocast.progress import Progress
+
+    live = cfg.runner in cmp.LIVE
+    with (Progress(f"compare {cfg.name}", None if live else len(cmp.plan(cfg)),
+                   unit="trials" if live else "runs") if progress
+          else contextlib.nullcontext()) as meter:
+        return cmp.run(cfg, progress=meter.say if live and meter else None, meter=meter,
+                       only=[] if summarize else (list(only) if only is not None else None))
 
 
 # --------------------------------------------------------------------------------- tune

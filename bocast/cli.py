@@ -413,34 +413,17 @@ def cmd_tune(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from bocast import compare
-    from bocast.config import in_file
+    from bocast import api
 
     try:
-        cfg = compare.load(args.config)
-        compare.validate(cfg)  # the workload, dataset, strategies and existing stores
-        if cfg.runner in compare.LIVE and not args.summarize:
-            if cfg.runner == "tvm":  # rpc: the servers time, this host only builds
-                _need_gpu("runner: tvm (a live comparison)", "use runner: replay with a "
-                          "recorded dataset, or --summarize to write the results of finished "
-                          "stores")
-            _need_compiler(f"runner: {cfg.runner} (a live comparison)")
-        check_writable(cfg.output, "output", directory=True)
-        for ext in (".md", ".csv", ".json", ".png"):
-            check_writable(cfg.results + ext, "results")
+        cfg = api.prepare_compare(args.config, summarize=args.summarize)
     except InputError as e:
-        raise UsageError(str(in_file(e, args.config))) from None
+        raise UsageError(str(e)) from None  # already led by the file's name
     only = [x for x in args.only.split(",") if x] if args.only else None
-    if args.summarize:
-        only = []
-    runs = len(compare.plan(cfg))
-    with Progress(f"compare {cfg.name}", runs if cfg.runner == "replay" else None,
-                  unit="runs" if cfg.runner == "replay" else "trials") as meter:
-        try:
-            summary = compare.run(cfg, progress=meter.say if cfg.runner in compare.LIVE else None,
-                                  meter=meter, only=only)
-        except InputError as e:
-            raise UsageError(f"{args.config}: {e}") from None
+    try:
+        summary = api.run_compare(cfg, only=only, summarize=args.summarize, progress=True)
+    except InputError as e:
+        raise UsageError(f"{args.config}: {e}") from None
     if "missing" in summary:
         _emit(args, summary, [f"ran {', '.join(only or []) or 'nothing'}; results are written once "
                               f"these runs have finished too: {', '.join(summary['missing'])}"])

@@ -69,7 +69,7 @@ class TuneConfig:
 
 
 #: keys of a comparison's strategy entry that are not the strategy's options: ``label``, and
-#: ``trials``, ``seeds`` and ``batch_size`` for that entry alone (see bocast.compare)
+#: ``trials``, ``seeds`` and ``batch_size`` for that entry alone (see bocast.comparison)
 COMPARISON_KEYS = ("label", "trials", "seeds", "batch_size")
 
 

@@ -36,7 +36,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from bocast import compare
+from bocast import comparison as compare
 from bocast.config import read_yaml
 from bocast.records import load_dataset, provenance
 from bocast.schema import ConfigError

@@ -184,7 +184,7 @@ def a_file(tmp: str) -> None:
 
 def other_run_store(tmp: str) -> None:
     """runs/random_seed0.db written by a comparison with other options for that label."""
-    from bocast import compare
+    from bocast import comparison as compare
 
     compare_cfg(strategies=[{"label": "random", "name": "ga", "elite": 4},
                             {"label": "ga", "name": "ga"}])(tmp)

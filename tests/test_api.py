@@ -70,6 +70,45 @@ def test_tune_is_bocast_tune(tmp_path, bocast_cli):
     assert again.summary["config_sha256"] == cli["config_sha256"]
 
 
+COMPARE = {"name": "api_compare", "workload": GOOD["workload"], "runner": "replay",
+           "dataset": os.path.join(ROOT, GOOD["dataset"]),
+           "strategies": [{"label": "bo", "name": "bo", "n_init": 8},
+                          {"label": "random", "name": "random"}],
+           "seeds": 2, "budget": {"trials": 16}, "batch_size": 8}
+
+
+def test_compare_is_bocast_compare(tmp_path, bocast_cli):
+    path = tmp_path / "cmp.yaml"
+    path.write_text(yaml.safe_dump({**COMPARE, "output": str(tmp_path / "cli"),
+                                    "results": str(tmp_path / "cli" / "res")}))
+    code, _, err = bocast_cli("compare", str(path), "--json")
+    assert code == 0, err
+    cli = json.loads((tmp_path / "cli" / "res.json").read_text())
+
+    api = bocast.compare({**COMPARE, "output": str(tmp_path / "api"),
+                          "results": str(tmp_path / "api" / "res")})
+    assert json.loads(json.dumps(api)) == json.loads((tmp_path / "api" / "res.json").read_text())
+    for label in ("bo", "random"):
+        assert api["strategies"][label]["median_best"] == cli["strategies"][label]["median_best"]
+    # a path runs the same: the CLI's finished stores are resumed, nothing is measured again
+    again = bocast.compare(path)
+    assert again["strategies"]["bo"]["median_best"] == cli["strategies"]["bo"]["median_best"]
+
+
+@pytest.mark.parametrize("config, message", [
+    ({**COMPARE, "seeds": 0}, "seeds"),
+    ({**COMPARE, "strategies": [{"label": "x", "name": "annealing"}]}, "unknown strategy"),
+    ("no/such/compare.yaml", "no/such/compare.yaml: no such file"),
+])
+def test_compare_bad_input_is_one_line_and_writes_nothing(tmp_path, config, message):
+    if isinstance(config, dict):
+        config = {**config, "output": str(tmp_path / "out"), "results": str(tmp_path / "res")}
+    with pytest.raises(InputError) as e:
+        bocast.compare(config)
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob("res*"))
+
+
 @pytest.mark.parametrize("config, error, message", [
     ({**GOOD, "seed": "zero"}, ConfigError, "seed: expected an integer"),
     ({**GOOD, "strategy": {"name": "annealing"}}, ConfigError,

@@ -126,7 +126,7 @@ LIVE = {
 def test_live_compare_interleaves_runs_and_resumes(tmp_path):
     """The live path on the CPU: real TVM lowering (no nvcc) and the stand-in runner, whose
     timings are SYNTHETIC. Every run gets its own store; a second call measures nothing new."""
-    from bocast import compare as cmp
+    from bocast import comparison as cmp
     from bocast.measure.builder import Builder
     from bocast.measure.standin import StandinRunner
     from bocast.records import Store

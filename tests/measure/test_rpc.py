@@ -452,7 +452,7 @@ def test_bocast_tune_through_rpc_builds_here_and_records_the_servers(cluster, tm
 
 
 def test_compare_config_with_runner_rpc():
-    from bocast import compare
+    from bocast import comparison as compare
 
     raw = {"name": "c", "workload": {"op": "gemm", "shape": [64, 64, 64]}, "runner": "rpc",
            "strategies": [{"name": "random"}], "seeds": 1, "budget": {"trials": 4},
