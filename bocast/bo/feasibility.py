@@ -25,9 +25,16 @@ DTYPE = torch.float64
 
 
 class Classifier(ABC):
-    @abstractmethod
     def fit(self, x: torch.Tensor, labels: torch.Tensor) -> None:
         """x: (n, d) in [0, 1]; labels: (n,) of 0/1."""
+        # fits seed torch's global generator (weight initialisation draws from it): in a fork
+        # of it, so that the caller's torch random stream is left as it was
+        with torch.random.fork_rng(devices=[]):
+            self._fit(x, labels)
+
+    @abstractmethod
+    def _fit(self, x: torch.Tensor, labels: torch.Tensor) -> None:
+        """:meth:`fit`'s work."""
 
     @abstractmethod
     def predict(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,7 +51,7 @@ class Classifier(ABC):
 
 
 class AlwaysFeasible(Classifier):
-    def fit(self, x, labels):
+    def _fit(self, x, labels):
         pass
 
     def predict(self, x):
@@ -58,7 +65,7 @@ class GPClassifier(Classifier):
     def __init__(self, *, inducing: int = 128, iters: int = 150, seed: int = 0):
         self.inducing, self.iters, self.seed = inducing, iters, seed
 
-    def fit(self, x, labels):
+    def _fit(self, x, labels):
         import gpytorch
 
         torch.manual_seed(self.seed + len(x))
@@ -121,7 +128,7 @@ class EnsembleClassifier(Classifier):
     def __init__(self, *, members: int = 5, hidden: int = 64, epochs: int = 300, seed: int = 0):
         self.members, self.hidden, self.epochs, self.seed = members, hidden, epochs, seed
 
-    def fit(self, x, labels):
+    def _fit(self, x, labels):
         self.nets = []
         y = labels.to(torch.float32)
         xf = x.to(torch.float32)

@@ -235,7 +235,11 @@ def test_classifiers_learn_a_boundary_and_reproduce(make):
     labels = (x[:, 0] < 0.5).double()  # feasible on the left half
     probe = torch.tensor([[0.1, 0.5], [0.9, 0.5]], dtype=torch.float64)
     a, b = make(), make()
+    torch.manual_seed(1234)
+    before = torch.rand(3)
+    torch.manual_seed(1234)
     a.fit(x, labels)
+    assert torch.equal(torch.rand(3), before)  # the caller's torch random stream is untouched
     b.fit(x, labels)
     p, _ = a.predict(probe)
     assert p[0] > 0.7 and p[1] < 0.3
