@@ -3,13 +3,16 @@
 The Python API (:mod:`bocast.api`): :func:`tune` runs a tune configuration as ``bocast tune``
 does, :func:`load` reads a record store into a DataFrame, :func:`create_study` gives ask/tell
 for a measurement loop of one's own; :func:`export` writes a record's kernel to a folder and
-:func:`load_kernel` loads it to call on torch tensors (:mod:`bocast.kernel`)."""
+:func:`load_kernel` loads it to call on torch tensors (:mod:`bocast.kernel`). :class:`Workload`,
+:class:`Budget`, :class:`RunnerOptions` and each strategy's options (``bocast.strategies.
+BOOptions``, ...) are typed forms of a configuration's mappings (:mod:`bocast.schema`)."""
 
 from pathlib import Path
 
 from bocast.api import Study, TuneResult, compare, create_study, load, tune
 from bocast.errors import InputError
 from bocast.kernel import Kernel, export, load_kernel
+from bocast.schema import Budget, RunnerOptions, Workload
 
 # The operator files are the top-level spaces/ folder; an install puts them at bocast/spaces
 # (pyproject's package-dir), as no top-level `spaces` may clash with PyPI's package of that name.
@@ -20,5 +23,5 @@ if not (_here / "spaces").is_dir() and (_here.parent / "spaces" / "__init__.py")
     __path__.append(str(_here.parent))
 
 __version__ = "0.1.0"
-__all__ = ["InputError", "Kernel", "Study", "TuneResult", "compare", "create_study", "export",
-           "load", "load_kernel", "tune"]
+__all__ = ["Budget", "InputError", "Kernel", "RunnerOptions", "Study", "TuneResult", "Workload",
+           "compare", "create_study", "export", "load", "load_kernel", "tune"]

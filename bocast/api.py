@@ -9,6 +9,12 @@ measurement loop of one's own.
     for config in study.ask(8):
         study.tell(config, tflops=my_timing(config))   # or status="build_error", ...
 
+Wherever a configuration holds a mapping (a workload, a budget, runner_options, a strategy) it
+may hold the typed object instead: :class:`bocast.Workload`, :class:`bocast.Budget`,
+:class:`bocast.RunnerOptions`, ``bocast.strategies.BOOptions(acquisition="logei")``, ... (made
+from the same :mod:`bocast.schema` sections, checked when built); it is passed on as the
+mapping, so both forms go through the same checks.
+
 Bad input raises :class:`bocast.errors.InputError` (a :class:`bocast.schema.ConfigError` for a
 configuration field) with the one-line message the command prints. Everything heavy (torch, TVM,
 pandas) is imported on first use, so ``import bocast`` stays cheap.
@@ -24,6 +30,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from bocast.errors import InputError
+from bocast.schema import Options, plain
 
 if TYPE_CHECKING:
     from bocast.comparison import CompareConfig
@@ -49,7 +56,7 @@ def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
     try:
-        cfg = cmp.load(path) if path is not None else cmp.parse(config, os.getcwd())
+        cfg = cmp.load(path) if path is not None else cmp.parse(plain(config), os.getcwd())
         cmp.validate(cfg)
         if cfg.runner in cmp.LIVE and not summarize:
             if cfg.runner == "tvm":  # rpc: the servers time, this host only builds
@@ -150,7 +157,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
     try:
-        cfg = (cfgmod.parse(config, runner=runner, rpc=rpc)
+        cfg = (cfgmod.parse(plain(config), runner=runner, rpc=rpc)
                if not isinstance(config, (str, os.PathLike))
                else cfgmod.load(os.fspath(config), runner=runner, rpc=rpc))
         op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
@@ -260,20 +267,24 @@ def load(store_path: str | os.PathLike):
 # -------------------------------------------------------------------------------- study
 
 
-def create_study(workload: Mapping[str, Any], *, strategy: str = "bo", seed: int = 0,
-                 store: str | os.PathLike | None = None, **strategy_options: Any) -> Study:
+def create_study(workload: Mapping[str, Any] | Options, *, strategy: str | Options = "bo",
+                 seed: int = 0, store: str | os.PathLike | None = None,
+                 **strategy_options: Any) -> Study:
     """An ask/tell study of ``workload`` (``{"op": "gemm", "shape": [...], ...}``, as a tune
-    configuration's) over its whole space. With ``store``, every told trial is appended there
-    and a study on the same store resumes: the strategy is told the stored trials first."""
+    configuration's, or a :class:`bocast.Workload`) over its whole space. ``strategy``: a name,
+    or typed options (``bocast.strategies.BOOptions(...)``) that ``strategy_options`` add to.
+    With ``store``, every told trial is appended there and a study on the same store resumes:
+    the strategy is told the stored trials first."""
     from bocast import config as cfgmod
     from bocast.candidates import SpaceCandidates
     from bocast.records import Store
     from bocast.schema import SEED, ConfigError
     from bocast.strategies import make_strategy
 
-    op, _ = cfgmod.workload_and_dataset(workload, "tvm", None)
+    op, _ = cfgmod.workload_and_dataset(plain(workload), "tvm", None)
     seed = SEED.check(seed, "")
-    name, options = cfgmod.strategy_entry({"name": strategy, **strategy_options}, "strategy.")
+    entry = plain(strategy) if isinstance(strategy, Options) else {"name": strategy}
+    name, options = cfgmod.strategy_entry({**entry, **strategy_options}, "strategy.")
     extra = sorted(set(strategy_options) & set(cfgmod.COMPARISON_KEYS))
     if extra:
         raise ConfigError(f"strategy: {extra} are not options of a strategy")

@@ -5,20 +5,25 @@ from the command line (:meth:`Field.parse`, an argparse ``type``), with the same
 same message; a :class:`Section` is a mapping of fields (a configuration's ``budget``, its
 ``runner_options``, a strategy's hyperparameters). The CLI, ``bocast tune``, ``bocast compare``
 and the strategies share these definitions, so an option has one range wherever it is given.
+:meth:`Section.dataclass` derives a typed configuration class from a section (:class:`Budget`,
+:class:`RunnerOptions`, :class:`Workload`, ``bocast.strategies.BOOptions``, ...): its fields,
+defaults and checks are the section's, so adding a field to a section adds it there too.
 
 Checking only reads: nothing runs and nothing is written before every field has passed.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import math
 import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from bocast.errors import InputError
 
@@ -188,6 +193,72 @@ class Section:
                 out[f.name] = f.check(raw[f.name], where, error)
         return out
 
+    def dataclass(self, name: str, *, where: str = "", module: str = __name__,
+                  strategy: str | None = None, doc: str = "") -> type[Any]:
+        """A frozen, keyword-only dataclass of this section's fields (their defaults; a choice
+        field is annotated ``Literal[...]``, a nullable one ``... | None``), checked on
+        construction by :meth:`check` with ``where`` before the field, so a bad value raises
+        the ConfigError a configuration file gets; a required field left out raises "missing"
+        as there. ``strategy``: the strategy these are the options of (see
+        :meth:`Options.mapping`). Typed ``Any`` for mypy, which cannot see generated fields."""
+        specs: list[tuple[str, Any, Any]] = []
+        for f in self.fields:
+            kind: Any = Literal[f.choices] if f.choices else Any if f.kind is object else f.kind
+            default = (dataclasses.field(default_factory=functools.partial(copy.deepcopy,
+                                                                            f.default))
+                       if isinstance(f.default, (list, dict)) else f.default)
+            specs.append((f.name, kind | None if f.nullable else kind, default))
+        return dataclasses.make_dataclass(
+            name, specs, bases=(Options,), frozen=True, kw_only=True,
+            namespace={"section": self, "where": where, "strategy": strategy,
+                       "__module__": module,
+                       "__doc__": doc or f"Typed {where.rstrip('.: ') or 'options'}: "
+                                         f"{', '.join(self.names)} (bocast.schema)."})
+
+
+class Options:
+    """The base of :meth:`Section.dataclass`'s classes: the check on construction, and the
+    mapping a configuration file would hold, which the API passes on to the same parsing."""
+
+    section: ClassVar[Section]
+    where: ClassVar[str]
+    strategy: ClassVar[str | None]
+
+    def __post_init__(self) -> None:
+        given = {f.name: getattr(self, f.name) for f in self.section.fields}
+        checked = self.section.check({k: v for k, v in given.items() if v is not REQUIRED},
+                                     self.where, ConfigError)
+        for k, v in checked.items():  # an int given for a float field becomes a float
+            object.__setattr__(self, k, v)
+
+    def to_dict(self, *, defaults: bool = False) -> dict[str, Any]:
+        """The fields set to other than their defaults (and the required ones), or with
+        ``defaults`` every field."""
+        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in self.section.fields
+                if defaults or f.required or getattr(self, f.name) != f.default}
+
+    def mapping(self) -> dict[str, Any]:
+        """What a configuration holds in this place: :meth:`to_dict`, led by the strategy's
+        ``name`` for a strategy's options."""
+        return {**({"name": self.strategy} if self.strategy else {}), **self.to_dict()}
+
+    def entry(self, **keys: Any) -> dict[str, Any]:
+        """A comparison's strategy entry of these options and ``keys`` (label, trials, seeds,
+        batch_size: checked where the comparison is)."""
+        return {**self.mapping(), **keys}
+
+
+def plain(value: Any) -> Any:
+    """``value`` with every :class:`Options` in it, at any depth of mappings and lists, as its
+    :meth:`Options.mapping`: a typed configuration becomes the one a YAML file gives."""
+    if isinstance(value, Options):
+        return value.mapping()
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
 
 # --------------------------------------------------------------------------- shared fields
 #
@@ -225,6 +296,19 @@ LABEL = Field("label", str, pattern=r"[A-Za-z0-9]([A-Za-z0-9._+ -]*[A-Za-z0-9._+
 
 RUNNER_OPTIONS = Section((REPEATS, RUN_TIMEOUT, BUILD_TIMEOUT, WORKERS, REJECT_SPILLS))
 BUDGET = Section((TRIALS, SECONDS))
+#: a workload's keys as a configuration writes them; what each operator accepts (its shape's
+#: length, its dtypes and layouts) is the operator's check (bocast.operator.from_workload)
+WORKLOAD = Section((
+    Field("op", str, doc="operator name (bocast ops lists them)"),
+    Field("shape", list, doc="the operator's extents, e.g. [M, N, K] for gemm"),
+    Field("dtype", str, None, nullable=True, doc="input:accumulator types"),
+    Field("layout", str, None, nullable=True, doc="gemm, bmm: the layout of B"),
+    Field("space", str, None, nullable=True, doc="schedule-space version (default: newest)"),
+))
+
+Budget = BUDGET.dataclass("Budget", where="budget.")
+RunnerOptions = RUNNER_OPTIONS.dataclass("RunnerOptions", where="runner_options.")
+Workload = WORKLOAD.dataclass("Workload", where="workload: ")
 
 
 # ------------------------------------------------------------------------------ locations

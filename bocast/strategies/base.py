@@ -77,6 +77,25 @@ class Strategy(ABC):
         return self.candidates.sample(n, self.rng, self.proposed)
 
 
+def typed_options(name: str) -> type[Any]:
+    """The typed options of strategy ``name``: a frozen dataclass of its :attr:`Strategy.options`
+    (:meth:`bocast.schema.Section.dataclass`), named for it (``bo``: ``BOOptions``, ``random``:
+    ``RandomOptions``) and carrying its name, so a configuration may hold it as its strategy."""
+    if name not in _TYPED:
+        cls = strategy_class(name)
+        _TYPED[name] = cls.options.dataclass(
+            options_class_name(name), where="strategy.", module="bocast.strategies",
+            strategy=name, doc=f"Options of strategy {name!r} ({cls.__module__}.{cls.__name__}).")
+    return _TYPED[name]
+
+
+def options_class_name(name: str) -> str:
+    return (name.upper() if len(name) <= 3 else name.capitalize()) + "Options"
+
+
+_TYPED: dict[str, type[Any]] = {}
+
+
 def register(cls: type[Strategy]) -> type[Strategy]:
     _STRATEGIES[cls.name] = cls
     return cls
