@@ -73,6 +73,9 @@ class BayesOpt(Strategy):
         Field("threads", int, 4, min=1, max=1024),
         Field("features", str, "knobs", choices=KINDS,
               doc="model inputs: knobs, or knobs + derived quantities (bocast.features)"),
+        Field("noise_sd_max", float, 0.0, min=0, max=10,
+              doc="cap on the GP's observation noise, a standard deviation of log TFLOPS "
+                  "(0: fitted freely)"),
         Field("local_search", int, 0, min=0, max=100_000,
               doc="starts of the hill climb on the acquisition (0: none)"),
         Field("local_search_steps", int, 8, min=1, max=100_000,
@@ -95,7 +98,8 @@ class BayesOpt(Strategy):
         if self.source is not None:
             bounds = np.hstack([bounds, self.source.bounds[:, None]])
         self.surrogate = Surrogate(bounds, fit_points=self.hyper["fit_points"],
-                                   maxiter=self.hyper["fit_maxiter"], seed=seed)
+                                   maxiter=self.hyper["fit_maxiter"], seed=seed,
+                                   noise_sd_max=self.hyper["noise_sd_max"])
         self.last_round: dict = {}
         self.classifier = None  # the last round's feasibility classifier (for diagnostics)
 

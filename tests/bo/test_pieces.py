@@ -247,3 +247,19 @@ def test_classifiers_learn_a_boundary_and_reproduce(make):
     assert torch.all(a.optimistic(probe, 2.0) >= p - 1e-12)
     draws = a.sample(probe, 200, torch.Generator().manual_seed(0))
     assert draws.shape == (200, 2) and draws[:, 0].float().mean() > draws[:, 1].float().mean()
+
+
+def test_noise_cap_bounds_the_fitted_noise():
+    # a step the smooth kernel cannot follow: fitted freely, it is explained as noise
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0, 2, (60, D))
+    y = np.where(x[:, 0] > 1.0, 1.0, 0.0) + 0.3 * np.sin(7 * x[:, 1]) * (x[:, 2] > 1)
+    free = Surrogate(BOUNDS, maxiter=40, seed=0)
+    free.fit(x, y)
+    capped = Surrogate(BOUNDS, maxiter=40, seed=0, noise_sd_max=0.02)
+    capped.fit(x, y)
+    sd = {k: (s.noise ** 0.5) * s.y_std for k, s in (("free", free), ("capped", capped))}
+    assert sd["capped"] <= 0.02 * 1.01 < sd["free"]
+    # the capped GP keeps its best observation near what was measured
+    best = int(np.argmax(y))
+    assert abs(float(capped.predict(x[best:best + 1]).mean) - y[best]) < 0.05
