@@ -296,7 +296,9 @@ def cmd_measure(args) -> int:
         _need_compiler("bocast measure --runner rpc")
     check_writable(args.store, "--store")
     if args.export:
-        for ext in (".csv.gz", ".json"):
+        from bocast.records import DATASET_SUFFIXES
+
+        for ext in (DATASET_SUFFIXES[0], ".json"):
             check_writable(args.export + ext, "--export")
     if exhaustive:
         _check_table_store(args, op, allowed)
@@ -565,7 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     _opt(p, "--run-timeout", schema.RUN_TIMEOUT)
     _opt(p, "--repeats", schema.REPEATS)
     p.add_argument("--reference-again", action="store_true", help="re-time the reference")
-    p.add_argument("--export", help="write a compact dataset: PREFIX.csv.gz and PREFIX.json")
+    p.add_argument("--export", help="write a compact dataset: PREFIX.csv.xz and PREFIX.json")
     _opt(p, "--progress-every", schema.PROGRESS_EVERY)
     p.set_defaults(func=cmd_measure)
 

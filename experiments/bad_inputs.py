@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
 import hashlib
 import io
 import json
+import lzma
 import os
 import platform
 import shutil
@@ -55,7 +55,7 @@ class Case:
     expect: str                      # a piece of the one error line
     setup: Callable[[str], None] | None = None
     intact: tuple[str, ...] = ()     # files under {tmp} that must stay byte-identical
-    absent: tuple[str, ...] = ("out", "runs", "res", "new.db", "x.jsonl", "exp.csv.gz")
+    absent: tuple[str, ...] = ("out", "runs", "res", "new.db", "x.jsonl", "exp.csv.xz")
     code: int = 2
     group: str = ""                  # option | config | file | machine
 
@@ -101,8 +101,10 @@ DROP = object()
 
 def _dataset(tmp: str, edit_rows=None, edit_meta=None, raw_bytes=None) -> None:
     """A copy of the recorded dataset under {tmp}/ds, edited; the tune config points at it."""
+    from bocast.records import dataset_csv
+
     src = os.path.join(DATA, DATASET)
-    with gzip.open(src + ".csv.gz", "rt") as f:
+    with lzma.open(dataset_csv(src), "rt") as f:
         lines = f.read().splitlines()
     with open(src + ".json") as f:
         meta = json.load(f)
@@ -112,10 +114,10 @@ def _dataset(tmp: str, edit_rows=None, edit_meta=None, raw_bytes=None) -> None:
         meta = edit_meta(meta)
     dst = os.path.join(tmp, "ds")
     if raw_bytes is not None:
-        with open(dst + ".csv.gz", "wb") as f:
-            f.write(raw_bytes(gzip.compress(("\n".join(lines) + "\n").encode())))
+        with open(dst + ".csv.xz", "wb") as f:
+            f.write(raw_bytes(lzma.compress(("\n".join(lines) + "\n").encode())))
     else:
-        with gzip.open(dst + ".csv.gz", "wt") as f:
+        with lzma.open(dst + ".csv.xz", "wt") as f:
             f.write("\n".join(lines) + "\n")
     with open(dst + ".json", "w") as f:
         f.write(meta if isinstance(meta, str) else json.dumps(meta))
@@ -406,14 +408,14 @@ def cases() -> list[Case]:
     fil("dataset of another workload", TUNE_ARGV, "was recorded for workload",
         setup=dataset(edit_meta=lambda m: {**m, "workload": {**m["workload"],
                                                              "shape": [64, 64, 64]}}))
-    fil("dataset .csv.gz not gzip", TUNE_ARGV, "ds.csv.gz: cannot be read",
-        setup=dataset(raw_bytes=lambda b: b"not gzip at all" * 100))
-    fil("dataset .csv.gz truncated", TUNE_ARGV, "ds.csv.gz: cannot be read",
+    fil("dataset .csv.xz not xz", TUNE_ARGV, "ds.csv.xz: cannot be read",
+        setup=dataset(raw_bytes=lambda b: b"not xz at all" * 100))
+    fil("dataset .csv.xz truncated", TUNE_ARGV, "ds.csv.xz: cannot be read",
         setup=dataset(raw_bytes=lambda b: b[: len(b) // 2]))
     fil("dataset missing a column", TUNE_ARGV, "missing column(s) ['tflops']",
         setup=dataset(edit_rows=lambda rows: _drop_column(rows, "tflops")))
     fil("dataset bad status at row 218", TUNE_ARGV,
-        "ds.csv.gz row 218: status 'okay' is not one of",
+        "ds.csv.xz row 218: status 'okay' is not one of",
         setup=dataset(edit_rows=lambda rows: _cell(rows, 218, "status", "okay")))
     fil("dataset tflops not a number", TUNE_ARGV, "row 7: tflops 'fast' is not a number",
         setup=dataset(edit_rows=lambda rows: _cell(rows, 7, "tflops", "fast")))

@@ -1,8 +1,11 @@
 """Record store: append-only rows, refusal of foreign files, SIGKILL-and-resume, datasets."""
 
+import gzip
 import hashlib
 import importlib.util
+import lzma
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -109,6 +112,14 @@ def test_dataset_round_trip(tmp_path):
     rebuilt = dataset_configs(df, meta["knob_columns"], OP.space)
     assert [Space.key(c) for c in rebuilt] == [Space.key(c) for c in configs]
     assert list(df["status"][:3]) == ["build_error", "ok", "ok"]
+    # written as xz; a gzip dataset of before (the same rows) is still read, by replay too
+    assert csv_path.endswith(".csv.xz")
+    old = str(tmp_path / "old")
+    with lzma.open(csv_path) as src, gzip.open(old + ".csv.gz", "wb") as dst:
+        dst.write(src.read())
+    shutil.copy(str(tmp_path / "ds.json"), old + ".json")
+    assert load_dataset(old)[0].equals(df)
+    assert len(ReplayDataset(old, OP).configs) == 20
 
 
 def _every_field(config, i):

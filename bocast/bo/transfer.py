@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from bocast.errors import InputError
+from bocast.records import dataset_csv
 from bocast.space import Config, Space, Split
 
 #: the fitted source models of this process, by what they are made of (every seed of a
@@ -231,6 +232,6 @@ def source_model(paths: Sequence[str], target_op, features, *, points: int,
 
 
 def _stamp(path: str) -> tuple:
-    files = [path] if path.endswith(".db") else [path + ".json", path + ".csv.gz"]
+    files = [path] if path.endswith(".db") else [path + ".json", dataset_csv(path)]
     return tuple((os.path.getmtime(f), os.path.getsize(f)) if os.path.exists(f) else None
                  for f in files)

@@ -23,6 +23,7 @@ from bocast.records import (
     OPTIONAL,
     Record,
     dataset_configs,
+    dataset_csv,
     measured_values,
 )
 from bocast.space import Config, Space
@@ -50,7 +51,7 @@ class ReplayDataset:
                               f"not {op.workload}")
         df = _read_rows(prefix, meta)
         self.prefix, self.meta, self.op = prefix, meta, op
-        self.configs = _configs(prefix + ".csv.gz", df, meta["knob_columns"], op.space)
+        self.configs = _configs(dataset_csv(prefix), df, meta["knob_columns"], op.space)
         self.rows = df.to_dict("records")
         self.index = {Space.key(c): i for i, c in enumerate(self.configs)}
         ok = [r["tflops"] for r in self.rows if r["status"] == "ok" and _num(r["tflops"])]
@@ -133,16 +134,17 @@ def _read_meta(prefix: str) -> dict[str, Any]:
 
 def _read_rows(prefix: str, meta: dict[str, Any]):
     import gzip
+    import lzma
     import zlib
 
     import pandas as pd
 
-    path = prefix + ".csv.gz"
+    path = dataset_csv(prefix)
     try:
         df = pd.read_csv(path, dtype={c: str for c in ("status", "stage")})
     except FileNotFoundError:
         raise ReplayError(f"dataset {prefix}: {path} not found") from None
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError,
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError, UnicodeDecodeError,
             pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise ReplayError(f"dataset {path}: cannot be read ({type(e).__name__}: "
                           f"{' '.join(str(e).split())[:200]})") from None

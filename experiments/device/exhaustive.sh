@@ -9,7 +9,7 @@
 # and exports what it has; `timeout` is only the backstop. Configurations go in a seeded random
 # order, so a part-measured table is a uniform sample of its sub-space.
 # $OUT/NAME.tar.gz then holds the store (carry it back as runs/NAME.db: the next call measures
-# only what is missing), the exported dataset (NAME.csv.gz + NAME.json; its "complete" field
+# only what is missing), the exported dataset (NAME.csv.xz + NAME.json; its "complete" field
 # says whether the whole table is in) and the log.
 set -uo pipefail
 source .devbundle/unpack.sh
