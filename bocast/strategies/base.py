@@ -73,6 +73,15 @@ class Strategy(ABC):
     def config_of(self, record: Record) -> Config:
         return self.space.from_json(record.config)
 
+    def model_inputs(self):
+        """The model's input encoding chosen by the ``features`` option (bocast.features)."""
+        from bocast.features import FeatureError, Features
+
+        try:
+            return Features(self.candidates, self.hyper["features"])
+        except FeatureError as e:  # derived features on a space that derives too little
+            raise StrategyError(f"strategy {self.name!r}: features: {e}") from None
+
     def fresh_samples(self, n: int) -> list[Config]:
         return self.candidates.sample(n, self.rng, self.proposed)
 

@@ -37,7 +37,7 @@ import torch
 from bocast.bo import acquisition as acq
 from bocast.bo.feasibility import make_classifier
 from bocast.bo.surrogate import Surrogate
-from bocast.features import KINDS, FeatureError, Features
+from bocast.features import KINDS
 from bocast.measure.status import Status
 from bocast.schema import Field, Section
 from bocast.space import Space
@@ -88,10 +88,7 @@ class BayesOpt(Strategy):
 
     def __init__(self, candidates, *, seed=0, **hyper):
         super().__init__(candidates, seed=seed, **hyper)
-        try:
-            self.features = Features(candidates, self.hyper["features"])
-        except FeatureError as e:  # derived features on a space that derives too little
-            raise StrategyError(f"strategy {self.name!r}: features: {e}") from None
+        self.features = self.model_inputs()
         self.source = self._source_model(self.hyper["warm_start"]) \
             if self.hyper["warm_start"] else None
         bounds = self.features.bounds()

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from bocast.features import KINDS, FeatureError, Features
+from bocast.features import KINDS
 from bocast.measure.status import Status
 from bocast.schema import Field, Section
 from bocast.space import Config, Space
-from bocast.strategies.base import Strategy, StrategyError, register
+from bocast.strategies.base import Strategy, register
 
 
 class TreeCostModel:
@@ -98,10 +98,7 @@ class ConstrainedGA(Strategy):
 
     def __init__(self, candidates, *, seed=0, **hyper):
         super().__init__(candidates, seed=seed, **hyper)
-        try:
-            self.features = Features(candidates, self.hyper["features"])
-        except FeatureError as e:  # derived features on a space that derives too little
-            raise StrategyError(f"strategy {self.name!r}: features: {e}") from None
+        self.features = self.model_inputs()
         self.model = TreeCostModel(seed)
         self.population: list[Config] = []
 
