@@ -351,6 +351,29 @@ class Study:
         self.strategy.tell([record])
         return record
 
+    def optimize(self, objective, *, n_trials: int, batch_size: int = 1) -> Record | None:
+        """Ask, measure with ``objective(config)`` and tell, ``batch_size`` configurations at a
+        time, until ``n_trials`` more have been told (or the space runs out). ``objective``
+        returns the configuration's TFLOPS, or a failure's status (a :class:`Status` or its
+        name, e.g. ``"build_error"``); an exception it raises stops the loop, every trial told
+        before it kept (in the store too). Returns :attr:`best`."""
+        for name, v in (("n_trials", n_trials), ("batch_size", batch_size)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InputError(f"optimize: {name} must be a positive integer, got {v!r}")
+        left = n_trials
+        while left > 0:
+            configs = self.ask(min(batch_size, left))
+            if not configs:
+                break
+            for config in configs:
+                value = objective(config)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.tell(config, tflops=value)
+                else:
+                    self.tell(config, status=value)
+                left -= 1
+        return self.best
+
     def _config(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The configuration in the space's form, or a one-line InputError."""
         if not isinstance(config, Mapping):

@@ -188,6 +188,29 @@ def test_a_study_on_a_store_resumes(tmp_path):
     assert list(bocast.load(db)["status"]) == ["ok", "ok", "ok", "run_timeout"]
 
 
+def test_optimize_asks_measures_and_tells(tmp_path):
+    calls = []
+
+    def objective(config):
+        calls.append(config)
+        return "build_error" if len(calls) == 2 else float(len(calls))
+
+    db = tmp_path / "opt.db"
+    with study(store=db) as s:
+        best = s.optimize(objective, n_trials=5, batch_size=2)
+        assert len(calls) == 5 and best is s.best and best.tflops == 5.0
+    assert list(bocast.load(db)["status"]) == ["ok", "build_error", "ok", "ok", "ok"]
+
+    def broken(config):
+        raise RuntimeError("the GPU fell over")
+
+    with study(store=db) as s, pytest.raises(RuntimeError):
+        s.optimize(broken, n_trials=3)
+    assert len(bocast.load(db)) == 5  # what was told before stays; nothing half-written
+    with study() as s, pytest.raises(InputError, match="n_trials must be a positive integer"):
+        s.optimize(objective, n_trials=0)
+
+
 def test_import_is_cheap():
     code = ("import sys, bocast; heavy = [m for m in ('torch', 'tvm', 'pandas') "
             "if m in sys.modules]; assert not heavy, heavy")
