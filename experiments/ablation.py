@@ -19,9 +19,10 @@ reference: the median paired difference in trials to 95% with a bootstrap 95% in
 resamples of seeds), a two-sided Wilcoxon signed-rank test, and Holm's correction over the
 tables for each variant. The analytic baseline is random search without replacement: with K of
 a table's N rows at or above 95% of its best, it needs (N + 1) / (K + 1) trials on average.
-Each table's standard comparison outputs (md, csv, json, png) go next to the results; the
-JSON keeps every variant's per-seed trials (in the order of its ``seeds``) for paired tests
-against any other variant.
+Each table's standard comparison outputs (md, csv, json, png) go into its folder under
+``output`` (beside the run cache, not tracked); the results JSON keeps every variant's per-seed
+figures (in the order of its ``seeds``): trials to 95% for paired tests against any other
+variant, and the best so far at 32, 64, 128 trials and the budget.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def _configs(spec: dict, where: str) -> list[compare.CompareConfig]:
             "budget": {"trials": spec["budget"]}, "batch_size": spec["batch_size"],
             "budgets": [b for b in (32, 64, 128, spec["budget"]) if b <= spec["budget"]],
             "baseline": spec["reference"], "output": os.path.join(spec["output"], name),
-            "results": os.path.join(spec["results"], name)}, where))
+            "results": os.path.join(spec["output"], name, "summary")}, where))
     return out
 
 
@@ -171,7 +172,8 @@ def main(path: str) -> None:
                    "best_at_128": float(np.median([r["curve"][127] for r in rs])) / optimum,
                    "median_round_s": statistics.median(model_rounds) if model_rounds else None,
                    "batch_size": q, "seeds": [r["seed"] for r in rs],
-                   "trials_to_95pct": [int(x) for x in t95[lab]]}
+                   "trials_to_95pct": [int(x) for x in t95[lab]],
+                   "best_at": {str(b): [r["curve"][b - 1] for r in rs] for b in cfg.budgets}}
             if spec.get("within"):
                 row.update(_reference_level(rs, by[ref], budget, spec["within"]))
             if lab != ref:
