@@ -430,20 +430,27 @@ def test_command_line_serve_and_a_missing_tracker(tmp_path, monkeypatch, capsys)
     assert err.startswith("bocast: error: no tracker at 127.0.0.1") and "\n" not in err
 
 
-def test_bocast_tune_through_rpc_builds_here_and_records_the_servers(cluster, tmp_path):
-    """The whole command: nvcc builds on this host, stand-in servers time (needs nvcc)."""
-    from bocast import cli
+def _through_cluster(cluster) -> str:
+    """The configuration lines of a live run on ``cluster`` (nvcc builds on this host, the
+    stand-in servers time); skips without nvcc, waits until every server is free."""
     from bocast.measure.nvcc import why_no_compiler
-    from bocast.records import Store
 
     if why_no_compiler():
         pytest.skip(why_no_compiler())
     cluster.wait_free()
+    return ("runner_options: {workers: 2}\n"
+            f"rpc: {{tracker: '127.0.0.1:{cluster.tracker.port}', key: {KEY}}}\n")
+
+
+def test_bocast_tune_through_rpc_builds_here_and_records_the_servers(cluster, tmp_path):
+    """The whole command: nvcc builds on this host, stand-in servers time (needs nvcc)."""
+    from bocast import cli
+    from bocast.records import Store
+
     cfg = tmp_path / "c.yaml"
     cfg.write_text("workload: {op: gemm, shape: [256, 256, 256]}\nstrategy: {name: random}\n"
                    "budget: {trials: 4}\nbatch_size: 4\nseed: 0\nrunner: rpc\n"
-                   f"output: {tmp_path / 'out'}\nrunner_options: {{workers: 2}}\n"
-                   f"rpc: {{tracker: '127.0.0.1:{cluster.tracker.port}', key: {KEY}}}\n")
+                   f"output: {tmp_path / 'out'}\n" + _through_cluster(cluster))
     assert cli.main(["tune", str(cfg), "--json"]) == 0
     with Store(str(tmp_path / "out" / "records.db"), OP.workload | {"shape": [256] * 3}) as st:
         records, sessions = st.records(), st.sessions()
@@ -467,18 +474,13 @@ def test_compare_config_with_runner_rpc():
 def test_bocast_compare_through_rpc_records_every_run_once(cluster, tmp_path):
     """A live comparison whose kernels are timed by the servers (nvcc builds here)."""
     from bocast import cli
-    from bocast.measure.nvcc import why_no_compiler
     from bocast.records import Store
 
-    if why_no_compiler():
-        pytest.skip(why_no_compiler())
-    cluster.wait_free()
     cfg = tmp_path / "c.yaml"
     cfg.write_text("name: c\nworkload: {op: gemm, shape: [256, 256, 256]}\nrunner: rpc\n"
                    "strategies: [{name: random}, {name: cga}]\nseeds: 1\nbudget: {trials: 4}\n"
                    f"batch_size: 4\noutput: {tmp_path / 'runs'}\nresults: {tmp_path / 'res'}\n"
-                   "runner_options: {workers: 2}\n"
-                   f"rpc: {{tracker: '127.0.0.1:{cluster.tracker.port}', key: {KEY}}}\n")
+                   + _through_cluster(cluster))
     assert cli.main(["compare", str(cfg), "--json"]) == 0
     for label in ("random", "cga"):
         with Store(str(tmp_path / "runs" / f"{label}_seed0.db"),
