@@ -18,6 +18,12 @@ Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmar
   every row visited joins the pool. A uniform pool of 4096 holds ~4e-6 of a 1e9-member space,
   so its best row is rarely a local optimum of the acquisition. (On replay of a table no
   larger than the pool, the pool already holds every row: local search cannot change a pick.)
+- ``trust_region: R``: a round picks only among the unproposed configurations within R
+  one-knob moves of the best one so far (grown until they number twice the batch, where the
+  candidates allow), as TuRBO / CASMOPOLITAN keep a BO search local; the radius shrinks by one
+  for every batch that finds nothing better, and at 0 a round draws from the whole pool, then
+  it starts again at R. On a table the pool covers, EI otherwise spreads a batch over uncertain
+  rows far from the best, where the GP ranks worst (experiments/ablation/exhaustive.yaml).
 - ``warm_start: [sources]``: records of the same operator on other shapes (dataset prefixes or
   record stores) as a source model (:mod:`bocast.bo.transfer`). Its mean is one more input of
   the GP, and the first batch is picked by LogEI on it over the candidates (a uniform pool plus
@@ -80,6 +86,9 @@ class BayesOpt(Strategy):
               doc="starts of the hill climb on the acquisition (0: none)"),
         Field("local_search_steps", int, 8, min=1, max=100_000,
               doc="at most this many moves per start"),
+        Field("trust_region", int, 0, min=0, max=64,
+              doc="radius, in one-knob moves, of the region around the best configuration "
+                  "that a round picks from (0: the whole pool; see the module docstring)"),
         Field("warm_start", list, [],
               doc="dataset prefixes or record stores of the operator on other shapes"),
         Field("warm_start_points", int, 1024, min=3, max=100_000,
@@ -136,7 +145,7 @@ class BayesOpt(Strategy):
             return self._first_batch(n, self.source)
         if (self.source is None and len(self.history) < self.hyper["n_init"]) or len(ok) < 3:
             return self.fresh_samples(n)
-        pool = self._pool()
+        pool = self._region(n) if self.hyper["trust_region"] else self._pool()
         if not pool:
             return []
         x_ok = self._inputs([self.config_of(r) for r in ok])
@@ -225,6 +234,47 @@ class BayesOpt(Strategy):
                 break
             current = list({Space.key(c): c for c in nxt}.values())  # climbs that met merge
         return visited
+
+    def radius(self, n: int) -> int:
+        """The trust region's radius for a batch of ``n``: ``trust_region`` while the best
+        configuration is at most one batch old, one less for each further batch without a
+        better one, then 0 (one round over the whole pool), and round again. A function of
+        the history alone, so a resumed run draws the same regions."""
+        r0 = self.hyper["trust_region"]
+        ok = [(i, r.tflops) for i, r in enumerate(self.history) if r.ok and r.tflops]
+        if not ok:
+            return 0
+        found = max(ok, key=lambda t: (t[1], -t[0]))[0]  # first index of the best value
+        stale = (len(self.history) - 1 - found) // max(n, 1)
+        return r0 - stale % (r0 + 1)
+
+    def _region(self, n: int) -> list:
+        """The unproposed configurations within ``radius(n)`` one-knob moves of the best one
+        (grown beyond it until they number 2n, where the table allows); the whole pool when
+        the radius is 0 or the region holds fewer than ``n``."""
+        r = self.radius(n)
+        if r == 0:
+            return self._pool()
+        best = max(self.measured_ok(), key=lambda rec: rec.tflops or 0.0)
+        centre = self.config_of(best)
+        seen = {Space.key(centre)}
+        front, region = [centre], []
+        step = 0
+        while front and len(region) < self.hyper["pool_size"] and (step < r
+                                                                   or len(region) < 2 * n):
+            step += 1
+            nxt = []
+            for c in front:
+                for nb in self.candidates.neighbours(c):
+                    key = Space.key(nb)
+                    if key not in seen:
+                        seen.add(key)
+                        nxt.append(nb)
+                        if key not in self.proposed:
+                            region.append(nb)
+            front = nxt
+        return region if len(region) >= n else region + [
+            c for c in self._pool() if Space.key(c) not in seen]
 
     def _pool(self) -> list:
         """Fresh uniform samples plus neighbours of the incumbents, all unproposed."""

@@ -90,3 +90,77 @@ def test_derived_features_reach_the_model(records, name):
         assert s.surrogate.X.shape[1] == width
     else:
         assert s.model.model.n_features_in_ == width
+
+
+@pytest.fixture(scope="module")
+def bmm_table():
+    """A complete table (every configuration of a sub-space), so one-knob moves stay in it."""
+    op = get_operator("bmm").from_args((12, 512, 512, 64))
+    return ReplayDataset("experiments/data/exhaustive/bmm_12_512_512_64_v2", op)
+
+
+def _moves_from(candidates, centre, limit):
+    """{key: fewest one-knob moves from ``centre``} for the rows within ``limit`` moves."""
+    dist, front = {Space.key(centre): 0}, [centre]
+    for step in range(1, limit + 1):
+        nxt = []
+        for c in front:
+            for nb in candidates.neighbours(c):
+                if Space.key(nb) not in dist:
+                    dist[Space.key(nb)] = step
+                    nxt.append(nb)
+        front = nxt
+    return dist
+
+
+@pytest.mark.parametrize("r0", [1, 2])
+def test_trust_region_radius_follows_batches_without_improvement(bmm_table, r0):
+    ds = bmm_table
+    s = make_strategy("bo", ds.candidates(), seed=0, trust_region=r0, **FAST)
+    rows = sorted(ds.configs[:40], key=lambda c: ds.record(c).tflops)  # rising: each is best
+    s.tell([ds.record(c) for c in rows[:-1]])
+    assert s.radius(8) == r0  # the best is the last record told
+    worse = [c for c in ds.configs[40:] if ds.record(c).tflops < ds.record(rows[0]).tflops]
+    expected = [r0 - k % (r0 + 1) for k in range(1, 2 * r0 + 3)]  # ..., 0 (everywhere), r0, ...
+    got = []
+    for k in range(len(expected)):
+        s.tell([ds.record(c) for c in worse[8 * k: 8 * (k + 1)]])
+        got.append(s.radius(8))
+    assert got == expected
+    s.tell([ds.record(rows[-1])])  # a better one: back to the full radius
+    assert s.radius(8) == r0
+
+
+def test_trust_region_picks_near_the_best(bmm_table):
+    ds = bmm_table
+    s = make_strategy("bo", ds.candidates(), seed=0, trust_region=1, **FAST)
+    s.tell([ds.record(c) for c in ds.configs[:: len(ds.configs) // 24]])
+    best = max(s.measured_ok(), key=lambda r: r.tflops)
+    dist = _moves_from(ds.candidates(), s.config_of(best), 3)
+    region = s._region(8)
+    # one move from the best, then a second until 16 (2 x 8) unproposed rows are there
+    assert len(region) >= 16 and all(dist.get(Space.key(c), 99) <= 2 for c in region)
+    assert {Space.key(c) for c in region if dist[Space.key(c)] == 1} == \
+        {k for k, d in dist.items() if d == 1} - s.proposed
+    picks = s.ask(8)
+    assert len(picks) == 8 and all(dist.get(Space.key(c), 99) <= 2 for c in picks)
+    assert not {Space.key(c) for c in picks} & {r.key for r in s.history}
+
+
+def test_trust_region_of_radius_zero_is_the_whole_pool(bmm_table):
+    ds = bmm_table
+    s = make_strategy("bo", ds.candidates(), seed=0, trust_region=1, pool_size=4096,
+                      **{k: v for k, v in FAST.items() if k != "pool_size"})
+    rows = sorted(ds.configs[:24], key=lambda c: ds.record(c).tflops)
+    s.tell([ds.record(c) for c in rows])
+    worse = [c for c in ds.configs[24:] if ds.record(c).tflops < ds.record(rows[0]).tflops]
+    s.tell([ds.record(c) for c in worse[:8]])  # one batch without a better row
+    assert s.radius(8) == 0
+    assert len(s._region(8)) == len(ds.configs) - len(s.history)
+
+
+@pytest.mark.parametrize("value", [-1, 65, 1.5, True])
+def test_trust_region_rejects_bad_radii(value):
+    with pytest.raises(StrategyError, match=re.escape("trust_region: expected an integer "
+                                                      "between 0 and 64")):
+        make_strategy("bo", SpaceCandidates(OP.space), seed=0, trust_region=value)
