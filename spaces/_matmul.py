@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -38,6 +38,8 @@ DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "fl
 GRID_Y_LIMIT = 65535
 SPACES = ("v2", "v1")
 DEFAULT_SPACE = "v2"
+
+_Op = TypeVar("_Op", bound="MatmulOperator")
 
 
 def round_up(x: int, m: int) -> int:
@@ -253,9 +255,25 @@ def copy_loop(sch, block, at):
 
 class MatmulOperator(Operator):
     """An operator that runs as one Tensor Core matmul: subclasses set ``self.matmul`` (a
-    :class:`MatmulSpec`) and build ``self.space`` with :meth:`matmul_space`."""
+    :class:`MatmulSpec`) and build ``self.space`` with :meth:`matmul_space`.
+
+    :meth:`from_args` takes a shape of exactly the extents named in ``extents`` (the
+    constructor's positional arguments, in order) and the options in ``option_names``
+    (``dtype``, ``layout``, ``space``, unless a subclass names others); operators whose shape
+    has another syntax override it."""
 
     matmul: MatmulSpec
+    extents: ClassVar[tuple[str, ...]]
+    option_names: ClassVar[tuple[str, ...]] = ("dtype", "layout", "space")
+
+    @classmethod
+    def from_args(cls: type[_Op], shape=None, **options: Any) -> _Op:
+        shape = tuple(shape) if shape is not None else cls.default_shape
+        if len(shape) != len(cls.extents):
+            raise WorkloadError(f"{cls.name}: shape needs {len(cls.extents)} extents "
+                                f"{','.join(cls.extents)}, got {len(shape)}: {shape}")
+        check_options(cls.name, options, cls.option_names)
+        return cls(*shape, **options)
 
     def matmul_space(self, vec: Constraint) -> Space:
         check_size(self.matmul, self.name)
