@@ -26,9 +26,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bocast.schema import Field
 from bocast.space import Config, Space
 
 KINDS = ("knobs", "derived")
+#: the ``features`` option of the strategies that fit a model (bo, cga): what the model sees
+FEATURES_OPTION = Field("features", str, "knobs", choices=KINDS,
+                       doc="model inputs: knobs, or knobs + derived quantities (bocast.features)")
 DERIVED = ("log2 bm", "log2 bn", "log2 bk", "log2 threads", "log2 smem", "log2 registers",
            "log2 blocks")
 #: the knobs each derived column is computed from (v2 and v1 names; those a space lacks are

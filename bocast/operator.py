@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from bocast.errors import InputError
+from bocast.registry import lookup
 from bocast.space import MAX_EXTENT, Config, Space
 
 _REGISTRY: dict[str, type[Operator]] = {}
@@ -133,10 +134,7 @@ def operators() -> dict[str, type[Operator]]:
 
 
 def get_operator(name: str) -> type[Operator]:
-    ops = operators()
-    if name not in ops:
-        raise WorkloadError(f"unknown operator {name!r}; known: {', '.join(ops)}")
-    return ops[name]
+    return lookup(operators(), name, "operator", WorkloadError)
 
 
 def canonical_workload(workload: Mapping[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -36,8 +36,13 @@ from bocast.space import MAX_EXTENT, Categorical, Constraint, Space
 
 DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "float16")}
 GRID_Y_LIMIT = 65535
+THREAD_LIMIT = 1024  # threads per block
+SMEM_LIMIT = 227 * 1024  # shared memory per block on the H100 (static + dynamic, with opt-in)
+STATIC_SMEM_LIMIT = 48 * 1024  # static shared memory per block (ptxas)
 SPACES = ("v2", "v1")
 DEFAULT_SPACE = "v2"
+
+_Op = TypeVar("_Op", bound="MatmulOperator")
 
 
 def round_up(x: int, m: int) -> int:
@@ -126,6 +131,41 @@ def vec_constraint(name: str, doc: str, extents: Sequence[int]) -> Constraint:
     return Constraint(name, doc, lambda c: np.logical_and.reduce([e % c["vec"] == 0 for e in ext]))
 
 
+# Known constraints both space generations have, on derived columns both compute (``threads``,
+# ``smem_bytes``, ``static_smem_bytes``, ``staged``); each space words the shared-memory ones for
+# what its tiles put where.
+
+
+def threads_constraint() -> Constraint:
+    return Constraint("threads_le_1024", "32 x warps per block <= 1024",
+                      lambda c: c["threads"] <= THREAD_LIMIT)
+
+
+def shared_memory_constraint(doc: str) -> Constraint:
+    """All of a block's shared memory (``smem_bytes``) fits :data:`SMEM_LIMIT`."""
+    return Constraint("shared_memory_le_227KB", doc, lambda c: c["smem_bytes"] <= SMEM_LIMIT)
+
+
+def static_shared_memory_constraint(doc: str) -> Constraint:
+    """A block's static shared memory (``static_smem_bytes``) fits :data:`STATIC_SMEM_LIMIT`."""
+    return Constraint("static_shared_memory_le_48KB", doc,
+                      lambda c: c["static_smem_bytes"] <= STATIC_SMEM_LIMIT)
+
+
+def out_vec_constraint(N: int) -> Constraint:
+    """The staged write-back's vectors (``out_vec``) stay inside rows of C."""
+    return Constraint("out_vec_divides_n", f"store vectors stay inside rows of C (N={N})",
+                      lambda c: ~c["staged"] | (N % c["out_vec"] == 0))
+
+
+def direct_writeback_constraint(spec: MatmulSpec, doc: str, m: str, n: str) -> Constraint:
+    """Without the staging tile, M and N are whole multiples of the Tensor Core tile (derived
+    columns ``m`` and ``n``): the direct stores have no padded edge to skip."""
+    M, N = spec.M, spec.N
+    return Constraint("direct_writeback_unpadded", doc,
+                      lambda c: c["staged"] | ((M % c[m] == 0) & (N % c[n] == 0)))
+
+
 def _generation(spec: MatmulSpec):
     from . import _pipelined_matmul, _wmma_matmul
 
@@ -166,8 +206,10 @@ def space(spec: MatmulSpec, vec: Constraint) -> Space:
 
 def prepare(sch, spec: MatmulSpec, m: int, n: int, k: int):
     """The first steps of both schedules: view the output as the matmul's [M, N] (when the
-    operator has an epilogue) and pad the einsum to whole (m, n, k) tiles. Returns the matmul
-    block, its batch loop (or None), its (i, j, k) loops and whether M or N was padded."""
+    operator has an epilogue), pad the einsum to whole (m, n, k) Tensor Core tiles and make one
+    such tile a block of its own (what the intrinsics replace). Returns the matmul block, its
+    batch loop (or None), its (i, j, k) loops over tiles, the tile block and whether M or N was
+    padded."""
     if spec.epilogue is not None:
         # The output is a row-major reshape of C: view it as C's [M, N] so that the epilogue
         # becomes a plain copy, which the write-back absorbs.
@@ -183,7 +225,12 @@ def prepare(sch, spec: MatmulSpec, m: int, n: int, k: int):
     if padded_mn or spec.K % k:
         sch.pad_einsum(blk, ([1] if spec.batch else []) + [m, n, k])
     loops = sch.get_loops(blk)
-    return blk, (loops[0] if spec.batch else None), loops[-3:], padded_mn
+    io, ii = sch.split(loops[-3], [None, m])
+    jo, ji = sch.split(loops[-2], [None, n])
+    ko, ki = sch.split(loops[-1], [None, k])
+    sch.reorder(io, jo, ko, ii, ji, ki)
+    tile = sch.blockize(ii)  # one Tensor Core tile per block instance
+    return blk, (loops[0] if spec.batch else None), (io, jo, ko), tile, padded_mn
 
 
 def tile_dims(shapes: dict[str, tuple[int, int, int]], axis: int):
@@ -207,6 +254,29 @@ def spread(sch, loop, warps: int | None, vec: int) -> None:
         sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
     sch.vectorize(v)
+
+
+def write_back(sch, spec: MatmulSpec, tile, *, staged: bool, padded_mn: bool, acc_scope: str,
+               stage_scope: str, warp_loop, stage_at):
+    """The accumulators' way to C: a fragment block in ``acc_scope`` under ``warp_loop`` and, when
+    ``staged``, a staging tile in ``stage_scope`` under ``stage_at`` (pad_einsum's C_pad when M
+    or N was padded: its consumer slices to C); the operator's epilogue is inlined into the block
+    that then writes C to global memory. Returns the fragment block and the staging block (None
+    when not staged)."""
+    stage_out = None
+    if staged:
+        if padded_mn:
+            sch.set_scope(tile, 0, stage_scope)
+            stage_out = sch.get_sblock(f"{spec.block}_pad")
+        else:
+            stage_out = sch.cache_write(tile, 0, stage_scope)
+    acc_frag = sch.cache_write(tile, 0, acc_scope)
+    if spec.epilogue is not None:
+        sch.reverse_compute_inline(spec.epilogue)
+    sch.reverse_compute_at(acc_frag, warp_loop)
+    if stage_out is not None:
+        sch.reverse_compute_at(stage_out, stage_at)
+    return acc_frag, stage_out
 
 
 def fetch(sch, block, idx: int, scope: str, at, warps: int, vec: int):
@@ -253,9 +323,25 @@ def copy_loop(sch, block, at):
 
 class MatmulOperator(Operator):
     """An operator that runs as one Tensor Core matmul: subclasses set ``self.matmul`` (a
-    :class:`MatmulSpec`) and build ``self.space`` with :meth:`matmul_space`."""
+    :class:`MatmulSpec`) and build ``self.space`` with :meth:`matmul_space`.
+
+    :meth:`from_args` takes a shape of exactly the extents named in ``extents`` (the
+    constructor's positional arguments, in order) and the options in ``option_names``
+    (``dtype``, ``layout``, ``space``, unless a subclass names others); operators whose shape
+    has another syntax override it."""
 
     matmul: MatmulSpec
+    extents: ClassVar[tuple[str, ...]]
+    option_names: ClassVar[tuple[str, ...]] = ("dtype", "layout", "space")
+
+    @classmethod
+    def from_args(cls: type[_Op], shape=None, **options: Any) -> _Op:
+        shape = tuple(shape) if shape is not None else cls.default_shape
+        if len(shape) != len(cls.extents):
+            raise WorkloadError(f"{cls.name}: shape needs {len(cls.extents)} extents "
+                                f"{','.join(cls.extents)}, got {len(shape)}: {shape}")
+        check_options(cls.name, options, cls.option_names)
+        return cls(*shape, **options)
 
     def matmul_space(self, vec: Constraint) -> Space:
         check_size(self.matmul, self.name)

@@ -56,13 +56,12 @@ import numpy as np
 from bocast.space import Categorical, Constraint, Knob, Ordinal, PowerOfTwo, Space, Split
 from bocast.tensorcore import mma_intrin, wmma_intrin
 
+from . import _matmul as mm
 from ._matmul import copy_loop, fetch, inline_producers, spread, tile2, tile_dims
 
 #: Tensor Core instruction paths and the (m, n, k) of one tile.
 INSTRUCTIONS = {"mma": (16, 16, 16), "wmma16x16x16": (16, 16, 16), "wmma32x8x16": (32, 8, 16),
                 "wmma8x32x16": (8, 32, 16)}
-SMEM_LIMIT = 232448  # dynamic shared memory per block on the H100 (227 KB, with opt-in)
-STATIC_SMEM_LIMIT = 48 * 1024
 REGISTERS_PER_SM = 65536
 REGISTER_LIMIT = 255
 MAX_TILE = 256  # CTA tile edge
@@ -170,25 +169,20 @@ def derive(spec):
 
 
 def constraints(spec, vec: Constraint) -> list[Constraint]:
-    M, N = spec.M, spec.N
-
     def mma(c):
         return c["instr"] == "mma"
 
     return [
-        Constraint("threads_le_1024", "32 x warps per block <= 1024",
-                   lambda c: c["threads"] <= 1024),
+        mm.threads_constraint(),
         Constraint("block_tile_le_256", f"thread-block tile at most {MAX_TILE} x {MAX_TILE}",
                    lambda c: (c["bm"] <= MAX_TILE) & (c["bn"] <= MAX_TILE)),
         Constraint("bk_le_128", f"BK = 16 x tile_k[1] <= {MAX_BK}",
                    lambda c: c["bk"] <= MAX_BK),
-        Constraint("shared_memory_le_227KB",
-                   "stages x (A + B tiles) and the staging tile (for mma in the same "
-                   "dynamic allocation, over the A/B buffers) fit the 227 KB per block",
-                   lambda c: c["smem_bytes"] <= SMEM_LIMIT),
-        Constraint("static_shared_memory_le_48KB",
-                   "a WMMA staging tile (static shared memory) fits the 48 KB static limit",
-                   lambda c: c["static_smem_bytes"] <= STATIC_SMEM_LIMIT),
+        mm.shared_memory_constraint(
+            "stages x (A + B tiles) and the staging tile (for mma in the same dynamic "
+            "allocation, over the A/B buffers) fit the 227 KB per block"),
+        mm.static_shared_memory_constraint(
+            "a WMMA staging tile (static shared memory) fits the 48 KB static limit"),
         Constraint("registers_le_255", "estimated registers per thread (accumulators, "
                    "fragments x buffers, overhead) <= 255", lambda c: c["reg_estimate"] <= 255),
         Constraint("register_file_per_block",
@@ -234,12 +228,10 @@ def constraints(spec, vec: Constraint) -> list[Constraint]:
                    "raster groups whole block rows: it divides tile_i[0]",
                    lambda c: c["blocks_i"] % c["raster"] == 0),
         vec,
-        Constraint("out_vec_divides_n", f"store vectors stay inside rows of C (N={N})",
-                   lambda c: ~c["staged"] | (N % c["out_vec"] == 0)),
-        Constraint("direct_writeback_unpadded",
-                   "stores straight to C need M and N to be multiples of the instruction tile "
-                   "(padded outputs go through the staging tile)",
-                   lambda c: c["staged"] | ((M % c["m"] == 0) & (N % c["n"] == 0))),
+        mm.out_vec_constraint(spec.N),
+        mm.direct_writeback_constraint(
+            spec, "stores straight to C need M and N to be multiples of the instruction tile "
+                  "(padded outputs go through the staging tile)", "m", "n"),
     ]
 
 
@@ -253,7 +245,7 @@ def build_options(config) -> dict:
     """How to lower ``config``: cp.async where it asks for it, and the H100's real limit of
     dynamic shared memory per block in the target."""
     return {"pass_config": {"tirx.use_async_copy": config["async_copy"] == "on"},
-            "target": {"max_shared_memory_per_block": SMEM_LIMIT}}
+            "target": {"max_shared_memory_per_block": mm.SMEM_LIMIT}}
 
 
 # --------------------------------------------------------------------------------- schedule
@@ -261,7 +253,8 @@ def build_options(config) -> dict:
 
 def schedule(spec, func, config, prepare):
     """Apply a feasible configuration; ``prepare(sch, m, n, k)`` (from ``spaces/_matmul.py``)
-    views the output as the matmul, pads the einsum and returns (block, batch loop, i, j, k)."""
+    views the output as the matmul, pads the einsum, blockizes one Tensor Core tile and returns
+    (block, batch loop, (i, j, k) over tiles, tile block, whether M or N was padded)."""
     from tvm import s_tir
 
     c = config
@@ -270,13 +263,8 @@ def schedule(spec, func, config, prepare):
     m, n, kk = INSTRUCTIONS[path]
     trans_b, acc = spec.trans_b, spec.acc_dtype
     sch = s_tir.Schedule(func)
-    blk, b, (i, j, k), padded_mn = prepare(sch, m, n, kk)
+    blk, b, (i, j, k), tile, padded_mn = prepare(sch, m, n, kk)
 
-    i, ii = sch.split(i, [None, m])
-    j, ji = sch.split(j, [None, n])
-    k, ki = sch.split(k, [None, kk])
-    sch.reorder(i, j, k, ii, ji, ki)
-    tile = sch.blockize(ii)  # one Tensor Core tile per block instance
     i0, i1, i2 = sch.split(i, list(c["tile_i"]))
     j0, j1, j2 = sch.split(j, list(c["tile_j"]))
     k0, k1 = sch.split(k, list(c["tile_k"]))
@@ -322,18 +310,9 @@ def schedule(spec, func, config, prepare):
     # WMMA stores address the staging tile through a typed pointer, which TVM 0.27 cannot take
     # into the merged (fp16) dynamic allocation: that tile is static shared memory instead
     stage_scope = SCOPE if use_mma else "shared"
-    if staged:
-        if padded_mn:  # pad_einsum's C_pad becomes the staging tile; its consumer slices to C
-            sch.set_scope(tile, 0, stage_scope)
-            stage_out = sch.get_sblock(f"{spec.block}_pad")
-        else:
-            stage_out = sch.cache_write(tile, 0, stage_scope)
-    acc_frag = sch.cache_write(tile, 0, acc_scope)
-    if spec.epilogue is not None:  # into the block that now writes C to global memory
-        sch.reverse_compute_inline(spec.epilogue)
-    sch.reverse_compute_at(acc_frag, ty)
-    if staged:
-        sch.reverse_compute_at(stage_out, bx)
+    acc_frag, stage_out = mm.write_back(sch, spec, tile, staged=staged, padded_mn=padded_mn,
+                                        acc_scope=acc_scope, stage_scope=stage_scope,
+                                        warp_loop=ty, stage_at=bx)
     init = sch.get_child_blocks(sch.decompose_reduction(tile, k0))[0]
 
     b_tile = (n, kk) if trans_b else (kk, n)

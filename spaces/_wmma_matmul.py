@@ -16,10 +16,9 @@ import numpy as np
 from bocast.space import Categorical, Constraint, Knob, Ordinal, PowerOfTwo, Space, Split
 from bocast.tensorcore import WMMA_SHAPES, wmma_intrin
 
+from . import _matmul as mm
 from ._matmul import copy_loop, fetch, inline_producers, round_up, spread, tile2, tile_dims
 
-STATIC_SMEM_LIMIT = 48 * 1024  # static shared memory per block (ptxas)
-SMEM_LIMIT = 227 * 1024  # static + dynamic shared memory per block on Hopper (with opt-in)
 ACC_REGISTER_LIMIT = 128  # accumulator registers per thread (see the constraint's doc)
 UNROLL_STEPS = (0, 16, 64, 512, 1500)
 STAGE_SCOPE = "shared.dyn"
@@ -91,16 +90,12 @@ def derive(spec):
 
 
 def constraints(spec, vec: Constraint) -> list[Constraint]:
-    M, N = spec.M, spec.N
     return [
-        Constraint("threads_le_1024", "32 x warps per block <= 1024",
-                   lambda c: c["threads"] <= 1024),
-        Constraint("static_shared_memory_le_48KB",
-                   "A and B tiles (x pipeline depth) fit the 48 KB of static shared memory",
-                   lambda c: c["static_smem_bytes"] <= STATIC_SMEM_LIMIT),
-        Constraint("shared_memory_le_227KB",
-                   "static tiles plus the dynamic staging tile fit Hopper's 227 KB per block",
-                   lambda c: c["smem_bytes"] <= SMEM_LIMIT),
+        mm.threads_constraint(),
+        mm.static_shared_memory_constraint(
+            "A and B tiles (x pipeline depth) fit the 48 KB of static shared memory"),
+        mm.shared_memory_constraint(
+            "static tiles plus the dynamic staging tile fit Hopper's 227 KB per block"),
         Constraint("accumulators_le_128_registers",
                    "accumulator fragments of one warp take <= 128 of the 255 registers per "
                    "thread; beyond that ptxas spills them to local memory",
@@ -118,12 +113,10 @@ def constraints(spec, vec: Constraint) -> list[Constraint]:
         Constraint("c_pad_lt_row", "storage_align offset below the staging row width",
                    lambda c: ~c["staged"] | (c["c_pad"] < c["bn"])),
         vec,
-        Constraint("out_vec_divides_n", f"store vectors stay inside rows of C (N={N})",
-                   lambda c: ~c["staged"] | (N % c["out_vec"] == 0)),
-        Constraint("direct_writeback_unpadded",
-                   "store_matrix_sync straight to C needs M and N to be multiples of the "
-                   "WMMA shape (padded outputs go through the staging tile)",
-                   lambda c: c["staged"] | ((M % c["wm"] == 0) & (N % c["wn"] == 0))),
+        mm.out_vec_constraint(spec.N),
+        mm.direct_writeback_constraint(
+            spec, "store_matrix_sync straight to C needs M and N to be multiples of the WMMA "
+                  "shape (padded outputs go through the staging tile)", "wm", "wn"),
         Constraint("pipeline_le_fetch_loop", "pipeline depth <= trip count of the fetch loop",
                    lambda c: c["pipeline"] <= c["pipe_extent"]),
     ]
@@ -151,12 +144,7 @@ def schedule(spec, func, config, prepare):
     wm, wn, wk = WMMA_SHAPES[c["wmma"]]
     trans_b, acc = spec.trans_b, spec.acc_dtype
     sch = s_tir.Schedule(func)
-    blk, b, (i, j, k), pad_mn = prepare(sch, wm, wn, wk)
-    i, ii = sch.split(i, [None, wm])
-    j, ji = sch.split(j, [None, wn])
-    k, ki = sch.split(k, [None, wk])
-    sch.reorder(i, j, k, ii, ji, ki)
-    mma = sch.blockize(ii)  # one WMMA tile per block instance
+    blk, b, (i, j, k), mma, pad_mn = prepare(sch, wm, wn, wk)
     i0, i1, i2 = sch.split(i, list(c["tile_i"]))
     j0, j1, j2 = sch.split(j, list(c["tile_j"]))
     k0, k1, k2 = sch.split(k, list(c["tile_k"]))
@@ -190,18 +178,10 @@ def schedule(spec, func, config, prepare):
         sch.compute_at(frag_b, k_loops[c["frag_at"]])
 
     staged = c["writeback"] == "shared"
-    if staged:
-        if pad_mn:  # pad_einsum's C_pad becomes the staging tile; its consumer slices to C
-            sch.set_scope(mma, 0, STAGE_SCOPE)
-            stage_out = sch.get_sblock(f"{spec.block}_pad")
-        else:
-            stage_out = sch.cache_write(mma, 0, STAGE_SCOPE)
-    acc_frag = sch.cache_write(mma, 0, "wmma.accumulator")
-    if spec.epilogue is not None:  # into the block that now writes C to global memory
-        sch.reverse_compute_inline(spec.epilogue)
-    sch.reverse_compute_at(acc_frag, ty)
-    if staged:
-        sch.reverse_compute_at(stage_out, bx if c["c_at"] == "block" else ty)
+    acc_frag, stage_out = mm.write_back(sch, spec, mma, staged=staged, padded_mn=pad_mn,
+                                        acc_scope="wmma.accumulator", stage_scope=STAGE_SCOPE,
+                                        warp_loop=ty,
+                                        stage_at=bx if c["c_at"] == "block" else ty)
 
     init = sch.get_child_blocks(sch.decompose_reduction(mma, k0))[0]
 

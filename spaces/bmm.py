@@ -17,8 +17,6 @@ B3/B4 the same with 16 heads, B5/B6 [96,2048,128,2048] and [96,2048,2048,128].
 
 from __future__ import annotations
 
-from typing import Any
-
 from bocast.operator import TensorSpec, WorkloadError, register
 
 from . import _matmul as mm
@@ -32,10 +30,11 @@ class Bmm(mm.MatmulOperator):
     shape_help = ("B,M,N,K (C[b,M,N] = A[b,M,K] @ B[b]; B[b] is [N,K] with --layout NT, "
                   "[K,N] with NN)")
     default_shape = (12, 512, 512, 64)
+    extents = ("B", "M", "N", "K")
 
     def __init__(self, B: int, M: int, N: int, K: int, *, dtype: str = "fp16:fp32",
                  layout: str = "NT", space: str = mm.DEFAULT_SPACE):
-        mm.check_extents(self.name, ("B", "M", "N", "K"), (B, M, N, K))
+        mm.check_extents(self.name, self.extents, (B, M, N, K))
         self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype)
         if layout not in LAYOUTS:
             raise WorkloadError(f"bmm: layout {layout!r} not supported; use one of {list(LAYOUTS)}")
@@ -50,14 +49,6 @@ class Bmm(mm.MatmulOperator):
         self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_k", f"fetch vectors stay inside rows of A (K={self.K}) and "
             f"B ({'K' if layout == 'NT' else 'N'}={b_extent})", (self.K, b_extent)))
-
-    @classmethod
-    def from_args(cls, shape=None, **options: Any) -> Bmm:
-        shape = tuple(shape) if shape is not None else cls.default_shape
-        if len(shape) != 4:
-            raise WorkloadError(f"bmm: shape needs 4 extents B,M,N,K, got {len(shape)}: {shape}")
-        mm.check_options(cls.name, options, ("dtype", "layout", "space"))
-        return cls(*shape, **options)
 
     @property
     def flops(self) -> int:

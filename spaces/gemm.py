@@ -51,8 +51,6 @@ This file only sets the GEMM's extents and its ``vec_divides_k`` rule.
 
 from __future__ import annotations
 
-from typing import Any
-
 from bocast.operator import TensorSpec, WorkloadError, register
 
 from . import _matmul as mm
@@ -65,10 +63,11 @@ class Gemm(mm.MatmulOperator):
     name = "gemm"
     shape_help = "M,N,K (C[M,N] = A[M,K] @ B; B is [N,K] with --layout NT, [K,N] with NN)"
     default_shape = (1024, 1024, 1024)
+    extents = ("M", "N", "K")
 
     def __init__(self, M: int, N: int, K: int, *, dtype: str = "fp16:fp32", layout: str = "NT",
                  space: str = mm.DEFAULT_SPACE):
-        mm.check_extents(self.name, ("M", "N", "K"), (M, N, K))
+        mm.check_extents(self.name, self.extents, (M, N, K))
         self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype)
         if layout not in LAYOUTS:
             raise WorkloadError(f"gemm: layout {layout!r} not supported; "
@@ -85,14 +84,6 @@ class Gemm(mm.MatmulOperator):
             "vec_divides_k", f"fetch vectors stay inside rows of A (K={self.K}) and "
             f"B ({'K' if trans_b else 'N'}={vec_b_extent}) at the padded edge",
             (self.K, vec_b_extent)))
-
-    @classmethod
-    def from_args(cls, shape=None, **options: Any) -> Gemm:
-        shape = tuple(shape) if shape is not None else cls.default_shape
-        if len(shape) != 3:
-            raise WorkloadError(f"gemm: shape needs 3 extents M,N,K, got {len(shape)}: {shape}")
-        mm.check_options(cls.name, options, ("dtype", "layout", "space"))
-        return cls(*shape, **options)
 
     # --------------------------------------------------------------------------- workload
     @property

@@ -17,6 +17,7 @@ import numpy as np
 from bocast.candidates import Candidates
 from bocast.errors import InputError
 from bocast.records import Record
+from bocast.registry import lookup
 from bocast.schema import Section
 from bocast.space import Config, Space
 
@@ -118,10 +119,7 @@ def strategies() -> dict[str, type[Strategy]]:
 
 
 def strategy_class(name: str) -> type[Strategy]:
-    known = strategies()
-    if name not in known:
-        raise StrategyError(f"unknown strategy {name!r}; known: {', '.join(known)}")
-    return known[name]
+    return lookup(strategies(), name, "strategy", StrategyError)
 
 
 def make_strategy(name: str, candidates: Candidates, *, seed: int, **hyper: Any) -> Strategy:

@@ -43,7 +43,7 @@ import torch
 from bocast.bo import acquisition as acq
 from bocast.bo.feasibility import make_classifier
 from bocast.bo.surrogate import Surrogate
-from bocast.features import KINDS
+from bocast.features import FEATURES_OPTION
 from bocast.measure.status import Status
 from bocast.schema import Field, Section
 from bocast.space import Space
@@ -77,8 +77,7 @@ class BayesOpt(Strategy):
         # then up to 1000 observations x a pool of ~4500) are too small for the 16 threads of
         # the H100 host, which were slower than 4 (experiments/bench_proposal.py)
         Field("threads", int, 4, min=1, max=1024),
-        Field("features", str, "knobs", choices=KINDS,
-              doc="model inputs: knobs, or knobs + derived quantities (bocast.features)"),
+        FEATURES_OPTION,
         Field("noise_sd_max", float, 0.0, min=0, max=10,
               doc="cap on the GP's observation noise, a standard deviation of log TFLOPS "
                   "(0: fitted freely)"),

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from bocast.features import KINDS
+from bocast.features import FEATURES_OPTION
 from bocast.measure.status import Status
 from bocast.schema import Field, Section
 from bocast.space import Config, Space
@@ -79,6 +79,9 @@ def _roulette(values: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarra
 
 @register
 class ConstrainedGA(Strategy):
+    """Heron's constrained GA (``cga``): a tree cost model ranks the population, and crossover
+    and mutation re-solve the known constraints, so that every child is feasible."""
+
     name = "cga"
     options = Section((
         Field("pop_size", int, 200, min=1, max=100_000, doc="population per round"),
@@ -89,11 +92,9 @@ class ConstrainedGA(Strategy):
         Field("key_ratio", float, 0.3, above=0, max=1, doc="share of knobs that are keys"),
         Field("epsilon", float, 0.6, min=0, max=1,
               doc="share of the batch taken by predicted rank (the rest by roulette)"),
-        # the cost model's inputs (bocast.features), as BO's option; with derived, a knob's
-        # importance for choosing keys includes its share of the derived columns computed
-        # from it
-        Field("features", str, "knobs", choices=KINDS,
-              doc="model inputs: knobs, or knobs + derived quantities (bocast.features)"),
+        # the cost model's inputs, BO's option; with derived, a knob's importance for choosing
+        # keys includes its share of the derived columns computed from it
+        FEATURES_OPTION,
     ), noun="option")
 
     def __init__(self, candidates, *, seed=0, **hyper):
@@ -175,6 +176,9 @@ class ConstrainedGA(Strategy):
 
 @register
 class PlainGA(Strategy):
+    """A textbook GA (``ga``) on measured fitness, no model; a child that breaks a known
+    constraint is replaced by the closest measurable configuration."""
+
     name = "ga"
     options = Section((
         Field("elite", int, 8, min=1, max=100_000, doc="best configurations always in the pool"),
