@@ -5,7 +5,7 @@
 # by `bocast measure` (the runner's timing), exported from that store by `bocast export`, and
 # checked by experiments/export_check.py in a fresh process (loaded, correct, timed the same way,
 # beside the runner):  bash experiments/device/export_same_session.sh
-# Not yet run on the H100 (written when the 2026-11-23 session had no device time left).
+# Run on the H100 on 2026-11-24 (at c3202a8): experiments/results/export_same_session_h100.json.
 set -uo pipefail
 source .devbundle/unpack.sh
 export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
