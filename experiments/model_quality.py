@@ -124,7 +124,7 @@ def _summary(rows):
 
 def _markdown(res) -> str:
     prov = res["provenance"]
-    lines = ["# Model quality on the uniform tables (CPU)", "",
+    lines = ["# Model quality on recorded tables (CPU)", "",
              f"`python experiments/model_quality.py --out ...` at commit {prov['git_sha']} "
              f"({prov['date']}). Train on n random ok rows, predict the rest; mean (sd) over "
              f"{res['splits']} seeded splits, the same for every model. rho: Spearman against the "

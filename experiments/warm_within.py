@@ -1,0 +1,55 @@
+"""Issue 11's warm-start criterion on a live comparison's record stores: per seed, the trials the
+warm-started run needs to reach 95% of the cold run's best at ``--budget`` trials on the same
+seed, and how many seeds do so within ``--within`` trials (CPU; reads the stores only).
+
+    python experiments/warm_within.py runs/live_v2_gemm_2048_8192_1024_warm --cold bo \
+        --warm bo-warm-q8 --seeds 0 1 2 3 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+
+from bocast.records import Store
+
+
+def trials_to(curve: np.ndarray, target: float) -> int | None:
+    reached = np.flatnonzero(np.maximum.accumulate(curve) >= target)
+    return int(reached[0]) + 1 if len(reached) else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("folder", help="a comparison's output folder (LABEL_seedN.db stores)")
+    ap.add_argument("--cold", required=True)
+    ap.add_argument("--warm", required=True)
+    ap.add_argument("--seeds", type=int, nargs="+", required=True)
+    ap.add_argument("--budget", type=int, default=200, help="the cold run's budget")
+    ap.add_argument("--within", type=int, default=32)
+    args = ap.parse_args()
+    met = 0
+    print("| seed | cold best@%d | warm best@%d | warm trials to 95%% of it |" % (
+        args.budget, args.within))
+    print("|---|---|---|---|")
+    for seed in args.seeds:
+        curves = []
+        for label in (args.cold, args.warm):
+            store = Store.open(os.path.join(args.folder, f"{label}_seed{seed}.db"))
+            curves.append(np.array([r.tflops or 0.0 for r in store.records()]))
+        cold, warm = curves
+        if len(cold) < args.budget:
+            raise SystemExit(f"seed {seed}: the cold run has {len(cold)} trials, fewer than "
+                             f"--budget {args.budget}")
+        best = float(cold[: args.budget].max())
+        hit = trials_to(warm, 0.95 * best)
+        met += hit is not None and hit <= args.within
+        print(f"| {seed} | {best:.1f} | {warm[: args.within].max():.1f} | "
+              f"{hit if hit is not None else f'not in {len(warm)}'} |")
+    print(f"\nwithin {args.within} trials: {met} of {len(args.seeds)} seeds")
+
+
+if __name__ == "__main__":
+    main()
