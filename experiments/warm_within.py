@@ -31,8 +31,8 @@ def main() -> None:
     ap.add_argument("--within", type=int, default=32)
     args = ap.parse_args()
     met = 0
-    print("| seed | cold best@%d | warm best@%d | warm trials to 95%% of it |" % (
-        args.budget, args.within))
+    print(f"| seed | cold best@{args.budget} | warm best@{args.within} | "
+          "warm trials to 95% of it |")
     print("|---|---|---|---|")
     for seed in args.seeds:
         curves = []

@@ -257,7 +257,8 @@ class BayesOpt(Strategy):
         best = max(self.measured_ok(), key=lambda rec: rec.tflops or 0.0)
         centre = self.config_of(best)
         seen = {Space.key(centre)}
-        front, region = [centre], []
+        front: list = [centre]
+        region: list = []
         step = 0
         while front and len(region) < self.hyper["pool_size"] and (step < r
                                                                    or len(region) < 2 * n):
