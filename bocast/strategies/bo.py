@@ -24,6 +24,9 @@ Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmar
   for every batch that finds nothing better, and at 0 a round draws from the whole pool, then
   it starts again at R. On a table the pool covers, EI otherwise spreads a batch over uncertain
   rows far from the best, where the GP ranks worst (experiments/ablation/exhaustive.yaml).
+  ``trust_region_gain: g`` counts a better kernel as one only when it beats the last counted
+  one by the factor 1 + g: on a flat table, gains of a fraction of a percent otherwise keep the
+  radius from shrinking, and the search never leaves a local optimum.
 - ``warm_start: [sources]``: records of the same operator on other shapes (dataset prefixes or
   record stores) as a source model (:mod:`bocast.bo.transfer`). Its mean is one more input of
   the GP, and the first batch is picked by LogEI on it over the candidates (a uniform pool plus
@@ -88,6 +91,9 @@ class BayesOpt(Strategy):
         Field("trust_region", int, 0, min=0, max=64,
               doc="radius, in one-knob moves, of the region around the best configuration "
                   "that a round picks from (0: the whole pool; see the module docstring)"),
+        Field("trust_region_gain", float, 0.0, min=0, max=1,
+              doc="trust_region: relative gain over the last counted best that counts as "
+                  "an improvement (resets the radius)"),
         Field("warm_start", list, [],
               doc="dataset prefixes or record stores of the operator on other shapes"),
         Field("warm_start_points", int, 1024, min=3, max=100_000,
@@ -243,7 +249,11 @@ class BayesOpt(Strategy):
         ok = [(i, r.tflops) for i, r in enumerate(self.history) if r.ok and r.tflops]
         if not ok:
             return 0
-        found = max(ok, key=lambda t: (t[1], -t[0]))[0]  # first index of the best value
+        gain = self.hyper["trust_region_gain"]
+        found, level = ok[0]
+        for i, y in ok[1:]:
+            if y > level * (1 + gain):
+                found, level = i, y
         stale = (len(self.history) - 1 - found) // max(n, 1)
         return r0 - stale % (r0 + 1)
 

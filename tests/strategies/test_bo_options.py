@@ -164,3 +164,23 @@ def test_trust_region_rejects_bad_radii(value):
     with pytest.raises(StrategyError, match=re.escape("trust_region: expected an integer "
                                                       "between 0 and 64")):
         make_strategy("bo", SpaceCandidates(OP.space), seed=0, trust_region=value)
+
+
+def test_trust_region_gain_ignores_small_improvements(bmm_table):
+    ds = bmm_table
+    rows = sorted(ds.configs, key=lambda c: ds.record(c).tflops)
+    top = ds.record(rows[-1]).tflops
+    # a first batch, best row first, then a batch whose last row is a hair (< 1%) above it
+    first = [c for c in rows if ds.record(c).tflops < 0.97 * top][-8:][::-1]
+    level = max(ds.record(c).tflops for c in first)
+    small = [c for c in rows if level < ds.record(c).tflops < 1.01 * level][:1]
+    worse = [c for c in rows if ds.record(c).tflops < level][:7]
+    assert small and len(worse) == 7
+    radii = {}
+    for gain in (0.0, 0.02):
+        s = make_strategy("bo", ds.candidates(), seed=0, trust_region=1,
+                          trust_region_gain=gain, **FAST)
+        s.tell([ds.record(c) for c in first])
+        s.tell([ds.record(c) for c in worse + small])  # the small gain comes last
+        radii[gain] = s.radius(8)
+    assert radii == {0.0: 1, 0.02: 0}  # counted: radius kept; not counted: a stale batch
