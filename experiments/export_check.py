@@ -18,16 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from remeasure import spread  # the same summary of timings, from the script beside this one
+
 TARGET = 0.03  # |exported / stored - 1|
-
-
-def _spread(xs: list[float]) -> dict:
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
 def main(argv=None) -> int:
@@ -91,7 +88,7 @@ def main(argv=None) -> int:
     rows = []
     for it in items:
         k, st = it.pop("kernel"), it["stored_ms"]
-        ex, rn = (_spread(it[f"{w}_ms"]) if it[f"{w}_ms"] else None for w in ("exported", "runner"))
+        ex, rn = (spread(it[f"{w}_ms"]) if it[f"{w}_ms"] else None for w in ("exported", "runner"))
         row = {**{n: it[n] for n in it if n not in ("op", "tensors", "build")},
                "workload": k.workload, "key": k.meta["key"], "record": k.meta["record"]["id"],
                "stored_timing": k.measured["timing"], "build_status": str(it["build"].status),

@@ -67,7 +67,8 @@ def best_configs(stores: list[str], top: int) -> tuple[dict, list[dict]]:
     return workload, ranked[:top]
 
 
-def _spread(xs: list[float]) -> dict:
+def spread(xs: list[float]) -> dict:
+    """median, min, max and count of timings (also experiments/export_check.py's)."""
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
@@ -124,10 +125,10 @@ def main(argv=None) -> int:
                 if res.status is not Status.OK:
                     picked[i].setdefault("errors", []).append(f"{res.status}: {res.error[:200]}")
         cublas.append(runner.reference(op)["tflops"])
-    ref = _spread(cublas)
+    ref = spread(cublas)
     for r in picked:
         good = [t for t in r["tflops"] if t is not None]
-        r["remeasured"] = _spread(good) if good else None
+        r["remeasured"] = spread(good) if good else None
         r["fraction_of_cublas"] = (r["remeasured"]["median"] / ref["median"]) if good else None
     result = {"workload": workload, "stores": args.stores, "rounds": args.rounds,
               "repeats": args.repeats, "runner": args.runner, "cublas_tflops": ref,

@@ -241,10 +241,11 @@ class BayesOpt(Strategy):
         return visited
 
     def radius(self, n: int) -> int:
-        """The trust region's radius for a batch of ``n``: ``trust_region`` while the best
-        configuration is at most one batch old, one less for each further batch without a
-        better one, then 0 (one round over the whole pool), and round again. A function of
-        the history alone, so a resumed run draws the same regions."""
+        """The trust region's radius for a batch of ``n``: ``trust_region`` while the last
+        improvement (a kernel better than the last counted one by ``trust_region_gain``) is at
+        most one batch old, one less for each further batch without one, then 0 (one round over
+        the whole pool), and round again. A function of the history alone, so a resumed run
+        draws the same regions."""
         r0 = self.hyper["trust_region"]
         ok = [(i, r.tflops) for i, r in enumerate(self.history) if r.ok and r.tflops]
         if not ok:
