@@ -113,10 +113,13 @@ def test_sigterm_stops_a_replay_tune_and_it_resumes(tmp_path):
     proc = subprocess.Popen(argv, cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     _wait_for_rows(str(tmp_path), 33)
-    time.sleep(0.5)
+    time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)  # to the command alone, as a scheduler would
     out, err = proc.communicate(timeout=120)
-    if proc.returncode == 0:
+    # the whole run can take ~1 s on an idle machine: the signal may then come after the last
+    # trial, while the process exits (its handler already restored: -SIGTERM, nothing lost)
+    if proc.returncode in (0, -signal.SIGTERM) and \
+            len(INT.stores(str(tmp_path))["out/records.db"]) == 256:
         pytest.skip("the run finished before the signal (a very fast machine)")
     assert proc.returncode == 130 and not out, err
     assert err.strip().splitlines()[-1].startswith("bocast: interrupted (SIGTERM)")
