@@ -1,5 +1,5 @@
-"""Bayesian optimisation: GP surrogate of log(TFLOPS), feasibility classifier, batch acquisition
-over a discrete candidate pool.
+"""Bayesian optimisation: GP surrogate of log(TFLOPS) (or TFLOPS relative to the best, option
+``y_transform``), feasibility classifier, batch acquisition over a discrete candidate pool.
 
 Each round: fit the surrogate on the successful measurements and, once failures have been seen,
 the classifier on all attempted ones; build a pool of fresh uniform samples plus the feasible
@@ -27,6 +27,13 @@ Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmar
   ``trust_region_gain: g`` counts a better kernel as one only when it beats the last counted
   one by the factor 1 + g: on a flat table, gains of a fraction of a percent otherwise keep the
   radius from shrinking, and the search never leaves a local optimum.
+- ``y_transform: relative``: the GP models TFLOPS over the best measured so far instead of log
+  TFLOPS. On tables with a long slow tail (conv2d: 5% of rows below 0.4% of the optimum) log
+  makes that tail most of y's variance, and a stationary kernel fitted to it ranks the fast rows
+  poorly: with 64 rows of the conv2d table the GP's 11 best held-out predictions held a row of
+  0.80 of the optimum (mean of 10 splits) on log TFLOPS and 0.91 on the relative scale, the
+  CGA's trees (which fit the relative scale) 0.92 (experiments/results/model_quality_*).
+  ``noise_sd_max`` is then a fraction of the best kernel.
 - ``warm_start: [sources]``: records of the same operator on other shapes (dataset prefixes or
   record stores) as a source model (:mod:`bocast.bo.transfer`). Its mean is one more input of
   the GP, and the first batch is picked by LogEI on it over the candidates (a uniform pool plus
@@ -56,6 +63,7 @@ if TYPE_CHECKING:
     from bocast.bo.transfer import SourceModel
 
 ACQUISITIONS = ("logei", "becbo", "ts")
+Y_TRANSFORMS = ("log", "relative")
 
 
 @register
@@ -81,9 +89,11 @@ class BayesOpt(Strategy):
         # the H100 host, which were slower than 4 (experiments/bench_proposal.py)
         Field("threads", int, 4, min=1, max=1024),
         FEATURES_OPTION,
+        Field("y_transform", str, "log", choices=Y_TRANSFORMS,
+              doc="what the GP models: log TFLOPS, or TFLOPS over the best measured so far"),
         Field("noise_sd_max", float, 0.0, min=0, max=10,
-              doc="cap on the GP's observation noise, a standard deviation of log TFLOPS "
-                  "(0: fitted freely)"),
+              doc="cap on the GP's observation noise, a standard deviation of the GP's y "
+                  "(log TFLOPS, or a fraction of the best) (0: fitted freely)"),
         Field("local_search", int, 0, min=0, max=100_000,
               doc="starts of the hill climb on the acquisition (0: none)"),
         Field("local_search_steps", int, 8, min=1, max=100_000,
@@ -154,7 +164,7 @@ class BayesOpt(Strategy):
         if not pool:
             return []
         x_ok = self._inputs([self.config_of(r) for r in ok])
-        y_ok = np.log(np.array([r.tflops for r in ok], dtype=float))
+        y_ok = self._y(np.array([r.tflops for r in ok], dtype=float))
         self.surrogate.fit(x_ok, y_ok)
         attempted = [r for r in self.history if r.status is not Status.INVALID]
         labels = np.array([1.0 if r.ok else 0.0 for r in attempted])
@@ -181,10 +191,16 @@ class BayesOpt(Strategy):
                               self.hyper["boundary_share"])
         else:
             picks = acq.thompson(self.surrogate, x_pool, pred, clf, n, gen)
-        self.last_round = {"pool": len(pool), "observations": len(ok), "best_log_tflops": best,
+        self.last_round = {"pool": len(pool), "observations": len(ok), "best_y": best,
                            "failures_seen": int((labels == 0).sum()),
                            "local_search_added": len(climbed)}
         return [pool[i] for i in picks]
+
+    def _y(self, tflops: np.ndarray) -> np.ndarray:
+        """The GP's y of measured TFLOPS (option ``y_transform``)."""
+        if self.hyper["y_transform"] == "relative":
+            return tflops / tflops.max()
+        return np.log(tflops)
 
     def _first_batch(self, n: int, source: SourceModel) -> list:
         """Warm start: ``n`` picks of LogEI on the source model (Kriging believer) over a

@@ -66,7 +66,7 @@ def test_local_search_climbs_to_a_local_optimum_of_the_acquisition(records):
     # redo the last round's climb and check where it ended
     from bocast.bo.feasibility import AlwaysFeasible
 
-    clf, best = AlwaysFeasible(), s.last_round["best_log_tflops"]
+    clf, best = AlwaysFeasible(), s.last_round["best_y"]
     pool = s.fresh_samples(64)
     visited = s._local_search(pool, clf, best)
     assert not {Space.key(c) for c in visited} & (s.proposed | {Space.key(c) for c in pool})
@@ -184,3 +184,23 @@ def test_trust_region_gain_ignores_small_improvements(bmm_table):
         s.tell([ds.record(c) for c in worse + small])  # the small gain comes last
         radii[gain] = s.radius(8)
     assert radii == {0.0: 1, 0.02: 0}  # counted: radius kept; not counted: a stale batch
+
+
+@pytest.mark.parametrize("transform", ["log", "relative"])
+def test_y_transform_sets_what_the_gp_is_fitted_on(records, transform):
+    s = make_strategy("bo", SpaceCandidates(OP.space), seed=0, y_transform=transform, **FAST)
+    s.tell(records)
+    assert len(s.ask(8)) == 8
+    tflops = np.array([r.tflops for r in records if r.ok])
+    y = np.log(tflops) if transform == "log" else tflops / tflops.max()
+    assert s.last_round["best_y"] == pytest.approx(y.max())
+    # the surrogate's standardisation is that of y: its mean prediction at the observations
+    # follows y (a 250x spread of TFLOPS is 5.5 in log, 1.0 relative)
+    pred = s.surrogate.predict(s._inputs([s.config_of(r) for r in records if r.ok])).mean.numpy()
+    assert np.corrcoef(pred, y)[0, 1] > 0.9
+    assert s.surrogate.y_mean == pytest.approx(y.mean())
+
+
+def test_y_transform_rejects_unknown_values():
+    with pytest.raises(StrategyError, match=re.escape("y_transform")):
+        make_strategy("bo", SpaceCandidates(OP.space), seed=0, y_transform="sqrt")
