@@ -32,7 +32,8 @@ Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmar
   makes that tail most of y's variance, and a stationary kernel fitted to it ranks the fast rows
   poorly: with 64 rows of the conv2d table the GP's 11 best held-out predictions held a row of
   0.80 of the optimum (mean of 10 splits) on log TFLOPS and 0.91 on the relative scale, the
-  CGA's trees (which fit the relative scale) 0.92 (experiments/results/model_quality_*).
+  CGA's trees (which fit the relative scale) 0.92
+  (experiments/results/model_quality_exhaustive.md).
   ``noise_sd_max`` is then a fraction of the best kernel.
 - ``warm_start: [sources]``: records of the same operator on other shapes (dataset prefixes or
   record stores) as a source model (:mod:`bocast.bo.transfer`). Its mean is one more input of
