@@ -147,9 +147,11 @@ def need_compiler(what: str) -> None:
 
 def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None = None,
             rpc: Mapping[str, Any] | None = None) -> TuneRun:
-    """Check a tune configuration whole and open its store; nothing else is written. Errors of
-    a file's configuration start with the file's name (as the command prints them)."""
+    """Check a tune configuration whole and open its store (which records the run's identity,
+    :mod:`bocast.identity`, or refuses if it holds another run); nothing else is written.
+    Errors of a file's configuration start with the file's name (as the command prints them)."""
     from bocast import config as cfgmod
+    from bocast import identity
     from bocast.candidates import SpaceCandidates
     from bocast.records import Store
     from bocast.schema import check_writable
@@ -170,7 +172,15 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
             candidates = SpaceCandidates(op.space, op.workload)
         strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **cfg.strategy_options)
         check_writable(cfg.output, "output", directory=True)
-        store = Store(f"{cfg.output}/records.db", op.workload)
+        path_db = f"{cfg.output}/records.db"
+        store = Store(path_db, op.workload)
+        try:  # a store of another run is never resumed as this one
+            identity.check(store, identity.run_identity(
+                strategy=cfg.strategy, options=cfg.strategy_options, seed=cfg.seed,
+                batch_size=cfg.batch_size, runner=cfg.runner, dataset=cfg.dataset), path_db)
+        except InputError:
+            store.close()
+            raise
     except InputError as e:
         if path is None:
             raise
@@ -273,9 +283,11 @@ def create_study(workload: Mapping[str, Any] | Options, *, strategy: str | Optio
     """An ask/tell study of ``workload`` (``{"op": "gemm", "shape": [...], ...}``, as a tune
     configuration's, or a :class:`bocast.Workload`) over its whole space. ``strategy``: a name,
     or typed options (``bocast.strategies.BOOptions(...)``) that ``strategy_options`` add to.
-    With ``store``, every told trial is appended there and a study on the same store resumes:
-    the strategy is told the stored trials first."""
+    With ``store``, every told trial is appended there and a study of the same strategy,
+    options and seed on the same store resumes: the strategy is told the stored trials first
+    (a store of another run is refused, :mod:`bocast.identity`)."""
     from bocast import config as cfgmod
+    from bocast import identity
     from bocast.candidates import SpaceCandidates
     from bocast.records import Store
     from bocast.schema import SEED, ConfigError
@@ -289,7 +301,16 @@ def create_study(workload: Mapping[str, Any] | Options, *, strategy: str | Optio
     if extra:
         raise ConfigError(f"strategy: {extra} are not options of a strategy")
     strat = make_strategy(name, SpaceCandidates(op.space, op.workload), seed=seed, **options)
-    db = Store(os.fspath(store), op.workload) if store is not None else None
+    db = None
+    if store is not None:
+        db = Store(os.fspath(store), op.workload)
+        try:  # ask/tell has no fixed batch: the identity leaves it out
+            identity.check(db, identity.run_identity(
+                strategy=name, options=options, seed=seed, batch_size=None, runner="study",
+                dataset=None), os.fspath(store))
+        except ConfigError:
+            db.close()
+            raise
     return Study(op, strat, db)
 
 

@@ -48,7 +48,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from bocast import interrupt, schema
+from bocast import identity, interrupt, schema
 from bocast.config import (
     WORKLOAD,
     ConfigError,
@@ -245,28 +245,10 @@ def plan(cfg: CompareConfig) -> list[tuple[dict, int, str, int]]:
 
 
 def run_identity(cfg: CompareConfig, s: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """What makes a run's trials what they are; kept in its store, so that a rerun resumes
-    only a run of the same strategy, options, seed, batch size and dataset (the budget may
-    grow: that only adds trials)."""
-    ident = {"strategy": s["name"], "options": _hyper(s), "seed": seed,
-             "batch_size": entry_batch(cfg, s), "runner": cfg.runner,
-             "dataset": os.path.basename(cfg.dataset) if cfg.dataset else None}
-    return json.loads(json.dumps(ident, sort_keys=True))
-
-
-def _check_identity(store, ident: dict[str, Any], path: str) -> None:
-    held = store.get_meta("run")
-    if held is None:  # a new store, or one written before runs carried their identity
-        store.set_meta("run", ident)
-    elif held != ident:
-        raise ConfigError(_mismatch(path, held, ident))
-
-
-def _mismatch(path: str, held: dict[str, Any], ident: dict[str, Any]) -> str:
-    diff = sorted(k for k in set(held) | set(ident) if held.get(k) != ident.get(k))
-    return (f"{path} holds a run of another configuration ({', '.join(diff)}: "
-            f"{[held.get(k) for k in diff]} there, {[ident.get(k) for k in diff]} here); move "
-            "it away, or set another output, to keep both")
+    """The identity (:mod:`bocast.identity`) of strategy entry ``s``'s run with ``seed``."""
+    return identity.run_identity(strategy=s["name"], options=_hyper(s), seed=seed,
+                                 batch_size=entry_batch(cfg, s), runner=cfg.runner,
+                                 dataset=cfg.dataset)
 
 
 def check_stores(cfg: CompareConfig, op) -> None:
@@ -277,10 +259,7 @@ def check_stores(cfg: CompareConfig, op) -> None:
     for s, seed, path, _ in plan(cfg):
         if os.path.exists(path) and os.path.getsize(path) > 0:
             with Store(path, op.workload, create=False) as store:
-                held = store.get_meta("run")
-            ident = run_identity(cfg, s, seed)
-            if held is not None and held != ident:
-                raise ConfigError(_mismatch(path, held, ident))
+                identity.check(store, run_identity(cfg, s, seed), path, write=False)
 
 
 def _job_process(stop) -> None:
@@ -308,7 +287,7 @@ def _replay_run(job) -> dict[str, Any]:
     op = from_workload(cfg.workload)
     ds = ReplayDataset(cfg.dataset, op)
     with Store(path, op.workload) as store:
-        _check_identity(store, run_identity(cfg, s, seed), path)
+        identity.check(store, run_identity(cfg, s, seed), path)
         done = store.records()
         if len(done) >= min(trials, len(ds.configs)):
             res = Trajectory(done, best_so_far(done), 0.0, None)
@@ -458,7 +437,7 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
                     runs.append(run)
             elif s["name"] != METASCHEDULE:
                 store = stores.enter_context(Store(path, op.workload))
-                _check_identity(store, run_identity(cfg, s, seed), path)
+                identity.check(store, run_identity(cfg, s, seed), path)
                 store.set_meta("reference", reference)
                 strategy = make_strategy(s["name"], SpaceCandidates(op.space, op.workload),
                                          seed=seed, **_hyper(s))
@@ -492,7 +471,7 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
                 problem = metaschedule.cannot_resume(store, work_dir)
                 if problem:
                     raise ConfigError(f"{path}: {problem}; move the store away to start over")
-                _check_identity(store, run_identity(cfg, s, seed), path)
+                identity.check(store, run_identity(cfg, s, seed), path)
                 store.set_meta("reference", reference)
                 res = metaschedule.tune(
                     op, trials=trials, seed=seed, store=store, builder=builder, runner=runner,

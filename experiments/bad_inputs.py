@@ -201,6 +201,20 @@ def other_run_store(tmp: str) -> None:
     compare_cfg()(tmp)
 
 
+def other_tune_store(tmp: str) -> None:
+    """out/records.db holding a tune run of another strategy and seed than c.yaml's."""
+    from bocast import identity
+    from bocast.operator import from_workload
+    from bocast.records import Store
+
+    tune_cfg()(tmp)
+    os.makedirs(os.path.join(tmp, "out"))
+    with Store(os.path.join(tmp, "out", "records.db"), from_workload(WORKLOAD).workload) as store:
+        store.set_meta("run", identity.run_identity(
+            strategy="ga", options={"elite": 4}, seed=1, batch_size=TUNE["batch_size"],
+            runner="replay", dataset=TUNE["dataset"]))
+
+
 #: a sub-space of gemm 64^3 (space v2) with 3 feasible configurations (tests/test_subspace.py)
 SUB_FIX = {"async_copy": "on", "vec": 8, "unroll": 0, "raster": 1, "writeback": "direct",
            "frag_pipeline": "off", "smem_layout": "pad8", "instr": "mma", "stages": 2,
@@ -367,6 +381,9 @@ def cases() -> list[Case]:
     fil("tune: records.db damaged", TUNE_ARGV, "is damaged (SQLite quick_check",
         setup=lambda t: (os.makedirs(os.path.join(t, "out")), damaged_store(t, "out/records.db"),
                          tune_cfg()(t)), intact=("out/records.db",), absent=())
+    fil("tune: output holds another configuration's run", TUNE_ARGV,
+        "holds a run of another configuration", setup=other_tune_store,
+        intact=("out/records.db",), absent=())
     fil("compare: results in a read-only location", CMP_ARGV, "results: cannot",
         setup=compare_cfg(results=UNWRITABLE + "/r"))
     fil("compare: output holds another configuration's run", CMP_ARGV,

@@ -1,0 +1,77 @@
+"""A run's identity: what makes its trials what they are. A record store keeps it (meta ``run``)
+so that a rerun of ``bocast tune`` or ``bocast compare`` resumes only the run it started, never
+appends one configuration's trials to another's.
+
+The identity holds the strategy, the options as the configuration gave them, the seed, the
+batch size, the runner and the dataset, and (since 2026-11-24) ``resolved``: every option with
+the value it took, defaults included, so that a default changed between two sessions stops a
+resumed run instead of changing its strategy half-way. A store written before ``resolved``
+existed is compared without it and then records it (the defaults of the session that resumes
+it: what it ran with before is not known). The budget is not part of it: a larger budget only
+adds trials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from bocast.schema import ConfigError
+
+RESOLVED = "resolved"
+
+
+def run_identity(*, strategy: str, options: Mapping[str, Any], seed: int,
+                 batch_size: int | None, runner: str, dataset: str | None) -> dict[str, Any]:
+    """The identity of one run (JSON-plain, keys sorted). ``options``: as the configuration
+    gave them; a strategy that is not registered (MetaSchedule) resolves to those.
+    ``batch_size`` None: an ask/tell study, whose caller picks each batch."""
+    from bocast.strategies import StrategyError, strategy_class
+
+    try:
+        resolved = strategy_class(strategy).options.check(dict(options), "", StrategyError)
+    except StrategyError:
+        resolved = dict(options)
+    ident = {"strategy": strategy, "options": dict(options), RESOLVED: resolved, "seed": seed,
+             "batch_size": batch_size, "runner": runner,
+             "dataset": os.path.basename(dataset) if dataset else None}
+    return json.loads(json.dumps(ident, sort_keys=True))
+
+
+def mismatch(held: Mapping[str, Any] | None, ident: Mapping[str, Any]) -> str | None:
+    """Why a store holding ``held`` cannot resume as ``ident``; None when it can. Options are
+    compared as resolved (an option set to its default equals one left out) where the store
+    has them, else as given."""
+    if held is None:  # a new store, or one written before runs carried their identity
+        return None
+    skip = "options" if RESOLVED in held else RESOLVED
+    keys = sorted(k for k in set(held) | set(ident) if k != skip)
+    parts = [f"{k}: {held.get(k)!r} there, {ident.get(k)!r} here" for k in keys
+             if k != RESOLVED and held.get(k) != ident.get(k)]
+    defaults = []
+    if skip == "options":
+        was, now = held[RESOLVED], ident.get(RESOLVED, {})
+        for k in sorted(set(was) | set(now)):
+            if was.get(k) != now.get(k):
+                parts.append(f"option {k}: {was.get(k)!r} there, {now.get(k)!r} here")
+                if k not in held.get("options", {}) and k not in ident.get("options", {}):
+                    defaults.append(k)
+    if not parts:
+        return None
+    why = (f"; {', '.join(defaults)} set in neither configuration: its default changed since "
+           "the run began, so set it as it was to resume the run") if defaults else ""
+    return (f"holds a run of another configuration ({'; '.join(parts)}{why}); move it away, "
+            "or set another output, to keep both")
+
+
+def check(store: Any, ident: dict[str, Any], path: str, *, write: bool = True) -> None:
+    """Raise :class:`ConfigError` naming ``path`` if its store holds another run; else (with
+    ``write``) record ``ident`` in it (a new store, or an older identity without ``resolved``)."""
+    held = store.get_meta("run")
+    problem = mismatch(held, ident)
+    if problem:
+        raise ConfigError(f"{path} {problem}")
+    if write and held != ident:
+        store.set_meta("run", ident)
