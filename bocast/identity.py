@@ -51,7 +51,11 @@ def mismatch(held: Mapping[str, Any] | None, ident: Mapping[str, Any]) -> str | 
     parts = [f"{k}: {held.get(k)!r} there, {ident.get(k)!r} here" for k in keys
              if k != RESOLVED and held.get(k) != ident.get(k)]
     defaults = []
-    if skip == "options":
+    if skip == "options" and held.get("strategy") != ident.get("strategy"):
+        # another strategy's options are not comparable one by one
+        if held.get("options") != ident.get("options"):
+            parts.append(f"options: {held.get('options')!r} there, {ident.get('options')!r} here")
+    elif skip == "options":
         was, now = held[RESOLVED], ident.get(RESOLVED, {})
         for k in sorted(set(was) | set(now)):
             if was.get(k) != now.get(k):

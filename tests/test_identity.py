@@ -47,6 +47,7 @@ def test_tune_refuses_a_store_of_another_run_and_leaves_it(tmp_path, change, nam
     with pytest.raises(ConfigError, match="holds a run of another configuration") as e:
         _tune(tmp_path, **change)
     assert named in str(e.value) and str(tmp_path / "run" / "records.db") in str(e.value)
+    assert "default changed" not in str(e.value)  # nothing here is a default's doing
     assert _digest(first.store) == before
     assert _tune(tmp_path, budget={"trials": 16}).trials == 16  # the same run resumes
 
