@@ -52,8 +52,6 @@ class Surrogate:
     def fit(self, x: np.ndarray, y: np.ndarray) -> None:
         """x: (n, d) encoded configurations; y: (n,) log TFLOPS."""
         from botorch.fit import fit_gpytorch_mll
-        from botorch.models import SingleTaskGP
-        from botorch.models.transforms import Standardize
         from gpytorch.mlls import ExactMarginalLogLikelihood
 
         X = self.scale(x)
@@ -62,17 +60,7 @@ class Surrogate:
         gen = torch.Generator().manual_seed(self.seed + n)
         sub = torch.randperm(n, generator=gen)[: self.fit_points] if n > self.fit_points \
             else torch.arange(n)
-        likelihood = None
-        if self.noise_sd_max > 0:
-            from gpytorch.constraints import Interval
-            from gpytorch.likelihoods import GaussianLikelihood
-
-            sub_std = float(Y[sub].std()) if len(sub) > 1 else 1.0
-            cap = max((self.noise_sd_max / (sub_std or 1.0)) ** 2, 2e-6)  # standardised y
-            likelihood = GaussianLikelihood(noise_constraint=Interval(1e-6, cap))
-            likelihood.noise = cap / 2
-        model = SingleTaskGP(X[sub], Y[sub], likelihood=likelihood,
-                             outcome_transform=Standardize(m=1))
+        model = self._gp(X[sub], Y[sub])
         if self._hyper is not None:
             model.load_state_dict(self._hyper, strict=False)
         mll = ExactMarginalLogLikelihood(model.likelihood, model)
@@ -89,6 +77,8 @@ class Surrogate:
                        if k.startswith(("covar_module", "likelihood", "mean_module"))
                        and "_constraint." not in k}
         self.model = model
+        self._all_data_model = model if len(sub) == n else None
+        self.Y = Y
         # condition on all observations with the fitted hyperparameters (standardised y)
         self.y_mean, self.y_std = float(Y.mean()), float(Y.std()) if n > 1 else 1.0
         if not self.y_std > 0:
@@ -108,6 +98,34 @@ class Surrogate:
             K.diagonal().add_(self.noise + 1e-8)
             self.L = _cholesky(K)
             self.alpha = torch.cholesky_solve((ys - self.mean_const).unsqueeze(-1), self.L)
+
+    def _gp(self, X: torch.Tensor, Y: torch.Tensor) -> Any:
+        """An unfitted SingleTaskGP on (X, Y) with the noise cap, y standardised."""
+        from botorch.models import SingleTaskGP
+        from botorch.models.transforms import Standardize
+
+        likelihood = None
+        if self.noise_sd_max > 0:
+            from gpytorch.constraints import Interval
+            from gpytorch.likelihoods import GaussianLikelihood
+
+            y_std = float(Y.std()) if len(Y) > 1 else 1.0
+            cap = max((self.noise_sd_max / (y_std or 1.0)) ** 2, 2e-6)  # standardised y
+            likelihood = GaussianLikelihood(noise_constraint=Interval(1e-6, cap))
+            likelihood.noise = cap / 2
+        return SingleTaskGP(X, Y, likelihood=likelihood, outcome_transform=Standardize(m=1))
+
+    def botorch_model(self) -> Any:
+        """The fitted GP as a BoTorch model conditioned on every observation (for BoTorch's
+        acquisitions): the fitted model itself when it saw them all, else one on all of them
+        with the fitted hyperparameters (in its own standardisation of y, so its posterior
+        differs slightly from :meth:`predict`'s)."""
+        if self._all_data_model is None:
+            model = self._gp(self.X, self.Y)
+            model.load_state_dict(self._hyper, strict=False)
+            model.eval()
+            self._all_data_model = model
+        return self._all_data_model
 
     def _k(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():

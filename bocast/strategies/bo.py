@@ -5,8 +5,8 @@ Each round: fit the surrogate on the successful measurements and, once failures 
 the classifier on all attempted ones; build a pool of fresh uniform samples plus the feasible
 neighbours of the best configurations so far (never anything already proposed); optionally
 extend it by local search on the acquisition surface; score it with the chosen acquisition
-(``logei``, ``becbo`` or ``ts``, see :mod:`bocast.bo.acquisition`); return ``q`` picks. The first
-``n_init`` proposals are uniform samples.
+(``logei``, ``becbo``, ``ts`` or ``qlogei``, see :mod:`bocast.bo.acquisition`); return ``q``
+picks. The first ``n_init`` proposals are uniform samples.
 
 Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmark shows a gain):
 
@@ -63,7 +63,7 @@ from bocast.strategies.base import Strategy, StrategyError, register
 if TYPE_CHECKING:
     from bocast.bo.transfer import SourceModel
 
-ACQUISITIONS = ("logei", "becbo", "ts")
+ACQUISITIONS = ("logei", "becbo", "ts", "qlogei")
 Y_TRANSFORMS = ("log", "relative")
 
 
@@ -190,6 +190,9 @@ class BayesOpt(Strategy):
             beta = self.hyper["beta0"] / math.sqrt(1 + n_fail / 10)
             picks = acq.becbo(self.surrogate, pred, p_feas, clf.optimistic(xs, beta), best, n,
                               self.hyper["boundary_share"])
+        elif kind == "qlogei":
+            picks = acq.q_log_ei(self.surrogate, xs, torch.log(p_feas.clamp_min(1e-300)), best,
+                                 n, seed=int(torch.randint(2**31, (1,), generator=gen)))
         else:
             picks = acq.thompson(self.surrogate, x_pool, pred, clf, n, gen)
         self.last_round = {"pool": len(pool), "observations": len(ok), "best_y": best,

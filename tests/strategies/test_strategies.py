@@ -22,6 +22,7 @@ _SLOW = pytest.mark.slow
 VARIANTS = [("random", {}), ("bo", {"acquisition": "logei"}),
             ("bo", {"acquisition": "logei", "trust_region": 1}),
             ("bo", {"acquisition": "logei", "y_transform": "relative"}),
+            pytest.param("bo", {"acquisition": "qlogei"}, marks=_SLOW),
             pytest.param("bo", {"acquisition": "becbo"}, marks=_SLOW),
             pytest.param("bo", {"acquisition": "ts"}, marks=_SLOW),
             pytest.param("bo", {"acquisition": "logei", "classifier": "ensemble"}, marks=_SLOW)]
