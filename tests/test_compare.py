@@ -79,7 +79,8 @@ def test_compare_writes_tables_plot_records_and_json(tmp_path):
     ({"seeds": "x"}, "seeds: expected a number of seeds"),
     ({"baseline": "sa"}, "baseline: 'sa' is not one of the strategy labels"),
     ({"strategies": [{"name": "bo", "acquisition": "pi"}]},
-     "strategies[0] (bo): acquisition: expected one of ['logei', 'becbo', 'ts'], got 'pi'"),
+     "strategies[0] (bo): acquisition: expected one of ['logei', 'becbo', 'ts', 'qlogei'], "
+     "got 'pi'"),
     ({"strategies": [{"name": "tabu"}]}, "strategies[0] (tabu): name: unknown strategy 'tabu'"),
     ({"budget": {"trials": -1}}, "budget.trials: expected an integer between 1 and"),
     ({"strategies": [{"name": "bo", "batch_size": 0}]},

@@ -59,7 +59,7 @@ def _without(d, key):
     ({**GOOD, "budget": {"trials": 0}}, "budget.trials: expected an integer between 1 and"),
     ({**GOOD, "strategy": {"name": "annealing"}}, "strategy.name: unknown strategy 'annealing'"),
     ({**GOOD, "strategy": {"name": "bo", "acquisition": "ucb"}},
-     "strategy.acquisition: expected one of ['logei', 'becbo', 'ts'], got 'ucb'"),
+     "strategy.acquisition: expected one of ['logei', 'becbo', 'ts', 'qlogei'], got 'ucb'"),
     ({**GOOD, "workload": {**GOOD["workload"], "shape": [1024, 1024, 1024]}},
      "data/gemm_32_2048_1000 was recorded for workload"),
     ({**GOOD, "workload": {"op": "gemm", "shape": [1, 2]}}, "workload: gemm: shape needs 3"),

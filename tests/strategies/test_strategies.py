@@ -200,7 +200,8 @@ def test_bo_round_caps_torch_threads_and_restores_them(dataset, monkeypatch):
 
 @pytest.mark.parametrize("name, h, message", [
     ("nope", {}, "unknown strategy 'nope'"),
-    ("bo", {"acquisition": "pi"}, r"acquisition: expected one of \['logei', 'becbo', 'ts'\]"),
+    ("bo", {"acquisition": "pi"},
+     r"acquisition: expected one of \['logei', 'becbo', 'ts', 'qlogei'\]"),
     ("bo", {"learning_rate": 1}, r"unknown option\(s\) \['learning_rate'\]"),
     ("bo", {"threads": 0}, "threads: expected an integer between 1 and 1024, got 0"),
     ("bo", {"threads": True}, "threads: expected an integer between 1 and 1024, got True"),
