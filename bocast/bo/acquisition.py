@@ -30,21 +30,26 @@ import torch
 from bocast.bo.surrogate import Prediction, Surrogate, log_ei
 
 
+def _next_pick(score: torch.Tensor, picked: list[int]) -> int | None:
+    """The best-scored row not picked yet; None when only rows scored -inf are left (argmax
+    would return one of them, or a row already picked). ``score`` is modified."""
+    if picked:
+        score[picked] = -torch.inf
+    j = int(torch.argmax(score))
+    return None if score[j] == -torch.inf else j
+
+
 def kriging_believer(model: Surrogate, pred: Prediction, score, q: int) -> list[int]:
     """Greedy batch: ``score(mean, std) -> (m,)`` is re-evaluated after each pick with the
     variance reduced as if the pick had been observed at its mean. Rows scored -inf are never
-    picked: the batch ends early when only those are left (argmax would return one of them,
-    or a row already picked)."""
+    picked: the batch ends early when only those are left."""
     var = pred.var.clone()
     noise = model.noise * model.y_std ** 2
     picked: list[int] = []
     columns: list[tuple[torch.Tensor, torch.Tensor]] = []  # conditioned covariance, denominator
     for _ in range(min(q, len(var))):
-        s = score(pred.mean, var.sqrt())
-        if picked:
-            s[picked] = -torch.inf
-        j = int(torch.argmax(s))
-        if s[j] == -torch.inf:
+        j = _next_pick(score(pred.mean, var.sqrt()), picked)
+        if j is None:
             break
         picked.append(j)
         c = model.posterior_cov_with(j)
@@ -138,12 +143,9 @@ def q_log_ei(model: Surrogate, xs: torch.Tensor, log_pf: torch.Tensor, best: flo
         warnings.simplefilter("ignore")
         for _ in range(min(q, len(xs))):
             acq.set_X_pending(xs[picked] if picked else None)
-            score = torch.cat([acq(xs[i:i + chunk].unsqueeze(-2))
-                               for i in range(0, len(xs), chunk)]) + log_pf
-            if picked:
-                score[picked] = -torch.inf
-            j = int(torch.argmax(score))
-            if score[j] == -torch.inf:
+            j = _next_pick(torch.cat([acq(xs[i:i + chunk].unsqueeze(-2))
+                                      for i in range(0, len(xs), chunk)]) + log_pf, picked)
+            if j is None:
                 break
             picked.append(j)
     return picked
