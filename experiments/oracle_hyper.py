@@ -6,6 +6,9 @@ what it has measured (as always) and once with them fixed to those fitted on the
 far fewer trials to 95% of the optimum, the model's fit is where BO loses time; if not, the
 search itself (acquisition, batch) is.
 
+Expectation, written before the first run (2026-11-24): the oracle needs somewhat fewer trials,
+not half: conv2d about 35 (fitted: bo-q8-rel-n2's 45 over 50 seeds), 1024^3 about 28 (32).
+
     python experiments/oracle_hyper.py --seeds 20 --out experiments/results/oracle_hyper
 """
 
