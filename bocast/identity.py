@@ -7,8 +7,9 @@ batch size, the runner and the dataset, and (since 2026-11-24) ``resolved``: eve
 the value it took, defaults included, so that a default changed between two sessions stops a
 resumed run instead of changing its strategy half-way. A store written before ``resolved``
 existed is compared without it and then records it (the defaults of the session that resumes
-it: what it ran with before is not known). The budget is not part of it: a larger budget only
-adds trials.
+it: what it ran with before is not known). An option added to a strategy after a run began
+does not stop it while left at its default (new options are added switched off). The budget is
+not part of it: a larger budget only adds trials.
 """
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ def mismatch(held: Mapping[str, Any] | None, ident: Mapping[str, Any]) -> str | 
             parts.append(f"options: {held.get('options')!r} there, {ident.get('options')!r} here")
     elif skip == "options":
         was, now = held[RESOLVED], ident.get(RESOLVED, {})
+        given = ident.get("options", {})
         for k in sorted(set(was) | set(now)):
+            if k not in was and k not in given:
+                continue  # an option added since, left at its default: new options are off
             if was.get(k) != now.get(k):
                 parts.append(f"option {k}: {was.get(k)!r} there, {now.get(k)!r} here")
                 if k not in held.get("options", {}) and k not in ident.get("options", {}):

@@ -76,6 +76,21 @@ def test_a_changed_default_stops_a_resumed_run_and_says_so(tmp_path):
                  budget={"trials": 16}).trials == 16
 
 
+def test_an_option_added_since_the_run_began_does_not_stop_it_at_its_default(tmp_path):
+    first = _tune(tmp_path, strategy={"name": "ga"})
+    with _store(first.store) as store:  # as if "mutation" had not existed then
+        held = store.get_meta("run")
+        del held["resolved"]["mutation"]
+        store.set_meta("run", held)
+    assert _tune(tmp_path, strategy={"name": "ga"}, budget={"trials": 16}).trials == 16
+    with _store(first.store) as store:
+        held = store.get_meta("run")
+        del held["resolved"]["mutation"]
+        store.set_meta("run", held)
+    with pytest.raises(ConfigError, match="option mutation: None there, 0.2 here"):
+        _tune(tmp_path, strategy={"name": "ga", "mutation": 0.2})
+
+
 def test_a_store_from_before_resolved_options_resumes_and_records_them(tmp_path):
     first = _tune(tmp_path)
     with _store(first.store) as store:
