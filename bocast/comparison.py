@@ -280,7 +280,7 @@ def _replay_run(job) -> dict[str, Any]:
     from bocast.operator import from_workload
     from bocast.records import Store
     from bocast.strategies import make_strategy
-    from bocast.tuner import Trajectory, Tuner, best_so_far
+    from bocast.tuner import Trajectory, Tuner, best_so_far, first_reaching
 
     cfg, s, seed, path, trials = job
     interrupt.check()  # a job handed out as the command stopped
@@ -298,7 +298,7 @@ def _replay_run(job) -> dict[str, Any]:
     out = _curve(res, s["label"], seed, trials)
     out.update(optimum=ds.best_tflops, reference=(ds.reference or {}).get("tflops"),
                reference_what=(ds.reference or {}).get("what", ""), resumed_from=len(done),
-               trials_to_95pct=_first_at(out["curve"], 0.95 * ds.best_tflops)
+               trials_to_95pct=first_reaching(out["curve"], 0.95 * ds.best_tflops)
                if ds.best_tflops else None)
     return out
 
@@ -520,6 +520,8 @@ def _finished_run(op, s, seed: int, path: str, trials: int) -> dict | None:
 
 
 def _finish_live(plan, runs, missing, device, reference) -> tuple[list[dict], dict[str, Any]]:
+    from bocast.tuner import first_reaching
+
     order = [(s["label"], seed) for s, seed, _, _ in plan]
     runs.sort(key=lambda r: order.index((r["label"], r["seed"])))
     if not runs:
@@ -528,13 +530,9 @@ def _finish_live(plan, runs, missing, device, reference) -> tuple[list[dict], di
     for r in runs:
         r["optimum"], r["reference"] = best_known, reference["tflops"]
         r["reference_what"] = reference.get("what", "")
-        r["trials_to_95pct"] = _first_at(r["curve"], 0.95 * best_known)
+        r["trials_to_95pct"] = first_reaching(r["curve"], 0.95 * best_known)
     return runs, {"device": device, "reference": reference, "optimum_kind": "best known",
                   "missing": missing}
-
-
-def _first_at(curve: list[float], target: float) -> int | None:
-    return next((i + 1 for i, b in enumerate(curve) if b >= target), None)
 
 
 def _quartiles(v):
@@ -553,6 +551,7 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
     from scipy.stats import mannwhitneyu
 
     from bocast.records import provenance
+    from bocast.tuner import first_reaching
 
     labels = [s["label"] for s in cfg.strategies]
     optimum = runs[0]["optimum"]
@@ -581,8 +580,8 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
         if reference:
             per[lab]["median_best_vs_reference"] = per[lab]["median_best"][str(last)] / reference
         if base_target:
-            tb = [_first_at(r["curve"], 0.95 * base_target) or strat.get("trials", cfg.trials) + 1
-                  for r in rs]
+            tb = [first_reaching(r["curve"], 0.95 * base_target)
+                  or strat.get("trials", cfg.trials) + 1 for r in rs]
             per[lab]["median_trials_to_95pct_of_baseline"] = _quartiles(tb)[1]
     tests = {}
     if cfg.baseline:

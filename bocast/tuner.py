@@ -73,10 +73,7 @@ class Trajectory:
         target = target if target is not None else self.optimum
         if not target:
             return None
-        for i, b in enumerate(self.best_so_far):
-            if b >= fraction * target:
-                return i + 1
-        return None
+        return first_reaching(self.best_so_far, fraction * target)
 
     def summary(self) -> dict[str, Any]:
         out = {"trials": self.trials, "best_tflops": self.best_tflops,
@@ -105,6 +102,12 @@ def best_so_far(records: Sequence[Record], *, start: float = 0.0) -> list[float]
         best = max(best, r.tflops or 0.0) if r.ok else best
         out.append(best)
     return out
+
+
+def first_reaching(curve: Sequence[float], target: float) -> int | None:
+    """The first trial (1-based) at which a best-so-far ``curve`` reaches ``target``; None if
+    it never does."""
+    return next((i + 1 for i, b in enumerate(curve) if b >= target), None)
 
 
 def _count(values) -> dict[str, int]:

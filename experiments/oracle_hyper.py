@@ -54,8 +54,7 @@ def run(ds: ReplayDataset, seed: int, hyper: dict | None) -> int:
         s.surrogate._hyper = hyper
         with mock.patch("botorch.fit.fit_gpytorch_mll", lambda mll, **kw: mll):
             res = Tuner(s, ReplayMeasurer(ds), trials=BUDGET, batch_size=BATCH).run()
-    goal = 0.95 * ds.best_tflops
-    return next((i + 1 for i, b in enumerate(res.best_so_far) if b >= goal), BUDGET + 1)
+    return res.trials_to(0.95, ds.best_tflops) or BUDGET + 1
 
 
 def _iqr(v: list[int]) -> str:

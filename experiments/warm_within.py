@@ -11,14 +11,8 @@ from __future__ import annotations
 import argparse
 import os
 
-import numpy as np
-
 from bocast.records import Store
-
-
-def trials_to(curve: np.ndarray, target: float) -> int | None:
-    reached = np.flatnonzero(np.maximum.accumulate(curve) >= target)
-    return int(reached[0]) + 1 if len(reached) else None
+from bocast.tuner import best_so_far, first_reaching
 
 
 def main() -> None:
@@ -38,15 +32,15 @@ def main() -> None:
         curves = []
         for label in (args.cold, args.warm):
             store = Store.open(os.path.join(args.folder, f"{label}_seed{seed}.db"))
-            curves.append(np.array([r.tflops or 0.0 for r in store.records()]))
+            curves.append(best_so_far(store.records()))  # as the comparison counts: ok rows
         cold, warm = curves
         if len(cold) < args.budget:
             raise SystemExit(f"seed {seed}: the cold run has {len(cold)} trials, fewer than "
                              f"--budget {args.budget}")
-        best = float(cold[: args.budget].max())
-        hit = trials_to(warm, 0.95 * best)
+        best = cold[args.budget - 1]
+        hit = first_reaching(warm, 0.95 * best)
         met += hit is not None and hit <= args.within
-        print(f"| {seed} | {best:.1f} | {warm[: args.within].max():.1f} | "
+        print(f"| {seed} | {best:.1f} | {warm[min(args.within, len(warm)) - 1]:.1f} | "
               f"{hit if hit is not None else f'not in {len(warm)}'} |")
     print(f"\nwithin {args.within} trials: {met} of {len(args.seeds)} seeds")
 
