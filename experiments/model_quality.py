@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from functools import partial
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -34,19 +35,12 @@ TABLES = ["experiments/data/gemm_4096_4096_4096_v2", "experiments/data/gemm_1024
           "experiments/data/conv2d_16_14_14_256_256_3_3_1_1_1"]
 
 
-def _gp(bounds, x_tr, y_tr, x_te, seed):
+def _gp(bounds, x_tr, y_tr, x_te, seed, *, transform):
     from bocast.bo.surrogate import Surrogate
+    from bocast.strategies.bo import gp_target
 
     s = Surrogate(bounds, seed=seed)
-    s.fit(x_tr, np.log(y_tr))
-    return s.predict(x_te).mean.numpy()
-
-
-def _gp_rel(bounds, x_tr, y_tr, x_te, seed):
-    from bocast.bo.surrogate import Surrogate
-
-    s = Surrogate(bounds, seed=seed)
-    s.fit(x_tr, y_tr / y_tr.max())
+    s.fit(x_tr, gp_target(y_tr, transform))
     return s.predict(x_te).mean.numpy()
 
 
@@ -58,7 +52,8 @@ def _tree(bounds, x_tr, y_tr, x_te, seed):
     return m.predict(x_te)
 
 
-MODELS = {"gp": _gp, "gp-rel": _gp_rel, "tree": _tree}
+MODELS = {"gp": partial(_gp, transform="log"), "gp-rel": partial(_gp, transform="relative"),
+          "tree": _tree}
 METRICS = ("spearman", "topk_recall", "topk_best")
 
 

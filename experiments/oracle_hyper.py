@@ -27,6 +27,7 @@ from bocast.measure.replay import ReplayDataset, ReplayMeasurer
 from bocast.operator import from_workload
 from bocast.records import load_dataset, provenance
 from bocast.strategies import make_strategy
+from bocast.strategies.bo import gp_target
 from bocast.tuner import Tuner
 
 TABLES = ["experiments/data/exhaustive/conv2d_16_14_14_256_256_3_3_1_1_1_v2",
@@ -41,7 +42,7 @@ def oracle_hyper(ds: ReplayDataset, points: int) -> dict:
     ok = [c for c in ds.configs if ds.record(c).ok]
     y = np.array([ds.record(c).tflops for c in ok])
     s.surrogate.fit_points = points
-    s.surrogate.fit(s._inputs(ok), y / y.max())
+    s.surrogate.fit(s._inputs(ok), gp_target(y, BO["y_transform"]))
     return s.surrogate._hyper
 
 

@@ -67,6 +67,14 @@ ACQUISITIONS = ("logei", "becbo", "ts", "qlogei")
 Y_TRANSFORMS = ("log", "relative")
 
 
+def gp_target(tflops: np.ndarray, transform: str) -> np.ndarray:
+    """The GP's y of measured TFLOPS (``(n,)``, all > 0) under option ``y_transform``: log
+    TFLOPS, or TFLOPS over the largest of them ("relative")."""
+    if transform == "relative":
+        return tflops / tflops.max()
+    return np.log(tflops)
+
+
 @register
 class BayesOpt(Strategy):
     name = "bo"
@@ -165,7 +173,8 @@ class BayesOpt(Strategy):
         if not pool:
             return []
         x_ok = self._inputs([self.config_of(r) for r in ok])
-        y_ok = self._y(np.array([r.tflops for r in ok], dtype=float))
+        y_ok = gp_target(np.array([r.tflops for r in ok], dtype=float),
+                         self.hyper["y_transform"])
         self.surrogate.fit(x_ok, y_ok)
         attempted = [r for r in self.history if r.status is not Status.INVALID]
         labels = np.array([1.0 if r.ok else 0.0 for r in attempted])
@@ -199,12 +208,6 @@ class BayesOpt(Strategy):
                            "failures_seen": int((labels == 0).sum()),
                            "local_search_added": len(climbed)}
         return [pool[i] for i in picks]
-
-    def _y(self, tflops: np.ndarray) -> np.ndarray:
-        """The GP's y of measured TFLOPS (option ``y_transform``)."""
-        if self.hyper["y_transform"] == "relative":
-            return tflops / tflops.max()
-        return np.log(tflops)
 
     def _first_batch(self, n: int, source: SourceModel) -> list:
         """Warm start: ``n`` picks of LogEI on the source model (Kriging believer) over a
