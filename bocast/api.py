@@ -153,7 +153,6 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
     from bocast import config as cfgmod
     from bocast import identity
     from bocast.candidates import SpaceCandidates
-    from bocast.records import Store
     from bocast.schema import check_writable
     from bocast.strategies import make_strategy
 
@@ -172,15 +171,9 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
             candidates = SpaceCandidates(op.space, op.workload)
         strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **cfg.strategy_options)
         check_writable(cfg.output, "output", directory=True)
-        path_db = f"{cfg.output}/records.db"
-        store = Store(path_db, op.workload)
-        try:  # a store of another run is never resumed as this one
-            identity.check(store, identity.run_identity(
-                strategy=cfg.strategy, options=cfg.strategy_options, seed=cfg.seed,
-                batch_size=cfg.batch_size, runner=cfg.runner, dataset=cfg.dataset), path_db)
-        except InputError:
-            store.close()
-            raise
+        store = identity.open_store(f"{cfg.output}/records.db", op.workload, identity.run_identity(
+            strategy=cfg.strategy, options=cfg.strategy_options, seed=cfg.seed,
+            batch_size=cfg.batch_size, runner=cfg.runner, dataset=cfg.dataset))
     except InputError as e:
         if path is None:
             raise
@@ -289,7 +282,6 @@ def create_study(workload: Mapping[str, Any] | Options, *, strategy: str | Optio
     from bocast import config as cfgmod
     from bocast import identity
     from bocast.candidates import SpaceCandidates
-    from bocast.records import Store
     from bocast.schema import SEED, ConfigError
     from bocast.strategies import make_strategy
 
@@ -301,16 +293,11 @@ def create_study(workload: Mapping[str, Any] | Options, *, strategy: str | Optio
     if extra:
         raise ConfigError(f"strategy: {extra} are not options of a strategy")
     strat = make_strategy(name, SpaceCandidates(op.space, op.workload), seed=seed, **options)
-    db = None
-    if store is not None:
-        db = Store(os.fspath(store), op.workload)
-        try:  # ask/tell has no fixed batch: the identity leaves it out
-            identity.check(db, identity.run_identity(
-                strategy=name, options=options, seed=seed, batch_size=None, runner="study",
-                dataset=None), os.fspath(store))
-        except ConfigError:
-            db.close()
-            raise
+    # ask/tell has no fixed batch: the identity leaves it out
+    db = None if store is None else identity.open_store(
+        os.fspath(store), op.workload, identity.run_identity(
+            strategy=name, options=options, seed=seed, batch_size=None, runner="study",
+            dataset=None))
     return Study(op, strat, db)
 
 

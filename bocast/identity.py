@@ -17,9 +17,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bocast.schema import ConfigError
+
+if TYPE_CHECKING:
+    from bocast.records import Store
 
 RESOLVED = "resolved"
 
@@ -83,3 +86,17 @@ def check(store: Any, ident: dict[str, Any], path: str, *, write: bool = True) -
         raise ConfigError(f"{path} {problem}")
     if write and held != ident:
         store.set_meta("run", ident)
+
+
+def open_store(path: str, workload: Mapping[str, Any], ident: dict[str, Any]) -> Store:
+    """The record store at ``path`` (created if missing), checked with :func:`check`; closed
+    again, and the error raised, if it holds another run."""
+    from bocast.records import Store
+
+    store = Store(path, workload)
+    try:
+        check(store, ident, path)
+    except ConfigError:
+        store.close()
+        raise
+    return store
