@@ -1,13 +1,19 @@
-"""Warm start from other shapes' records of the same operator (issue 11, "transfer").
+"""Warm start from other shapes' records (issue 11, "transfer").
 
 A *source* is a recorded dataset (prefix) or a record store of the target's operator, space,
-dtype and layout on another (or the same) shape. Its successful rows become one source model:
+dtype and layout on another (or the same) shape, or of another operator that runs the same
+Tensor Core matmul schedule (:func:`same_schedule`: a convolution is an implicit GEMM, a bmm a
+batched one, and space v2 gives each the GEMM's knobs). Its successful rows become one source
+model:
 
 - **Translation.** A source configuration is carried into the target's space by keeping every
   knob and, in each split, every level but the outermost; the outermost (thread blocks, or
   k tiles) is recomputed for the target's extent. A 128 x 128 block tile of 4 warps stays that
   tile; only the grid changes. Rows whose inner levels do not divide the target's extent are
-  dropped. Feasibility in the target is not required: the model only needs the encoding.
+  dropped. Feasibility in the target is not required: the model only needs the encoding. A
+  choice knob the source's operator lacks (bmm's ``batch_bind`` under GEMM records) takes its
+  first value: a column no source varies is left out of the model (below), so the value says
+  nothing; knobs only the source has are dropped.
 - **Model.** One GP (:class:`~bocast.bo.surrogate.Surrogate`, fixed seed, the same for every
   run) on the translated rows in the target's model inputs, y = log TFLOPS z-scored per source
   workload (shapes run at different speeds; only the ranking transfers). Columns that no
@@ -24,6 +30,7 @@ neither count against the budget nor keep a configuration from being proposed an
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -105,19 +112,28 @@ def _ok_rows(path: str, op) -> list[tuple[Config, float]]:
 
 
 def translate(config: Config, target: Space) -> Config | None:
-    """``config`` of a source's space (the same knobs) carried into ``target``: splits keep
-    their inner levels and take the outermost from the target's extent (None when the inner
-    levels do not divide it, or the result is not a structural configuration of ``target``)."""
+    """``config`` of a source's space carried into ``target``: splits keep their inner levels
+    and take the outermost from the target's extent, a choice knob the source lacks takes its
+    first value, knobs ``target`` lacks are dropped (None when the inner levels do not divide
+    the extent, or the result is not a structural configuration of ``target``)."""
+    if any(n not in config for n in target.conditioning):
+        return None
     cond = {n: config[n] for n in target.conditioning}
-    out = dict(config)
+    out = {}
     for k in target.knobs:
         v = config.get(k.name)
-        if isinstance(k, Split) and v is not None:
+        if k.name not in config:
+            if isinstance(k, Split):
+                return None
+            out[k.name] = k.domain(cond)[0] if k.is_active(cond) else None
+        elif isinstance(k, Split) and v is not None:
             inner = math.prod(v[1:])
             extent = k.extent_for(cond)
             if extent % inner:
                 return None
             out[k.name] = (extent // inner, *v[1:])
+        else:
+            out[k.name] = v
     return None if target.structural_violations(out) else out
 
 
@@ -133,13 +149,18 @@ def load_sources(paths: Sequence[str], target_op) -> list[Source]:
         got = canonical_workload(workload)
         differs = sorted(k for k in set(got) | set(want)
                          if k != "shape" and got.get(k) != want.get(k))
-        if differs:
+        src_op = None
+        if differs and got.get("op") != want.get("op") and got.get("space") == want.get("space"):
+            with contextlib.suppress(WorkloadError):  # it may still run the same schedule
+                src_op = from_workload(workload)
+        if differs and not (src_op is not None and same_schedule(src_op, target_op)):
             raise WarmStartError(
                 f"warm_start: {path} holds records of {_describe(got)}, not of the target's "
                 f"{_describe(want)} ({', '.join(differs)} differ); a source must be the same "
-                "operator on another shape")
+                "operator on another shape, or another operator on the same Tensor Core "
+                "matmul (space, dtypes, operand layout)")
         try:
-            src_op = from_workload(workload)
+            src_op = src_op or from_workload(workload)
         except WorkloadError as e:
             raise WarmStartError(f"warm_start: {path}: {e}") from None
         rows = _ok_rows(path, src_op)
@@ -156,6 +177,20 @@ def load_sources(paths: Sequence[str], target_op) -> list[Source]:
                                  f"target's shape {list(target_op.workload['shape'])}")
         out.append(Source(path, got, configs, np.array(ys), len(rows) - len(configs)))
     return out
+
+
+def same_schedule(a, b) -> bool:
+    """Whether operators ``a`` and ``b`` run the same Tensor Core matmul schedule: both are
+    matmuls of one space (the same split knobs) with the same dtypes and operand layout, so a
+    block tile of one is a block tile of the other."""
+    ma, mb = getattr(a, "matmul", None), getattr(b, "matmul", None)
+    if ma is None or mb is None:
+        return False
+    splits = {k.name for k in b.space.knobs if isinstance(k, Split)}
+    return ((ma.space, ma.in_dtype, ma.acc_dtype, ma.trans_b)
+            == (mb.space, mb.in_dtype, mb.acc_dtype, mb.trans_b)
+            and a.workload.get("dtype") == b.workload.get("dtype")
+            and splits <= {k.name for k in a.space.knobs})
 
 
 def _describe(w: Mapping[str, Any]) -> str:

@@ -35,7 +35,8 @@ Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmar
   CGA's trees (which fit the relative scale) 0.92
   (experiments/results/model_quality_exhaustive.md).
   ``noise_sd_max`` is then a fraction of the best kernel.
-- ``warm_start: [sources]``: records of the same operator on other shapes (dataset prefixes or
+- ``warm_start: [sources]``: records of the same operator on other shapes, or of another
+  operator on the same matmul schedule (GEMM records for a conv2d; dataset prefixes or
   record stores) as a source model (:mod:`bocast.bo.transfer`). Its mean is one more input of
   the GP, and the first batch is picked by LogEI on it over the candidates (a uniform pool plus
   the best source rows that the candidates contain, and their neighbours) instead of uniform
@@ -114,7 +115,8 @@ class BayesOpt(Strategy):
               doc="trust_region: relative gain over the last counted best that counts as "
                   "an improvement (resets the radius)"),
         Field("warm_start", list, [],
-              doc="dataset prefixes or record stores of the operator on other shapes"),
+              doc="dataset prefixes or record stores of the operator on other shapes (or of "
+                  "another operator on the same matmul schedule)"),
         Field("warm_start_points", int, 1024, min=3, max=100_000,
               doc="warm_start: source rows the source model conditions on (a fixed subset)"),
     ), noun="option")

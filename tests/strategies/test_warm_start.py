@@ -130,3 +130,50 @@ def test_warm_start_needs_the_targets_workload(source):
                       warm_start=[source], **FAST)
     picks = s.ask(4)  # live candidates: the best source rows that are feasible join the pool
     assert len(picks) == 4 and not any(OP1024.space.validate_many(picks))
+
+
+# --- another operator on the same matmul schedule: GEMM records for conv2d and bmm ----------
+TCONV = "experiments/data/exhaustive/conv2d_16_14_14_256_256_3_3_1_1_1_v2"
+OPCONV = get_operator("conv2d").from_args((16, 14, 14, 256, 256, 3, 3, 1, 1, 1))
+OPBMM = get_operator("bmm").from_args((12, 512, 512, 64))
+
+
+def test_a_gemm_block_tile_is_the_same_tile_in_a_conv2d_and_a_bmm():
+    gemm = {**BEST_4096, "tile_i": (64, 2, 2)}  # 64 x 128 block tile, BK 32
+    conv = translate(gemm, OPCONV.space)  # M = 16*14*14 = 3136 rows, K = 3*3*256 = 2304
+    assert conv["tile_i"] == (3136 // 64, 2, 2) and conv["tile_k"] == (2304 // 32, 2)
+    assert conv["tile_j"] == (256 // 128, 2, 4)
+    assert translate(conv, OP4096.space) == gemm
+    bmm = translate(gemm, OPBMM.space)  # a knob GEMM lacks takes its first value
+    assert bmm["batch_bind"] == OPBMM.space.knob("batch_bind").choices[0]
+    assert bmm["tile_k"] == (64 // 32, 2) and bmm["tile_i"] == (512 // 64, 2, 2)
+    assert translate(bmm, OP4096.space) == gemm  # and a knob the target lacks is dropped
+    assert translate(BEST_4096, OPCONV.space) is None  # 128 rows do not divide 3136
+
+
+def test_gemm_records_warm_start_a_conv2d(source):
+    conv = ReplayDataset(TCONV, OPCONV)
+    s = make_strategy("bo", conv.candidates(), seed=0, warm_start=[source], **FAST)
+    picks = s.ask(8)
+    assert len(picks) == 8 and s.last_round["warm_start"]
+    assert not any(OPCONV.space.validate_many(picks))
+    # its model: the GEMM rows that fit the convolution's extents, in its space
+    assert s.source.sources[0].dropped > 0 and s.source.configs
+    assert all(not OPCONV.space.structural_violations(c) for c in s.source.configs)
+
+
+@pytest.mark.parametrize("change, differ", [
+    ({"dtype": "fp16:fp16"}, "dtype, layout, op differ"),
+    ({"space": "v1"}, "layout, op, space differ"),
+])
+def test_another_operators_records_must_share_the_matmul(source, tmp_path, change, differ):
+    df, meta = load_dataset(source)
+    src = str(tmp_path / "other")
+    df.to_csv(src + ".csv.gz", index=False)
+    with open(src + ".json", "w") as f:
+        json.dump({**meta, "workload": {**meta["workload"], **change}}, f)
+    conv = ReplayDataset(TCONV, OPCONV)
+    with pytest.raises(StrategyError, match=re.escape(
+            f"({differ}); a source must be the same operator on another shape, or another "
+            "operator on the same Tensor Core matmul (space, dtypes, operand layout)")):
+        make_strategy("bo", conv.candidates(), seed=0, warm_start=[src], **FAST)
