@@ -23,6 +23,9 @@ model:
 - **Use.** The target GP gets the source model's mean as one extra input column (the target's
   data decide through its lengthscale how far to trust it), and the first batch is chosen by
   LogEI on the source model over the target's candidates (:class:`~bocast.strategies.bo.BayesOpt`).
+  Heron's CGA (``cga``) has the same option without a model: its first population is the best
+  source rows the candidates contain (:func:`ranked_configs`), so a comparison can give both
+  strategies the same records.
 
 Source rows never become the target's trials: they are not told to the strategy, so they
 neither count against the budget nor keep a configuration from being proposed and measured.
@@ -43,7 +46,14 @@ import numpy as np
 
 from bocast.errors import InputError
 from bocast.records import dataset_csv
+from bocast.schema import Field
 from bocast.space import Config, Space, Split
+
+#: the option of every strategy that can start from other records (bo, cga)
+WARM_START_OPTION = Field(
+    "warm_start", list, [],
+    doc="dataset prefixes or record stores of the operator on other shapes (or of another "
+        "operator on the same matmul schedule)")
 
 #: the fitted source models of this process, by what they are made of (every seed of a
 #: comparison shares one); small: a comparison has one or two
@@ -264,6 +274,22 @@ def source_model(paths: Sequence[str], target_op, features, *, points: int,
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[key] = model
     return _CACHE[key]
+
+
+def ranked_configs(paths: Sequence[str], target_op) -> list[Config]:
+    """Every source row translated into ``target_op``'s space, best first by its z-score within
+    its workload, each configuration once: the model-free use of the sources (the CGA seeds its
+    first population with the head of it)."""
+    sources = load_sources(paths, target_op)
+    z = np.concatenate([_zscores(sources, s) for s in sources])
+    configs = [c for s in sources for c in s.configs]
+    out, seen = [], set()
+    for i in np.argsort(-z, kind="stable"):
+        key = Space.key(configs[i])
+        if key not in seen:
+            seen.add(key)
+            out.append(configs[i])
+    return out
 
 
 def _stamp(path: str) -> tuple:

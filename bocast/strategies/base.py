@@ -86,6 +86,23 @@ class Strategy(ABC):
     def fresh_samples(self, n: int) -> list[Config]:
         return self.candidates.sample(n, self.rng, self.proposed)
 
+    def warm_start_target(self, paths) -> Any:
+        """The target operator of a ``warm_start`` option's ``paths`` (checked here, for every
+        strategy that has the option; :mod:`bocast.bo.transfer`)."""
+        from bocast.operator import WorkloadError, from_workload
+
+        where = f"strategy {self.name!r}: "
+        if not all(isinstance(p, str) and p for p in paths):
+            raise StrategyError(f"{where}warm_start: expected a list of dataset prefixes or "
+                                f"record store paths, got {paths!r}")
+        if self.candidates.workload is None:
+            raise StrategyError(f"{where}warm_start needs the target's workload (candidates "
+                                "made without one)")
+        try:
+            return from_workload(self.candidates.workload)
+        except WorkloadError as e:
+            raise StrategyError(f"{where}{e}") from None
+
 
 def typed_options(name: str) -> type[Any]:
     """The typed options of strategy ``name``: a frozen dataclass of its :attr:`Strategy.options`

@@ -55,6 +55,7 @@ import torch
 from bocast.bo import acquisition as acq
 from bocast.bo.feasibility import make_classifier
 from bocast.bo.surrogate import Surrogate
+from bocast.bo.transfer import WARM_START_OPTION
 from bocast.features import FEATURES_OPTION
 from bocast.measure.status import Status
 from bocast.schema import Field, Section
@@ -114,9 +115,7 @@ class BayesOpt(Strategy):
         Field("trust_region_gain", float, 0.0, min=0, max=1,
               doc="trust_region: relative gain over the last counted best that counts as "
                   "an improvement (resets the radius)"),
-        Field("warm_start", list, [],
-              doc="dataset prefixes or record stores of the operator on other shapes (or of "
-                  "another operator on the same matmul schedule)"),
+        WARM_START_OPTION,
         Field("warm_start_points", int, 1024, min=3, max=100_000,
               doc="warm_start: source rows the source model conditions on (a fixed subset)"),
     ), noun="option")
@@ -137,22 +136,14 @@ class BayesOpt(Strategy):
 
     def _source_model(self, paths):
         from bocast.bo.transfer import WarmStartError, source_model
-        from bocast.operator import WorkloadError, from_workload
 
-        where = f"strategy {self.name!r}: "
-        if not all(isinstance(p, str) and p for p in paths):
-            raise StrategyError(f"{where}warm_start: expected a list of dataset prefixes or "
-                                f"record store paths, got {paths!r}")
-        if self.candidates.workload is None:
-            raise StrategyError(f"{where}warm_start needs the target's workload (candidates "
-                                "made without one)")
+        target = self.warm_start_target(paths)
         try:
-            target = from_workload(self.candidates.workload)
             return source_model(paths, target, self.features,
                                 points=self.hyper["warm_start_points"],
                                 maxiter=self.hyper["fit_maxiter"])
-        except (WarmStartError, WorkloadError) as e:
-            raise StrategyError(f"{where}{e}") from None
+        except WarmStartError as e:
+            raise StrategyError(f"strategy {self.name!r}: {e}") from None
 
     def _inputs(self, configs) -> np.ndarray:
         """The GP's inputs: the features, then (warm start) the source model's mean."""

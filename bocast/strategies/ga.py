@@ -22,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from bocast.bo.transfer import WARM_START_OPTION
 from bocast.features import FEATURES_OPTION
 from bocast.measure.status import Status
 from bocast.schema import Field, Section
 from bocast.space import Config, Space
-from bocast.strategies.base import Strategy, register
+from bocast.strategies.base import Strategy, StrategyError, register
 
 
 class TreeCostModel:
@@ -95,6 +96,8 @@ class ConstrainedGA(Strategy):
         # the cost model's inputs, BO's option; with derived, a knob's importance for choosing
         # keys includes its share of the derived columns computed from it
         FEATURES_OPTION,
+        # the same records BO can start from; here they seed the first round (no model)
+        WARM_START_OPTION,
     ), noun="option")
 
     def __init__(self, candidates, *, seed=0, **hyper):
@@ -102,6 +105,32 @@ class ConstrainedGA(Strategy):
         self.features = self.model_inputs()
         self.model = TreeCostModel(seed)
         self.population: list[Config] = []
+        self.ranked: list[Config] = self._ranked(self.hyper["warm_start"]) \
+            if self.hyper["warm_start"] else []
+
+    def _ranked(self, paths) -> list[Config]:
+        from bocast.bo.transfer import WarmStartError, ranked_configs
+
+        target = self.warm_start_target(paths)
+        try:
+            return ranked_configs(paths, target)
+        except WarmStartError as e:
+            raise StrategyError(f"strategy {self.name!r}: {e}") from None
+
+    def _seeds(self, n: int) -> list[Config]:
+        """Warm start: the ``n`` best source rows not yet proposed, each as the closest
+        configuration the candidates hold (a table's fixed knobs, e.g. its raster, replace the
+        source's; live, an infeasible row is skipped)."""
+        out: list[Config] = []
+        seen = set(self.proposed)
+        for c in self.ranked:
+            if len(out) >= n:
+                break
+            p = self.candidates.project(c)
+            if p is not None and Space.key(p) not in seen:
+                seen.add(Space.key(p))
+                out.append(p)
+        return out
 
     def _predict(self, configs: list[Config]) -> np.ndarray:
         return self.model.predict(self.features(configs)) if configs else np.zeros(0)
@@ -136,7 +165,8 @@ class ConstrainedGA(Strategy):
     def _ask(self, n):
         self._train()
         if self.model.model is None:  # nothing measured yet: Heron's first round is random
-            return self.fresh_samples(n)
+            seeded = self._seeds(n)
+            return seeded + self.fresh_samples(n - len(seeded))
         pop_size = self.hyper["pop_size"]
         best = sorted((r for r in self.history if r.ok and r.tflops),
                       key=lambda r: -(r.tflops or 0.0))

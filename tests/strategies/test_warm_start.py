@@ -102,6 +102,7 @@ def test_the_target_model_sees_the_source_mean_as_one_more_input(target, source)
     assert s.surrogate.X.shape[1] == s.features.bounds().shape[1] + 1
 
 
+@pytest.mark.parametrize("strategy", ["bo", "cga"])
 @pytest.mark.parametrize("paths, message", [
     (["experiments/data/bmm_12_512_512_64"],
      "holds records of bmm (dtype fp16:fp32, layout NT, space v1), not of the target's gemm"),
@@ -112,9 +113,10 @@ def test_the_target_model_sees_the_source_mean_as_one_more_input(target, source)
     ("experiments/data/gemm_4096_4096_4096_v2", "warm_start: expected a list, got"),
     ([3], "warm_start: expected a list of dataset prefixes or record store paths, got [3]"),
 ])
-def test_bad_sources_name_the_problem(target, paths, message):
+def test_bad_sources_name_the_problem(target, paths, message, strategy):
+    fast = FAST if strategy == "bo" else {}
     with pytest.raises(StrategyError, match=re.escape(message)):
-        make_strategy("bo", target.candidates(), seed=0, warm_start=paths, **FAST)
+        make_strategy(strategy, target.candidates(), seed=0, warm_start=paths, **fast)
 
 
 def test_a_source_without_ok_rows_is_refused(target, tmp_path):
@@ -177,3 +179,28 @@ def test_another_operators_records_must_share_the_matmul(source, tmp_path, chang
             f"({differ}); a source must be the same operator on another shape, or another "
             "operator on the same Tensor Core matmul (space, dtypes, operand layout)")):
         make_strategy("bo", conv.candidates(), seed=0, warm_start=[src], **FAST)
+
+
+# --- the CGA's warm start: its first round is the best source rows the target contains -------
+def test_the_cga_starts_from_the_best_source_rows(target, source):
+    from bocast.bo.transfer import ranked_configs
+
+    s = make_strategy("cga", target.candidates(), seed=0, warm_start=[source])
+    first = s.ask(8)
+    # best first: the source's best row, translated, with the 1024^3 table's raster (1, the
+    # 4096^3 table's is 16), heads the first round
+    df, _ = load_dataset(source)
+    top = translate(ReplayDataset(source, OP4096).configs[int(np.argmax(df.tflops))], OP1024.space)
+    assert top["raster"] == 16 and Space.key(first[0]) == Space.key({**top, "raster": 1})
+    ranked = [{**c, "raster": 1} for c in ranked_configs([source], OP1024)]
+    assert [Space.key(c) for c in first] == [Space.key(c) for c in ranked[:8]]
+    assert all(s.candidates.contains(c) for c in first)
+    # after the first round the tree model takes over; the seeds are not proposed again
+    s.tell([target.record(c) for c in first])
+    assert s.ask(8) and s.model.model is not None
+
+
+def test_a_cold_cga_is_unchanged_by_the_option_left_empty(target):
+    a = make_strategy("cga", target.candidates(), seed=5)
+    b = make_strategy("cga", target.candidates(), seed=5, warm_start=[])
+    assert [Space.key(c) for c in a.ask(8)] == [Space.key(c) for c in b.ask(8)]
