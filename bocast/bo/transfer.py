@@ -24,8 +24,9 @@ model:
   data decide through its lengthscale how far to trust it), and the first batch is chosen by
   LogEI on the source model over the target's candidates (:class:`~bocast.strategies.bo.BayesOpt`).
   Heron's CGA (``cga``) has the same option without a model: its first population is the best
-  source rows the candidates contain (:func:`ranked_configs`), so a comparison can give both
-  strategies the same records.
+  source rows (:func:`ranked_configs`, :func:`best_rows`), so a comparison can give both
+  strategies the same records. BO's ``warm_start_top: k`` puts the same k rows first in its
+  first batch.
 
 Source rows never become the target's trials: they are not told to the strategy, so they
 neither count against the budget nor keep a configuration from being proposed and measured.
@@ -215,6 +216,7 @@ class SourceModel:
         from bocast.bo.surrogate import Surrogate
 
         self.sources = list(sources)
+        self.ranked = _ranked(sources)  # every row, best first (before the subset below)
         configs = [c for s in sources for c in s.configs]
         y = np.concatenate([_zscores(sources, s) for s in sources])
         x = features(configs)
@@ -278,9 +280,11 @@ def source_model(paths: Sequence[str], target_op, features, *, points: int,
 
 def ranked_configs(paths: Sequence[str], target_op) -> list[Config]:
     """Every source row translated into ``target_op``'s space, best first by its z-score within
-    its workload, each configuration once: the model-free use of the sources (the CGA seeds its
-    first population with the head of it)."""
-    sources = load_sources(paths, target_op)
+    its workload, each configuration once: the model-free use of the sources."""
+    return _ranked(load_sources(paths, target_op))
+
+
+def _ranked(sources: Sequence[Source]) -> list[Config]:
     z = np.concatenate([_zscores(sources, s) for s in sources])
     configs = [c for s in sources for c in s.configs]
     out, seen = [], set()
@@ -289,6 +293,22 @@ def ranked_configs(paths: Sequence[str], target_op) -> list[Config]:
         if key not in seen:
             seen.add(key)
             out.append(configs[i])
+    return out
+
+
+def best_rows(ranked: Sequence[Config], candidates, exclude: set[str], n: int) -> list[Config]:
+    """The ``n`` first of ``ranked`` not in ``exclude``, each as the closest configuration the
+    candidates hold (a table's fixed knobs, e.g. its raster, replace the source's; live, an
+    infeasible row is skipped)."""
+    out: list[Config] = []
+    seen = set(exclude)
+    for c in ranked:
+        if len(out) >= n:
+            break
+        p = candidates.project(c)
+        if p is not None and Space.key(p) not in seen:
+            seen.add(Space.key(p))
+            out.append(p)
     return out
 
 

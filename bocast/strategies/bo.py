@@ -116,6 +116,9 @@ class BayesOpt(Strategy):
               doc="trust_region: relative gain over the last counted best that counts as "
                   "an improvement (resets the radius)"),
         WARM_START_OPTION,
+        Field("warm_start_top", int, 0, min=0, max=100_000,
+              doc="warm_start: the first batch starts with this many of the best source rows "
+                  "(as the CGA's warm start), the rest picked on the source model"),
         Field("warm_start_points", int, 1024, min=3, max=100_000,
               doc="warm_start: source rows the source model conditions on (a fixed subset)"),
     ), noun="option")
@@ -203,10 +206,18 @@ class BayesOpt(Strategy):
         return [pool[i] for i in picks]
 
     def _first_batch(self, n: int, source: SourceModel) -> list:
-        """Warm start: ``n`` picks of LogEI on the source model (Kriging believer) over a
-        uniform pool plus the best source rows the candidates contain and their neighbours."""
-        pool = self.fresh_samples(self.hyper["pool_size"])
-        seen = set(self.proposed) | {Space.key(c) for c in pool}
+        """Warm start: the ``warm_start_top`` best source rows, then LogEI on the source model
+        (Kriging believer) over a uniform pool plus the best source rows the candidates contain
+        and their neighbours."""
+        from bocast.bo.transfer import best_rows
+
+        top = best_rows(source.ranked, self.candidates, self.proposed,
+                        min(n, self.hyper["warm_start_top"]))
+        n -= len(top)
+        taken = set(self.proposed) | {Space.key(c) for c in top}
+        pool = [c for c in self.fresh_samples(self.hyper["pool_size"])
+                if Space.key(c) not in taken]
+        seen = taken | {Space.key(c) for c in pool}
         for c in source.top(max(self.hyper["incumbents"], n)):
             if not self.candidates.contains(c):  # infeasible for the target, or not in its table
                 continue
@@ -215,14 +226,15 @@ class BayesOpt(Strategy):
                 if key not in seen:
                     seen.add(key)
                     pool.append(nb)
-        if not pool:
-            return []
+        self.last_round = {"pool": len(pool), "observations": 0, "warm_start": True,
+                           "warm_start_top": len(top)}
+        if not pool or n <= 0:
+            return top
         model = source.surrogate
         pred = model.predict(self.features(pool)[:, source.columns])
         picks = acq.constrained_logei(model, pred, torch.ones(len(pool), dtype=pred.mean.dtype),
                                       source.best, n)
-        self.last_round = {"pool": len(pool), "observations": 0, "warm_start": True}
-        return [pool[i] for i in picks]
+        return top + [pool[i] for i in picks]
 
     def _constrained_log_ei(self, configs: list, clf, best: float) -> np.ndarray:
         x = self._inputs(configs)

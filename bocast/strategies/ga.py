@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from bocast.bo.transfer import WARM_START_OPTION
+from bocast.bo.transfer import WARM_START_OPTION, best_rows
 from bocast.features import FEATURES_OPTION
 from bocast.measure.status import Status
 from bocast.schema import Field, Section
@@ -117,21 +117,6 @@ class ConstrainedGA(Strategy):
         except WarmStartError as e:
             raise StrategyError(f"strategy {self.name!r}: {e}") from None
 
-    def _seeds(self, n: int) -> list[Config]:
-        """Warm start: the ``n`` best source rows not yet proposed, each as the closest
-        configuration the candidates hold (a table's fixed knobs, e.g. its raster, replace the
-        source's; live, an infeasible row is skipped)."""
-        out: list[Config] = []
-        seen = set(self.proposed)
-        for c in self.ranked:
-            if len(out) >= n:
-                break
-            p = self.candidates.project(c)
-            if p is not None and Space.key(p) not in seen:
-                seen.add(Space.key(p))
-                out.append(p)
-        return out
-
     def _predict(self, configs: list[Config]) -> np.ndarray:
         return self.model.predict(self.features(configs)) if configs else np.zeros(0)
 
@@ -165,7 +150,7 @@ class ConstrainedGA(Strategy):
     def _ask(self, n):
         self._train()
         if self.model.model is None:  # nothing measured yet: Heron's first round is random
-            seeded = self._seeds(n)
+            seeded = best_rows(self.ranked, self.candidates, self.proposed, n)
             return seeded + self.fresh_samples(n - len(seeded))
         pop_size = self.hyper["pop_size"]
         best = sorted((r for r in self.history if r.ok and r.tflops),

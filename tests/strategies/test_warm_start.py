@@ -204,3 +204,15 @@ def test_a_cold_cga_is_unchanged_by_the_option_left_empty(target):
     a = make_strategy("cga", target.candidates(), seed=5)
     b = make_strategy("cga", target.candidates(), seed=5, warm_start=[])
     assert [Space.key(c) for c in a.ask(8)] == [Space.key(c) for c in b.ask(8)]
+
+
+def test_bo_can_start_from_the_rows_the_cga_starts_from(target, source):
+    cga = make_strategy("cga", target.candidates(), seed=0, warm_start=[source]).ask(8)
+    bo = make_strategy("bo", target.candidates(), seed=0, warm_start=[source],
+                       warm_start_top=3, **FAST)
+    picks = bo.ask(8)
+    assert [Space.key(c) for c in picks[:3]] == [Space.key(c) for c in cga[:3]]
+    assert len({Space.key(c) for c in picks}) == 8 and bo.last_round["warm_start_top"] == 3
+    # left at 0 the first batch is LogEI's alone, as before the option existed
+    plain = make_strategy("bo", target.candidates(), seed=0, warm_start=[source], **FAST)
+    assert plain.ask(8) and plain.last_round["warm_start_top"] == 0
