@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Make room under the device tool's 64 MiB carry limit for a call that needs xgboost (every
+# live CGA): the TVM bundle (61.1 MB) + xgboost (3.6 MB) + the whole repository (3.2 MB) do not
+# fit. `out` moves what no device command reads (the results folder, the tests, the v1 uniform
+# datasets) into .devlean/ (ignored) and leaves an empty results folder for the call's output;
+# `in` moves them back (files a command wrote meanwhile under experiments/results are kept).
+#   bash experiments/device/lean_tree.sh out   # then the device call, carry .devbundle
+#   bash experiments/device/lean_tree.sh in
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+case "${1:-}" in
+  out)
+    [ -e .devlean ] && { echo ".devlean exists: run '$0 in' first" >&2; exit 2; }
+    mkdir -p .devlean/data
+    mv experiments/results .devlean/results && mkdir experiments/results
+    mv tests .devlean/tests
+    for f in $(git ls-files 'experiments/data/*.csv.xz' | grep -v -e /exhaustive/ -e _v2.csv.xz); do
+      mv "$f" .devlean/data/
+    done
+    git ls-files | while read -r f; do if [ -f "$f" ]; then stat -c %s "$f"; fi; done \
+      | awk '{s += $1} END {print s, "bytes of tracked files left"}'
+    ;;
+  in)
+    [ -d .devlean ] || { echo "no .devlean: nothing to restore" >&2; exit 2; }
+    cp -rn .devlean/results/. experiments/results/
+    mv .devlean/tests tests
+    mv .devlean/data/* experiments/data/
+    rm -rf .devlean
+    git status --short
+    ;;
+  *) echo "usage: $0 out|in" >&2; exit 2 ;;
+esac
