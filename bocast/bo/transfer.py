@@ -56,9 +56,9 @@ WARM_START_OPTION = Field(
     doc="dataset prefixes or record stores of the operator on other shapes (or of another "
         "operator on the same matmul schedule)")
 
-#: the fitted source models of this process, by what they are made of (every seed of a
-#: comparison shares one); small: a comparison has one or two
-_CACHE: dict[tuple, SourceModel] = {}
+#: the fitted source models and source rankings of this process, by what they are made of
+#: (every seed of a comparison shares one); small: a comparison has one or two
+_CACHE: dict[tuple, Any] = {}
 _CACHE_MAX = 4
 
 
@@ -262,26 +262,35 @@ def source_model(paths: Sequence[str], target_op, features, *, points: int,
                  maxiter: int) -> SourceModel:
     """The source model of ``paths`` for ``target_op`` (built once per process and reused: it
     depends only on the files, the target and the model inputs, never on a run's seed)."""
-    stamp = tuple((os.path.abspath(p), *_stamp(p)) for p in paths)
     # the model's input bounds and its extra column's come from the candidates
     cands = hashlib.sha1(features.bounds().tobytes())
     for c in features.candidates.reference_configs():
         cands.update(Space.key(c).encode())
-    key = (stamp, json.dumps(target_op.workload, sort_keys=True), features.kind,
-           cands.hexdigest(), points, maxiter)
+    key = (_files_key(paths, target_op), features.kind, cands.hexdigest(), points, maxiter)
+    return _cached(key, lambda: SourceModel(load_sources(paths, target_op), features,
+                                            points=points, maxiter=maxiter))
+
+
+def _files_key(paths: Sequence[str], target_op) -> tuple:
+    return (tuple((os.path.abspath(p), *_stamp(p)) for p in paths),
+            json.dumps(target_op.workload, sort_keys=True))
+
+
+def _cached(key: tuple, make) -> Any:
     if key not in _CACHE:
-        model = SourceModel(load_sources(paths, target_op), features, points=points,
-                            maxiter=maxiter)
+        value = make()
         while len(_CACHE) >= _CACHE_MAX:
             _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = model
+        _CACHE[key] = value
     return _CACHE[key]
 
 
 def ranked_configs(paths: Sequence[str], target_op) -> list[Config]:
     """Every source row translated into ``target_op``'s space, best first by its z-score within
-    its workload, each configuration once: the model-free use of the sources."""
-    return _ranked(load_sources(paths, target_op))
+    its workload, each configuration once: the model-free use of the sources (read once per
+    process, as :func:`source_model`)."""
+    return _cached(("ranked", *_files_key(paths, target_op)),
+                   lambda: _ranked(load_sources(paths, target_op)))
 
 
 def _ranked(sources: Sequence[Source]) -> list[Config]:
