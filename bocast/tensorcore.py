@@ -185,6 +185,49 @@ class Lowered:
     block: tuple[int, int, int]
     dynamic_smem: int              # bytes of dynamic shared memory passed at launch
     module: Any = field(default=None, repr=False, compare=False)  # TVM runtime module (host + CUDA)
+    arch: str = "sm_90"            # what nvcc compiles the source for
+    #: kernel parameters that are TMA descriptors: name -> encoding (space v3's ``tensor_map``)
+    tensor_maps: dict = field(default_factory=dict)
+
+
+def source_only():
+    """TVM's CUDA codegen hands its source to ``tvm_callback_cuda_compile`` (NVRTC, 1-2 s); we
+    compile it ourselves with nvcc, so the callback hands the source back instead."""
+    import tvm  # noqa: F401 - registers TVM's callback first, so ours can override it
+
+    try:
+        import tvm_ffi
+
+        @tvm_ffi.register_global_func("tvm_callback_cuda_compile", override=True)
+        def _source_only(code, *args):  # noqa: ARG001
+            return code.encode() if isinstance(code, str) else bytes(code)
+    except Exception:  # noqa: BLE001 - older/other TVM builds: nothing to override
+        pass
+
+
+_SIGNATURE = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?'
+                        r'(\w+)\(([^)]*)\) \{')
+
+
+def lower_tirx(kernel, *, target_overrides: dict | None = None) -> Lowered:
+    """Compile a TIRx kernel (space v3's ``TirxKernel``) with TVM's ``tirx`` pipeline. Its launch
+    (grid, block, dynamic shared memory, tensor maps) is the template's own, not parsed from
+    TVM's host code; the kernel's parameters are read from the CUDA source."""
+    import tvm
+
+    source_only()
+    tgt = tvm.target.Target({"kind": "cuda", **(target_overrides or {})})
+    rt = tvm.compile(kernel.mod, target=tgt, tir_pipeline="tirx")
+    source = rt.mod.imports[0].inspect_source()
+    sig = _SIGNATURE.search(source)
+    if sig is None:
+        raise RuntimeError("no kernel signature in the TIRx kernel's CUDA source")
+    params = [p.split()[-1] for p in sig.group(2).split(",")]
+    args = tuple(re.sub(r"_ptr$", "", p) for p in params)
+    return Lowered(source=source, kernel=sig.group(1), args=args, grid=kernel.grid,
+                   block=kernel.block, dynamic_smem=kernel.dynamic_smem, module=rt,
+                   arch=(target_overrides or {}).get("arch", "sm_90"),
+                   tensor_maps=dict(kernel.tensor_maps))
 
 
 _CALL = re.compile(r'T\.call_ffi_kernel\("(\w+)", (.*?), launch_params=\[([^\]]*)\]')

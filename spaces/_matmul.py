@@ -39,7 +39,7 @@ GRID_Y_LIMIT = 65535
 THREAD_LIMIT = 1024  # threads per block
 SMEM_LIMIT = 227 * 1024  # shared memory per block on the H100 (static + dynamic, with opt-in)
 STATIC_SMEM_LIMIT = 48 * 1024  # static shared memory per block (ptxas)
-SPACES = ("v2", "v1")
+SPACES = ("v2", "v1", "v3")
 DEFAULT_SPACE = "v2"
 
 _Op = TypeVar("_Op", bound="MatmulOperator")
@@ -167,9 +167,9 @@ def direct_writeback_constraint(spec: MatmulSpec, doc: str, m: str, n: str) -> C
 
 
 def _generation(spec: MatmulSpec):
-    from . import _pipelined_matmul, _wmma_matmul
+    from . import _hopper_matmul, _pipelined_matmul, _wmma_matmul
 
-    return _wmma_matmul if spec.space == "v1" else _pipelined_matmul
+    return {"v1": _wmma_matmul, "v3": _hopper_matmul}.get(spec.space, _pipelined_matmul)
 
 
 def check_size(spec: MatmulSpec, op: str) -> None:

@@ -39,6 +39,7 @@ class BuildResult:
     block: tuple[int, int, int] = (1, 1, 1)
     args: tuple[str, ...] = ()
     features: dict[str, float] = field(default_factory=dict)
+    tensor_maps: dict[str, dict[str, Any]] = field(default_factory=dict)  # see tensorcore.Lowered
     times: dict[str, float] = field(default_factory=dict)
     cubin: bytes | None = field(default=None, repr=False)
 
@@ -72,27 +73,14 @@ def _operator(workload: Mapping[str, Any]) -> Operator:
     return _OPS[key]
 
 
-def _skip_tvm_cuda_compile() -> None:
-    """On a CUDA-enabled TVM, codegen calls ``tvm_callback_cuda_compile`` (NVRTC, 1-2 s). We
-    compile the source ourselves with nvcc, so hand TVM the source back instead."""
-    import tvm  # noqa: F401 - registers TVM's callback first, so ours can override it
-
-    try:
-        import tvm_ffi
-
-        @tvm_ffi.register_global_func("tvm_callback_cuda_compile", override=True)
-        def _source_only(code, *args):  # noqa: ARG001
-            return code.encode() if isinstance(code, str) else bytes(code)
-    except Exception:  # noqa: BLE001 - older/other TVM builds: nothing to override
-        pass
-
-
 _PRIMITIVE = re.compile(r"schedule primitive '([\w-]+)'")
 
 
 def build_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """Build one configuration; runs inside a pool worker. Returns ``BuildResult.to_dict``."""
-    _skip_tvm_cuda_compile()
+    from bocast.tensorcore import source_only
+
+    source_only()
     return build_one(task).result.to_dict(with_cubin=True)
 
 
@@ -109,7 +97,7 @@ class Built:
 def build_one(task: Mapping[str, Any]) -> Built:
     """Build one task (``{"workload", "config" | "key" + "module", "compile", ...}``) in this
     process: the stages and failure classes of the module docstring."""
-    from bocast.tensorcore import lower
+    from bocast.tensorcore import lower, lower_tirx
 
     op = _operator(task["workload"])
     t0 = time.perf_counter()
@@ -136,10 +124,15 @@ def build_one(task: Mapping[str, Any]) -> Built:
     res.times["apply_s"] = t1 - t0
     options = {} if "module" in task else op.build_options(config)
     try:
-        low = lower(mod, pass_config=task.get("pass_config", options.get("pass_config")),
-                    target_overrides=options.get("target"))
+        if options.get("pipeline") == "tirx":  # a kernel template (space v3), not a schedule
+            low = lower_tirx(sch, target_overrides=options.get("target"))
+        else:
+            low = lower(mod, pass_config=task.get("pass_config", options.get("pass_config")),
+                        target_overrides=options.get("target"))
         tensor_names = {t.name for t in op.tensors()}
-        if not set(low.args) <= tensor_names:
+        maps = low.tensor_maps
+        if not (set(low.args) - set(maps)) | {m["tensor"] for m in maps.values()} \
+                <= tensor_names:
             raise RuntimeError(f"kernel arguments {low.args} do not match tensors {tensor_names}")
     except Exception as e:  # noqa: BLE001
         res.status, res.stage, res.error = Status.BUILD_ERROR, "lower", tail(str(e))
@@ -148,10 +141,11 @@ def build_one(task: Mapping[str, Any]) -> Built:
     res.times["lower_s"] = time.perf_counter() - t1
     res.kernel, res.args, res.grid, res.block = low.kernel, low.args, low.grid, low.block
     res.features["dynamic_smem_bytes"] = float(low.dynamic_smem)
+    res.tensor_maps = low.tensor_maps
     if not task.get("compile", True):
         res.times["total_s"] = time.perf_counter() - t0
         return Built(res, sch, low)
-    cr = compile_cubin(low.source, timeout_s=task.get("compile_timeout_s", 120.0))
+    cr = compile_cubin(low.source, timeout_s=task.get("compile_timeout_s", 120.0), arch=low.arch)
     res.times["compile_s"] = cr.seconds
     res.features.update(cr.features)
     if cr.timed_out:

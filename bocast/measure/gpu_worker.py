@@ -60,6 +60,36 @@ def _check(call: str, code: int) -> None:
         raise CudaError(call, code)
 
 
+#: CUtensorMapDataType of the tensors a TMA descriptor may describe
+_TMA_DTYPES = {"float16": 6, "float32": 7}
+
+
+class TensorMap:
+    """A CUtensorMap: 128 opaque bytes at a 64-byte aligned address (the driver requires it),
+    passed to a kernel by value (the launch copies the bytes its parameter points to)."""
+
+    def __init__(self):
+        self._raw = ctypes.create_string_buffer(128 + 64)
+        self.address = (ctypes.addressof(self._raw) + 63) & ~63
+
+
+def encode_tensor_map(spec: Mapping[str, Any], pointer: int, dtype: str) -> TensorMap:
+    """``cuTensorMapEncodeTiled`` of a row-major tensor at ``pointer`` as ``spec`` describes it
+    (space v3's ``tensor_map``: dims and byte strides innermost first, box, swizzle); element
+    strides 1, no interleave, 256-byte L2 promotion, zero fill out of bounds."""
+    cu = _driver()
+    rank = len(spec["dims"])
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    tmap = TensorMap()
+    _check("cuTensorMapEncodeTiled", cu.cuTensorMapEncodeTiled(
+        ctypes.c_void_p(tmap.address), ctypes.c_int(_TMA_DTYPES[dtype]), u32(rank),
+        ctypes.c_void_p(pointer),
+        (u64 * rank)(*spec["dims"]), (u64 * (rank - 1))(*spec["strides"]),
+        (u32 * rank)(*spec["box"]), (u32 * rank)(*([1] * rank)), ctypes.c_int(0),
+        ctypes.c_int(spec["swizzle"]), ctypes.c_int(3), ctypes.c_int(0)))
+    return tmap
+
+
 class Kernel:
     """A cubin loaded into the current context."""
 
@@ -76,9 +106,12 @@ class Kernel:
         self.grid, self.block, self.dynamic_smem = tuple(grid), tuple(block), int(dynamic_smem)
 
     def launch(self, pointers, stream: int) -> None:
-        values = [ctypes.c_void_p(p) for p in pointers]
-        params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p)
-                                                    for v in values])
+        """``pointers``: one value per kernel parameter, a device pointer or a TensorMap."""
+        values = [ctypes.c_void_p(p) for p in pointers if not isinstance(p, TensorMap)]
+        it = iter(values)
+        params = (ctypes.c_void_p * len(pointers))(*[
+            ctypes.c_void_p(p.address) if isinstance(p, TensorMap)
+            else ctypes.cast(ctypes.byref(next(it)), ctypes.c_void_p) for p in pointers])
         _check("cuLaunchKernel", _driver().cuLaunchKernel(
             self.func, *[ctypes.c_uint(x) for x in self.grid],
             *[ctypes.c_uint(x) for x in self.block],
@@ -185,6 +218,21 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
     return _run_kernel(task)
 
 
+def kernel_args(op, task: Mapping[str, Any], inputs) -> list:
+    """The kernel's parameters: a tensor's device pointer, or for a parameter named in
+    ``task["tensor_maps"]`` the TMA descriptor of its tensor (encoded once: the tensors stay)."""
+    maps = task.get("tensor_maps") or {}
+    dtypes = {t.name: t.dtype for t in op.tensors()}
+    out: list = []
+    for name in task["args"]:
+        if name in maps:
+            tensor = maps[name]["tensor"]
+            out.append(encode_tensor_map(maps[name], inputs[tensor].data_ptr(), dtypes[tensor]))
+        else:
+            out.append(inputs[name].data_ptr())
+    return out
+
+
 def _run_kernel(task: Mapping[str, Any]) -> dict[str, Any]:
     import torch
 
@@ -192,9 +240,9 @@ def _run_kernel(task: Mapping[str, Any]) -> dict[str, Any]:
     op = _operator(task["workload"])
     res: dict[str, Any] = {"key": task["key"], "status": "ok"}
     inputs = make_inputs(op, _seed(task["key"] + str(task.get("seed", 0))))
-    args = [inputs[name].data_ptr() for name in task["args"]]
     kernel = None
     try:
+        args = kernel_args(op, task, inputs)
         kernel = Kernel(task["cubin"], task["kernel"], task["grid"], task["block"],
                         task.get("dynamic_smem", 0))
         stream = torch.cuda.current_stream().cuda_stream

@@ -14,7 +14,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-NVCC_FLAGS = ("-cubin", "-arch=sm_90", "-O3", "-Xptxas", "-v")
+NVCC_FLAGS = ("-cubin", "-O3", "-Xptxas", "-v")
+#: sm_90 for the s_tir spaces; sm_90a (the arch-specific ISA) for wgmma, setmaxnreg, TMA (v3)
+DEFAULT_ARCH = "sm_90"
 
 _FEATURE_PATTERNS = {
     "registers": r"Used (\d+) registers",
@@ -71,7 +73,8 @@ def parse_ptxas(log: str) -> dict[str, float]:
     return out
 
 
-def compile_cubin(source: str, *, timeout_s: float = 120.0) -> CompileResult:
+def compile_cubin(source: str, *, timeout_s: float = 120.0, arch: str = DEFAULT_ARCH
+                  ) -> CompileResult:
     nvcc = nvcc_path()
     if nvcc is None:
         return CompileResult(False, None, log=why_no_compiler() or "")
@@ -82,7 +85,7 @@ def compile_cubin(source: str, *, timeout_s: float = 120.0) -> CompileResult:
             f.write(source)
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run([nvcc, *NVCC_FLAGS, src, "-o", out],
+            proc = subprocess.run([nvcc, *NVCC_FLAGS, f"-arch={arch}", src, "-o", out],
                                   capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired as e:
             log = (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) \

@@ -1,0 +1,172 @@
+"""Space v3's step ladder: named Hopper GEMM kernels, built here, timed on the GPU beside cuBLAS.
+
+    python experiments/hopper_ladder.py build OUT.json   # TVM + nvcc (sm_90a), no GPU needed
+    python experiments/hopper_ladder.py run OUT.json RESULT.json [--rounds 5]   # GPU, no TVM
+
+``build`` writes each kernel's runner task (cubin, launch, tensor maps, ptxas report); ``run``
+times them with the runner's own worker code (CUDA-graph events, correctness against torch, one
+worker process with a time limit per kernel, so a hung kernel costs only itself) in ``rounds``
+rounds, cuBLAS timed the same way before every round, and prints median [min-max] TFLOPS and
+the ratio to cuBLAS's median of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import statistics
+import sys
+from pathlib import Path
+
+# (name, shape M,N,K, config): the ladder of issue 24 as this template spells it; the first
+# rows have no warp-specialized-free variant (the template always has a producer warpgroup)
+BASE = {"bm": 128, "bn": 256, "bk": 64, "stages": 4, "consumers": 2,
+        "arrangement": "cooperative", "regs": "24/240", "inflight": 0, "persistent": "on",
+        "raster": 8, "epilogue": "scalar"}
+LADDER = [
+    ("1 one consumer, 64x64 tile, 2 stages, one tile per CTA",
+     dict(bm=64, bn=64, stages=2, consumers=1, regs="off", persistent="off", raster=1)),
+    ("2 128x128 tile (2 m64 atoms), 4 stages",
+     dict(bm=128, bn=128, consumers=1, regs="off", persistent="off", raster=1)),
+    ("3 2 consumers, 128x128, 5 stages",
+     dict(bm=128, bn=128, stages=5, regs="off", persistent="off", raster=1)),
+    ("4 128x256, 2 consumers, 4 stages", dict(regs="off", persistent="off", raster=1)),
+    ("4b + setmaxnreg 24/240", dict(persistent="off", raster=1)),
+    ("5 + persistent, raster 1", dict(raster=1)),
+    ("5b + persistent, raster 8", {}),
+    ("5c + 1 wgmma group in flight", dict(inflight=1)),
+    ("5d 3 stages, inflight 1", dict(stages=3, inflight=1)),
+    ("5e 128x128, 2 consumers, 6 stages, persistent, inflight 1",
+     dict(bn=128, stages=6, inflight=1)),
+    ("5f 256x128 (2 atoms each), 4 stages, 40/232", dict(bm=256, bn=128, regs="40/232")),
+    ("5g bk 32 (64-byte swizzle), 6 stages", dict(bk=32, stages=6)),
+    ("6 ping-pong 128x128, 2 consumers, 6 stages", dict(arrangement="pingpong", bn=128,
+                                                      stages=6, raster=1)),
+    ("6b ping-pong 64x256, 5 stages", dict(arrangement="pingpong", bm=64, stages=5, raster=1)),
+    ("6c ping-pong 128x128, raster 8, inflight 1",
+     dict(arrangement="pingpong", bn=128, stages=6, inflight=1)),
+    ("7 v2 stores: 5 + 8-byte stores", dict(raster=1, epilogue="v2")),
+    ("7b v2 stores: 6 + 8-byte stores", dict(arrangement="pingpong", bn=128, stages=6, raster=1,
+                                             epilogue="v2")),
+    ("7c v2 stores: 6b + 8-byte stores", dict(arrangement="pingpong", bm=64, stages=5, raster=1,
+                                              epilogue="v2")),
+    ("7d v2 stores: 5b (raster 8) + 8-byte stores", dict(epilogue="v2")),
+    ("7e v2 ping-pong 128x128, raster 8, inflight 1", dict(arrangement="pingpong", bn=128,
+                                                           stages=6, inflight=1, epilogue="v2")),
+]
+# the other shapes of issue 24 (an LLM-like one: an 8B model's MLP down projection over 4096
+# tokens), each with a few configurations picked by hand before any was timed
+SWEEP = [
+    ("coop 128x256, 4 st, 24/240", dict(epilogue="v2", raster=1)),
+    ("coop 128x256, 4 st, raster 8", dict(epilogue="v2")),
+    ("coop 128x128, 6 st, inflight 1", dict(bn=128, stages=6, inflight=1, epilogue="v2",
+                                            raster=1)),
+    ("ping-pong 128x128, 6 st", dict(arrangement="pingpong", bn=128, stages=6, epilogue="v2",
+                                     raster=1)),
+    ("ping-pong 64x256, 5 st", dict(arrangement="pingpong", bm=64, stages=5, epilogue="v2",
+                                    raster=1)),
+    ("ping-pong 64x128, 6 st", dict(arrangement="pingpong", bm=64, bn=128, stages=6,
+                                    epilogue="v2", raster=1)),
+    ("1 consumer 64x128, 6 st", dict(bm=64, bn=128, stages=6, consumers=1, epilogue="v2",
+                                     raster=1)),
+    ("1 consumer 128x128, 5 st, not persistent", dict(bn=128, stages=5, consumers=1,
+                                                      persistent="off", epilogue="v2",
+                                                      raster=1)),
+]
+SHAPES = {(4096, 4096, 4096): LADDER, (1024, 1024, 1024): SWEEP, (2048, 8192, 1024): SWEEP,
+          (4096, 4096, 14336): SWEEP}
+
+
+def build(out: Path) -> None:
+    from bocast.measure.builder import build_one
+    from bocast.measure.runner import kernel_task
+    from bocast.operator import make
+    from bocast.tensorcore import source_only
+
+    source_only()
+    rows = []
+    for shape, variants in SHAPES.items():
+        op = make("gemm", shape, space="v3")
+        for name, change in variants:
+            config = {**BASE, **change}
+            bad = op.space.validate(config)
+            if bad:
+                raise SystemExit(f"{name} at {shape} is outside the space: {bad}")
+            built = build_one({"workload": op.workload, "config": config}).result
+            row = {"name": name, "shape": list(shape), "config": config,
+                   "status": str(built.status), "error": built.error,
+                   "features": built.features, "violations": bad}
+            if built.cubin is not None:
+                task = kernel_task(op, built, seed=0, repeats=20, warmup_ms=50)
+                task["cubin"] = base64.b64encode(built.cubin).decode()
+                row["task"] = task
+            print(f"{name:58s} {row['status']:12s} regs {built.features.get('registers')} "
+                  f"spills {built.features.get('spill_stores', 0)} {built.error[:80]}")
+            rows.append(row)
+    out.write_text(json.dumps(rows))
+
+
+def run(src: Path, out: Path, rounds: int) -> None:
+    from bocast.measure import gpu_worker
+    from bocast.measure.pool import TaskFailure, TimedPool
+
+    rows = json.loads(src.read_text())
+    info = gpu_worker.device_info()
+    with TimedPool("bocast.measure.gpu_worker:run_task", 1) as pool:
+        def once(task, timeout_s=60.0):
+            res = pool.map([task], timeout_s)[0]
+            return {"status": res.kind, "error": res.detail[-300:]} \
+                if isinstance(res, TaskFailure) else res
+
+        for row in rows:
+            row["runs"] = []
+        refs: dict[str, list] = {}
+        for r in range(rounds):
+            for shape in {tuple(row["shape"]) for row in rows}:
+                wl = {"op": "gemm", "shape": list(shape), "dtype": "fp16:fp32", "layout": "NT",
+                      "space": "v3"}
+                ref = once({"kind": "reference", "workload": wl, "seed": 0, "repeats": 20,
+                            "warmup_ms": 50})
+                refs.setdefault(str(shape), []).append(ref)
+            for row in rows:
+                if "task" in row:
+                    task = dict(row["task"], cubin=base64.b64decode(row["task"]["cubin"]))
+                    res = once(task)
+                    row["runs"].append({k: v for k, v in res.items() if not k.startswith("_")})
+            print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+    table = []
+    for row in rows:
+        ref_t = [x["tflops"] for x in refs[str(tuple(row["shape"]))] if "tflops" in x]
+        ok = [x["tflops"] for x in row["runs"] if x.get("status") == "ok"]
+        bad = [x for x in row["runs"] if x.get("status") != "ok"]
+        cub = statistics.median(ref_t) if ref_t else float("nan")
+        med = statistics.median(ok) if ok else float("nan")
+        row.pop("task", None)
+        row["summary"] = {"tflops_median": med, "tflops_min": min(ok, default=None),
+                          "tflops_max": max(ok, default=None), "cublas_median": cub,
+                          "ratio": med / cub if ok else None, "failures": len(bad)}
+        fail = f" {bad[0].get('status')}: {str(bad[0].get('error'))[:60]}" if bad else ""
+        table.append(f"| {row['name']} | {'x'.join(map(str, row['shape']))} | "
+                     f"{med:.1f} [{min(ok, default=0):.1f}-{max(ok, default=0):.1f}] | "
+                     f"{cub:.1f} | {med / cub if ok else 0:.3f} |{fail}")
+    out.write_text(json.dumps({"device": info, "references": refs, "rows": rows}, indent=1))
+    print(f"{info.get('gpu')} driver {info.get('driver')}; cuBLAS = torch.mm(out_dtype=float32)")
+    print("| kernel | shape | TFLOPS median [min-max] | cuBLAS median | / cuBLAS |")
+    print("\n".join(table))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("mode", choices=("build", "run"))
+    p.add_argument("paths", nargs="+", type=Path)
+    p.add_argument("--rounds", type=int, default=5)
+    a = p.parse_args()
+    if a.mode == "build":
+        build(a.paths[0])
+    else:
+        run(a.paths[0], a.paths[1], a.rounds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,337 @@
+"""Space v3: a Hopper GEMM template (TMA + wgmma + warp specialization), written in TVM's TIRx.
+
+No Hopper GEMM exists in TVM 0.27 (its s_tir schedules know mma.sync and WMMA only), so this
+space is not a schedule of the TE matmul: it is a kernel template, one generator that takes a
+configuration and returns a TIRx PrimFunc, compiled with ``tir_pipeline="tirx"`` for ``sm_90a``
+(ptxas rejects wgmma on plain sm_90). The kernel follows CUTLASS's warp-specialized sm90 kernels
+and ThunderKittens' H100 GEMM:
+
+    one CTA per SM (persistent) or per tile; 128 x (1 + consumers) threads
+    warpgroup 0, the producer (``setmaxnreg.dec``): one thread walks the CTA's tiles and k
+      blocks, waits for a free stage (``empty[s]``), and issues two TMA loads (A, B boxes of
+      BM x BK and BN x BK, 128- or 64-byte swizzle) that complete on ``full[s]``
+    warpgroups 1..C, the consumers (``setmaxnreg.inc``): each owns BM / C rows of the tile; per k
+      block it waits ``full[s]``, issues BK / 16 x (BM / C / 64) ``wgmma.mma_async m64nBNk16``
+      from shared-memory descriptors, commits, waits (all groups, or all but the newest one) and
+      frees the stage; at the end of a tile it stores its fp32 accumulators straight to C
+    tiles in grouped order: ``raster`` block rows at a time (Triton's GROUP_M) for L2 reuse
+
+The matmul is C[M, N] = A[M, K] B[N, K]^T (the GEMM's NT layout, both operands K-major, which is
+wgmma's native form), fp16 in, fp32 accumulate and out. What the template does not do yet:
+thread-block clusters with TMA multicast, a TMA-store (stmatrix) epilogue (the consumers store
+their registers straight to global memory), ragged extents (every extent must be a multiple of
+its tile; TMA would zero-fill ragged loads, but the direct stores carry no predicate), bmm, the
+NN layout and fp16 output. Configurations outside it are refused
+by named constraints or, for the workload, by :func:`check_workload`.
+
+Kernel arguments: the tensor maps of A and B (``__grid_constant__ CUtensorMap``, encoded by the
+runner with ``cuTensorMapEncodeTiled`` from :attr:`TirxKernel.tensor_maps`) and C's pointer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bocast.operator import WorkloadError
+from bocast.space import Categorical, Constraint, Knob, Ordinal, Space
+
+from . import _matmul as mm
+
+SM_COUNT = 132  # H100 SXM: the persistent grid's size
+ARCH = "sm_90a"
+REGISTERS_PER_SM = 65536
+#: setmaxnreg pairs (producer, consumer); "off" leaves every thread at the launch's share
+REG_SPLITS = {"off": None, "24/240": (24, 240), "40/232": (40, 232), "56/224": (56, 224)}
+#: registers a consumer thread needs beyond its accumulators (descriptors, addresses, loop
+#: state); CUTLASS's and ThunderKittens' 128 x 256 tiles (128 accumulators a thread) fit 168
+REGISTER_OVERHEAD = 40
+BARRIER_SMEM = 1024  # the mbarriers' static shared memory, as ptxas reports it (alignment)
+#: TMA swizzle mode (CUtensorMapSwizzle) and wgmma descriptor swizzle, by row bytes of a tile
+SWIZZLE = {128: 3, 64: 2}
+
+
+def check_workload(spec: mm.MatmulSpec, op: str) -> None:
+    """What the template implements, refused by name otherwise."""
+    if spec.batch or spec.epilogue is not None or spec.block != "C":
+        raise WorkloadError(f"{op}: space v3 (Hopper TMA + wgmma) implements GEMM only so far; "
+                            "use space v2")
+    if not spec.trans_b:
+        raise WorkloadError(f"{op}: space v3 needs layout NT (B stored [N, K], K-major); "
+                            "use space v2 for NN")
+    if spec.in_dtype != "float16" or spec.acc_dtype != "float32":
+        raise WorkloadError(f"{op}: space v3 implements fp16:fp32 only; use space v2")
+    if spec.K % 8:
+        raise WorkloadError(f"{op}: space v3 needs K % 8 == 0 (TMA: global rows a multiple of "
+                            f"16 bytes), got K = {spec.K}")
+
+
+def knobs(spec) -> list[Knob]:
+    return [
+        Ordinal("bm", (64, 128, 192, 256), doc="CTA tile rows (BM = 64 x wgmma atoms x "
+                                               "consumers)"),
+        Ordinal("bn", (64, 128, 192, 256), doc="CTA tile columns = the wgmma's N"),
+        Ordinal("bk", (32, 64), doc="k block per stage (64: 128-byte swizzle, 32: 64-byte)"),
+        Ordinal("stages", (2, 3, 4, 5, 6), doc="shared-memory ring of A/B k blocks"),
+        Ordinal("consumers", (1, 2), doc="consumer warpgroups"),
+        Categorical("arrangement", ("cooperative", "pingpong"),
+                    doc="consumers split each tile's rows, or take turns with whole tiles"),
+        Categorical("regs", tuple(REG_SPLITS), doc="setmaxnreg producer/consumer registers"),
+        Ordinal("inflight", (0, 1), doc="wgmma groups left in flight when a k block ends"),
+        Categorical("persistent", ("on", "off"), doc="one CTA per SM looping over tiles, or "
+                                                     "one CTA per tile"),
+        Ordinal("raster", (1, 2, 4, 8, 16), doc="block rows grouped in tile order (L2 reuse)"),
+        Categorical("epilogue", ("v2", "scalar"),
+                    doc="accumulators to C as 8-byte vector stores, or one float at a time"),
+    ]
+
+
+def _regs(c, col: int):
+    names = list(REG_SPLITS)
+    vals = [REG_SPLITS[n][col] if REG_SPLITS[n] else 0 for n in names]
+    return np.select([c["regs"] == n for n in names], vals, 0)
+
+
+def derive(spec):
+    M, N, K = spec.M, spec.N, spec.K
+
+    def run(c):
+        bm, bn, bk, cons = c["bm"], c["bn"], c["bk"], c["consumers"]
+        threads = 128 * (1 + cons)
+        rows = np.where(c["arrangement"] == "pingpong", bm, bm // cons)  # one consumer's
+        atoms = rows // 64
+        tiles_m, tiles_n = M // bm, N // bn
+        smem = c["stages"] * (bm + bn) * bk * 2 + BARRIER_SMEM
+        launch_cap = np.minimum(255, REGISTERS_PER_SM // threads // 8 * 8)
+        consumer_regs = np.where(_regs(c, 1) > 0, _regs(c, 1), launch_cap)
+        return {"threads": threads, "atoms": atoms, "consumer_rows": rows,
+                "acc_regs": atoms * bn // 2,
+                "consumer_regs": consumer_regs, "producer_regs": _regs(c, 0),
+                "smem_bytes": smem, "dynamic_smem_bytes": smem - BARRIER_SMEM,
+                "static_smem_bytes": np.full_like(bm, BARRIER_SMEM),
+                "tiles_m": tiles_m, "tiles": tiles_m * tiles_n, "k_blocks": K // bk}
+
+    return run
+
+
+def constraints(spec) -> list[Constraint]:
+    M, N, K = spec.M, spec.N, spec.K
+    return [
+        Constraint("bm_whole_atoms", "a consumer's rows are whole m64 wgmma atoms: BM % (64 x "
+                   "consumers) == 0 when they split a tile (cooperative)",
+                   lambda c: (c["arrangement"] == "pingpong")
+                   | (c["bm"] % (64 * c["consumers"]) == 0)),
+        Constraint("pingpong_needs_two", "ping-pong takes turns: it needs 2 consumers",
+                   lambda c: (c["arrangement"] == "cooperative") | (c["consumers"] == 2)),
+        Constraint("tiles_divide_extents",
+                   f"M ({M}), N ({N}) and K ({K}) are multiples of BM, BN and BK (the direct "
+                   "epilogue stores carry no edge predicate)",
+                   lambda c: (M % c["bm"] == 0) & (N % c["bn"] == 0) & (K % c["bk"] == 0)),
+        mm.shared_memory_constraint("stages x (BM + BN) x BK fp16 and the mbarriers fit the "
+                                    "227 KB per block"),
+        Constraint("accumulators_fit_registers",
+                   f"a consumer thread's fp32 accumulators (atoms x BN / 2) + {REGISTER_OVERHEAD}"
+                   " fit its registers (setmaxnreg's consumer count, else 65536 / threads)",
+                   lambda c: c["acc_regs"] + REGISTER_OVERHEAD <= c["consumer_regs"]),
+        Constraint("register_file_per_sm",
+                   "with setmaxnreg, 128 x (producer + consumers x consumer registers) fit the "
+                   "64K-register file",
+                   lambda c: 128 * (c["producer_regs"] + c["consumers"] * _regs(c, 1))
+                   <= REGISTERS_PER_SM),
+        Constraint("raster_divides_block_rows",
+                   "raster groups whole block rows: it divides M / BM",
+                   lambda c: (c["tiles_m"] % c["raster"] == 0)),
+    ]
+
+
+def space(spec, vec: Constraint, extra_knobs: Sequence[Knob] = (),
+          extra_constraints: Sequence[Constraint] = ()) -> Space:
+    """``vec`` (the v1/v2 fetch's vector rule) has no knob here: TMA copies whole boxes."""
+    check_workload(spec, f"space v3 of this {'batched ' if spec.batch else ''}matmul")
+    return Space(knobs(spec) + list(extra_knobs), constraints(spec) + list(extra_constraints),
+                 derive(spec))
+
+
+def build_options(config) -> dict:
+    return {"pipeline": "tirx", "target": {"arch": ARCH}}
+
+
+# ---------------------------------------------------------------------------------- kernel
+
+
+@dataclass
+class TirxKernel:
+    """A v3 kernel: its IRModule and what launching it takes (the runner needs no TVM)."""
+
+    mod: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem: int
+    #: kernel parameter name -> how the runner encodes that tensor map (cuTensorMapEncodeTiled
+    #: of the named tensor: dims and byte strides innermost first, box, swizzle)
+    tensor_maps: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def tensor_map(tensor: str, rows: int, cols: int, box_rows: int, box_cols: int) -> dict:
+    """A row-major fp16 [rows, cols] tensor read in [box_rows, box_cols] boxes."""
+    return {"tensor": tensor, "dims": [cols, rows], "strides": [cols * 2],
+            "box": [box_cols, box_rows], "swizzle": SWIZZLE[box_cols * 2]}
+
+
+def schedule(spec, func, config, prepare) -> TirxKernel:  # noqa: ARG001 - v1/v2's signature
+    """The kernel of one configuration (``func`` and ``prepare`` belong to the s_tir spaces)."""
+    return kernel(spec.M, spec.N, spec.K, config)
+
+
+def kernel(M: int, N: int, K: int, config) -> TirxKernel:
+    import tvm
+    from tvm.script import tirx as T
+
+    c = config
+    BM, BN, BK, S, NC = (int(c[k]) for k in ("bm", "bn", "bk", "stages", "consumers"))
+    G, inflight = int(c["raster"]), int(c["inflight"])
+    split = REG_SPLITS[c["regs"]]
+    pingpong = c["arrangement"] == "pingpong"
+    WM = BM if pingpong else BM // NC  # rows of a tile one consumer computes
+    atoms = WM // 64
+    step = NC if pingpong else 1
+    vec_store = c["epilogue"] == "v2"  # tiles between two of one consumer's
+    tiles_m, tiles_n, KT = M // BM, N // BN, K // BK
+    tiles = tiles_m * tiles_n
+    grid = min(SM_COUNT, tiles) if c["persistent"] == "on" else tiles
+    threads = 128 * (NC + 1)
+    half_n = BN // 2  # accumulators of one m64 atom per thread
+    stage_bytes = (BM + BN) * BK * 2
+    swz = SWIZZLE[BK * 2]
+    sbo = 8 * BK * 2 // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
+    per_group = G * tiles_n
+
+    def tile_m(t):  # grouped order: G block rows at a time, column by column within a group
+        return t // per_group * G + t % per_group % G
+
+    def tile_n(t):
+        return t % per_group // G
+
+    mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.f16.f16"
+    tma = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+    maps = {"A_map": tensor_map("A", M, K, BM, BK), "B_map": tensor_map("B", N, K, BN, BK)}
+    a_tma, b_tma = ([*m["dims"], *m["strides"], *m["box"], 1, 1, 0, m["swizzle"], 0, 0]
+                    for m in maps.values())
+
+    def acc_list(buf, a):
+        return [buf[a * half_n + i] for i in range(half_n)]
+
+    # ruff: noqa: F821 - TVMScript names (T.meta_var values) resolved by its parser
+    @T.prim_func
+    def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (M, K), "float16", align=16)
+        B = T.match_buffer(B_ptr, (N, K), "float16", align=16)
+        C = T.match_buffer(C_ptr, (M, N), "float32", align=16)
+        A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, "float16", 2, A.data, *a_tma)
+        B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, "float16", 2, B.data, *b_tma)
+
+        T.device_entry()
+        cta = T.cta_id([grid])
+        n_tiles = T.meta_var((tiles - cta + grid - 1) // grid)  # this CTA's tiles
+        tx = T.thread_id([threads])
+        # one dynamic allocation (TIRx allows one): stage s holds A's BM rows, then B's BN rows
+        Sm = T.alloc_buffer((S, BM + BN, BK), "float16", scope="shared.dyn", align=1024)
+        full = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
+        empty = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
+        acc = T.alloc_buffer((atoms * half_n,), "float32", scope="local")
+        desc_a: T.uint64
+        desc_b: T.uint64
+        wg = tx // 128
+        if tx == 0:
+            for s in T.unroll(S):
+                T.ptx.mbarrier.init.shared.b64(T.address_of(full[s]), T.uint32(1))
+                T.ptx.mbarrier.init.shared.b64(T.address_of(empty[s]),
+                                               T.uint32(1 if pingpong else NC))
+        T.ptx.fence.proxy.async_.shared__cta()
+        T.cuda.cta_sync()
+        if wg == 0:
+            if split is not None:
+                T.ptx.setmaxnreg.dec.sync.aligned.u32(split[0])
+            if tx == 0:
+                for i in T.serial(n_tiles):
+                    tm = T.meta_var(tile_m(cta + i * grid))
+                    tn = T.meta_var(tile_n(cta + i * grid))
+                    for kb in T.serial(KT):
+                        it = T.meta_var(i * KT + kb)  # k blocks this CTA loaded before
+                        s = T.meta_var(it % S)
+                        # parity of the stage's previous release; the first pass finds every
+                        # stage free (waiting on the parity before a barrier's first phase)
+                        T.cuda.mbarrier_wait(T.address_of(empty[s]), ((it // S) & 1) ^ 1)
+                        T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
+                                                                   T.uint32(stage_bytes))
+                        T.ptx[tma](T.address_of(Sm[s, 0, 0]), T.address_of(A_map), kb * BK,
+                                   tm * BM, T.address_of(full[s]))
+                        T.ptx[tma](T.address_of(Sm[s, BM, 0]), T.address_of(B_map), kb * BK,
+                                   tn * BN, T.address_of(full[s]))
+        else:
+            if split is not None:
+                T.ptx.setmaxnreg.inc.sync.aligned.u32(split[1])
+            cw = T.meta_var(wg - 1)
+            lt = T.meta_var(tx % 128)
+            row0 = T.meta_var(0 if pingpong else cw * WM)  # this consumer's rows of a tile
+            # cooperative: every consumer takes every tile; ping-pong: consumer cw every NC-th,
+            # so one's epilogue overlaps another's main loop
+            for j in T.serial((n_tiles - (cw if pingpong else 0) + step - 1) // step):
+                i = T.meta_var(j * step + (cw if pingpong else 0))
+                tm = T.meta_var(tile_m(cta + i * grid))
+                tn = T.meta_var(tile_n(cta + i * grid))
+                for kb in T.serial(KT):
+                    it = T.meta_var(i * KT + kb)
+                    s = T.meta_var(it % S)
+                    T.cuda.mbarrier_wait(T.address_of(full[s]), (it // S) & 1)
+                    T.ptx.wgmma.fence.sync.aligned()
+                    for kk in T.unroll(BK // 16):
+                        T.cuda.wgmma.encode_matrix_descriptor(
+                            T.address_of(desc_b), T.address_of(Sm[s, BM, kk * 16]), 1, sbo, swz)
+                        for a in T.unroll(atoms):
+                            T.cuda.wgmma.encode_matrix_descriptor(
+                                T.address_of(desc_a),
+                                T.address_of(Sm[s, row0 + a * 64, kk * 16]), 1, sbo, swz)
+                            T.ptx[mma](*acc_list(acc, a), desc_a, desc_b,
+                                       T.ptx.pred((kb > 0) or (kk > 0)), 1, 1, 0, 0)
+                    T.ptx.wgmma.commit_group.sync.aligned()
+                    if inflight == 0:
+                        T.ptx.wgmma.wait_group.sync.aligned(0)
+                        if lt == 0:
+                            T.ptx.mbarrier.arrive.shared.b64(T.address_of(empty[s]))
+                    else:
+                        # the newest group may still read stage s: free the one before it
+                        T.ptx.wgmma.wait_group.sync.aligned(1)
+                        if kb > 0 and lt == 0:
+                            T.ptx.mbarrier.arrive.shared.b64(
+                                T.address_of(empty[(it + S - 1) % S]))
+                if inflight == 1:
+                    T.ptx.wgmma.wait_group.sync.aligned(0)
+                    if lt == 0:
+                        T.ptx.mbarrier.arrive.shared.b64(
+                            T.address_of(empty[(i * KT + KT - 1) % S]))
+                # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
+                # columns 8 j + 2 (lt % 4) (+1)
+                for a in T.unroll(atoms):
+                    for jj in T.unroll(BN // 8):
+                        row = T.meta_var(tm * BM + row0 + a * 64 + lt // 32 * 16 + lt % 32 // 4)
+                        col = T.meta_var(tn * BN + jj * 8 + lt % 4 * 2)
+                        v = T.meta_var(a * half_n + jj * 4)
+                        if vec_store:
+                            T.ptx["st.global.v2.f32"](T.address_of(C[row, col]), acc[v],
+                                                      acc[v + 1])
+                            T.ptx["st.global.v2.f32"](T.address_of(C[row + 8, col]), acc[v + 2],
+                                                      acc[v + 3])
+                        else:
+                            C[row, col] = acc[v]
+                            C[row, col + 1] = acc[v + 1]
+                            C[row + 8, col] = acc[v + 2]
+                            C[row + 8, col + 1] = acc[v + 3]
+
+    return TirxKernel(tvm.IRModule({"main": main}), (grid, 1, 1), (threads, 1, 1),
+                      S * stage_bytes, maps)
