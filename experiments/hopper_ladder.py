@@ -114,7 +114,7 @@ def run(src: Path, out: Path, rounds: int) -> None:
     rows = json.loads(src.read_text())
     info = gpu_worker.device_info()
     with TimedPool("bocast.measure.gpu_worker:run_task", 1) as pool:
-        def once(task, timeout_s=60.0):
+        def once(task, timeout_s=15.0):
             res = pool.map([task], timeout_s)[0]
             return {"status": res.kind, "error": res.detail[-300:]} \
                 if isinstance(res, TaskFailure) else res
@@ -130,10 +130,14 @@ def run(src: Path, out: Path, rounds: int) -> None:
                             "warmup_ms": 50})
                 refs.setdefault(str(shape), []).append(ref)
             for row in rows:
-                if "task" in row:
+                # a kernel that failed (hung, crashed, wrong) is not run again
+                if "task" in row and all(x.get("status") == "ok" for x in row["runs"]):
                     task = dict(row["task"], cubin=base64.b64decode(row["task"]["cubin"]))
                     res = once(task)
                     row["runs"].append({k: v for k, v in res.items() if not k.startswith("_")})
+                    if res.get("status") != "ok":
+                        print(f"{row['name']} {row['shape']}: {res.get('status')} "
+                              f"{str(res.get('error'))[:120]}", file=sys.stderr)
             print(f"round {r + 1}/{rounds} done", file=sys.stderr)
     table = []
     for row in rows:

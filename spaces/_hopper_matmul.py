@@ -243,6 +243,9 @@ def kernel(M: int, N: int, K: int, config) -> TirxKernel:
         Sm = T.alloc_buffer((S, BM + BN, BK), "float16", scope="shared.dyn", align=1024)
         full = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
         empty = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
+        # ping-pong: turn[w] completes when the other consumer ends a main loop, so w's loop
+        # starts after it (see the consumers' loop)
+        turn = T.alloc_buffer((2,), "uint64", scope="shared", align=8)
         acc = T.alloc_buffer((atoms * half_n,), "float32", scope="local")
         desc_a: T.uint64
         desc_b: T.uint64
@@ -252,6 +255,8 @@ def kernel(M: int, N: int, K: int, config) -> TirxKernel:
                 T.ptx.mbarrier.init.shared.b64(T.address_of(full[s]), T.uint32(1))
                 T.ptx.mbarrier.init.shared.b64(T.address_of(empty[s]),
                                                T.uint32(1 if pingpong else NC))
+            for w in T.unroll(2):
+                T.ptx.mbarrier.init.shared.b64(T.address_of(turn[w]), T.uint32(1))
         T.ptx.fence.proxy.async_.shared__cta()
         T.cuda.cta_sync()
         if wg == 0:
@@ -285,6 +290,13 @@ def kernel(M: int, N: int, K: int, config) -> TirxKernel:
                 i = T.meta_var(j * step + (cw if pingpong else 0))
                 tm = T.meta_var(tile_m(cta + i * grid))
                 tn = T.meta_var(tile_n(cta + i * grid))
+                if pingpong:
+                    # mbarrier waits test a phase's parity, so a consumer may run at most one
+                    # phase ahead of a barrier: taking turns keeps the other consumer's k blocks
+                    # from being seen as this one's. Consumer 0's j-th tile (after the first)
+                    # follows consumer 1's (j-1)-th, consumer 1's j-th follows consumer 0's j-th.
+                    if i > 0:
+                        T.cuda.mbarrier_wait(T.address_of(turn[cw]), (j - 1 + cw) & 1)
                 for kb in T.serial(KT):
                     it = T.meta_var(i * KT + kb)
                     s = T.meta_var(it % S)
@@ -315,6 +327,8 @@ def kernel(M: int, N: int, K: int, config) -> TirxKernel:
                     if lt == 0:
                         T.ptx.mbarrier.arrive.shared.b64(
                             T.address_of(empty[(i * KT + KT - 1) % S]))
+                if pingpong and lt == 0:
+                    T.ptx.mbarrier.arrive.shared.b64(T.address_of(turn[1 - cw]))
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
                 # columns 8 j + 2 (lt % 4) (+1)
                 for a in T.unroll(atoms):
