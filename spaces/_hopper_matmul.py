@@ -290,7 +290,7 @@ def kernel(M: int, N: int, K: int, config) -> TirxKernel:
                 i = T.meta_var(j * step + (cw if pingpong else 0))
                 tm = T.meta_var(tile_m(cta + i * grid))
                 tn = T.meta_var(tile_n(cta + i * grid))
-                if pingpong:
+                if pingpong:  # noqa: SIM102 - a static test outside, a TIR test inside
                     # mbarrier waits test a phase's parity, so a consumer may run at most one
                     # phase ahead of a barrier: taking turns keeps the other consumer's k blocks
                     # from being seen as this one's. Consumer 0's j-th tile (after the first)
