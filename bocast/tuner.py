@@ -11,7 +11,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 
 from bocast import interrupt
 from bocast.records import Record
-from bocast.space import Config
+from bocast.space import Config, Space
 from bocast.strategies.base import Strategy
 
 
@@ -138,17 +138,59 @@ class Tuner:
         self.start()
 
     def start(self, previous: Sequence[Record] = ()) -> None:
-        """Begin (or resume: the strategy learns the finished ``previous`` trials first)."""
+        """Begin, or resume after the finished ``previous`` trials (the store's, in order) as
+        the uninterrupted run would have gone on (:meth:`_resume`)."""
         self.records: list[Record] = []
         self.best: list[float] = []
         self.proposal_s: list[float] = []
         self.exhausted = False
+        self._held: list[Record] = []    # stored trials of a batch cut short by the stop ...
+        self._pending: list[Config] = []  # ... and its configurations still to measure
         if previous:
-            self._add(previous)
-            self.strategy.tell(list(previous))
+            self._resume(previous)
         self.t0 = time.perf_counter()
         if self.meter is not None:
             self._show()
+
+    def _resume(self, previous: Sequence[Record]) -> None:
+        """Replay the run that wrote ``previous``: ask each of its batches again (the same
+        sizes as :meth:`ask`) and tell the stored trials of that batch, so that the strategy
+        is in the state the uninterrupted run was in, not merely told the same trials. That
+        state is more than the trials: the GP's hyperparameters warm-start from the previous
+        round's, the CGA's population carries over from round to round, and a batch asked
+        after 20 trials is not the one asked after 16 (the RNG of a round is seeded by the
+        history). A batch the stop cut short is completed with the configurations it was
+        asked with (:meth:`ask` returns the rest).
+
+        A batch's trials are the next stored ones that it asked for; fewer than asked and not
+        the last means some were never recorded (a refused RPC run), as in the uninterrupted
+        run. A stored trial that the batch did not ask for means the store was not written
+        by this run's asks (another version of the strategy, another batch size): the rest is
+        then told at once, which is all a resume could do before."""
+        i = 0
+        while i < len(previous):
+            n = min(self.batch_size, self.trials - i)
+            t = time.perf_counter()
+            configs = self.strategy.ask(n) if n > 0 else []
+            asked_s = time.perf_counter() - t
+            asked = {Space.key(c) for c in configs}
+            j = i
+            while j < len(previous) and j - i < len(configs) and previous[j].key in asked:
+                j += 1
+            if j == i:
+                self._add(previous[i:])
+                self.strategy.tell(list(previous[i:]))
+                return
+            batch = list(previous[i:j])
+            self._add(batch)
+            if j == len(previous) and len(batch) < len(configs):
+                stored = {r.key for r in batch}
+                self._held = batch
+                self._pending = [c for c in configs if Space.key(c) not in stored]
+                self.proposal_s.append(asked_s)  # the proposal of the batch being completed
+                return
+            self.strategy.tell(batch)
+            i = j
 
     def _add(self, rs: Sequence[Record]) -> None:
         self.records += rs
@@ -160,7 +202,10 @@ class Tuner:
 
     def ask(self) -> list[Config]:
         """The next batch (at most what the budget has left); empty once the candidates are
-        exhausted."""
+        exhausted. After a resume inside a batch: the rest of that batch."""
+        if self._pending:
+            configs, self._pending = self._pending, []
+            return configs
         n = min(self.batch_size, self.trials - len(self.records))
         t = time.perf_counter()
         configs = self.strategy.ask(n)
@@ -170,7 +215,9 @@ class Tuner:
 
     def tell(self, records: Sequence[Record]) -> None:
         self._add(records)
-        self.strategy.tell(records)
+        # a batch completed after a resume is told whole, as the uninterrupted run told it
+        told, self._held = self._held + list(records), []
+        self.strategy.tell(told)
         if self.meter is not None:
             self._show()
 

@@ -71,18 +71,6 @@ def test_same_seed_same_trajectory(dataset, name, h):
     assert len({r.key for r in a.records}) == 64
 
 
-def test_resume_keeps_history_and_repeats_nothing(dataset):
-    """A resumed run keeps every finished trial and proposes none twice. (Its later picks may
-    differ from an uninterrupted run's: the surrogate warm-starts from the previous round's
-    hyperparameters, which a fresh process does not have.)"""
-    first = run(dataset, "bo", {"acquisition": "logei"}, seed=5, trials=48).records
-    strategy = make_strategy("bo", dataset.candidates(), seed=5, **hyper("bo", {}))
-    resumed = Tuner(strategy, ReplayMeasurer(dataset), trials=64, batch_size=16).run(first)
-    keys = [r.key for r in resumed.records]
-    assert keys[:48] == [r.key for r in first]
-    assert len(keys) == len(set(keys)) == 64
-
-
 def test_interleaved_runs_keep_their_own_trajectories(dataset):
     """Live comparisons interleave runs batch by batch (one proposes and builds while another
     runs); each run must still be exactly what it would be alone."""
