@@ -1,27 +1,23 @@
-"""Bad inputs, run as a user would: each case is one ``bocast`` command with one thing wrong
+"""Bad inputs of the ``bocast`` command, as data: each case is one command with one thing wrong
 (an option, a configuration field, a dataset or record store file, a folder, the machine), run
 in a fresh folder. A case passes when the command exits with its code (2) before doing any work,
 prints exactly one line on stderr that names the problem (no traceback), prints nothing on
-stdout, leaves every file it was given byte-identical and creates nothing it was not asked to.
+stdout, leaves every file it was given byte-identical and creates no file at all (a store's
+``-wal``/``-shm`` included) beyond what it was asked to write.
 
-    python experiments/bad_inputs.py                # all cases as subprocesses -> the table
-    python experiments/bad_inputs.py --only store   # cases whose name contains "store"
-
-The table goes to ``experiments/results/bad_inputs.{md,json}`` with the machine and commit.
-``tests/test_bad_inputs.py`` runs the same cases in-process (``bocast.cli.main``), and
-``experiments/interrupts.py`` the interrupts.
+``tests/test_bad_inputs.py`` runs every case in-process (``bocast.cli.main``);
+``experiments/bad_inputs.py`` runs them as subprocesses and writes the table;
+``experiments/interrupts.py`` covers the interrupts.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import io
 import json
 import lzma
 import os
-import platform
 import shutil
 import sqlite3
 import subprocess
@@ -53,9 +49,7 @@ class Case:
     name: str                        # what is wrong, in words
     argv: list[str]                  # bocast's arguments; {tmp} is the case's folder
     expect: str                      # a piece of the one error line
-    setup: Callable[[str], None] | None = None
-    intact: tuple[str, ...] = ()     # files under {tmp} that must stay byte-identical
-    absent: tuple[str, ...] = ("out", "runs", "res", "new.db", "x.jsonl", "exp.csv.xz")
+    setup: Callable[[str], None] | None = None  # writes the files the command is given
     code: int = 2
     group: str = ""                  # option | config | file | machine
 
@@ -242,6 +236,35 @@ def other_subspace_store(tmp: str) -> None:
         s.set_meta("subspace", {"name": "other", "allowed": {"stages": [3]}, "feasible": 7})
 
 
+def dataset_and_compare(**change) -> Callable[[str], None]:
+    """{tmp}/ds (a copy of the dataset) and a comparison of it, changed."""
+    def setup(tmp: str) -> None:
+        _dataset(tmp)
+        compare_cfg(dataset="{tmp}/ds", **change)(tmp)
+    return setup
+
+
+def twice(key: str, value, make=None) -> Callable[[str], None]:
+    """{tmp}/c.yaml (the tune configuration, or ``make``'s) with ``key: value`` added at the
+    end as well: a key given twice."""
+    def setup(tmp: str) -> None:
+        (make or tune_cfg())(tmp)
+        with open(os.path.join(tmp, "c.yaml"), "a") as f:
+            f.write(f"{key}: {json.dumps(value)}\n")
+    return setup
+
+
+def an_existing_dataset(tmp: str) -> None:
+    for name in ("exp.json", "exp.csv.xz"):
+        Path(tmp, name).write_text("an earlier dataset\n")
+
+
+def _ok_row(lines: list[str]) -> int:
+    """The first data row of status ok."""
+    i = lines[0].split(",").index("status")
+    return next(r for r in range(1, len(lines)) if lines[r].split(",")[i] == "ok")
+
+
 TUNE_ARGV = ["tune", "{tmp}/c.yaml"]
 CMP_ARGV = ["compare", "{tmp}/c.yaml"]
 MEASURE = ["measure", "gemm", "--shape", "64,64,64", "--sample", "4", "--runner", "standin",
@@ -299,7 +322,7 @@ def cases() -> list[Case]:
     opt("--out in a read-only location", ["space", "gemm", "--sample", "3", "--out",
                                           UNWRITABLE + "/x.jsonl"], "--out: cannot")
     opt("--out under a file", ["space", "gemm", "--sample", "3", "--out", "{tmp}/file.txt/x.jsonl"],
-        "is a file, not a folder", setup=a_file, intact=("file.txt",))
+        "is a file, not a folder", setup=a_file)
     opt("--out-builds without --check-build", ["space", "gemm", "--out-builds", "{tmp}/x.jsonl"],
         "--out-builds: the build results come from --check-build")
     opt("measure --batch 0", MEASURE + ["--batch", "0"], "argument --batch: expected an integer")
@@ -347,14 +370,11 @@ def cases() -> list[Case]:
         "--fix 'stages=9': not a value of stages")
     opt("measure --subspace with an operator", ["measure", "gemm", "--subspace", "{tmp}/sub.yaml",
                                                 "--runner", "standin", "--store", "{tmp}/new.db"],
-        "--subspace names its own workload: give no operator with it", setup=subspace_file(),
-        intact=("sub.yaml",))
+        "--subspace names its own workload: give no operator with it", setup=subspace_file())
     opt("measure --subspace and --fix", MEASURE_SUB + ["--fix", "stages=2"],
-        "--fix and --subspace: put the fixed knobs in the file", setup=subspace_file(),
-        intact=("sub.yaml",))
+        "--fix and --subspace: put the fixed knobs in the file", setup=subspace_file())
     opt("measure --subspace and --sample", MEASURE_SUB + ["--sample", "3"],
-        "give --sample N (a uniform sample), or --all / --subspace FILE", setup=subspace_file(),
-        intact=("sub.yaml",))
+        "give --sample N (a uniform sample), or --all / --subspace FILE", setup=subspace_file())
 
     def fil(name, argv, expect, **kw):
         c.append(Case(name, argv, expect, group="file", **kw))
@@ -363,57 +383,98 @@ def cases() -> list[Case]:
     fil("store is a folder", MEASURE[:-1] + ["{tmp}/sub"], "--store: {tmp}/sub is a folder",
         setup=lambda t: os.mkdir(os.path.join(t, "sub")))
     fil("store damaged mid-file", MEASURE[:-1] + ["{tmp}/s.db"], "is damaged (SQLite quick_check",
-        setup=damaged_store, intact=("s.db",))
+        setup=damaged_store)
     fil("store not SQLite", MEASURE[:-1] + ["{tmp}/s.db"], "is not a bocast record store",
-        setup=garbage_store, intact=("s.db",))
+        setup=garbage_store)
     fil("store of another workload", MEASURE[:-1] + ["{tmp}/s.db"], "holds records of workload",
-        setup=lambda t: _store(t, workload={"op": "gemm", "shape": [128, 64, 64]}),
-        intact=("s.db",))
+        setup=lambda t: _store(t, workload={"op": "gemm", "shape": [128, 64, 64]}))
     fil("store of another program", MEASURE[:-1] + ["{tmp}/s.db"], "is not a bocast record store",
-        setup=foreign_sqlite, intact=("s.db",))
+        setup=foreign_sqlite)
     fil("store in a read-only location", MEASURE[:-1] + [UNWRITABLE + "/s.db"], "--store: cannot")
     fil("--export in a read-only location", MEASURE + ["--export", UNWRITABLE + "/exp"],
         "--export: cannot")
     fil("tune: output under a file", TUNE_ARGV, "output: cannot create",
-        setup=lambda t: (a_file(t), tune_cfg(output="{tmp}/file.txt/out")(t)), intact=("file.txt",))
+        setup=lambda t: (a_file(t), tune_cfg(output="{tmp}/file.txt/out")(t)))
     fil("tune: output in a read-only location", TUNE_ARGV, "output: cannot",
         setup=tune_cfg(output=UNWRITABLE + "/out"))
     fil("tune: records.db damaged", TUNE_ARGV, "is damaged (SQLite quick_check",
         setup=lambda t: (os.makedirs(os.path.join(t, "out")), damaged_store(t, "out/records.db"),
-                         tune_cfg()(t)), intact=("out/records.db",), absent=())
+                         tune_cfg()(t)))
     fil("tune: output holds another configuration's run", TUNE_ARGV,
-        "holds a run of another configuration", setup=other_tune_store,
-        intact=("out/records.db",), absent=())
+        "holds a run of another configuration", setup=other_tune_store)
     fil("compare: results in a read-only location", CMP_ARGV, "results: cannot",
         setup=compare_cfg(results=UNWRITABLE + "/r"))
     fil("compare: output holds another configuration's run", CMP_ARGV,
-        "holds a run of another configuration", setup=other_run_store,
-        intact=("runs/random_seed0.db",), absent=("res",))
+        "holds a run of another configuration", setup=other_run_store)
+    # --- outputs that are inputs, or another output, or exist
+    fil("compare: results are the dataset's prefix", CMP_ARGV,
+        "results: {tmp}/ds.json is also the dataset, which it would overwrite",
+        setup=dataset_and_compare(results="{tmp}/ds"))
+    fil("compare: results are the configuration", ["compare", "{tmp}/c.json"],
+        "results: {tmp}/c.json is also the configuration file",
+        setup=lambda t: (compare_cfg(results="{tmp}/c")(t),
+                         os.rename(os.path.join(t, "c.yaml"), os.path.join(t, "c.json"))))
+    fil("measure --export over an existing dataset", MEASURE + ["--export", "{tmp}/exp"],
+        "--export: {tmp}/exp.json exists; give --force to replace it",
+        setup=an_existing_dataset)
+    fil("measure --export onto its --store", MEASURE[:-1] + ["{tmp}/d.json", "--export",
+                                                               "{tmp}/d", "--force"],
+        "--export: {tmp}/d.json is also the --store, which it would overwrite")
+    fil("measure --export onto its --subspace file",
+        [a.replace("sub.yaml", "sub.json") for a in MEASURE_SUB] + ["--export", "{tmp}/sub",
+                                                                     "--force"],
+        "--export: {tmp}/sub.json is also the --subspace file",
+        setup=lambda t: (subspace_file()(t), os.rename(os.path.join(t, "sub.yaml"),
+                                                       os.path.join(t, "sub.json"))))
+    fil("space --out and --out-builds one file", ["space", "gemm", "--sample", "3", "--out",
+                                                  "{tmp}/x.jsonl", "--out-builds",
+                                                  "{tmp}/x.jsonl", "--check-build"],
+        "--out-builds: {tmp}/x.jsonl is also the --out; give each output its own path")
+    fil("space --out over an existing file", ["space", "gemm", "--sample", "3", "--out",
+                                              "{tmp}/file.txt"],
+        "--out: {tmp}/file.txt exists; give --force to replace it", setup=a_file)
+    fil("space --out onto its --subspace file, even with --force",
+        ["space", "--subspace", "{tmp}/sub.yaml", "--sample", "3", "--out", "{tmp}/sub.yaml",
+         "--force"], "--out: {tmp}/sub.yaml is also the --subspace file", setup=subspace_file())
+
+    # --- refused stores, read only: nothing created beside them (no -wal, -shm)
+    fil("export of a damaged store", ["export", "{tmp}/s.db", "--best", "--out", "{tmp}/out"],
+        "is damaged (SQLite quick_check", setup=damaged_store)
+    fil("export of another program's SQLite file", ["export", "{tmp}/s.db", "--best", "--out",
+                                                    "{tmp}/out"],
+        "is not a bocast record store", setup=foreign_sqlite)
+
+    # --- keys given twice (YAML keeps the last without a word)
+    fil("tune: budget given twice", TUNE_ARGV, "line 19, column 1: key 'budget' given twice "
+        "(first at line 2)", setup=twice("budget", {"trials": 48}))
+    fil("compare: seeds given twice", CMP_ARGV, "key 'seeds' given twice",
+        setup=twice("seeds", 5, compare_cfg()))
+    fil("--subspace file fixes a knob twice", MEASURE_SUB, "key 'stages' given twice",
+        setup=lambda t: Path(t, "sub.yaml").write_text(
+            "workload: {op: gemm, shape: [64, 64, 64]}\nfix: {stages: 2, stages: 3}\n"))
     fil("configuration file missing", ["tune", "{tmp}/none.yaml"], "none.yaml: no such file")
     fil("--subspace file missing", MEASURE_SUB, "--subspace: {tmp}/sub.yaml: no such file")
     fil("space --subspace file missing", ["space", "--subspace", "{tmp}/sub.yaml"],
         "--subspace: {tmp}/sub.yaml: no such file")
     fil("--subspace file not YAML", MEASURE_SUB, "--subspace: {tmp}/sub.yaml: not valid YAML",
-        setup=lambda t: Path(t, "sub.yaml").write_text("fix: [unclosed\n"),
-        intact=("sub.yaml",))
+        setup=lambda t: Path(t, "sub.yaml").write_text("fix: [unclosed\n"))
     fil("--subspace file without fix", MEASURE_SUB, "--subspace: sub.yaml: fix: missing",
-        setup=subspace_file(fix=DROP), intact=("sub.yaml",))
+        setup=subspace_file(fix=DROP))
     fil("--subspace file fixes an unknown knob", MEASURE_SUB,
         "--subspace: sub.yaml: fix: unknown knob 'stagez'",
-        setup=subspace_file(fix={**SUB_FIX, "stagez": 2}), intact=("sub.yaml",))
+        setup=subspace_file(fix={**SUB_FIX, "stagez": 2}))
     fil("--subspace file with a bare on (YAML boolean)", MEASURE_SUB, "quote it",
-        setup=subspace_file(fix={**SUB_FIX, "async_copy": True}), intact=("sub.yaml",))
+        setup=subspace_file(fix={**SUB_FIX, "async_copy": True}))
     fil("--subspace file of an unknown operator", MEASURE_SUB,
         "--subspace: sub.yaml: workload: unknown operator 'gemmm'",
-        setup=subspace_file(workload={**SUB_WORKLOAD, "op": "gemmm"}), intact=("sub.yaml",))
+        setup=subspace_file(workload={**SUB_WORKLOAD, "op": "gemmm"}))
     fil("--subspace file states another size", MEASURE_SUB,
         "the sub-space has 3 feasible configurations, the file says 5",
-        setup=subspace_file(feasible=5), intact=("sub.yaml",))
+        setup=subspace_file(feasible=5))
     fil("--subspace feasible 'many'", MEASURE_SUB, "feasible: expected an integer, got 'many'",
-        setup=subspace_file(feasible="many"), intact=("sub.yaml",))
+        setup=subspace_file(feasible="many"))
     fil("store holds another sub-space's table", MEASURE_SUB[:-1] + ["{tmp}/s.db"],
-        "holds the table of another sub-space", setup=other_subspace_store,
-        intact=("s.db", "sub.yaml"))
+        "holds the table of another sub-space", setup=other_subspace_store)
     fil("configuration not YAML", TUNE_ARGV, "not valid YAML",
         setup=lambda t: Path(t, "c.yaml").write_text("workload: [unclosed\n"))
     fil("configuration is a folder", ["tune", "{tmp}"], "is a folder, not a configuration file")
@@ -436,7 +497,7 @@ def cases() -> list[Case]:
         setup=dataset(edit_rows=lambda rows: _cell(rows, 218, "status", "okay")))
     fil("dataset tflops not a number", TUNE_ARGV, "row 7: tflops 'fast' is not a number",
         setup=dataset(edit_rows=lambda rows: _cell(rows, 7, "tflops", "fast")))
-    fil("dataset ok row without tflops", TUNE_ARGV, "row 9: status ok with tflops",
+    fil("dataset ok row without tflops", TUNE_ARGV, "row 9: tflops: status ok needs tflops > 0",
         setup=dataset(edit_rows=lambda rows: _cell(rows, 9, "tflops", "")))
     fil("dataset knob value not an integer", TUNE_ARGV, "row 3: knob vec: 2.5 is not an integer",
         setup=dataset(edit_rows=lambda rows: _cell(rows, 3, "vec", "2.5")))
@@ -446,6 +507,17 @@ def cases() -> list[Case]:
         setup=dataset(edit_rows=lambda rows: rows[:-1] + [rows[1]]))
     fil("dataset rows cut at a line (recompressed)", TUNE_ARGV, "300 rows, but its .json says 500",
         setup=dataset(edit_rows=lambda rows: rows[:301]))
+    fil("dataset ok row of 1e300 TFLOPS", TUNE_ARGV, "ds.csv.xz row 2: tflops: 1e+300 is "
+        "impossible (above 10,000", setup=dataset(edit_rows=lambda rows: _cell(
+            _cell(rows, 2, "status", "ok"), 2, "tflops", "1e300")))
+    fil("dataset build_error row with TFLOPS", TUNE_ARGV, "row 4: tflops: status build_error is "
+        "a failure and has no TFLOPS, got 10.0", setup=dataset(edit_rows=lambda rows: _cell(
+            _cell(rows, 4, "status", "build_error"), 4, "tflops", "10")))
+    fil("dataset negative latency", TUNE_ARGV, "row 6: latency_ms: expected None or a number > 0",
+        setup=dataset(edit_rows=lambda rows: _cell(rows, 6, "latency_ms", "-0.5")))
+    fil("dataset ok row of inf TFLOPS", TUNE_ARGV,
+        "tflops: expected None or a number >= 0, got inf",
+        setup=dataset(edit_rows=lambda rows: _cell(rows, _ok_row(rows), "tflops", "inf")))
     fil("dataset .json corrupt", TUNE_ARGV, "ds.json: not readable JSON",
         setup=dataset(edit_meta=lambda m: json.dumps(m)[:100]))
     fil("dataset .json without knob_columns", TUNE_ARGV, "knob_columns missing",
@@ -556,11 +628,18 @@ def cases() -> list[Case]:
 # ------------------------------------------------------------------------------ running
 
 
-def _digest(path: str) -> str | None:
-    if not os.path.exists(path):
-        return None
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+def _files(tmp: str) -> dict[str, str]:
+    """Every file under ``tmp`` (relative path: the SHA-256 of its bytes) and every folder
+    (relative path and "/": "")."""
+    out = {}
+    for folder, dirs, names in os.walk(tmp):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(folder, name), tmp) + "/"] = ""
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, tmp)] = hashlib.sha256(f.read()).hexdigest()
+    return out
 
 
 @dataclass
@@ -587,7 +666,7 @@ def run_case(case: Case, *, in_process: bool = False) -> Outcome:
     try:
         if case.setup is not None:
             case.setup(tmp)
-        before = {p: _digest(os.path.join(tmp, p)) for p in case.intact}
+        before = _files(tmp)
         argv = case.command(tmp)
         t0 = time.perf_counter()
         if in_process:
@@ -598,8 +677,9 @@ def run_case(case: Case, *, in_process: bool = False) -> Outcome:
                                   env={**os.environ, "PYTHONPATH": ROOT})
             code, out, err = proc.returncode, proc.stdout, proc.stderr
         seconds = time.perf_counter() - t0
-        intact = all(_digest(os.path.join(tmp, p)) == d for p, d in before.items())
-        created = [p for p in case.absent if os.path.exists(os.path.join(tmp, p))]
+        after = _files(tmp)
+        intact = all(after.get(p) == d for p, d in before.items())
+        created = sorted(set(after) - set(before))  # a store's -wal and -shm, a folder...
         lines = err.strip().splitlines()
         problems = []
         if code != case.code:
@@ -633,51 +713,3 @@ def _in_process(argv: list[str]) -> tuple[int, str, str]:
         except SystemExit as e:  # argparse
             code = e.code if isinstance(e.code, int) else 2
     return code, out.getvalue(), err.getvalue()
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", help="run the cases whose name contains this")
-    ap.add_argument("--out", default=os.path.join(ROOT, "experiments", "results", "bad_inputs"))
-    args = ap.parse_args()
-    sys.path.insert(0, ROOT)
-    from bocast.records import provenance
-
-    prov = provenance({"cpus": os.cpu_count(), "machine": platform.machine()})
-    todo = [c for c in cases() if not args.only or args.only in c.name]
-    results = []
-    for case in todo:
-        r = run_case(case)
-        results.append(r)
-        print(f"{'ok ' if r.clean else 'BAD'} {r.code} {r.seconds:5.1f} s  {case.name}"
-              + ("" if r.clean else f"  <- {r.problems}"), flush=True)
-    clean = sum(r.clean for r in results)
-    print(f"{clean}/{len(results)} clean")
-    if args.only:
-        return
-    rows = [{"case": r.case, "group": r.group, "command": r.command, "exit": r.code,
-             "message": r.stderr.strip(), "data_intact": r.intact and not r.created,
-             "seconds": round(r.seconds, 2), "clean": r.clean, "problems": r.problems}
-            for r in results]
-    with open(args.out + ".json", "w") as f:
-        json.dump({"provenance": prov, "clean": clean, "cases": len(rows), "rows": rows}, f,
-                  separators=(",", ":"))
-    md = [f"# Bad inputs: {clean} of {len(rows)} clean", "",
-          f"`python experiments/bad_inputs.py` at commit {prov['git_sha']}, {prov['date']}, on "
-          f"{prov['host']} ({os.cpu_count()} CPUs, no GPU). Each case runs `bocast` once in a "
-          "fresh folder; clean = exit 2, one line on stderr naming the problem, no traceback, "
-          "nothing on stdout, every file it was given byte-identical and nothing created. "
-          "Interrupts: `experiments/results/interrupts.md`.", "",
-          "| # | bad input | exit | message (stderr) | data intact | clean |",
-          "|---|---|---|---|---|---|"]
-    for i, r in enumerate(rows, 1):
-        msg = r["message"].replace("|", "\\|").replace("\n", " / ")
-        md.append(f"| {i} | {r['case']} | {r['exit']} | {msg} | "
-                  f"{'yes' if r['data_intact'] else 'NO'} | {'yes' if r['clean'] else 'NO'} |")
-    with open(args.out + ".md", "w") as f:
-        f.write("\n".join(md) + "\n")
-    print(f"wrote {args.out}.md/.json")
-
-
-if __name__ == "__main__":
-    main()
