@@ -162,7 +162,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
     from bocast import identity
     from bocast.candidates import SpaceCandidates
     from bocast.records import dataset_files
-    from bocast.schema import check_outputs, check_writable
+    from bocast.schema import check_outputs
     from bocast.strategies import make_strategy
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
@@ -170,7 +170,6 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
         cfg = (cfgmod.parse(plain(config), runner=runner, rpc=rpc)
                if not isinstance(config, (str, os.PathLike))
                else cfgmod.load(os.fspath(config), runner=runner, rpc=rpc))
-        check_writable(cfg.output, "output", directory=True)  # before the dataset is read
         # a resumed run rewrites its own summary (existing=None), never a file it reads
         check_outputs({"output's summary.json": f"{cfg.output}/summary.json"},
                       {"configuration file": path or [],

@@ -102,6 +102,10 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
     if top["runner"] == "replay" and top["dataset"] is None:
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
     rpc_opts = rpc_options(top["runner"], top["rpc"], rpc)
+    base = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+    resolve = resolver(base)
+    output = resolve(top["output"])
+    schema.check_writable(output, "output", directory=True)
     # the strategy last: its options are its module's, and a strategy's module may import
     # torch (seconds), which the refusal of any other field should not wait for
     name, _ = strategy_entry(top["strategy"], "strategy.")
@@ -110,14 +114,12 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
         raise ConfigError(f"strategy: {extra} belong to comparisons, not to one run"
                           + (" (its batch is the top-level batch_size)"
                              if "batch_size" in extra else ""))
-    base = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
-    resolve = resolver(base)
     return TuneConfig(workload=dict(top["workload"]), strategy=name,
                       strategy_options={k: v for k, v in top["strategy"].items() if k != "name"},
                       batch_size=top["batch_size"], trials=budget["trials"],
                       seconds=budget["seconds"], seed=top["seed"], runner=top["runner"],
                       dataset=resolve(top["dataset"]) if top["dataset"] else None,
-                      output=resolve(top["output"]), runner_options=ropts, rpc=rpc_opts,
+                      output=output, runner_options=ropts, rpc=rpc_opts,
                       name=top["name"], path=path, raw=dict(raw))
 
 
