@@ -52,11 +52,22 @@ def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
     anything runs or is written; errors of a file start with the file's name."""
     from bocast import comparison as cmp
     from bocast.config import in_file
-    from bocast.schema import check_writable
+    from bocast.records import dataset_files
+    from bocast.schema import check_outputs, check_writable
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
     try:
         cfg = cmp.load(path) if path is not None else cmp.parse(plain(config), os.getcwd())
+        check_writable(cfg.output, "output", directory=True)
+        results = [cfg.results + ext for ext in (".md", ".csv", ".json", ".png")]
+        for out in results:
+            check_writable(out, "results")
+        # a rerun rewrites its own results (existing=None); it never writes over what it reads
+        check_outputs({"results": results},
+                      {"configuration file": path or [], "output's record stores":
+                       [p for _, _, p, _ in cmp.plan(cfg)],
+                       "dataset": dataset_files(cfg.dataset) if cfg.dataset else []},
+                      existing=None)
         cmp.validate(cfg)
         if cfg.runner in cmp.LIVE and not summarize:
             if cfg.runner == "tvm":  # rpc: the servers time, this host only builds
@@ -64,9 +75,6 @@ def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
                          "recorded dataset, or --summarize to write the results of finished "
                          "stores")
             need_compiler(f"runner: {cfg.runner} (a live comparison)")
-        check_writable(cfg.output, "output", directory=True)
-        for ext in (".md", ".csv", ".json", ".png"):
-            check_writable(cfg.results + ext, "results")
     except InputError as e:
         if path is None:
             raise
@@ -122,10 +130,9 @@ def tune(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None = 
     summary.json in its ``output``, resumed when they exist. ``runner`` overrides the config's
     (as ``--runner``); ``progress`` prints the command's status lines on stderr."""
     run = prepare(config, runner=runner)
-    with run.store:
-        summary, _ = run.execute(progress=progress)
+    summary, _ = run.execute(progress=progress)
     return TuneResult(summary.get("best_config"), summary.get("best_tflops"), summary["trials"],
-                      run.store.path, summary)
+                      run.store_path, summary)
 
 
 def need_gpu(what: str, alternative: str) -> None:
@@ -147,13 +154,15 @@ def need_compiler(what: str) -> None:
 
 def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None = None,
             rpc: Mapping[str, Any] | None = None) -> TuneRun:
-    """Check a tune configuration whole and open its store (which records the run's identity,
-    :mod:`bocast.identity`, or refuses if it holds another run); nothing else is written.
-    Errors of a file's configuration start with the file's name (as the command prints them)."""
+    """Check a tune configuration whole, and the store already in its output (which must hold
+    this run, :mod:`bocast.identity`), only reading: nothing is written or created until
+    :meth:`TuneRun.execute` has started the runner. Errors of a file's configuration start with
+    the file's name (as the command prints them)."""
     from bocast import config as cfgmod
     from bocast import identity
     from bocast.candidates import SpaceCandidates
-    from bocast.schema import check_writable
+    from bocast.records import dataset_files
+    from bocast.schema import check_outputs
     from bocast.strategies import make_strategy
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
@@ -161,6 +170,11 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
         cfg = (cfgmod.parse(plain(config), runner=runner, rpc=rpc)
                if not isinstance(config, (str, os.PathLike))
                else cfgmod.load(os.fspath(config), runner=runner, rpc=rpc))
+        # a resumed run rewrites its own summary (existing=None), never a file it reads
+        check_outputs({"output's summary.json": f"{cfg.output}/summary.json"},
+                      {"configuration file": path or [],
+                       "dataset": dataset_files(cfg.dataset) if cfg.dataset else []},
+                      existing=None)
         op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
         if dataset is not None:
             candidates = dataset.candidates()
@@ -170,68 +184,77 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
             need_compiler(f"runner {cfg.runner}")
             candidates = SpaceCandidates(op.space, op.workload)
         strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **cfg.strategy_options)
-        check_writable(cfg.output, "output", directory=True)
-        store = identity.open_store(f"{cfg.output}/records.db", op.workload, identity.run_identity(
+        store_path = f"{cfg.output}/records.db"
+        ident = identity.run_identity(
             strategy=cfg.strategy, options=cfg.strategy_options, seed=cfg.seed,
-            batch_size=cfg.batch_size, runner=cfg.runner, dataset=cfg.dataset))
+            batch_size=cfg.batch_size, runner=cfg.runner, dataset=cfg.dataset)
+        identity.check_path(store_path, op.workload, ident)
     except InputError as e:
         if path is None:
             raise
         raise cfgmod.in_file(e, path) from None
-    return TuneRun(cfg, op, dataset, strategy, store)
+    return TuneRun(cfg, op, dataset, strategy, store_path, ident)
 
 
 @dataclass
 class TuneRun:
-    """A checked tune configuration with its strategy and open store (:func:`prepare`)."""
+    """A checked tune configuration with its strategy and the store it will write
+    (:func:`prepare`)."""
 
     cfg: TuneConfig
     op: Any
     dataset: Any
     strategy: Strategy
-    store: Store
+    store_path: str
+    identity: dict[str, Any]
 
     def execute(self, *, progress: bool = True) -> tuple[dict[str, Any], list[str]]:
         """Run to the budget (resuming the store's trials), write summary.json; return the
         summary and the command's result lines."""
+        from bocast import identity
         from bocast.measure.replay import ReplayMeasurer
         from bocast.progress import Progress, say
         from bocast.records import atomic_write, provenance
         from bocast.tuner import Tuner
 
-        cfg, op, dataset, store = self.cfg, self.op, self.dataset, self.store
+        cfg, op, dataset = self.cfg, self.op, self.dataset
         note = say if progress else (lambda _: None)
-        previous = store.records()
-        closers: list[Any] = []  # runner and builder: closed when the run ends
+        closers: list[Any] = []  # runner, store and builder: closed when the run ends
         measurer: ReplayMeasurer | Measurer
-        if dataset is not None:
-            measurer = ReplayMeasurer(dataset, store)
-            reference = (dataset.reference or {}).get("tflops")
-            note(f"runner: replay of {cfg.dataset} ({len(dataset.configs)} recorded "
-                 "configurations; no GPU is used)")
-        else:
-            from bocast.measure.builder import Builder
-            from bocast.measure.engine import Measurer
-            from bocast.measure.rpc import RpcRunner
-            from bocast.measure.runner import GpuRunner
-
-            ro = cfg.runner_options
-            kw = dict(timeout_s=ro["run_timeout"], repeats=ro["repeats"], seed=cfg.seed)
-            runner = RpcRunner(**cfg.rpc, **kw) if cfg.runner == "rpc" else GpuRunner(**kw)
-            closers.append(runner)
-            device = runner.device()
-            ref = store.get_meta("reference") or runner.reference(op)
-            builder = Builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
-                              reject_spills=ro["reject_spills"])
-            closers.append(builder)
-            store.set_meta("reference", ref)
-            reference = ref.get("tflops")
-            measurer = Measurer(op, store, builder, runner, session_info={
-                "device": device, "runner": cfg.runner, "config": cfg.raw})
-            note(f"runner: live on {device.get('gpu')}; reference {reference:.1f} TFLOPS")
-        if previous:
-            note(f"resuming: {len(previous)} trials already in {cfg.output}/records.db")
         try:
+            if dataset is None:
+                from bocast.measure.builder import Builder
+                from bocast.measure.engine import Measurer
+                from bocast.measure.rpc import RpcRunner
+                from bocast.measure.runner import GpuRunner
+
+                ro = cfg.runner_options
+                kw = dict(timeout_s=ro["run_timeout"], repeats=ro["repeats"], seed=cfg.seed)
+                runner = RpcRunner(**cfg.rpc, **kw) if cfg.runner == "rpc" else GpuRunner(**kw)
+                closers.append(runner)
+                device = runner.device()
+            # the run can start: only now is its store created (or opened for writing), so a
+            # runner that fails to start leaves no store stamped with this run behind
+            store = identity.open_store(self.store_path, op.workload, self.identity)
+            closers.append(store)
+            previous = store.records()
+            if dataset is not None:
+                measurer = ReplayMeasurer(dataset, store)
+                reference = (dataset.reference or {}).get("tflops")
+                note(f"runner: replay of {cfg.dataset} ({len(dataset.configs)} recorded "
+                     "configurations; no GPU is used)")
+            else:
+                ref = store.get_meta("reference") or runner.reference(op)
+                builder = Builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
+                                  reject_spills=ro["reject_spills"])
+                closers.append(builder)
+                store.set_meta("reference", ref)
+                reference = ref.get("tflops")
+                measurer = Measurer(op, store, builder, runner, session_info={
+                    "device": device, "runner": cfg.runner, "config": cfg.raw})
+                note(f"runner: live on {device.get('gpu')}; reference {reference:.1f} TFLOPS")
+            if previous:
+                note(f"resuming: {len(previous)} trials already in {cfg.output}/records.db")
             with (Progress(f"tune {cfg.strategy} seed {cfg.seed}", cfg.trials) if progress
                   else contextlib.nullcontext()) as meter:
                 tuner = Tuner(self.strategy, measurer, trials=cfg.trials, seconds=cfg.seconds,
@@ -262,8 +285,11 @@ class TuneRun:
 def load(store_path: str | os.PathLike):
     """The records of a store as a pandas DataFrame: one column per knob (split knobs as
     ``name_0 .. name_k``), then status, latencies, TFLOPS, static features."""
+    from bocast.records import StoreError
     from bocast.records import load as load_records
 
+    if not isinstance(store_path, (str, os.PathLike)):
+        raise StoreError(f"load: expected the path of a record store, got {store_path!r}")
     return load_records(os.fspath(store_path))
 
 
@@ -306,6 +332,7 @@ class Study:
 
     def __init__(self, op, strategy: Strategy, store: Store | None = None):
         self.op, self.strategy, self.store = op, strategy, store
+        self.closed = False
         self.records: list[Record] = store.records() if store is not None else []
         self._told = {r.key for r in self.records}
         if self.records:
@@ -319,6 +346,7 @@ class Study:
 
     def ask(self, n: int = 1) -> list[dict[str, Any]]:
         """Up to ``n`` configurations not asked or told before (fewer once none are left)."""
+        self._open("ask")
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise InputError(f"ask: n must be a positive integer, got {n!r}")
         return self.strategy.ask(n)
@@ -330,9 +358,10 @@ class Study:
         :class:`bocast.measure.status.Status`). ``fields``: other columns of a record
         (``latency_ms``, ``build_s``, ``error``, ``features={...}``, ...)."""
         from bocast.measure.status import Status
-        from bocast.records import Record
+        from bocast.records import Record, check_record
         from bocast.space import Space
 
+        self._open("tell")
         try:
             status = Status(status)
         except ValueError:
@@ -342,16 +371,17 @@ class Study:
         key = Space.key(config)
         if key in self._told:
             raise InputError(f"tell: configuration {key} was already told")
-        if status is Status.OK and not (isinstance(tflops, (int, float)) and tflops > 0):
-            raise InputError(f"tell: status ok needs tflops > 0, got {tflops!r}")
         allowed = {f.name for f in _record_fields()} - {"key", "config", "status", "tflops"}
         unknown = sorted(set(fields) - allowed)
         if unknown:
             raise InputError(f"tell: unknown field(s) {unknown}; known: {sorted(allowed)}")
         record = Record(key, {k: list(v) if isinstance(v, tuple) else v
-                              for k, v in config.items()}, status,
-                        tflops=None if tflops is None else float(tflops),
+                              for k, v in config.items()}, status, tflops=tflops,
                         **{"source": self.strategy.name, **fields})
+        try:  # the store's check too, so that a study without a store keeps only what it could
+            check_record(record)
+        except InputError as e:
+            raise type(e)(f"tell: {e}") from None
         if self.store is not None:
             self.store.append(record, self._session)
         self._told.add(key)
@@ -411,8 +441,14 @@ class Study:
         return frame(self.records)
 
     def close(self) -> None:
+        self.closed = True
         if self.store is not None:
             self.store.close()
+
+    def _open(self, what: str) -> None:
+        if self.closed:
+            raise InputError(f"{what}: the study was closed (create_study resumes it from its "
+                             "store)")
 
     def __enter__(self):
         return self

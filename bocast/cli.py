@@ -31,7 +31,7 @@ from bocast import interrupt, schema
 from bocast.errors import InputError
 from bocast.operator import from_workload, get_operator, make, operators, parse_shape
 from bocast.progress import Progress, say
-from bocast.schema import check_writable
+from bocast.schema import check_outputs, check_writable
 from bocast.space import MAX_ENUMERATION, Space
 
 T0 = time.perf_counter()
@@ -91,9 +91,12 @@ def _need_gpu(what: str, alternative: str) -> None:
 def cmd_space(args) -> int:
     op = _operator_from(args)
     space = op.space
-    for flag, path in (("--out", args.out), ("--out-builds", args.out_builds)):
-        if path is not None:
-            check_writable(path, flag)
+    outputs = {flag: path for flag, path in (("--out", args.out),
+                                             ("--out-builds", args.out_builds)) if path}
+    for flag, path in outputs.items():
+        check_writable(path, flag)
+    check_outputs(outputs, {"--subspace file": args.subspace} if args.subspace else {},
+                  existing=None if args.force else "--force")
     if args.out_builds is not None and not args.check_build:
         raise UsageError("--out-builds: the build results come from --check-build")
     if args.check_build and args.sample:
@@ -242,17 +245,18 @@ def _table_of(args, allowed) -> dict[str, Any]:
     return {"name": "", "allowed": _jsonable_allowed(allowed or {})}
 
 
-def _check_table_store(args, op, allowed) -> None:
-    """An existing store given to ``measure --all`` holds no table of another sub-space (read
-    only, before the enumeration)."""
+def _check_store(args, op, allowed, subspace: dict | None) -> None:
+    """An existing ``--store`` opens (a sound bocast store of this workload) and, for a table,
+    holds none of another sub-space; only read (the run creates or writes it once its runner
+    has started)."""
     from bocast.records import Store
 
     if not (os.path.isfile(args.store) and os.path.getsize(args.store) > 0):
         return
-    with Store(args.store, op.workload, create=False) as store:
+    with Store.open(args.store, op.workload) as store:
         held = store.get_meta("subspace")
-    if held is not None and {k: v for k, v in held.items() if k != "feasible"} != \
-            _table_of(args, allowed):
+    if subspace is not None and held is not None and \
+            {k: v for k, v in held.items() if k != "feasible"} != _table_of(args, allowed):
         raise UsageError(f"--store: {args.store} holds the table of another sub-space: {held}")
 
 
@@ -274,10 +278,6 @@ def _fixed_text(allowed: dict) -> str:
 
 
 def cmd_measure(args) -> int:
-    from bocast.measure.builder import Builder
-    from bocast.measure.engine import Measurer
-    from bocast.records import Store, export_dataset
-
     op = _operator_from(args)
     exhaustive = args.all or args.subspace is not None
     if exhaustive == (args.sample is not None):
@@ -296,12 +296,16 @@ def cmd_measure(args) -> int:
         _need_compiler("bocast measure --runner rpc")
     check_writable(args.store, "--store")
     if args.export:
-        from bocast.records import DATASET_SUFFIXES
+        from bocast.records import dataset_files
 
-        for ext in (DATASET_SUFFIXES[0], ".json"):
-            check_writable(args.export + ext, "--export")
+        for path in dataset_files(args.export):
+            check_writable(path, "--export")
+        check_outputs({"--export": dataset_files(args.export)},
+                      {"--store": args.store,
+                       **({"--subspace file": args.subspace} if args.subspace else {})},
+                      existing=None if args.force else "--force")
+    _check_store(args, op, allowed, {} if exhaustive else None)
     if exhaustive:
-        _check_table_store(args, op, allowed)
         # enumerated before the store opens: a sub-space too large writes nothing
         structural = op.space.restricted_structural_size(allowed)
         if 1_000_000 < structural <= MAX_ENUMERATION:  # seconds or more
@@ -321,74 +325,79 @@ def cmd_measure(args) -> int:
         configs = op.space.sample(args.sample, args.seed, unique=True)
         subspace = None
         what = f"{len(configs)} sampled (seed {args.seed})"
-    store = Store(args.store, op.workload)  # refuses a foreign or damaged file, untouched
-    with store:
-        if subspace is not None:
-            held = store.get_meta("subspace")
-            if held not in (None, subspace):
-                raise UsageError(f"--store: {args.store} holds the table of another sub-space: "
-                                 f"{held}")
-            store.set_meta("subspace", subspace)
-        return _measure(args, op, store, configs, what, subspace, Builder, Measurer,
-                        export_dataset)
+    return _measure(args, op, configs, what, subspace)
 
 
-def _measure(args, op, store, configs, what, subspace, Builder, Measurer, export_dataset) -> int:
-    done = store.keys()
-    todo = [c for c in configs if Space.key(c) not in done]
-    lines = [(f"{op.name} {op.workload}: {what}, "
-              f"{len(configs) - len(todo)} already in {args.store}, {len(todo)} to measure")]
-    say(lines[0])
+def _measure(args, op, configs, what, subspace) -> int:
+    from bocast.measure.builder import Builder
+    from bocast.measure.engine import Measurer
+    from bocast.records import Store, export_dataset
+
     runner = _make_runner(args.runner, args)
     t0 = time.perf_counter()
     with runner, Builder(workers=args.workers, timeout_s=args.build_timeout,
                          compile=args.runner != "standin",
                          reject_spills=args.reject_spills) as builder:
         device = runner.device()
-        reference = store.get_meta("reference")
-        if reference is None or args.reference_again:
-            reference = runner.reference(op)
-            store.set_meta("reference", reference)
-        say(f"device: {device.get('gpu')} driver {device.get('driver')}; reference "
-            f"{reference.get('latency_ms', 0):.4f} ms, {reference.get('tflops', 0):.1f} TFLOPS "
-            f"({reference.get('what', '')})")
-        measurer = Measurer(op, store, builder, runner, session_info={
-            "device": device, "runner": runner.name, "command": " ".join(sys.argv)})
-        best = [0.0]
-        with Progress("measured", len(todo), unit="configurations",
-                      every_n=args.progress_every, every_s=30) as meter:
-            def progress(rec):
-                if rec.ok and rec.tflops:
-                    best[0] = max(best[0], rec.tflops)
-                meter.update(step=1, best=best[0] or None)
+        # the runner started: only now is the store created, so a failed start leaves none
+        store = Store(args.store, op.workload)
+        with store:
+            if subspace is not None:
+                held = store.get_meta("subspace")
+                if held not in (None, subspace):
+                    raise UsageError(f"--store: {args.store} holds the table of another "
+                                     f"sub-space: {held}")
+                store.set_meta("subspace", subspace)
+            done = store.keys()
+            todo = [c for c in configs if Space.key(c) not in done]
+            lines = [(f"{op.name} {op.workload}: {what}, {len(configs) - len(todo)} already "
+                      f"in {args.store}, {len(todo)} to measure")]
+            say(lines[0])
+            reference = store.get_meta("reference")
+            if reference is None or args.reference_again:
+                reference = runner.reference(op)
+                store.set_meta("reference", reference)
+            say(f"device: {device.get('gpu')} driver {device.get('driver')}; reference "
+                f"{reference.get('latency_ms', 0):.4f} ms, {reference.get('tflops', 0):.1f} "
+                f"TFLOPS ({reference.get('what', '')})")
+            measurer = Measurer(op, store, builder, runner, session_info={
+                "device": device, "runner": runner.name, "command": " ".join(sys.argv)})
+            best = [0.0]
+            with Progress("measured", len(todo), unit="configurations",
+                          every_n=args.progress_every, every_s=30) as meter:
+                def progress(rec):
+                    if rec.ok and rec.tflops:
+                        best[0] = max(best[0], rec.tflops)
+                    meter.update(step=1, best=best[0] or None)
 
-            deadline = (None if args.max_seconds is None
-                        else time.monotonic() + args.max_seconds)
-            measured = measurer.measure_batches(
-                [todo[i:i + args.batch] for i in range(0, len(todo), args.batch)],
-                source=f"{'all' if subspace is not None else 'sample'}(seed={args.seed})",
-                on_record=progress, deadline=deadline)
+                deadline = (None if args.max_seconds is None
+                            else time.monotonic() + args.max_seconds)
+                measured = measurer.measure_batches(
+                    [todo[i:i + args.batch] for i in range(0, len(todo), args.batch)],
+                    source=f"{'all' if subspace is not None else 'sample'}(seed={args.seed})",
+                    on_record=progress, deadline=deadline)
     seconds = time.perf_counter() - t0
-    records = store.records()
-    summary, more = summarize_records(records, reference)
-    left = len(todo) - len(measured)
-    lines += more + [f"measured {len(measured)} in {seconds:.1f} s "
-                     f"({len(measured) / max(seconds, 1e-9):.2f} configurations/s)"
-                     + (f"; {left} left for the next call (--max-seconds)" if left else "")]
-    summary.update(op=op.name, workload=op.workload, store=args.store,
-                   measured_now=len(measured), left=left, seconds=round(seconds, 2),
-                   reference=reference, device=device)
-    if subspace is not None:
-        summary["subspace"] = subspace
-    if args.export:
-        csv_path, meta_path = export_dataset(args.store, args.export, {
-            "workload": op.workload, "reference": reference, "device": device,
-            "sessions": store.sessions(), "sample_seed": args.seed,
-            **({"subspace": subspace, "complete": left == 0} if subspace else {}),
-            "timing": "CUDA events around CUDA-graph replays of back-to-back launches; "
-                      f"median of {args.repeats} replays; inputs uniform[-1,1) fp16",
-        })
-        lines.append(f"exported {csv_path} and {meta_path}")
+    with Store.open(args.store) as store:  # the runner and builder have stopped
+        records = store.records()
+        summary, more = summarize_records(records, reference)
+        left = len(todo) - len(measured)
+        lines += more + [f"measured {len(measured)} in {seconds:.1f} s "
+                         f"({len(measured) / max(seconds, 1e-9):.2f} configurations/s)"
+                         + (f"; {left} left for the next call (--max-seconds)" if left else "")]
+        summary.update(op=op.name, workload=op.workload, store=args.store,
+                       measured_now=len(measured), left=left, seconds=round(seconds, 2),
+                       reference=reference, device=device)
+        if subspace is not None:
+            summary["subspace"] = subspace
+        if args.export:
+            csv_path, meta_path = export_dataset(args.store, args.export, {
+                "workload": op.workload, "reference": reference, "device": device,
+                "sessions": store.sessions(), "sample_seed": args.seed,
+                **({"subspace": subspace, "complete": left == 0} if subspace else {}),
+                "timing": "CUDA events around CUDA-graph replays of back-to-back launches; "
+                          f"median of {args.repeats} replays; inputs uniform[-1,1) fp16",
+            })
+            lines.append(f"exported {csv_path} and {meta_path}")
     _emit(args, summary, lines[1:])
     return 0
 
@@ -405,8 +414,7 @@ def cmd_tune(args) -> int:
         run = api.prepare(args.config, runner=args.runner, rpc=overrides)
     except InputError as e:
         raise UsageError(str(e)) from None  # already led by the file's name
-    with run.store:
-        summary, lines = run.execute(progress=True)
+    summary, lines = run.execute(progress=True)
     _emit(args, {k: summary[k] for k in summary if k != "provenance"}, lines)
     return 0
 
@@ -542,6 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(p, "--reject-spills", schema.REJECT_SPILLS)
     p.add_argument("--out", help="write the sampled configurations as JSON lines")
     p.add_argument("--out-builds", help="write per-configuration build results as JSON lines")
+    _add_force(p, "--out and --out-builds")
     p.set_defaults(func=cmd_space)
 
     p = sub.add_parser("measure", parents=[common],
@@ -568,6 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     _opt(p, "--repeats", schema.REPEATS)
     p.add_argument("--reference-again", action="store_true", help="re-time the reference")
     p.add_argument("--export", help="write a compact dataset: PREFIX.csv.xz and PREFIX.json")
+    _add_force(p, "--export's dataset")
     _opt(p, "--progress-every", schema.PROGRESS_EVERY)
     p.set_defaults(func=cmd_measure)
 
@@ -611,6 +621,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ops", parents=[common], help="list the operators and their shape syntax")
     p.set_defaults(func=cmd_ops)
     return parser
+
+
+def _add_force(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--force", action="store_true",
+                   help=f"replace {what} if it exists (an output that is an input is refused "
+                        "even so)")
 
 
 def _add_rpc_args(p: argparse.ArgumentParser) -> None:

@@ -138,21 +138,21 @@ def parse(raw: Any, where: str) -> CompareConfig:
     seeds = _seeds(top["seeds"], "seeds")
     if not top["strategies"]:
         raise ConfigError("strategies: expected a non-empty list")
-    strategies, labels = [], []
+    strategies, labels, entries = [], [], []
     for i, s in enumerate(top["strategies"]):
-        where = f"strategies[{i}]"
-        entry = ENTRY.check(s, f"{where}.", ignore=[k for k in (s if isinstance(s, Mapping) else ())
-                                                     if k not in _NOT_HYPER])
-        label = entry["label"] or schema.LABEL.check(entry["name"], f"{where}.")
+        at = f"strategies[{i}]"  # not `where`: the folder, used below
+        entry = ENTRY.check(s, f"{at}.", ignore=[k for k in (s if isinstance(s, Mapping) else ())
+                                                  if k not in _NOT_HYPER])
+        label = entry["label"] or schema.LABEL.check(entry["name"], f"{at}.")
         if entry["name"] == METASCHEDULE:
             hyper = sorted(k for k in s if k not in _NOT_HYPER)
             if hyper:
-                raise ConfigError(f"{where} ({label}): {METASCHEDULE} takes no options, "
+                raise ConfigError(f"{at} ({label}): {METASCHEDULE} takes no options, "
                                   f"got {hyper}")
-        else:
-            strategy_entry(s, f"{where} ({label}): ")
+        else:  # checked after every other field (see bocast.config.parse)
+            entries.append((s, f"{at} ({label}): "))
         if entry["trials"] is not None and entry["trials"] < trials:
-            raise ConfigError(f"{where}.trials: {entry['trials']} is less than budget.trials "
+            raise ConfigError(f"{at}.trials: {entry['trials']} is less than budget.trials "
                               f"({trials}); an entry's trials only extend its budget")
         out = {k: v for k, v in s.items() if k not in ("label", "trials", "seeds", "batch_size")}
         if entry["batch_size"] is not None:
@@ -160,7 +160,7 @@ def parse(raw: Any, where: str) -> CompareConfig:
         if entry["trials"] is not None:
             out["trials"] = entry["trials"]
         if entry["seeds"] is not None:
-            out["seeds"] = _seeds(entry["seeds"], f"{where}.seeds")
+            out["seeds"] = _seeds(entry["seeds"], f"{at}.seeds")
         strategies.append({**out, "label": label})
         labels.append(label)
     if len(set(labels)) != len(labels):
@@ -182,6 +182,9 @@ def parse(raw: Any, where: str) -> CompareConfig:
     baseline = top["baseline"]
     if baseline is not None and baseline not in labels:
         raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")
+    rpc_opts = rpc_options(runner, top["rpc"])
+    for s, where_s in entries:
+        strategy_entry(s, where_s)
     resolve = resolver(where)
     return CompareConfig(
         name=top["name"], workload=dict(top["workload"]), runner=runner,
@@ -189,7 +192,7 @@ def parse(raw: Any, where: str) -> CompareConfig:
         strategies=strategies, seeds=seeds, trials=trials, batch_size=top["batch_size"],
         budgets=sorted(budgets), baseline=baseline, output=resolve(top["output"]),
         results=resolve(top["results"]), workers=top["workers"], runner_options=ropts,
-        rpc=rpc_options(runner, top["rpc"]), raw=dict(raw))
+        rpc=rpc_opts, raw=dict(raw))
 
 
 def _seeds(seeds: Any, where: str) -> list[int]:
@@ -254,12 +257,8 @@ def run_identity(cfg: CompareConfig, s: Mapping[str, Any], seed: int) -> dict[st
 def check_stores(cfg: CompareConfig, op) -> None:
     """Every store already under ``output`` opens (a bocast store of this workload that SQLite
     finds sound) and holds a run of this configuration; nothing is written."""
-    from bocast.records import Store
-
     for s, seed, path, _ in plan(cfg):
-        if os.path.exists(path) and os.path.getsize(path) > 0:
-            with Store(path, op.workload, create=False) as store:
-                identity.check(store, run_identity(cfg, s, seed), path, write=False)
+        identity.check_path(path, op.workload, run_identity(cfg, s, seed))
 
 
 def _job_process(stop) -> None:
@@ -491,7 +490,7 @@ def _read_live(op, plan) -> tuple[list[dict], dict[str, Any]]:
     runs, missing, device, reference = [], [], None, None
     for s, seed, path, trials in plan:
         if os.path.exists(path):
-            with Store(path, op.workload, create=False) as store:
+            with Store.open(path, op.workload) as store:
                 reference = reference or store.get_meta("reference")
                 device = device or next((x.get("device") for x in store.sessions()
                                          if x.get("device")), None)
@@ -512,7 +511,7 @@ def _finished_run(op, s, seed: int, path: str, trials: int) -> dict | None:
 
     if not os.path.exists(path):
         return None
-    with Store(path, op.workload, create=False) as store:
+    with Store.open(path, op.workload) as store:
         done = store.records()
     if len(done) < trials:
         return None

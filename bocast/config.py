@@ -97,12 +97,6 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
         runner = "tvm"  # the measure command's name for it
     top = TUNE.check({**raw, **({"runner": runner} if runner else {})}
                      if isinstance(raw, Mapping) else raw)
-    name, _ = strategy_entry(top["strategy"], "strategy.")
-    extra = sorted(set(top["strategy"]) & set(COMPARISON_KEYS))
-    if extra:
-        raise ConfigError(f"strategy: {extra} belong to comparisons, not to one run"
-                          + (" (its batch is the top-level batch_size)"
-                             if "batch_size" in extra else ""))
     budget = schema.BUDGET.check(top["budget"], "budget.")
     ropts = schema.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
     if top["runner"] == "replay" and top["dataset"] is None:
@@ -110,12 +104,22 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
     rpc_opts = rpc_options(top["runner"], top["rpc"], rpc)
     base = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
     resolve = resolver(base)
+    output = resolve(top["output"])
+    schema.check_writable(output, "output", directory=True)
+    # the strategy last: its options are its module's, and a strategy's module may import
+    # torch (seconds), which the refusal of any other field should not wait for
+    name, _ = strategy_entry(top["strategy"], "strategy.")
+    extra = sorted(set(top["strategy"]) & set(COMPARISON_KEYS))
+    if extra:
+        raise ConfigError(f"strategy: {extra} belong to comparisons, not to one run"
+                          + (" (its batch is the top-level batch_size)"
+                             if "batch_size" in extra else ""))
     return TuneConfig(workload=dict(top["workload"]), strategy=name,
                       strategy_options={k: v for k, v in top["strategy"].items() if k != "name"},
                       batch_size=top["batch_size"], trials=budget["trials"],
                       seconds=budget["seconds"], seed=top["seed"], runner=top["runner"],
                       dataset=resolve(top["dataset"]) if top["dataset"] else None,
-                      output=resolve(top["output"]), runner_options=ropts, rpc=rpc_opts,
+                      output=output, runner_options=ropts, rpc=rpc_opts,
                       name=top["name"], path=path, raw=dict(raw))
 
 
@@ -143,10 +147,34 @@ class UnreadableFile(ConfigError):
     """A configuration file that cannot be read as YAML; the message names the file."""
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping: PyYAML keeps the last
+    one without a word, so ``budget:`` written twice would run the budget a reader of the file
+    does not see first (YAML 1.2 says keys are unique)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *anchor": its keys may repeat
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: construct_mapping reports it
+                continue
+            if first is not key_node.start_mark:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (first at line {first.line + 1})",
+                    key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str) -> Any:
+    """A configuration file's content (a key given twice in a mapping refused, as not valid
+    YAML); an UnreadableFile names the file and the problem."""
     try:
         with open(path, encoding="utf-8") as f:
-            return yaml.safe_load(f)
+            return yaml.load(f, Loader=_UniqueKeyLoader)  # a SafeLoader: plain data only
     except FileNotFoundError:
         raise UnreadableFile(f"{path}: no such file") from None
     except IsADirectoryError:

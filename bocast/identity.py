@@ -88,6 +88,17 @@ def check(store: Any, ident: dict[str, Any], path: str, *, write: bool = True) -
         store.set_meta("run", ident)
 
 
+def check_path(path: str, workload: Mapping[str, Any], ident: dict[str, Any]) -> None:
+    """The checks of :func:`open_store` on the store at ``path`` if there is one, only
+    reading: nothing is written to it or created beside it (a run checked before it can
+    start)."""
+    from bocast.records import Store
+
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        with Store.open(path, workload) as store:
+            check(store, ident, path, write=False)
+
+
 def open_store(path: str, workload: Mapping[str, Any], ident: dict[str, Any]) -> Store:
     """The record store at ``path`` (created if missing), checked with :func:`check`; closed
     again, and the error raised, if it holds another run."""

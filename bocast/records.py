@@ -16,6 +16,7 @@ import datetime as _dt
 import json
 import lzma
 import math
+import numbers
 import os
 import platform
 import sqlite3
@@ -40,6 +41,10 @@ SCHEMA_VERSION = 1
 
 class StoreError(InputError):
     """A record store that cannot be used for this run (corrupt, foreign, another workload)."""
+
+
+class RecordError(InputError):
+    """A record whose fields are not a measurement (the message names the field)."""
 
 
 @contextmanager
@@ -159,6 +164,74 @@ _COLUMNS = {
 }
 
 
+#: The most TFLOPS a record may claim: 10x the dense fp16 Tensor Core peak of the H100 SXM
+#: (989 TFLOPS), the fastest GPU bocast targets. A real kernel stays below its GPU's peak; a
+#: value far above it is a timing bug (a kernel that did no work, a latency in the wrong unit),
+#: and one such row would become the best of every run or dataset holding it, and so the
+#: target of every "95% of the best". The margin leaves room for a faster GPU before this one
+#: constant has to change.
+MAX_TFLOPS = 10_000.0
+
+
+def check_record(record: Record) -> None:
+    """Raise :class:`RecordError` naming the first field of ``record`` that no measurement can
+    hold: every measured value None or a finite number of its type (not a bool), latencies
+    above zero and no other value below it, TFLOPS above zero and at most :data:`MAX_TFLOPS`
+    for status ok and absent for a failure, ``features`` a mapping of known names to such
+    numbers, the text fields text. Every writer of a record calls it (:meth:`Store.append`, a
+    replay dataset as it is opened), so a row that is written can always be read back."""
+    from bocast.measure.status import Status
+
+    if not isinstance(record.status, Status):
+        raise RecordError(f"status: expected one of {[s.value for s in Status]}, "
+                          f"got {record.status!r}")
+    for name in MEASURED:
+        _check_number(name, getattr(record, name), _TYPES[name])
+    if not isinstance(record.features, Mapping):
+        raise RecordError(f"features: expected a mapping of {sorted(FEATURES)} to numbers, got "
+                          f"{record.features!r}")
+    unknown = sorted(str(k) for k in set(record.features) - set(FEATURES))
+    if unknown:
+        raise RecordError(f"features: unknown name(s) {unknown}; known: {sorted(FEATURES)}")
+    for name, value in record.features.items():
+        _check_number(f"features.{name}", value, float)
+    tflops = record.tflops
+    if record.status is Status.OK:
+        if tflops is None or tflops <= 0:
+            raise RecordError(f"tflops: status ok needs tflops > 0, got {tflops!r}")
+        if tflops > MAX_TFLOPS:
+            raise RecordError(f"tflops: {tflops!r} is impossible (above {MAX_TFLOPS:,.0f}, 10x "
+                              "the H100's fp16 peak): a timing bug, not a measurement")
+    elif tflops is not None:
+        raise RecordError(f"tflops: status {record.status.value} is a failure and has no "
+                          f"TFLOPS, got {tflops!r}")
+    for name in ("key", "error", "source"):
+        if not isinstance(getattr(record, name), str):
+            raise RecordError(f"{name}: expected a string, got {getattr(record, name)!r}")
+    if record.stage is not None and not isinstance(record.stage, str):
+        raise RecordError(f"stage: expected a string or None, got {record.stage!r}")
+    for name in ("config", "measured_on"):
+        value = getattr(record, name)
+        if not (isinstance(value, Mapping) or (value is None and name == "measured_on")):
+            raise RecordError(f"{name}: expected a mapping, got {value!r}")
+
+
+_MAX_INT = 2**63 - 1  # SQLite's INTEGER
+
+
+def _check_number(name: str, value: Any, kind: type) -> None:
+    if value is None:
+        return
+    # a latency of zero is as impossible as a negative one; a time, count or error can be 0
+    lowest = "> 0" if name.startswith("latency") else ">= 0"
+    what = "an integer" if kind is int else "a number"
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value)
+            or (kind is int and not (float(value).is_integer() and value <= _MAX_INT))
+            or (value <= 0 if lowest == "> 0" else value < 0)):
+        raise RecordError(f"{name}: expected None or {what} {lowest}, got {value!r}")
+
+
 def column_docs() -> dict[str, str]:
     """What each measured column holds (a dataset's .json carries it)."""
     return {**{f.name: f.metadata["column"].doc for f in fields(Record) if "column" in f.metadata},
@@ -232,15 +305,12 @@ class Store:
     def __init__(self, path: str, workload: Mapping[str, Any], *, create: bool = True):
         self.path = path
         self.workload = dict(workload)
-        self.readonly = False
+        self.readonly = self.closed = False
         exists = os.path.exists(path) and os.path.getsize(path) > 0
         if not exists and not create:
             raise StoreError(f"record store {path} does not exist")
         if exists:
-            stored = _check_existing(path)
-            if _canon(canonical_workload(stored)) != _canon(canonical_workload(self.workload)):
-                raise StoreError(f"{path} holds records of workload {stored}, not "
-                                 f"{self.workload}; use another file")
+            _check_workload(path, _check_existing(path), self.workload)
         self._lock = threading.RLock()
         with interrupt.held():  # a new store is created whole (tables and meta) or not at all
             try:
@@ -258,17 +328,21 @@ class Store:
                 raise StoreError(f"cannot open record store {path} for writing ({e})") from None
 
     @classmethod
-    def open(cls, path: str) -> Store:
-        """An existing store of whatever workload it holds (``store.workload``), read-only:
-        for reading the records of runs one did not start. The same checks as for writing;
-        nothing is written to the file (a column it lacks reads None); writing raises
-        StoreError."""
+    def open(cls, path: str, workload: Mapping[str, Any] | None = None) -> Store:
+        """An existing store, read-only: of ``workload`` (else StoreError, as for writing),
+        or with None of whatever workload it holds (``store.workload``), for reading the records
+        of runs one did not start. The same checks as for writing; nothing is written to the
+        file or created beside it (a column it lacks reads None); writing raises StoreError."""
         if not (os.path.exists(path) and os.path.getsize(path) > 0):
             raise StoreError(f"record store {path} does not exist")
         self = cls.__new__(cls)
-        self.path, self.workload, self.readonly = path, _check_existing(path), True
+        stored = _check_existing(path)
+        if workload is not None:
+            _check_workload(path, stored, workload)
+        self.path, self.workload, self.readonly = path, stored, True
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        self._conn = _read_only(path)
+        self.closed = False
         return self
 
     def _add_new_columns(self) -> None:
@@ -292,6 +366,7 @@ class Store:
 
     def close(self) -> None:
         self._conn.close()
+        self.closed = True
 
     def __enter__(self):
         return self
@@ -301,6 +376,8 @@ class Store:
 
     # --- meta ----------------------------------------------------------------------------
     def _writable(self) -> None:
+        if self.closed:  # sqlite3 would raise ProgrammingError, which names no file
+            raise StoreError(f"{self.path} was closed; open it again to write to it")
         if self.readonly:
             raise StoreError(f"{self.path} was opened read-only (Store.open)")
 
@@ -339,8 +416,10 @@ class Store:
         return self._conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
 
     def append(self, record: Record, session: int | None = None) -> None:
-        """Insert one finished measurement (its own transaction: durable once this returns)."""
+        """Insert one finished measurement (its own transaction: durable once this returns);
+        a record :func:`check_record` refuses raises RecordError and writes nothing."""
         self._writable()
+        check_record(record)
         row = _row(record, session)
         names = ", ".join(row)
         marks = ", ".join("?" for _ in row)
@@ -359,6 +438,8 @@ class Store:
 
     def rows(self) -> list[tuple[int, int | None, Record]]:
         """(row id, session id, record) of every row, in insertion order."""
+        if self.closed:
+            raise StoreError(f"{self.path} was closed; open it again to read it")
         out = []
         try:
             cur = self._conn.execute("SELECT * FROM measurements ORDER BY id")
@@ -380,10 +461,32 @@ class Store:
         return out
 
 
+def _read_only(path: str) -> sqlite3.Connection:
+    """A connection that only reads ``path`` and creates nothing beside it. A WAL-mode store
+    opened even read-only gets ``-wal`` and ``-shm`` files that only a writer removes, so a
+    store that nothing is writing (no ``-wal`` beside it: the last writer to close folds it
+    into the file and deletes it) is opened ``immutable``, which reads the file alone. A store
+    with a ``-wal`` has a writer now (or had one that was killed): its rows may still be in that
+    file, so it is opened as a reader of the WAL, whose files exist already."""
+    if os.path.isdir(path):
+        raise StoreError(f"record store {path} is a folder, not a file")
+    if not os.path.isfile(path):
+        raise StoreError(f"record store {path} does not exist")
+    wal = os.path.exists(path + "-wal")
+    return sqlite3.connect(f"file:{_uri_path(path)}?{'mode=ro' if wal else 'immutable=1'}",
+                           uri=True, check_same_thread=False)
+
+
+def _uri_path(path: str) -> str:
+    from urllib.parse import quote
+
+    return quote(os.path.abspath(path))
+
+
 def _check_existing(path: str) -> dict[str, Any]:
     """The workload of an existing store, once it passed every check (StoreError if not)."""
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = _read_only(path)
         try:
             rows = dict(conn.execute("SELECT name, value FROM meta").fetchall())
             tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE "
@@ -416,6 +519,12 @@ def _check_existing(path: str) -> dict[str, Any]:
     return stored
 
 
+def _check_workload(path: str, stored: Mapping[str, Any], workload: Mapping[str, Any]) -> None:
+    if _canon(canonical_workload(stored)) != _canon(canonical_workload(workload)):
+        raise StoreError(f"{path} holds records of workload {dict(stored)}, not "
+                         f"{dict(workload)}; use another file")
+
+
 def _row(record: Record, session: int | None) -> dict[str, Any]:
     """The columns of a record as the store holds them."""
     return {
@@ -440,9 +549,10 @@ def load(path: str):
     ``name_0 .. name_k``), plus status, latency statistics, TFLOPS and static features."""
     import pandas as pd
 
-    if not os.path.exists(path):
+    if not (os.path.exists(path) and os.path.getsize(path) > 0):
         raise StoreError(f"record store {path} does not exist")
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    _check_existing(path)  # the checks every command makes: a malformed store is refused
+    conn = _read_only(path)
     try:
         df = pd.read_sql("SELECT * FROM measurements ORDER BY id", conn)
     except Exception as e:  # noqa: BLE001
@@ -493,6 +603,13 @@ def dataset_csv(prefix: str) -> str:
         if os.path.exists(prefix + suffix):
             return prefix + suffix
     return prefix + DATASET_SUFFIXES[0]
+
+
+def dataset_files(prefix: str) -> list[str]:
+    """Every file that is, or would be, part of dataset ``prefix`` (its .json and each rows
+    file name read): what a command must not write over when it reads the dataset, nor
+    replace without being told to when it writes one."""
+    return [prefix + ".json", *(prefix + suffix for suffix in DATASET_SUFFIXES)]
 
 
 def export_dataset(store_path: str, out_prefix: str, meta: Mapping[str, Any]) -> tuple[str, str]:

@@ -21,7 +21,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -180,9 +180,7 @@ class Section:
         if not isinstance(raw, Mapping):
             raise error(f"{where.rstrip('.') or 'the configuration'}: expected a mapping of "
                         f"fields, got {raw!r}")
-        unknown = sorted(str(k) for k in set(raw) - set(self.names) - set(ignore))
-        if unknown:
-            raise error(f"{where}unknown {self.noun}(s) {unknown}; known: {sorted(self.names)}")
+        self.check_names(raw, where, error, ignore=ignore)
         out = {k: raw[k] for k in ignore if k in raw}
         for f in self.fields:
             if f.name not in raw:
@@ -193,14 +191,25 @@ class Section:
                 out[f.name] = f.check(raw[f.name], where, error)
         return out
 
+    def check_names(self, raw: Mapping[str, Any], where: str = "",
+                    error: type[InputError] = ConfigError, *, ignore: Sequence[str] = ()) -> None:
+        """Raise ``error`` naming the keys of ``raw`` that are not this section's fields."""
+        unknown = sorted(str(k) for k in set(raw) - set(self.names) - set(ignore))
+        if unknown:
+            raise error(f"{where}unknown {self.noun}(s) {unknown}; known: {sorted(self.names)}")
+
     def dataclass(self, name: str, *, where: str = "", module: str = __name__,
-                  strategy: str | None = None, doc: str = "") -> type[Any]:
+                  strategy: str | None = None, doc: str = "",
+                  check: Callable[[Any], None] | None = None) -> type[Any]:
         """A frozen, keyword-only dataclass of this section's fields (their defaults; a choice
         field is annotated ``Literal[...]``, a nullable one ``... | None``), checked on
         construction by :meth:`check` with ``where`` before the field, so a bad value raises
         the ConfigError a configuration file gets; a required field left out raises "missing"
         as there. ``strategy``: the strategy these are the options of (see
-        :meth:`Options.mapping`). Typed ``Any`` for mypy, which cannot see generated fields."""
+        :meth:`Options.mapping`); ``check``: what else the object must pass once its fields
+        have (the whole workload's, an operator's rules), called with the object. A keyword
+        that is no field raises the "unknown field" ConfigError of a configuration file, not
+        Python's TypeError. Typed ``Any`` for mypy, which cannot see generated fields."""
         specs: list[tuple[str, Any, Any]] = []
         for f in self.fields:
             kind: Any = Literal[f.choices] if f.choices else Any if f.kind is object else f.kind
@@ -208,12 +217,25 @@ class Section:
                                                                             f.default))
                        if isinstance(f.default, (list, dict)) else f.default)
             specs.append((f.name, kind | None if f.nullable else kind, default))
-        return dataclasses.make_dataclass(
+        cls = dataclasses.make_dataclass(
             name, specs, bases=(Options,), frozen=True, kw_only=True,
             namespace={"section": self, "where": where, "strategy": strategy,
+                       "extra_check": staticmethod(check) if check else None,
                        "__module__": module,
                        "__doc__": doc or f"Typed {where.rstrip('.: ') or 'options'}: "
                                          f"{', '.join(self.names)} (bocast.schema)."})
+        init: Any = getattr(cls, "__init__")  # noqa: B009 - mypy: no __init__ on an instance
+
+        @functools.wraps(init)
+        def checked_init(obj, *args: Any, **kwargs: Any) -> None:
+            if args:
+                raise ConfigError(f"{where.rstrip('.: ') or name}: give the fields by name "
+                                  f"({', '.join(self.names)}), got {len(args)} positional")
+            self.check_names(kwargs, where, ConfigError)
+            init(obj, **kwargs)
+
+        setattr(cls, "__init__", checked_init)  # noqa: B010 - as above
+        return cls
 
 
 class Options:
@@ -223,6 +245,7 @@ class Options:
     section: ClassVar[Section]
     where: ClassVar[str]
     strategy: ClassVar[str | None]
+    extra_check: ClassVar[Callable[[Any], None] | None]  # Section.dataclass's ``check``
 
     def __post_init__(self) -> None:
         given = {f.name: getattr(self, f.name) for f in self.section.fields}
@@ -230,6 +253,9 @@ class Options:
                                      self.where, ConfigError)
         for k, v in checked.items():  # an int given for a float field becomes a float
             object.__setattr__(self, k, v)
+        extra = type(self).extra_check
+        if extra is not None:
+            extra(self)
 
     def to_dict(self, *, defaults: bool = False) -> dict[str, Any]:
         """The fields set to other than their defaults (and the required ones), or with
@@ -308,7 +334,20 @@ WORKLOAD = Section((
 
 Budget = BUDGET.dataclass("Budget", where="budget.")
 RunnerOptions = RUNNER_OPTIONS.dataclass("RunnerOptions", where="runner_options.")
-Workload = WORKLOAD.dataclass("Workload", where="workload: ")
+
+
+def _check_workload(workload: Options) -> None:
+    """A :class:`Workload`, as the operator checks a configuration's (its shape's length, its
+    dtypes and layouts): README promises a typed object is checked as it is built."""
+    from bocast.operator import WorkloadError, from_workload
+
+    try:
+        from_workload(workload.mapping())
+    except WorkloadError as e:
+        raise ConfigError(f"workload: {e}") from None
+
+
+Workload = WORKLOAD.dataclass("Workload", where="workload: ", check=_check_workload)
 
 
 # ------------------------------------------------------------------------------ locations
@@ -339,3 +378,33 @@ def check_writable(path: str, what: str, *, directory: bool = False) -> None:
         raise ConfigError(f"{what}: cannot write under {probe} ({e.strerror or e})") from None
     if os.path.isfile(full) and not os.access(full, os.W_OK):
         raise ConfigError(f"{what}: {path} is not writable")
+
+
+def check_outputs(outputs: Mapping[str, str | Sequence[str]],
+                  inputs: Mapping[str, str | Sequence[str]] | None = None, *,
+                  existing: str | None = "--force") -> None:
+    """Raise ConfigError unless every output file is distinct from every input and from every
+    other output (compared as resolved paths: a link or ``a/../b`` is the same file), so that a
+    command never writes over what it reads or writes one output over another. ``outputs`` and
+    ``inputs`` map what the messages call a path (``--out``, ``dataset``) to a path or a list
+    of them. An output that exists already is refused unless ``existing`` is None (a command
+    that rewrites its own outputs by design); otherwise ``existing`` names the option that
+    allows it."""
+    def resolved(group):
+        return [(what, p, os.path.realpath(p)) for what, paths in (group or {}).items()
+                for p in ([paths] if isinstance(paths, str) else paths)]
+
+    ins, outs = resolved(inputs), resolved(outputs)
+    seen: dict[str, str] = {}
+    for what, path, real in outs:
+        clash = next((w for w, _, r in ins if r == real), None)
+        if clash is not None:
+            raise ConfigError(f"{what}: {path} is also the {clash}, which it would overwrite")
+        if real in seen and seen[real] != what:
+            raise ConfigError(f"{what}: {path} is also the {seen[real]}; give each output its "
+                              "own path")
+        seen[real] = what
+    if existing is not None:
+        for what, path, _ in outs:
+            if os.path.exists(path):
+                raise ConfigError(f"{what}: {path} exists; give {existing} to replace it")

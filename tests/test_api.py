@@ -152,7 +152,7 @@ def test_tell_rejects_bad_input_in_one_line():
     (config,) = s.ask()
     for kwargs, message in [
         (dict(status="exploded"), "tell: unknown status 'exploded'; known: ok, invalid"),
-        (dict(), "tell: status ok needs tflops > 0"),
+        (dict(), "tell: tflops: status ok needs tflops > 0"),
         (dict(tflops=1.0, colour="red"), "tell: unknown field(s) ['colour']"),
     ]:
         with pytest.raises(InputError) as e:

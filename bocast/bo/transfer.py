@@ -115,7 +115,7 @@ def _ok_rows(path: str, op) -> list[tuple[Config, float]]:
             ds = ReplayDataset(path, op)
             return [(c, float(r["tflops"])) for c, r in zip(ds.configs, ds.rows)
                     if r["status"] == "ok"]
-        with Store(path, op.workload, create=False) as store:
+        with Store.open(path, op.workload) as store:  # only read: nothing created
             return [(op.space.from_json(r.config), float(r.tflops)) for r in store.records()
                     if r.ok and r.tflops]
     except (ReplayError, StoreError) as e:

@@ -23,7 +23,7 @@ from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.runner import Runner, RunResult
 from bocast.measure.status import Status
 from bocast.operator import Operator
-from bocast.records import RUN_FIELDS, Record, Store, provenance
+from bocast.records import FEATURES, RUN_FIELDS, Record, Store, provenance
 from bocast.space import Config, Space
 
 
@@ -118,7 +118,10 @@ class Prepared:
 
 def to_record(key: str, config: Config, b: BuildResult, r: RunResult | None, source: str) -> Record:
     """The record of one build and, if it ran, its run."""
-    rec = Record(key, config, b.status, build_s=b.times.get("total_s"), features=dict(b.features),
+    # a record keeps the FEATURES of the binary; the build's other figures (ptxas's compile
+    # time) are no column of the store, which refuses a record carrying them (check_record)
+    rec = Record(key, config, b.status, build_s=b.times.get("total_s"),
+                 features={k: v for k, v in b.features.items() if k in FEATURES},
                  stage=b.stage, error=b.error, source=source)
     if b.status is Status.OK and r is not None:
         rec.status = r.status

@@ -9,7 +9,6 @@ is the default runner on a machine without a GPU.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +21,8 @@ from bocast.records import (
     DATASET_COLUMNS,
     OPTIONAL,
     Record,
+    RecordError,
+    check_record,
     dataset_configs,
     dataset_csv,
     measured_values,
@@ -40,7 +41,9 @@ class ReplayDataset:
     """A recorded dataset, checked whole when it is opened (a bad row would otherwise surface
     as a traceback at the trial that first reads it): files readable, its workload the
     operator's, the columns present, every value of the right type, every status known, every
-    ``ok`` row with a positive TFLOPS, every configuration structurally valid and unique. An
+    row a record that :func:`bocast.records.check_record` accepts (the check of every record
+    written: an ``ok`` row's TFLOPS positive and possible, ...), every configuration
+    structurally valid and unique. An
     error names the file and, for a value, the data row (1 = the first under the header)."""
 
     def __init__(self, prefix: str, op: Operator):
@@ -54,7 +57,12 @@ class ReplayDataset:
         self.configs = _configs(dataset_csv(prefix), df, meta["knob_columns"], op.space)
         self.rows = df.to_dict("records")
         self.index = {Space.key(c): i for i, c in enumerate(self.configs)}
-        ok = [r["tflops"] for r in self.rows if r["status"] == "ok" and _num(r["tflops"])]
+        for i, c in enumerate(self.configs):  # each row as the record it replays
+            try:
+                check_record(self.record(c))
+            except RecordError as e:
+                raise ReplayError(f"dataset {dataset_csv(prefix)} row {i + 1}: {e}") from None
+        ok = [r["tflops"] for r in self.rows if r["status"] == "ok"]  # each checked above
         self.best_tflops = max(ok) if ok else None
         self.reference = meta.get("reference")
         self._candidates: TableCandidates | None = None
@@ -169,10 +177,6 @@ def _read_rows(prefix: str, meta: dict[str, Any]):
     bad = ~df["status"].isin(statuses)
     _first_bad(path, bad, lambda i: f"status {df['status'].iloc[i]!r} is not one of "
                                      f"{sorted(statuses)}")
-    tflops = df["tflops"]
-    bad = (df["status"] == "ok") & ~((tflops > 0) & tflops.map(lambda v: math.isfinite(v)))
-    _first_bad(path, bad, lambda i: f"status ok with tflops {tflops.iloc[i]!r} (expected a "
-                                     "positive number)")
     return df
 
 
@@ -202,14 +206,6 @@ def _configs(path: str, df, knob_columns, space) -> list[Config]:
             raise ReplayError(f"dataset {path} row {i + 1}: the configuration of row {j + 1} "
                               "again (a dataset holds each configuration once)")
     return configs
-
-
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
 
 
 def _jsonable(config: Config) -> dict:

@@ -21,7 +21,7 @@ measure_all() {
     [ -f "runs/$name.db" ] && [ ! -f "$work/$name.db" ] && cp "runs/$name.db" "$work/$name.db"
     python3 -m bocast.cli measure "$op" --shape "$shape" --sample "$n" --seed 0 \
         --store "$work/$name.db" --batch "${BATCH:-256}" --progress-every 250 \
-        --export "$work/$name" --json \
+        --export "$work/$name" --force --json \
         > "$work/$name.log" 2>&1
     echo "$name: exit $? $(tail -2 "$work/$name.log" | head -1 | cut -c1-200)"
   done

@@ -21,7 +21,7 @@ budget=${BUDGET_S:-560}; margin=${MARGIN_S:-150}
 [ -f "runs/$name.db" ] && [ ! -f "$work/$name.db" ] && cp "runs/$name.db" "$work/$name.db"
 timeout "$budget" python3 -m bocast.cli measure --subspace "$TABLE" --seed 0 \
     --store "$work/$name.db" --batch "${BATCH:-256}" --progress-every 250 \
-    --max-seconds $((budget - margin)) --export "$work/$name" --json > "$work/$name.log" 2>&1
+    --max-seconds $((budget - margin)) --export "$work/$name" --force --json > "$work/$name.log" 2>&1
 echo "$name: exit $? $(tail -2 "$work/$name.log" | head -1 | cut -c1-300)"
 # fold the WAL into the main file so that one file carries the store
 python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" "$work/$name.db"

@@ -120,7 +120,9 @@ def test_bad_sources_name_the_problem(target, paths, message, strategy):
 
 
 def test_a_source_without_ok_rows_is_refused(target, tmp_path):
-    src = subset(T4096, str(tmp_path / "failed"), range(5), status="build_error")
+    # a failure has no timing (bocast.records.check_record refuses a failed row with TFLOPS)
+    src = subset(T4096, str(tmp_path / "failed"), range(5), status="build_error",
+                 tflops=float("nan"))
     with pytest.raises(StrategyError, match=re.escape(f"{src} has no successful (ok) rows")):
         make_strategy("bo", target.candidates(), seed=0, warm_start=[src], **FAST)
 
