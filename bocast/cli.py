@@ -640,7 +640,8 @@ def cmd_serve(rest: Sequence[str]) -> int:
     from bocast.measure import rpc_server
 
     rest = list(rest)
-    return rpc_server.main(rest if rest[:1] == ["tracker"] else ["serve", *rest])
+    return rpc_server.main(rest if rest[:1] == ["tracker"] else ["serve", *rest],
+                           prog="bocast serve")
 
 
 def cmd_ops(args) -> int:

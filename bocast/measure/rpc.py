@@ -20,7 +20,12 @@ becomes a :class:`RunResult` by the same conversion. What the RPC layer adds is 
   and the runner uses only servers of one GPU model (``gpu_model``: a name, or None for the
   model of the servers registered when the runner starts; ``"any"`` allows mixing);
 - no server answering for ``server_wait_s`` raises :class:`RpcUnavailable`: nothing unfinished
-  is recorded, so a resumed run measures it later.
+  is recorded, so a resumed run measures it later;
+- with the fleet's shared token (``token_file``, else ``$BOCAST_RPC_TOKEN``; required when the
+  tracker is not loopback) the tracker and every server must prove it, and a server's results
+  are taken only once it has proved that it is the one the tracker granted for this session
+  (:mod:`bocast.measure.rpc_auth`); a tracker that disagrees on the token fails the batch at
+  once (:class:`RpcUnavailable`), never a silent wait.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_tracker as trk
 from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure
@@ -44,7 +50,7 @@ from bocast.measure.status import Status
 from bocast.operator import Operator
 
 OPTIONS = {"tracker", "key", "gpu_model", "sessions", "slack_s", "server_wait_s",
-           "max_attempts"}
+           "max_attempts", "token_file"}
 
 
 class RpcUnavailable(RuntimeError):
@@ -64,6 +70,8 @@ def parse_options(raw: Any) -> dict[str, Any]:
         if not isinstance(out.get(name), str) or not out[name]:
             raise ValueError(f"rpc.{name}: missing (tracker: HOST:PORT, key: the servers' key)")
     trk.parse_addr(out["tracker"])
+    if out.get("token_file") is not None and not isinstance(out["token_file"], str):
+        raise ValueError(f"rpc.token_file: expected a file name, got {out['token_file']!r}")
     if out.get("gpu_model") is not None and not isinstance(out["gpu_model"], str):
         raise ValueError(f"rpc.gpu_model: expected a GPU name or 'any', got {out['gpu_model']!r}")
     for name in ("sessions", "max_attempts"):
@@ -125,6 +133,7 @@ class _Batch:
         self.sessions: list[_Session] = []
         self.last_server_s = time.monotonic()  # when a session last held a server
         self.notes: list[str] = []
+        self.fatal: str | None = None  # why no server can ever be had (the token disagrees)
 
     def take(self, s: _Session, slack_s: float) -> int | None:
         with self.lock:
@@ -175,8 +184,13 @@ class RpcRunner(Runner):
                  sessions: int | None = None, gpu_model: str | None = None,
                  slack_s: float = 120.0, connect_timeout_s: float = 30.0,
                  server_wait_s: float = 600.0, max_attempts: int = 3, priority: int = 1,
-                 log: Callable[[str], None] | None = None):
+                 token_file: str | None = None, log: Callable[[str], None] | None = None):
         self.tracker, self.key = trk.parse_addr(tracker), key
+        try:
+            self.token = auth.load_token(token_file)
+            auth.require(self.token, {"rpc tracker": self.tracker[0]})
+        except auth.AuthError as e:
+            raise RpcUnavailable(str(e)) from None
         self.timeout_s, self.repeats, self.warmup_ms = timeout_s, repeats, warmup_ms
         self.seed, self.sessions, self.gpu_model = seed, sessions, gpu_model
         self.slack_s, self.connect_timeout_s = slack_s, connect_timeout_s
@@ -226,7 +240,8 @@ class RpcRunner(Runner):
     def device(self) -> dict[str, Any]:
         """The servers registered under the key now; pins the runner to their GPU model."""
         try:
-            infos = [s.get("bocast") or {} for s in trk.servers(self.tracker, self.key)]
+            infos = [s.get("bocast") or {}
+                     for s in trk.servers(self.tracker, self.key, self.token)]
         except trk.TrackerError as e:
             raise RpcUnavailable(str(e)) from None
         if not infos:
@@ -250,7 +265,9 @@ class RpcRunner(Runner):
         if self.sessions:
             return max(1, min(n, self.sessions))
         try:
-            registered = len(trk.servers(self.tracker, self.key))
+            registered = len(trk.servers(self.tracker, self.key, self.token))
+        except trk.TrackerAuthError as e:
+            raise RpcUnavailable(str(e)) from None
         except trk.TrackerError:
             registered = 1
         return max(1, min(n, registered))
@@ -274,6 +291,8 @@ class RpcRunner(Runner):
                 try:
                     i, info, raw = batch.answers.get(timeout=0.2)
                 except queue.Empty:
+                    if batch.fatal:
+                        raise RpcUnavailable(batch.fatal) from None
                     if self._starved(batch):
                         raise RpcUnavailable(self._unavailable(batch, remaining)) from None
                     continue
@@ -334,12 +353,20 @@ class RpcRunner(Runner):
             s.deadline = s.since + self.connect_timeout_s
             from tvm import rpc
 
-            sess = rpc.connect(host, port, key=matchkey)
+            word, nonce = auth.session_word(self.token, matchkey) if self.token else ("", "")
+            sess = rpc.connect(host, port, key=f"{matchkey} {word}".strip())
             info = json.loads(sess.get_function("bocast.rpc.info")())
             s.server = server_name(info)
-            with self._lock:
-                self.seen[s.server] = info
-            why = self._refuse(info)
+            if self.token and not auth.server_proved(self.token, info.get("auth"), matchkey,
+                                                     nonce):
+                # not the server the tracker granted, or one without the token: none of its
+                # answers may become a record, nor its GPU model the runner's
+                why: str | None = ("did not prove the fleet's token for the session the "
+                                   "tracker granted")
+            else:
+                with self._lock:
+                    self.seen[s.server] = info
+                why = self._refuse(info)
             if why:
                 with batch.lock:
                     s.refused, s.deadline = True, None
@@ -380,7 +407,10 @@ class RpcRunner(Runner):
                         return None
                 if req is None:
                     try:
-                        req = trk.Request(self.tracker, self.key, self.priority)
+                        req = trk.Request(self.tracker, self.key, self.priority, self.token)
+                    except trk.TrackerAuthError as e:
+                        batch.fatal = str(e)  # retrying cannot help: the batch fails now
+                        return None
                     except trk.TrackerError:
                         time.sleep(1.0)  # the tracker may be restarting; the batch times out
                         continue

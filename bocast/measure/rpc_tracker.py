@@ -13,6 +13,11 @@ Scheduling is TVM's: per key, the highest-priority request gets the server that 
 longest; a server's registration ("offer") is consumed by a match, and the server offers itself
 again when its session ends. A server whose connection to the tracker closes (it died) is
 withdrawn at once, so a dead server is never handed out.
+
+With a shared token (:mod:`bocast.measure.rpc_auth`) every connection proves it after the magic
+(the tracker answers :data:`AUTH_MAGIC` instead of the magic, then a nonce exchange), so only
+token holders register servers, request them or read the summary; TVM's own tools, which know
+no token, then cannot use this tracker. Without a token it listens only on loopback.
 """
 
 from __future__ import annotations
@@ -29,17 +34,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from bocast.measure import rpc_auth as auth
+
 # TVM's constants (tvm.rpc.base); a test checks they still agree with the installed TVM
 TRACKER_MAGIC = 0x2F271
 RPC_MAGIC = 0xFF271
 RPC_CODE_SUCCESS = RPC_MAGIC
 RPC_CODE_MISMATCH = RPC_MAGIC + 2
 FAIL, SUCCESS, PING, STOP, PUT, REQUEST, UPDATE_INFO, SUMMARY, PENDING = -1, 0, 1, 2, 3, 4, 5, 6, 7
+# this tracker's answer to the magic when it wants the token (not a TVM code: a TVM peer closes)
+AUTH_MAGIC = 0x2B0CA5
 MAX_MESSAGE = 1 << 20  # commands are small JSON; a larger size header is a foreign peer
 
 
 class TrackerError(RuntimeError):
     """The tracker cannot be reached, or answered outside the protocol."""
+
+
+class TrackerAuthError(TrackerError):
+    """The tracker and this peer disagree on the token (one has none, or they differ): retrying
+    cannot help."""
 
 
 # ------------------------------------------------------------------------ wire format
@@ -80,27 +94,69 @@ def parse_addr(text: str | tuple[str, int], default_port: int = 9190) -> tuple[s
         raise ValueError(f"tracker address {text!r}: expected HOST:PORT") from None
 
 
-def connect(addr: tuple[str, int], timeout_s: float = 10.0) -> socket.socket:
-    """A connection to the tracker at ``addr``, past the magic handshake."""
+def connect(addr: tuple[str, int], timeout_s: float = 10.0, token: str | None = None
+            ) -> socket.socket:
+    """A connection to the tracker at ``addr``, past the magic handshake (and, with ``token``,
+    past the mutual proof of the token)."""
+    where = f"tracker at {addr[0]}:{addr[1]}"
     try:
         sock = socket.create_connection(addr, timeout=timeout_s)
     except OSError as e:
         raise TrackerError(f"no tracker at {addr[0]}:{addr[1]} ({e.strerror or e})") from None
     try:
         sock.sendall(struct.pack("<i", TRACKER_MAGIC))
-        if struct.unpack("<i", recv_exact(sock, 4))[0] != TRACKER_MAGIC:
+        magic = struct.unpack("<i", recv_exact(sock, 4))[0]
+        if magic not in (TRACKER_MAGIC, AUTH_MAGIC):
             raise TrackerError(f"{addr[0]}:{addr[1]} is not an RPC tracker")
-    except (OSError, ConnectionError) as e:
+        if magic == AUTH_MAGIC and token is None:
+            raise TrackerAuthError(f"{where} requires the fleet's token (${auth.TOKEN_ENV} or a "
+                                   "token file)")
+        if magic == TRACKER_MAGIC and token is not None:
+            # a tracker without the token cannot prove it holds one: it may be anyone's
+            raise TrackerAuthError(f"{where} asks for no token but this side has one: refusing "
+                                   "a tracker that cannot prove the token")
+        if token is not None:
+            _prove_to_tracker(sock, token, where)
+    except (OSError, ConnectionError, ValueError, struct.error) as e:
         sock.close()
-        raise TrackerError(f"tracker at {addr[0]}:{addr[1]} closed the handshake ({e})") from None
+        raise TrackerError(f"{where} closed the handshake ({e})") from None
+    except TrackerError:
+        sock.close()
+        raise
     sock.settimeout(None)
     return sock
 
 
-def summary(addr: tuple[str, int], timeout_s: float = 10.0) -> dict[str, Any]:
+def _prove_to_tracker(sock: socket.socket, token: str, where: str) -> None:
+    (tracker_nonce,) = recv_msg(sock)
+    mine = auth.nonce()
+    send_msg(sock, [mine, auth.mac(token, "client", str(tracker_nonce), mine)])
+    try:
+        (proof,) = recv_msg(sock)
+    except ConnectionError:  # the tracker closes on a wrong proof
+        raise TrackerAuthError(f"{where} refused this side's token (not the fleet's)") from None
+    if not auth.check(token, proof, "tracker", str(tracker_nonce), mine):
+        raise TrackerAuthError(f"{where} did not prove the fleet's token (a different token)")
+
+
+def _challenge(sock: socket.socket, token: str) -> bool:
+    """The tracker's side of :func:`_prove_to_tracker`: True if the peer proved the token."""
+    mine = auth.nonce()
+    sock.sendall(struct.pack("<i", AUTH_MAGIC))
+    send_msg(sock, [mine])
+    answer = recv_msg(sock)
+    if not (isinstance(answer, list) and len(answer) == 2 and isinstance(answer[0], str)
+            and auth.check(token, answer[1], "client", mine, answer[0])):
+        return False
+    send_msg(sock, [auth.mac(token, "tracker", mine, answer[0])])
+    return True
+
+
+def summary(addr: tuple[str, int], timeout_s: float = 10.0, token: str | None = None
+            ) -> dict[str, Any]:
     """The tracker's view: ``queue_info`` (free servers and waiting requests per key) and
     ``server_info`` (what each registered server reported about itself)."""
-    sock = connect(addr, timeout_s)
+    sock = connect(addr, timeout_s, token)
     try:
         sock.settimeout(timeout_s)
         send_msg(sock, [SUMMARY])
@@ -115,9 +171,10 @@ def summary(addr: tuple[str, int], timeout_s: float = 10.0) -> dict[str, Any]:
     return value
 
 
-def servers(addr: tuple[str, int], key: str) -> list[dict[str, Any]]:
+def servers(addr: tuple[str, int], key: str, token: str | None = None) -> list[dict[str, Any]]:
     """What the servers registered under ``key`` reported (busy ones included)."""
-    return [s for s in summary(addr).get("server_info", []) if s.get("key") == "server:" + key]
+    return [s for s in summary(addr, token=token).get("server_info", [])
+            if s.get("key") == "server:" + key]
 
 
 class Request:
@@ -126,8 +183,9 @@ class Request:
     (a request cannot be cancelled in the protocol: the tracker learns of it when the
     connection closes, and skips it)."""
 
-    def __init__(self, addr: tuple[str, int], key: str, priority: int = 1):
-        self.sock = connect(addr)
+    def __init__(self, addr: tuple[str, int], key: str, priority: int = 1,
+                 token: str | None = None):
+        self.sock = connect(addr, token=token)
         send_msg(self.sock, [REQUEST, key, "", priority])
 
     def poll(self, timeout_s: float) -> tuple[str, int, str] | None:
@@ -167,11 +225,13 @@ class _Conn:
 
 class Tracker:
     """A tracker listening on ``host``:``port`` (the first free port up to ``port_end``).
-    :meth:`start` serves in background threads; :meth:`serve_forever` in this one."""
+    :meth:`start` serves in background threads; :meth:`serve_forever` in this one. Every peer
+    must prove ``token``; without one, ``host`` must be loopback (an AuthError otherwise)."""
 
-    def __init__(self, host: str = "0.0.0.0", port: int = 9190, port_end: int = 9199, *,
-                 stop_key: str | None = None):
-        self.host, self.stop_key = host, stop_key
+    def __init__(self, host: str = "127.0.0.1", port: int = 9190, port_end: int = 9199, *,
+                 stop_key: str | None = None, token: str | None = None):
+        auth.require(token, {"tracker address": host})
+        self.host, self.stop_key, self.token = host, stop_key, token
         self._listen = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         self._listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         for p in range(port, max(port_end, port + 1)):
@@ -239,8 +299,11 @@ class Tracker:
             sock.settimeout(30)  # a peer that never sends its magic
             if struct.unpack("<i", recv_exact(sock, 4))[0] != TRACKER_MAGIC:
                 return
+            if self.token is None:
+                sock.sendall(struct.pack("<i", TRACKER_MAGIC))
+            elif not _challenge(sock, self.token):
+                return  # closed before any command: nothing registered, nothing handed out
             sock.settimeout(None)
-            sock.sendall(struct.pack("<i", TRACKER_MAGIC))
             with self._lock:
                 self._conns.add(conn)
             while not self._stopped.is_set():
@@ -329,12 +392,15 @@ class Tracker:
         return {"queue_info": queue, "server_info": info}
 
 
-def wait_for_servers(addr: tuple[str, int], key: str, n: int, timeout_s: float) -> list[dict]:
+def wait_for_servers(addr: tuple[str, int], key: str, n: int, timeout_s: float,
+                     token: str | None = None) -> list[dict]:
     """Block until ``n`` servers are registered under ``key`` (a TrackerError past the limit)."""
     end = time.monotonic() + timeout_s
     while True:
         try:
-            found = servers(addr, key)
+            found = servers(addr, key, token)
+        except TrackerAuthError:
+            raise
         except TrackerError:
             found = []
         if len(found) >= n:

@@ -43,7 +43,7 @@ class Cluster:
                    PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
         self.serve = subprocess.Popen(
             [sys.executable, "-m", "bocast.measure.rpc_server", "serve", "--key", KEY,
-             "--tracker", f"127.0.0.1:{self.tracker.port}", "--gpus", "a,b,c",
+             "--tracker", f"127.0.0.1:{self.tracker.port}", "--gpus", "0,1,2",
              "--host", "127.0.0.1", "--port", "0", "--worker", "standin",
              "--startup-timeout", "120", "--session-idle", "4"], env=env,
             start_new_session=True)
@@ -186,7 +186,7 @@ def test_batch_spreads_over_all_servers_with_the_local_runners_results(cluster):
     results = runner.run(OP, bs, on_result=lambda i, r: order.append(i))
     assert sorted(order) == list(range(30))  # each kernel reported exactly once
     assert all(r.status is Status.OK for r in results)
-    assert set(servers_of(results)) == {"a", "b", "c"}
+    assert set(servers_of(results)) == {"0", "1", "2"}
     with StandinRunner(timeout_s=5) as local:
         expected = local.run(OP, bs[:5])
     assert [r.latency_ms for r in results[:5]] == [r.latency_ms for r in expected]
@@ -212,7 +212,7 @@ def test_tvm_client_reaches_a_server_through_the_tracker(cluster):
     cluster.wait_free()
     sess = rpc.connect_tracker(*cluster.tracker.addr).request(KEY, session_timeout=60)
     info = json.loads(sess.get_function("bocast.rpc.info")())
-    assert info["protocol"] == 1 and info["gpu_index"] in ("a", "b", "c")
+    assert info["protocol"] == 1 and info["gpu_index"] in ("0", "1", "2")
     del sess
 
 
@@ -236,7 +236,7 @@ def test_server_killed_mid_batch_loses_nothing_and_restarts(cluster):
     t, out, got = run_in_thread(runner, bs)
     while len(got) < 4 and t.is_alive():
         time.sleep(0.02)
-    os.kill(before["b"]["pid"], signal.SIGKILL)
+    os.kill(before["1"]["pid"], signal.SIGKILL)
     t.join(120)
     assert "error" not in out, out.get("error")
     results = out["results"]
@@ -244,7 +244,7 @@ def test_server_killed_mid_batch_loses_nothing_and_restarts(cluster):
     assert [r.key for r in results] == [b.key for b in bs]
     assert any("lost" in line for line in runner.lost)
     after = {s["gpu_index"]: s for s in cluster.wait_free()}
-    assert after["b"]["restarts"] == 1 and after["b"]["pid"] != before["b"]["pid"]
+    assert after["1"]["restarts"] == 1 and after["1"]["pid"] != before["1"]["pid"]
 
 
 def test_hung_server_has_its_kernel_measured_elsewhere(cluster):
@@ -254,7 +254,7 @@ def test_hung_server_has_its_kernel_measured_elsewhere(cluster):
     t, out, got = run_in_thread(runner, bs)
     while len(got) < 4 and t.is_alive():
         time.sleep(0.02)
-    pid = before["c"]["pid"]
+    pid = before["2"]["pid"]
     os.kill(pid, signal.SIGSTOP)
     try:
         t.join(120)
@@ -266,7 +266,7 @@ def test_hung_server_has_its_kernel_measured_elsewhere(cluster):
     assert any("hung" in line for line in runner.lost)
     # resumed, it finishes the abandoned call, closes the session and is offered again
     after = {s["gpu_index"]: s for s in cluster.wait_free()}
-    assert after["c"]["pid"] == pid
+    assert after["2"]["pid"] == pid
 
 
 def test_concurrent_runs_share_the_servers(cluster):
@@ -331,7 +331,7 @@ def test_servers_and_runner_work_with_tvms_own_tracker():
                                 "--silent"], env=env, start_new_session=True)
     serve = subprocess.Popen(
         [sys.executable, "-m", "bocast.measure.rpc_server", "serve", "--key", "tvmtracker",
-         "--tracker", f"127.0.0.1:{port}", "--gpus", "x,y", "--host", "127.0.0.1", "--port",
+         "--tracker", f"127.0.0.1:{port}", "--gpus", "0,1", "--host", "127.0.0.1", "--port",
          "0", "--worker", "standin"], env={**env, "BOCAST_STANDIN_SLEEP": "0.1"},
         start_new_session=True)
     try:
@@ -340,7 +340,7 @@ def test_servers_and_runner_work_with_tvms_own_tracker():
                            server_wait_s=60, log=lambda m: None)
         results = runner.run(OP, builds(12, "tvm"))
         assert all(r.status is Status.OK for r in results)
-        assert set(servers_of(results)) == {"x", "y"}
+        assert set(servers_of(results)) == {"0", "1"}
     finally:
         serve.terminate()
         serve.wait(30)
@@ -386,7 +386,7 @@ def test_records_name_the_host_and_gpu_that_measured_them(cluster, tmp_path):
         records = store.records()
     new = [r for r in records if r.measured_on]
     assert len(records) == len({r.key for r in records}) and 0 < len(new) <= 12
-    assert {r.measured_on["gpu_index"] for r in new} <= {"a", "b", "c"}
+    assert {r.measured_on["gpu_index"] for r in new} <= {"0", "1", "2"}
     assert all(r.measured_on["gpu"].startswith("stand-in") and r.measured_on["host"]
                for r in new)
 
@@ -412,7 +412,7 @@ def test_command_line_serve_and_a_missing_tracker(tmp_path, monkeypatch, capsys)
     from bocast.measure import rpc_server
 
     seen = []
-    monkeypatch.setattr(rpc_server, "main", lambda argv: seen.append(argv) or 0)
+    monkeypatch.setattr(rpc_server, "main", lambda argv, prog: seen.append(argv) or 0)
     assert cli.main(["serve", "--key", "h100", "--gpus", "0,1"]) == 0
     assert cli.main(["serve", "tracker", "--port", "9190"]) == 0
     assert seen == [["serve", "--key", "h100", "--gpus", "0,1"], ["tracker", "--port", "9190"]]
