@@ -66,8 +66,9 @@ def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | st
         raise InputError(f"{store}: record {row_id} is not a configuration of the space of "
                          f"{op.workload} ({e}), so it cannot be rebuilt") from None
     need_compiler("export")
+    arch = _arch(op, rec.config)
     # a TVM with CUDA compiles the kernel while lowering: with nvcc, as the builder does
-    with _cuda_compile(lambda code, _: compile_cubin(code).cubin):
+    with _cuda_compile(lambda code, _: compile_cubin(code, arch=arch).cubin):
         built = build_one({"workload": workload, "config": rec.config})
     res = built.result
     if res.cubin is None:
@@ -76,6 +77,14 @@ def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | st
     meta = _meta(store, row_id, session, rec, built, op, reference, subspace, sessions)
     _write(out, built, meta)
     return Kernel(out)
+
+
+def _arch(op, config) -> str:
+    """What nvcc compiles the configuration's kernel for (sm_90a for space v3's wgmma)."""
+    from bocast.measure.nvcc import DEFAULT_ARCH
+
+    return op.build_options(op.space.from_json(config)).get("target", {}).get("arch",
+                                                                              DEFAULT_ARCH)
 
 
 def _pick(rows, record: int | str, store: str):
@@ -144,7 +153,8 @@ def _meta(store, row_id, session, rec, built, op, reference, subspace,
                    "kernel_args": list(low.args), "features": res.features,
                    "features_match_store": (all(rec.features[k] == res.features[k]
                                                 for k in common) if common else None)},
-        "build": {"nvcc": nvcc_version(), "nvcc_flags": list(NVCC_FLAGS),
+        "build": {"nvcc": nvcc_version(),
+                  "nvcc_flags": [*NVCC_FLAGS, f"-arch={_arch(op, rec.config)}"],
                   "target": SM90_TARGET, "options": op.build_options(
                       op.space.from_json(rec.config)), "times": res.times},
         "provenance": provenance(),

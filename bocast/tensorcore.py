@@ -212,10 +212,11 @@ _SIGNATURE = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\)
 def lower_tirx(kernel, *, target_overrides: dict | None = None) -> Lowered:
     """Compile a TIRx kernel (space v3's ``TirxKernel``) with TVM's ``tirx`` pipeline. Its launch
     (grid, block, dynamic shared memory, tensor maps) is the template's own, not parsed from
-    TVM's host code; the kernel's parameters are read from the CUDA source."""
+    TVM's host code; the kernel's parameters are read from the CUDA source. TVM hands the
+    source to ``tvm_callback_cuda_compile``: the builder's answers with the source
+    (:func:`source_only`), an export's with nvcc's cubin."""
     import tvm
 
-    source_only()
     tgt = tvm.target.Target({"kind": "cuda", **(target_overrides or {})})
     rt = tvm.compile(kernel.mod, target=tgt, tir_pipeline="tirx")
     source = rt.mod.imports[0].inspect_source()

@@ -54,10 +54,13 @@ LADDER = [
     ("7d v2 stores: 5b (raster 8) + 8-byte stores", dict(epilogue="v2")),
     ("7e v2 ping-pong 128x128, raster 8, inflight 1", dict(arrangement="pingpong", bn=128,
                                                            stages=6, inflight=1, epilogue="v2")),
+    ("8 the live search's best: 7 + 40/232, raster 16",
+     dict(regs="40/232", raster=16, epilogue="v2")),
 ]
 # the other shapes of issue 24 (an LLM-like one: an 8B model's MLP down projection over 4096
 # tokens), each with a few configurations picked by hand before any was timed
 SWEEP = [
+    ("4096^3's live best, raster 8", dict(regs="40/232", raster=8, epilogue="v2")),
     ("coop 128x256, 4 st, 24/240", dict(epilogue="v2", raster=1)),
     ("coop 128x256, 4 st, raster 8", dict(epilogue="v2")),
     ("coop 128x128, 6 st, inflight 1", dict(bn=128, stages=6, inflight=1, epilogue="v2",

@@ -54,19 +54,19 @@ BARRIER_SMEM = 1024  # the mbarriers' static shared memory, as ptxas reports it 
 SWIZZLE = {128: 3, 64: 2}
 
 
-def check_workload(spec: mm.MatmulSpec, op: str) -> None:
+def check_workload(spec: mm.MatmulSpec) -> None:
     """What the template implements, refused by name otherwise."""
+    what = "space v3 (Hopper TMA + wgmma)"
     if spec.batch or spec.epilogue is not None or spec.block != "C":
-        raise WorkloadError(f"{op}: space v3 (Hopper TMA + wgmma) implements GEMM only so far; "
-                            "use space v2")
+        raise WorkloadError(f"{what} implements GEMM only so far; use space v2")
     if not spec.trans_b:
-        raise WorkloadError(f"{op}: space v3 needs layout NT (B stored [N, K], K-major); "
-                            "use space v2 for NN")
+        raise WorkloadError(f"{what} needs layout NT (B stored [N, K], K-major); use space v2 "
+                            "for NN")
     if spec.in_dtype != "float16" or spec.acc_dtype != "float32":
-        raise WorkloadError(f"{op}: space v3 implements fp16:fp32 only; use space v2")
+        raise WorkloadError(f"{what} implements fp16:fp32 only; use space v2")
     if spec.K % 8:
-        raise WorkloadError(f"{op}: space v3 needs K % 8 == 0 (TMA: global rows a multiple of "
-                            f"16 bytes), got K = {spec.K}")
+        raise WorkloadError(f"{what} needs K % 8 == 0 (TMA: global rows a multiple of 16 "
+                            f"bytes), got K = {spec.K}")
 
 
 def knobs(spec) -> list[Knob]:
@@ -91,7 +91,7 @@ def knobs(spec) -> list[Knob]:
 
 def _regs(c, col: int):
     names = list(REG_SPLITS)
-    vals = [REG_SPLITS[n][col] if REG_SPLITS[n] else 0 for n in names]
+    vals = [split[col] if (split := REG_SPLITS[n]) else 0 for n in names]
     return np.select([c["regs"] == n for n in names], vals, 0)
 
 
@@ -150,7 +150,7 @@ def constraints(spec) -> list[Constraint]:
 def space(spec, vec: Constraint, extra_knobs: Sequence[Knob] = (),
           extra_constraints: Sequence[Constraint] = ()) -> Space:
     """``vec`` (the v1/v2 fetch's vector rule) has no knob here: TMA copies whole boxes."""
-    check_workload(spec, f"space v3 of this {'batched ' if spec.batch else ''}matmul")
+    check_workload(spec)
     return Space(knobs(spec) + list(extra_knobs), constraints(spec) + list(extra_constraints),
                  derive(spec))
 

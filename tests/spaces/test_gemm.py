@@ -167,7 +167,8 @@ def test_padding_extents(space_name):
     (dict(M=0, N=4, K=4), "M must be a positive integer"),
     (dict(M=4, N=4, K=4, dtype="fp32:fp32"), "dtype 'fp32:fp32' not supported"),
     (dict(M=4, N=4, K=4, layout="TT"), "layout 'TT' not supported"),
-    (dict(M=4, N=4, K=4, space="v3"), "space 'v3' not known; use one of"),
+    (dict(M=4, N=4, K=4, space="v9"), "space 'v9' not known; use one of"),
+    (dict(M=4, N=4, K=4, space="v3"), "space v3 .* needs K % 8 == 0"),
 ])
 def test_bad_workload_gives_one_clear_error(args, message):
     with pytest.raises(WorkloadError, match=message):

@@ -1,0 +1,183 @@
+"""Space v3, the Hopper GEMM template (spaces/_hopper_matmul.py): its constraints, what it refuses,
+what its knobs put into the generated CUDA, and static builds for sm_90a (TVM's tirx pipeline on
+the CPU, nvcc's ptxas report). The kernels' correctness is checked on the GPU (every measured
+row against torch: experiments/results/hopper/, experiments/data/gemm_4096_4096_4096_v3)."""
+
+import json
+
+import pytest
+
+from bocast.measure.nvcc import why_no_compiler
+from bocast.operator import WorkloadError, get_operator, make
+from bocast.space import Space
+
+needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
+Gemm = get_operator("gemm")
+
+#: The best kernel BO and the CGA found live at GEMM 4096^3 (experiments/results/
+#: live_v3_gemm_4096_4096_4096): 128 x 256 tiles of two cooperative consumers, 4 stages.
+BEST_4096 = {"bm": 128, "bn": 256, "bk": 64, "stages": 4, "consumers": 2,
+             "arrangement": "cooperative", "regs": "40/232", "inflight": 0, "persistent": "on",
+             "raster": 16, "epilogue": "v2"}
+SMALL = (256, 512, 256)
+
+
+def lowered(op, config):
+    from bocast.tensorcore import lower_tirx, source_only
+
+    source_only()
+    return lower_tirx(op.apply(config), target_overrides=op.build_options(config)["target"])
+
+
+def test_the_best_live_kernel_is_a_configuration_of_the_space():
+    op = Gemm(4096, 4096, 4096, space="v3")
+    assert op.workload["space"] == "v3"
+    assert op.space.validate(BEST_4096) == []
+    cols = op.space.columns([BEST_4096])
+    assert (cols["threads"][0], cols["acc_regs"][0], cols["smem_bytes"][0]) == \
+        (384, 128, 4 * 384 * 64 * 2 + 1024)
+
+
+@pytest.mark.parametrize("change, violated", [
+    ({"stages": 5}, "shared_memory_le_227KB"),               # 5 x 48 KB + barriers > 227 KB
+    ({"bn": 192}, "tiles_divide_extents"),                   # 4096 % 192
+    ({"bm": 64}, "bm_whole_atoms"),                          # 32 rows a consumer
+    ({"arrangement": "pingpong", "bn": 128, "consumers": 1}, "pingpong_needs_two"),
+    ({"arrangement": "pingpong"}, "accumulators_fit_registers"),  # 256 accumulators a thread
+    ({"regs": "off", "bm": 256, "bn": 128}, None),           # 168 registers: 128 + 40 fit
+    ({"regs": "off", "bm": 256, "bn": 128, "consumers": 1}, "accumulators_fit_registers"),
+    ({"raster": 16, "bm": 256, "bn": 128, "stages": 3}, None),
+    ({"bm": 64, "bn": 128, "consumers": 1, "raster": 16}, None),
+])
+def test_hand_built_violations(change, violated):
+    space = Gemm(4096, 4096, 4096, space="v3").space
+    assert space.validate({**BEST_4096, **change}) == ([violated] if violated else [])
+
+
+def test_raster_must_divide_the_block_rows():
+    space = Gemm(1024, 1024, 1024, space="v3").space  # 8 block rows of 128
+    assert space.validate({**BEST_4096, "raster": 16}) == ["raster_divides_block_rows"]
+    assert space.validate({**BEST_4096, "raster": 8}) == []
+
+
+def test_a_uniform_sample_is_feasible_and_the_space_is_large():
+    space = Gemm(4096, 4096, 4096, space="v3").space
+    sample = space.sample(200, rng=0)
+    assert len(sample) == 200 and all(space.validate(c) == [] for c in sample)
+    assert {c["arrangement"] for c in sample} == {"cooperative", "pingpong"}
+
+
+@pytest.mark.parametrize("op, shape, options, message", [
+    ("gemm", (256, 256, 256), {"layout": "NN"}, "needs layout NT"),
+    ("gemm", (256, 256, 256), {"dtype": "fp16:fp16"}, "fp16:fp32 only"),
+    ("gemm", (256, 256, 100), {}, "K % 8 == 0"),
+    ("bmm", (4, 256, 256, 64), {}, "GEMM only"),
+    ("gemm", (256, 256, 256), {"space": "v4"}, "not known"),
+])
+def test_workloads_outside_the_template_are_refused_by_name(op, shape, options, message):
+    options = {"space": "v3", **options}
+    with pytest.raises(WorkloadError, match=message):
+        make(op, shape, **options)
+
+
+def test_knobs_reach_the_generated_cuda():
+    """TMA loads, wgmma m64nBNk16 with its shape and count, setmaxnreg only when asked, the
+    ring's barriers, the ping-pong turn and the 8-byte stores."""
+    op = Gemm(*SMALL, space="v3")
+    coop = {**BEST_4096, "bn": 128, "raster": 2, "regs": "24/240", "epilogue": "scalar"}
+    low = lowered(op, coop)
+    assert low.args == ("A_map", "B_map", "C") and low.arch == "sm_90a"
+    assert low.tensor_maps["A_map"] == {"tensor": "A", "dims": [256, 256], "strides": [512],
+                                        "box": [64, 128], "swizzle": 3}
+    assert low.tensor_maps["B_map"]["box"] == [64, 128]
+    src = low.source
+    assert "cp.async.bulk.tensor.2d" in src and "wgmma.mma_async.sync.aligned.m64n128k16" in src
+    assert "setmaxnreg.dec.sync.aligned.u32 24" in src and "setmaxnreg.inc" in src
+    assert "st.global.v2.f32" not in src
+    assert (low.grid, low.block, low.dynamic_smem) == ((2 * 4, 1, 1), (384, 1, 1),
+                                                       4 * 256 * 64 * 2)
+    plain = lowered(op, {**coop, "regs": "off", "epilogue": "v2", "persistent": "off",
+                         "bk": 32})
+    assert "setmaxnreg" not in plain.source and "st.global.v2.f32" in plain.source
+    assert plain.tensor_maps["A_map"]["swizzle"] == 2  # 64-byte rows: the 64-byte swizzle
+    ping = {**coop, "arrangement": "pingpong", "bm": 64}
+    assert op.space.validate(ping) == []
+    assert "turn" in lowered(op, ping).source
+
+
+def test_a_v3_kernel_task_carries_its_tensor_maps():
+    from bocast.measure.builder import BuildResult
+    from bocast.measure.runner import kernel_task
+    from bocast.measure.status import Status
+
+    op = Gemm(*SMALL, space="v3")
+    maps = {"A_map": {"tensor": "A", "dims": [256, 256], "strides": [512], "box": [64, 128],
+                      "swizzle": 3}}
+    b = BuildResult(key="k", status=Status.OK, kernel="main_kernel", args=("A_map", "B", "C"),
+                    tensor_maps=maps, cubin=b"x")
+    task = kernel_task(op, b, seed=0, repeats=1, warmup_ms=1)
+    assert task["tensor_maps"] == maps and task["args"] == ("A_map", "B", "C")
+
+
+@needs_nvcc
+def test_sampled_kernels_build_for_sm_90a_without_spills():
+    """A few sampled configurations through the builder's own path (apply, tirx lowering, nvcc
+    for sm_90a): each builds, within the 255-register limit, no spills, no stack frame."""
+    from bocast.measure.builder import build_task
+
+    op = Gemm(*SMALL, space="v3")
+    for config in [BEST_4096 | {"bn": 128, "raster": 1}, *op.space.sample(3, rng=1)]:
+        res = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+        assert res["status"] == "ok", (config, res["error"])
+        f = res["features"]
+        assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
+        assert f.get("stack_bytes", 0) == 0, (config, f)
+        assert set(res["tensor_maps"]) == {"A_map", "B_map"}
+
+
+@needs_nvcc
+def test_the_best_live_kernel_builds_as_it_ran():
+    from bocast.measure.builder import build_task
+
+    op = Gemm(4096, 4096, 4096, space="v3")
+    res = build_task({"workload": op.workload, "config": json.loads(Space.key(BEST_4096))})
+    assert res["status"] == "ok", res["error"]
+    assert res["grid"] == [132, 1, 1] or tuple(res["grid"]) == (132, 1, 1)
+    assert res["features"]["registers"] == 168  # 65536 / 384 threads, as ptxas caps it
+    assert res["features"]["dynamic_smem_bytes"] == 4 * 384 * 64 * 2
+
+
+def test_the_v3_dataset_replays():
+    """The uniform v3 sample measured on the H100 opens as a replay table: 300 rows, every one
+    ok (every kernel correct against torch), its best above 0.85 of the cuBLAS reading stored
+    with it."""
+    from bocast.measure.replay import ReplayDataset
+
+    op = Gemm(4096, 4096, 4096, space="v3")
+    ds = ReplayDataset("experiments/data/gemm_4096_4096_4096_v3", op)
+    assert len(ds.rows) == 300 and {r["status"] for r in ds.rows} == {"ok"}
+    assert ds.best_tflops / ds.reference["tflops"] > 0.85
+
+
+@needs_nvcc
+def test_a_v3_record_exports_with_its_sm_90a_cubin(tmp_path):
+    """Export rebuilds a v3 record as the builder built it: the same cubin bytes (nvcc for
+    sm_90a, the arch recorded in kernel.json), the TIRx module as schedule.py, and the host
+    library whose entry encodes the tensor maps (TVM's runtime.cuTensorMapEncodeTiled)."""
+    import bocast
+    from bocast.measure.builder import build_task
+
+    workload = {"op": "gemm", "shape": list(SMALL), "space": "v3"}
+    config = {**BEST_4096, "bn": 128, "raster": 1}
+    path = str(tmp_path / "s.db")
+    with bocast.create_study(workload=workload, strategy="random", store=path) as study:
+        study.tell(config, tflops=10.0, latency_ms=0.0067, repeats=10)
+    kernel = bocast.export(path, out=tmp_path / "k")
+    meta = kernel.meta
+    assert "-arch=sm_90a" in meta["build"]["nvcc_flags"]
+    assert meta["kernel"]["kernel_args"] == ["A_map", "B_map", "C"]
+    op = make("gemm", SMALL, space="v3")
+    built = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+    assert (tmp_path / "k" / "kernel.cubin").read_bytes() == built["cubin"]
+    assert "wgmma" in (tmp_path / "k" / "kernel.cu").read_text()
+    assert "cuTensorMapEncodeTiled" in (tmp_path / "k" / "schedule.py").read_text()
