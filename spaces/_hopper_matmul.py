@@ -28,6 +28,8 @@ Kernel arguments: the tensor maps of A and B (``__grid_constant__ CUtensorMap``,
 runner with ``cuTensorMapEncodeTiled`` from :attr:`TirxKernel.tensor_maps`) and C's pointer.
 """
 
+# ruff: noqa: F821 - the kernel's scalars (desc_a: T.uint64) are declared by annotation, which
+# TVMScript's parser turns into variables and Python's linters see as undefined names
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -41,7 +43,7 @@ from bocast.space import Categorical, Constraint, Knob, Ordinal, Space
 
 from . import _matmul as mm
 
-SM_COUNT = 132  # H100 SXM: the persistent grid's size
+SM_COUNT = 132  # H100 SXM and H200: the persistent grid's size
 ARCH = "sm_90a"
 REGISTERS_PER_SM = 65536
 #: setmaxnreg pairs (producer, consumer); "off" leaves every thread at the launch's share
@@ -197,8 +199,8 @@ def kernel(M: int, N: int, K: int, config) -> TirxKernel:
     pingpong = c["arrangement"] == "pingpong"
     WM = BM if pingpong else BM // NC  # rows of a tile one consumer computes
     atoms = WM // 64
-    step = NC if pingpong else 1
-    vec_store = c["epilogue"] == "v2"  # tiles between two of one consumer's
+    step = NC if pingpong else 1  # tiles between two of one consumer's
+    vec_store = c["epilogue"] == "v2"
     tiles_m, tiles_n, KT = M // BM, N // BN, K // BK
     tiles = tiles_m * tiles_n
     grid = min(SM_COUNT, tiles) if c["persistent"] == "on" else tiles
@@ -224,7 +226,6 @@ def kernel(M: int, N: int, K: int, config) -> TirxKernel:
     def acc_list(buf, a):
         return [buf[a * half_n + i] for i in range(half_n)]
 
-    # ruff: noqa: F821 - TVMScript names (T.meta_var values) resolved by its parser
     @T.prim_func
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
         A = T.match_buffer(A_ptr, (M, K), "float16", align=16)
