@@ -303,7 +303,7 @@ def cases() -> list[Case]:
         "conv2d: shape needs 7 to 10 extents")
     opt("unknown dtype", ["space", "gemm", "--dtype", "int8"], "dtype 'int8' not supported")
     opt("unknown layout", ["space", "gemm", "--layout", "TT"], "layout 'TT' not supported")
-    opt("unknown space", ["space", "gemm", "--space", "v3"], "space 'v3' not known")
+    opt("unknown space", ["space", "gemm", "--space", "v9"], "space 'v9' not known")
     opt("unknown operator", ["space", "gemmm"], "unknown operator 'gemmm'")
     opt("--sample -1", ["space", "gemm", "--sample", "-1"],
         "argument --sample: expected an integer between 0 and 1000000")

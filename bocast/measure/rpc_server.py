@@ -437,7 +437,9 @@ def serve(args) -> int:
         sups.append(Supervisor(child, genv, label or ""))
     for s in sups:
         s.start()
-    log(f"{len(sups)} server(s) under key {args.key!r}, tracker {tracker_addr}; Ctrl-C stops")
+    # the log says whether the fleet proves a token (a check run should show which path it timed)
+    log(f"{len(sups)} server(s) under key {args.key!r}, tracker {tracker_addr}, shared token "
+        f"{'on' if args.token is not None else 'off (loopback only)'}; Ctrl-C stops")
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
