@@ -176,15 +176,16 @@ def test_a_runner_that_fails_to_start_leaves_no_store(tmp_path, monkeypatch):
     assert bocast.tune(cfg).trials == TUNE["budget"]["trials"]
 
 
-#: configurations refused for a field that needs no strategy, dataset or model: checked before
-#: torch or pandas is imported, so the refusal takes a fraction of a second (a strategy's own
-#: options are checked by its module, which imports torch: bocast/strategies/bo.py)
+#: configurations refused for a field that needs no dataset or model: checked before torch or
+#: pandas is imported, so the refusal takes a fraction of a second (BO's module binds torch only
+#: when a BO strategy is made: bocast/strategies/bo.py, _import_model)
 FIELDS = [
     ("budget.trials 0", "budget:\n  trials: 0\n", "budget.trials: expected"),
     ("runner_options.workers -1", "runner_options: {workers: -1}\n",
      "runner_options.workers: expected"),
     ("a key twice", "seed: 1\n", "key 'seed' given twice"),
     ("output under a file", "output: /etc/passwd/out\n", "output: cannot create"),
+    ("a BO option", "strategy: {name: bo, pool_size: big}\n", "strategy.pool_size: expected"),
 ]
 
 

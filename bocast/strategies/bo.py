@@ -50,11 +50,7 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from bocast.bo import acquisition as acq
-from bocast.bo.feasibility import make_classifier
-from bocast.bo.surrogate import Surrogate
 from bocast.bo.transfer import WARM_START_OPTION
 from bocast.features import FEATURES_OPTION
 from bocast.measure.status import Status
@@ -63,7 +59,25 @@ from bocast.space import Space
 from bocast.strategies.base import Strategy, StrategyError, register
 
 if TYPE_CHECKING:
+    import torch
+
+    from bocast.bo import acquisition as acq
+    from bocast.bo.feasibility import make_classifier
+    from bocast.bo.surrogate import Surrogate
     from bocast.bo.transfer import SourceModel
+
+
+def _import_model() -> None:
+    """Bind torch and the BO pieces (GP, classifiers, acquisitions) when a BO strategy is made.
+    This module is also imported for BO's options alone (a configuration's check names them),
+    and torch takes 1.5 s to import: a refused option must answer in well under a second
+    (issue 25). The one documented lazy import of the strategies."""
+    global torch, acq, make_classifier, Surrogate
+    import torch
+
+    from bocast.bo import acquisition as acq
+    from bocast.bo.feasibility import make_classifier
+    from bocast.bo.surrogate import Surrogate
 
 ACQUISITIONS = ("logei", "becbo", "ts", "qlogei")
 Y_TRANSFORMS = ("log", "relative")
@@ -124,6 +138,7 @@ class BayesOpt(Strategy):
     ), noun="option")
 
     def __init__(self, candidates, *, seed=0, **hyper):
+        _import_model()
         super().__init__(candidates, seed=seed, **hyper)
         self.features = self.model_inputs()
         self.source = self._source_model(self.hyper["warm_start"]) \
