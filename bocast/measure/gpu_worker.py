@@ -90,6 +90,16 @@ def encode_tensor_map(spec: Mapping[str, Any], pointer: int, dtype: str) -> Tens
     return tmap
 
 
+def launch_params(pointers) -> tuple[list, Any]:
+    """cuLaunchKernel's ``kernelParams`` for ``pointers`` (device pointers or TensorMaps): an
+    array of each parameter's address, and the values it points into (which must stay alive
+    until the launch returns)."""
+    values = [p if isinstance(p, TensorMap) else ctypes.c_void_p(p) for p in pointers]
+    params = (ctypes.c_void_p * len(values))(*[
+        v.address if isinstance(v, TensorMap) else ctypes.addressof(v) for v in values])
+    return values, params
+
+
 class Kernel:
     """A cubin loaded into the current context."""
 
@@ -107,11 +117,7 @@ class Kernel:
 
     def launch(self, pointers, stream: int) -> None:
         """``pointers``: one value per kernel parameter, a device pointer or a TensorMap."""
-        values = [ctypes.c_void_p(p) for p in pointers if not isinstance(p, TensorMap)]
-        it = iter(values)
-        params = (ctypes.c_void_p * len(pointers))(*[
-            ctypes.c_void_p(p.address) if isinstance(p, TensorMap)
-            else ctypes.cast(ctypes.byref(next(it)), ctypes.c_void_p) for p in pointers])
+        values, params = launch_params(pointers)  # values: alive until the launch returns
         _check("cuLaunchKernel", _driver().cuLaunchKernel(
             self.func, *[ctypes.c_uint(x) for x in self.grid],
             *[ctypes.c_uint(x) for x in self.block],

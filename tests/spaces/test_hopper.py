@@ -181,3 +181,19 @@ def test_a_v3_record_exports_with_its_sm_90a_cubin(tmp_path):
     assert (tmp_path / "k" / "kernel.cubin").read_bytes() == built["cubin"]
     assert "wgmma" in (tmp_path / "k" / "kernel.cu").read_text()
     assert "cuTensorMapEncodeTiled" in (tmp_path / "k" / "schedule.py").read_text()
+
+
+def test_launch_parameters_point_at_each_value():
+    """cuLaunchKernel reads parameter i through params[i]: a pointer's 8 bytes, or a tensor
+    map's 128 bytes at a 64-byte aligned address (no GPU needed to check the marshalling)."""
+    import ctypes
+
+    from bocast.measure.gpu_worker import TensorMap, launch_params
+
+    tmap = TensorMap()
+    ctypes.memset(tmap.address, 7, 128)
+    values, params = launch_params([0xABC0, tmap, 0x1230])
+    assert ctypes.c_void_p.from_address(params[0]).value == 0xABC0
+    assert ctypes.c_void_p.from_address(params[2]).value == 0x1230
+    assert params[1] == tmap.address and tmap.address % 64 == 0
+    assert ctypes.string_at(params[1], 128) == b"\x07" * 128
