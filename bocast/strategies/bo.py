@@ -55,7 +55,7 @@ import torch
 from bocast.bo import acquisition as acq
 from bocast.bo.feasibility import make_classifier
 from bocast.bo.surrogate import Surrogate
-from bocast.bo.transfer import WARM_START_OPTION
+from bocast.bo.transfer import WARM_START_OPTION, source_paths
 from bocast.features import FEATURES_OPTION
 from bocast.measure.status import Status
 from bocast.schema import Field, Section
@@ -126,8 +126,8 @@ class BayesOpt(Strategy):
     def __init__(self, candidates, *, seed=0, **hyper):
         super().__init__(candidates, seed=seed, **hyper)
         self.features = self.model_inputs()
-        self.source = self._source_model(self.hyper["warm_start"]) \
-            if self.hyper["warm_start"] else None
+        paths = source_paths(self.hyper["warm_start"])
+        self.source = self._source_model(paths) if paths else None
         bounds = self.features.bounds()
         if self.source is not None:
             bounds = np.hstack([bounds, self.source.bounds[:, None]])
