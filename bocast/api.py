@@ -123,16 +123,88 @@ class TuneResult:
     summary: dict[str, Any] = field(repr=False)
 
 
-def tune(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None = None,
-         progress: bool = False) -> TuneResult:
+def tune(config: str | os.PathLike | Mapping[str, Any] | None = None, *,
+         runner: str | None = None, progress: bool = False,
+         records: str | os.PathLike | None = None, op: str | None = None,
+         shape: Sequence[int] | None = None, **settings: Any) -> TuneResult:
     """Run one tune configuration (a YAML file or a mapping of the same fields) exactly as
     ``bocast tune`` does: same checks before anything is written, same records.db and
     summary.json in its ``output``, resumed when they exist. ``runner`` overrides the config's
-    (as ``--runner``); ``progress`` prints the command's status lines on stderr."""
-    run = prepare(config, runner=runner)
+    (as ``--runner``); ``progress`` prints the command's status lines on stderr; ``records``:
+    the records library's folder (:mod:`bocast.library`).
+
+    Without a configuration, ``op`` and ``shape`` name the workload and ``settings`` any other
+    field, as ``bocast tune gemm --shape ...`` (:func:`quick_config`): ``tune(op="gemm",
+    shape=(4096, 4096, 4096), runner="standin", trials=32, warm_start="none")``."""
+    if config is None:
+        if op is None:
+            raise InputError("tune: give a configuration, or op= (and shape=)")
+        config = quick_config(op, shape, runner=runner, **settings)
+    elif op is not None or shape is not None or settings:
+        raise InputError("tune: give a configuration or op=/shape=/settings, not both")
+    run = prepare(config, runner=runner, records=records)
     summary, _ = run.execute(progress=progress)
     return TuneResult(summary.get("best_config"), summary.get("best_tflops"), summary["trials"],
                       run.store_path, summary)
+
+
+#: ``bocast tune OP`` settings that stand for a field of a section
+QUICK_ALIASES = {"dtype": "workload.dtype", "layout": "workload.layout",
+                 "space": "workload.space", "trials": "budget.trials",
+                 "seconds": "budget.seconds", "warm_start": "strategy.warm_start"}
+QUICK_DEFAULTS = {"runner": "tvm", "strategy": "bo", "batch_size": 16, "trials": 64, "seed": 0}
+
+
+def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | None = None,
+                 **settings: Any) -> dict[str, Any]:
+    """The tune configuration of ``bocast tune OP --shape ...``: ``settings`` are its fields
+    (``seed``, ``batch_size``, ``dataset``, ``output``, ``store``, ...), a section's field as
+    ``"strategy.acquisition"`` (``--set key=value``), or an alias (:data:`QUICK_ALIASES`:
+    ``dtype``, ``layout``, ``space``, ``trials``, ``seconds``, ``warm_start``); ``strategy``
+    a name or a mapping. Defaults: :data:`QUICK_DEFAULTS`; replay without ``dataset``: the
+    shipped dataset of the workload with most rows; ``output``: ``runs/OP_SHAPE_SPACE_STRATEGY
+    _sSEED`` (with ``store``: the store's folder)."""
+    from bocast.config import workload_and_dataset
+    from bocast.library import shipped_datasets
+    from bocast.operator import canonical_workload
+
+    cfg: dict[str, Any] = {"workload": {"op": op}, "strategy": {},
+                           "budget": {"trials": QUICK_DEFAULTS["trials"]}}
+    if shape is not None:
+        cfg["workload"]["shape"] = list(shape)
+    for key, value in {**{k: v for k, v in QUICK_DEFAULTS.items() if k != "trials"},
+                       **({"runner": runner} if runner else {}), **settings}.items():
+        if value is None:
+            continue
+        key = QUICK_ALIASES.get(key, key)
+        if key == "strategy":
+            cfg["strategy"].update({"name": value} if isinstance(value, str) else dict(value))
+        elif "." in key:
+            section, name = key.split(".", 1)
+            if not isinstance(cfg.setdefault(section, {}), dict):
+                raise InputError(f"{key}: {section} is not a section of the configuration")
+            cfg[section][name] = value
+        else:
+            cfg[key] = value
+    target, _ = workload_and_dataset(cfg["workload"], "tvm", None)  # the workload's own checks
+    w = target.workload
+    if cfg["runner"] == "replay" and not cfg.get("dataset"):
+        fits = []
+        for prefix in shipped_datasets():
+            with open(prefix + ".json") as f:
+                meta = json.load(f)
+            if canonical_workload(meta.get("workload", {})) == canonical_workload(w):
+                fits.append((-int(meta.get("rows") or 0), prefix))
+        if not fits:
+            raise InputError(f"runner replay: no shipped dataset of {op} {w.get('shape')} "
+                             f"(space {w.get('space')}); give dataset (--dataset)")
+        cfg["dataset"] = min(fits)[1]
+    if not cfg.get("output"):
+        store = cfg.get("store")
+        cfg["output"] = os.path.dirname(os.path.abspath(store)) if store else os.path.join(
+            "runs", f"{op}_{'x'.join(map(str, w['shape']))}_{w.get('space', 'v1')}_"
+                    f"{cfg['strategy']['name']}_s{cfg['seed']}")
+    return cfg
 
 
 def need_gpu(what: str, alternative: str) -> None:
@@ -153,13 +225,15 @@ def need_compiler(what: str) -> None:
 
 
 def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None = None,
-            rpc: Mapping[str, Any] | None = None) -> TuneRun:
+            rpc: Mapping[str, Any] | None = None,
+            records: str | os.PathLike | None = None) -> TuneRun:
     """Check a tune configuration whole, and the store already in its output (which must hold
     this run, :mod:`bocast.identity`), only reading: nothing is written or created until
     :meth:`TuneRun.execute` has started the runner. Errors of a file's configuration start with
-    the file's name (as the command prints them)."""
+    the file's name (as the command prints them). ``warm_start: auto`` (the default) is
+    resolved here (:func:`bocast.library.resolve`; ``records``: the library's folder)."""
     from bocast import config as cfgmod
-    from bocast import identity
+    from bocast import identity, library
     from bocast.candidates import SpaceCandidates
     from bocast.records import dataset_files
     from bocast.schema import check_outputs
@@ -181,19 +255,49 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
         else:
             if cfg.runner == "tvm":  # rpc: kernels run on the servers; this host only builds
                 need_gpu("runner tvm", "use --runner replay with a recorded dataset")
-            need_compiler(f"runner {cfg.runner}")
+            if cfg.runner != "standin":  # the stand-in lowers but never compiles
+                need_compiler(f"runner {cfg.runner}")
             candidates = SpaceCandidates(op.space, op.workload)
-        strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **cfg.strategy_options)
-        store_path = f"{cfg.output}/records.db"
+        store_path = cfg.store or f"{cfg.output}/records.db"
+        folder = library.directory(records, cfg.records)
+        warm = _warm_start(cfg, op, dataset, store_path, folder)
+        options = cfg.strategy_options if warm is None else \
+            {**cfg.strategy_options, "warm_start": warm.sources}
+        strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **options)
         ident = identity.run_identity(
             strategy=cfg.strategy, options=cfg.strategy_options, seed=cfg.seed,
-            batch_size=cfg.batch_size, runner=cfg.runner, dataset=cfg.dataset)
+            batch_size=cfg.batch_size, runner=cfg.runner, dataset=cfg.dataset,
+            warm_start=None if warm is None else [library.portable(p) for p in warm.sources])
         identity.check_path(store_path, op.workload, ident)
     except InputError as e:
         if path is None:
             raise
         raise cfgmod.in_file(e, path) from None
-    return TuneRun(cfg, op, dataset, strategy, store_path, ident)
+    return TuneRun(cfg, op, dataset, strategy, store_path, ident, warm=warm, records=folder)
+
+
+def _warm_start(cfg: TuneConfig, op, dataset, store_path: str, folder: str):
+    """The run's warm-start sources (:class:`bocast.library.Choice`) when its strategy has the
+    option and it is ``auto``; None otherwise (a list or ``none``: used as given). A resumed
+    run keeps the sources its store's identity names."""
+    from bocast import library
+    from bocast.bo.transfer import AUTO
+    from bocast.records import Store
+    from bocast.strategies import strategy_class
+
+    if "warm_start" not in strategy_class(cfg.strategy).options.names \
+            or cfg.strategy_options.get("warm_start", AUTO) != AUTO:
+        return None
+    if os.path.isfile(store_path) and os.path.getsize(store_path) > 0:
+        with Store.open(store_path, op.workload) as store:
+            held = (store.get_meta("run") or {}).get("resolved", {}).get("warm_start")
+        if isinstance(held, list):
+            paths = [library.local(p) for p in held]
+            return library.Choice(paths, [
+                "warm start: as this run began, from " + (", ".join(held) or "nothing (cold)")])
+    return library.resolve(AUTO, op, runner=cfg.runner, dataset=cfg.dataset, store=store_path,
+                           records=folder,
+                           gpu=library.run_gpu(cfg.runner, dataset=dataset, rpc=cfg.rpc))
 
 
 @dataclass
@@ -207,6 +311,21 @@ class TuneRun:
     strategy: Strategy
     store_path: str
     identity: dict[str, Any]
+    warm: Any = None  # bocast.library.Choice of warm_start: auto (None: the option as given)
+    records: str = ""  # the records library's folder
+
+    @property
+    def summary_path(self) -> str:
+        if self.cfg.store:
+            return os.path.splitext(self.cfg.store)[0] + ".summary.json"
+        return f"{self.cfg.output}/summary.json"
+
+    @property
+    def warm_start_sources(self) -> list[str]:
+        from bocast import library
+        from bocast.bo.transfer import source_paths
+
+        return [library.portable(p) for p in source_paths(self.strategy.hyper.get("warm_start"))]
 
     def execute(self, *, progress: bool = True) -> tuple[dict[str, Any], list[str]]:
         """Run to the budget (resuming the store's trials), write summary.json; return the
@@ -220,6 +339,7 @@ class TuneRun:
         cfg, op, dataset = self.cfg, self.op, self.dataset
         note = say if progress else (lambda _: None)
         closers: list[Any] = []  # runner, store and builder: closed when the run ends
+        ref: dict[str, Any] = {}  # a live run's reference (the vendor library's timing)
         measurer: ReplayMeasurer | Measurer
         try:
             if dataset is None:
@@ -227,10 +347,13 @@ class TuneRun:
                 from bocast.measure.engine import Measurer
                 from bocast.measure.rpc import RpcRunner
                 from bocast.measure.runner import GpuRunner
+                from bocast.measure.standin import StandinRunner
 
                 ro = cfg.runner_options
                 kw = dict(timeout_s=ro["run_timeout"], repeats=ro["repeats"], seed=cfg.seed)
-                runner = RpcRunner(**cfg.rpc, **kw) if cfg.runner == "rpc" else GpuRunner(**kw)
+                runner = (RpcRunner(**cfg.rpc, **kw) if cfg.runner == "rpc"
+                          else StandinRunner(**kw) if cfg.runner == "standin"
+                          else GpuRunner(**kw))
                 closers.append(runner)
                 device = runner.device()
             # the run can start: only now is its store created (or opened for writing), so a
@@ -246,15 +369,19 @@ class TuneRun:
             else:
                 ref = store.get_meta("reference") or runner.reference(op)
                 builder = Builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
-                                  reject_spills=ro["reject_spills"])
+                                  reject_spills=ro["reject_spills"],
+                                  compile=cfg.runner != "standin")
                 closers.append(builder)
                 store.set_meta("reference", ref)
                 reference = ref.get("tflops")
                 measurer = Measurer(op, store, builder, runner, session_info={
-                    "device": device, "runner": cfg.runner, "config": cfg.raw})
+                    "device": device, "runner": cfg.runner, "config": cfg.raw,
+                    "warm_start_sources": self.warm_start_sources})
                 note(f"runner: live on {device.get('gpu')}; reference {reference:.1f} TFLOPS")
+            for line in self.warm.notes if self.warm is not None else []:
+                note(line)
             if previous:
-                note(f"resuming: {len(previous)} trials already in {cfg.output}/records.db")
+                note(f"resuming: {len(previous)} trials already in {self.store_path}")
             with (Progress(f"tune {cfg.strategy} seed {cfg.seed}", cfg.trials) if progress
                   else contextlib.nullcontext()) as meter:
                 tuner = Tuner(self.strategy, measurer, trials=cfg.trials, seconds=cfg.seconds,
@@ -265,21 +392,50 @@ class TuneRun:
         finally:
             for c in closers:
                 c.close()
+            copy = self._to_library(note)
+        sources = self.warm_start_sources
         summary = {**result.summary(), "config": cfg.path, "config_sha256": cfg.digest,
                    "strategy": cfg.strategy, "strategy_options": self.strategy.hyper,
                    "seed": cfg.seed, "runner": cfg.runner, "dataset": cfg.dataset,
-                   "output": cfg.output, "provenance": provenance()}
-        with atomic_write(f"{cfg.output}/summary.json") as f:
+                   "output": cfg.output, "store": self.store_path,
+                   "warm_start_sources": sources, "library_copy": copy,
+                   "export": f"bocast export {self.store_path} --best --out "
+                             f"{os.path.join(os.path.dirname(self.store_path), 'kernel')}",
+                   "provenance": provenance({"warm_start_sources": sources})}
+        with atomic_write(self.summary_path) as f:
             json.dump(summary, f, indent=1, sort_keys=True, default=str)
         best = result.best_tflops or 0.0
+        what = (dataset.reference if dataset is not None else ref) or {}
         lines = [f"{cfg.strategy} ({self.strategy.hyper.get('acquisition', '')}) seed "
                  f"{cfg.seed}: {result.trials} trials, best {best:.1f} TFLOPS"
-                 + (f" = {best / reference:.2f}x reference" if reference else "")]
+                 + (f" = {best / reference:.2f}x reference"
+                    + (f" ({what['what']})" if what.get("what") else "") if reference else "")]
         if result.optimum:
             lines.append(f"dataset best {result.optimum:.1f} TFLOPS; 95% reached at trial "
                          f"{result.trials_to(0.95)}")
-        lines.append(f"records: {cfg.output}/records.db; summary: {cfg.output}/summary.json")
+        if sources:
+            lines.append(f"warm start from {', '.join(sources)}")
+        lines.append(f"records: {self.store_path}; summary: {self.summary_path}"
+                     + (f"; library copy: {copy}" if copy else ""))
+        lines.append(f"export the best kernel: {summary['export']}")
         return summary, lines
+
+    def _to_library(self, note) -> str | None:
+        """A live run's store copied into the records library (also when interrupted); a
+        failure is one line, never fatal. None for replay (its rows are a dataset's)."""
+        import sqlite3
+
+        from bocast import library
+
+        if self.cfg.runner == "replay" or not os.path.isfile(self.store_path):
+            return None
+        try:
+            path, what = library.add(self.store_path, self.records)
+        except (InputError, OSError, sqlite3.Error) as e:
+            note(f"records library: not added ({' '.join(str(e).split())[:300]})")
+            return None
+        note(f"records library: {what} {path}")
+        return path
 
 
 def load(store_path: str | os.PathLike):
@@ -304,7 +460,10 @@ def create_study(workload: Mapping[str, Any] | Options, *, strategy: str | Optio
     or typed options (``bocast.strategies.BOOptions(...)``) that ``strategy_options`` add to.
     With ``store``, every told trial is appended there and a study of the same strategy,
     options and seed on the same store resumes: the strategy is told the stored trials first
-    (a store of another run is refused, :mod:`bocast.identity`)."""
+    (a store of another run is refused, :mod:`bocast.identity`). A study starts cold unless
+    ``warm_start`` lists its sources: the caller measures, so its GPU and timing are not
+    known, and ``auto`` (the option's default) could not keep other GPUs' records out; a
+    study's records are not added to the records library either."""
     from bocast import config as cfgmod
     from bocast import identity
     from bocast.candidates import SpaceCandidates

@@ -405,17 +405,95 @@ def _measure(args, op, configs, what, subspace) -> int:
 # --------------------------------------------------------------------------------- tune
 
 
+#: ``bocast tune OP`` flags: (flag, setting of api.quick_config)
+QUICK_FLAGS = (("--shape", "shape"), ("--dtype", "dtype"), ("--layout", "layout"),
+               ("--space", "space"), ("--strategy", "strategy"), ("--trials", "trials"),
+               ("--seed", "seed"), ("--batch-size", "batch_size"), ("--dataset", "dataset"),
+               ("--output", "output"), ("--store", "store"), ("--warm-start", "warm_start"))
+
+
+def _quick_config(args) -> dict[str, Any]:
+    """The configuration of ``bocast tune OP --shape ... [--set key=value]``."""
+    import yaml
+
+    from bocast import api
+
+    settings: dict[str, Any] = {}
+    for _, name in QUICK_FLAGS:
+        value = getattr(args, name)
+        if value is not None and name != "shape":
+            settings[name] = value
+    if isinstance(settings.get("warm_start"), str) and settings["warm_start"] not in (
+            "auto", "none"):
+        settings["warm_start"] = [p for p in settings["warm_start"].split(",") if p]
+    for item in args.set:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set: expected KEY=VALUE, got {item!r}")
+        try:
+            settings[key] = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError:
+            settings[key] = text
+    shape = parse_shape(args.shape) if args.shape is not None else None
+    get_operator(args.config)
+    return api.quick_config(args.config, shape, runner=args.runner, **settings)
+
+
 def cmd_tune(args) -> int:
     from bocast import api
 
     overrides = {k: v for k, v in (("tracker", args.tracker), ("key", args.key),
                                    ("gpu_model", args.gpu_model)) if v}
+    quick = args.config in operators() and not os.path.exists(args.config)
+    if not quick:
+        given = [flag for flag, name in QUICK_FLAGS if getattr(args, name) is not None] + \
+            (["--set"] if args.set else [])
+        if given:
+            raise UsageError(f"{', '.join(given)}: only with an operator (bocast tune OP "
+                             f"--shape ...); a configuration file names them itself")
     try:  # validates everything before writing anything
-        run = api.prepare(args.config, runner=args.runner, rpc=overrides)
+        config: Any = _quick_config(args) if quick else args.config
+        run = api.prepare(config, runner=None if quick else args.runner, rpc=overrides,
+                          records=args.records)
     except InputError as e:
         raise UsageError(str(e)) from None  # already led by the file's name
     summary, lines = run.execute(progress=True)
     _emit(args, {k: summary[k] for k in summary if k != "provenance"}, lines)
+    return 0
+
+
+# ------------------------------------------------------------------------------ records
+
+
+def cmd_records(args) -> int:
+    from bocast import library
+
+    folder = library.directory(args.records)
+    if args.action != "list":
+        if not args.store:
+            raise UsageError(f"records {args.action}: name the store")
+        if args.action == "add":
+            path, what = library.add(args.store, folder)
+            _emit(args, {"action": "add", "path": path, "result": what, "records": folder},
+                  [f"{what}: {path}"])
+        else:
+            path = library.remove(args.store, folder)
+            _emit(args, {"action": "remove", "path": path, "records": folder},
+                  [f"removed {path}"])
+        return 0
+    entries, skipped = library.scan(folder, stats=True)
+    for line in skipped:
+        say(line)
+    rows = [e.describe() for e in entries]
+    lines = [f"records library {folder} ({sum(not e.shipped for e in entries)} stores) and "
+             f"{sum(e.shipped for e in entries)} shipped datasets:",
+             f"{'op':<18} {'shape':<28} {'space':<5} {'gpu':<26} {'rows':>6} {'best':>8}  name"]
+    for r in rows:
+        best = f"{r['best_tflops']:.1f}" if r["best_tflops"] is not None else "-"
+        lines.append(f"{r['op']!s:<18} {'x'.join(map(str, r['shape'] or [])):<28} "
+                     f"{r['space']:<5} {str(r['gpu'] or '?')[:26]:<26} {r['rows']:>6} "
+                     f"{best:>8}  {r['name']}")
+    _emit(args, {"records": folder, "entries": rows, "skipped": skipped}, lines)
     return 0
 
 
@@ -582,12 +660,50 @@ def build_parser() -> argparse.ArgumentParser:
     _opt(p, "--progress-every", schema.PROGRESS_EVERY)
     p.set_defaults(func=cmd_measure)
 
-    p = sub.add_parser("tune", parents=[common], help="run one experiment configuration (YAML)")
-    p.add_argument("config", help="experiment configuration file")
-    p.add_argument("--runner", choices=list(TUNE_RUNNERS), help="override the config's runner")
+    p = sub.add_parser("tune", parents=[common],
+                       help="run one experiment configuration (YAML), or tune an operator's "
+                            "shape: bocast tune gemm --shape 4096,4096,4096")
+    p.add_argument("config", help="experiment configuration file, or an operator "
+                                  f"({', '.join(operators())})")
+    p.add_argument("--runner", choices=list(TUNE_RUNNERS),
+                   help="override the config's runner (an operator: default tvm, the local "
+                        "GPU; standin: synthetic timings on the CPU, tests)")
     _add_rpc_args(p)
     p.add_argument("--gpu-model", help="rpc: measure only on GPUs of this name (or 'any')")
+    p.add_argument("--records", help="the records library's folder (default $BOCAST_RECORDS, "
+                                     "else ~/.cache/bocast/records)")
+    g = p.add_argument_group("an operator instead of a configuration file")
+    g.add_argument("--shape", help="extents, comma-separated (see `bocast ops`)")
+    g.add_argument("--dtype", help="input:output types (default fp16:fp32)")
+    g.add_argument("--layout", help="operand layout (gemm: NT or NN)")
+    g.add_argument("--space", help="schedule space: v2 (default), v1 or v3 (Hopper, GEMM)")
+    g.add_argument("--strategy", help="bo (default), cga, random, ...")
+    _opt(g, "--trials", schema.Field("trials", int, None, min=1, max=10_000_000,
+                                     nullable=True, doc="trials (default 64)"))
+    _opt(g, "--seed", schema.Field("seed", int, None, min=0, max=2**32 - 1, nullable=True,
+                                   doc="seed (default 0)"))
+    _opt(g, "--batch-size", schema.Field("batch_size", int, None, min=1, max=100_000,
+                                         nullable=True, doc="batch size (default 16)"))
+    g.add_argument("--dataset", help="replay: a recorded dataset (default: the shipped one of "
+                                     "the workload)")
+    g.add_argument("--output", help="folder of records.db and summary.json (default "
+                                    "runs/OP_SHAPE_SPACE_STRATEGY_sSEED)")
+    g.add_argument("--store", help="the record store (default OUTPUT/records.db)")
+    g.add_argument("--warm-start", help="auto (default: from the records library), none, or "
+                                        "sources, comma-separated")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any configuration field (strategy.acquisition=ts, budget.seconds=600, "
+                        "runner_options.repeats=20, ...); repeat for several")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("records", parents=[common],
+                       help="the records library: list it, add or remove a store")
+    p.add_argument("action", nargs="?", default="list", choices=("list", "add", "remove"))
+    p.add_argument("store", nargs="?", help="add: a record store; remove: a library store's "
+                                            "name (as listed) or path")
+    p.add_argument("--records", help="the library's folder (default $BOCAST_RECORDS, else "
+                                     "~/.cache/bocast/records)")
+    p.set_defaults(func=cmd_records)
 
     p = sub.add_parser("compare", parents=[common],
                        help="strategies x seeds on one workload (replay or live)")

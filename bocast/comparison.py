@@ -185,6 +185,10 @@ def parse(raw: Any, where: str) -> CompareConfig:
     rpc_opts = rpc_options(runner, top["rpc"])
     for s, where_s in entries:
         strategy_entry(s, where_s)
+        if s.get("warm_start") == "auto":  # left out, a comparison's entry starts cold
+            raise ConfigError(f"{where_s}warm_start: 'auto' picks sources from this machine's "
+                              "records library, which a comparison's results must not depend "
+                              "on; name the sources (a list), or none")
     resolve = resolver(where)
     return CompareConfig(
         name=top["name"], workload=dict(top["workload"]), runner=runner,

@@ -30,7 +30,7 @@ from bocast.schema import ConfigError, Field, Section
 
 __all__ = ["ConfigError", "TuneConfig", "load", "parse", "read_yaml", "workload_and_dataset"]
 
-RUNNERS = (*schema.RUNNER_NAMES, "rpc")
+RUNNERS = (*schema.RUNNER_NAMES, "rpc", "standin")  # standin: synthetic timings, tests
 WORKLOAD = Field("workload", dict, doc="op, shape and the operator's options")
 TUNE = Section((
     Field("name", str, ""), Field("description", str, ""), WORKLOAD,
@@ -39,6 +39,10 @@ TUNE = Section((
     Field("runner", str, "replay", choices=RUNNERS),
     Field("dataset", str, None, nullable=True, doc="replay: prefix of a recorded dataset"),
     Field("output", str, doc="folder of records.db and summary.json"),
+    Field("store", str, None, nullable=True,
+          doc="the record store, if not output's records.db (its summary beside it)"),
+    Field("records", str, None, nullable=True,
+          doc="the records library's folder (bocast.library; $BOCAST_RECORDS wins over it)"),
     Field("runner_options", dict, None, nullable=True),
     Field("rpc", dict, None, nullable=True,
           doc="runner rpc: tracker (host:port), key, ... (bocast.measure.rpc.parse_options)"),
@@ -59,6 +63,8 @@ class TuneConfig:
     output: str
     runner_options: dict[str, Any] = field(default_factory=dict)
     rpc: dict[str, Any] = field(default_factory=dict)
+    store: str | None = None
+    records: str | None = None
     name: str = ""
     path: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
@@ -106,6 +112,8 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
     resolve = resolver(base)
     output = resolve(top["output"])
     schema.check_writable(output, "output", directory=True)
+    if top["store"]:
+        schema.check_writable(resolve(top["store"]), "store")
     # the strategy last: its options are its module's, and a strategy's module may import
     # torch (seconds), which the refusal of any other field should not wait for
     name, _ = strategy_entry(top["strategy"], "strategy.")
@@ -120,6 +128,8 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
                       seconds=budget["seconds"], seed=top["seed"], runner=top["runner"],
                       dataset=resolve(top["dataset"]) if top["dataset"] else None,
                       output=output, runner_options=ropts, rpc=rpc_opts,
+                      store=resolve(top["store"]) if top["store"] else None,
+                      records=resolve(top["records"]) if top["records"] else None,
                       name=top["name"], path=path, raw=dict(raw))
 
 

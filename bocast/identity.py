@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bocast.schema import ConfigError
@@ -28,16 +28,24 @@ RESOLVED = "resolved"
 
 
 def run_identity(*, strategy: str, options: Mapping[str, Any], seed: int,
-                 batch_size: int | None, runner: str, dataset: str | None) -> dict[str, Any]:
+                 batch_size: int | None, runner: str, dataset: str | None,
+                 warm_start: Sequence[str] | None = None) -> dict[str, Any]:
     """The identity of one run (JSON-plain, keys sorted). ``options``: as the configuration
     gave them; a strategy that is not registered (MetaSchedule) resolves to those.
-    ``batch_size`` None: an ask/tell study, whose caller picks each batch."""
+    ``batch_size`` None: an ask/tell study, whose caller picks each batch. ``warm_start``: the
+    sources an ``auto`` warm start resolved to (:func:`bocast.library.resolve`); resolved, the
+    option is always the list of sources the run uses ([]: a cold start), so the identity names
+    them and a cold run of before ``auto`` existed (``[]``) is the same run as one of ``none``."""
+    from bocast.bo.transfer import source_paths
     from bocast.strategies import StrategyError, strategy_class
 
     try:
         resolved = strategy_class(strategy).options.check(dict(options), "", StrategyError)
     except StrategyError:
         resolved = dict(options)
+    if "warm_start" in resolved:
+        resolved["warm_start"] = list(warm_start) if warm_start is not None else \
+            source_paths(resolved["warm_start"])
     ident = {"strategy": strategy, "options": dict(options), RESOLVED: resolved, "seed": seed,
              "batch_size": batch_size, "runner": runner,
              "dataset": os.path.basename(dataset) if dataset else None}

@@ -544,7 +544,7 @@ def cases() -> list[Case]:
     cfg("tune: unknown strategy option", tune_cfg(strategy={"name": "bo", "learning_rate": 1}),
         "unknown option(s) ['learning_rate']")
     cfg("tune: runner fpga", tune_cfg(runner="fpga"),
-        "runner: expected one of ['replay', 'tvm', 'rpc']")
+        "runner: expected one of ['replay', 'tvm', 'rpc', 'standin']")
     cfg("tune: runner tvm on a machine without GPU", tune_cfg(runner="tvm"), "needs a CUDA GPU")
     cfg("tune: runner_options.workers -1", tune_cfg(runner_options={"workers": -1}),
         "runner_options.workers: expected")

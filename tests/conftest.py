@@ -23,3 +23,12 @@ def bocast_cli():
         return code, out.getvalue(), err.getvalue()
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def records_library(tmp_path_factory, monkeypatch):
+    """Every test's records library is a folder of its own (bocast.library), never the
+    user's cache: a live run adds its store there, and ``warm_start: auto`` reads it."""
+    folder = tmp_path_factory.mktemp("records")
+    monkeypatch.setenv("BOCAST_RECORDS", str(folder))
+    return folder

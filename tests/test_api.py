@@ -24,7 +24,7 @@ SMALL = {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout"
 GOOD = {
     "workload": SMALL,
     "strategy": {"name": "bo", "acquisition": "logei", "n_init": 8, "pool_size": 128,
-                 "fit_maxiter": 10},
+                 "fit_maxiter": 10, "warm_start": "none"},
     "batch_size": 8,
     "budget": {"trials": 24},
     "seed": 0,

@@ -105,7 +105,8 @@ def test_sigterm_stops_a_replay_tune_and_it_resumes(tmp_path):
     import time
 
     cfg = {"workload": INT.COMPARE["workload"], "dataset": INT.COMPARE["dataset"],
-           "strategy": {"name": "bo", "n_init": 16, "pool_size": 256, "fit_maxiter": 20},
+           "strategy": {"name": "bo", "n_init": 16, "pool_size": 256, "fit_maxiter": 20,
+                        "warm_start": "none"},
            "batch_size": 16, "budget": {"trials": 256}, "seed": 0, "runner": "replay",
            "output": str(tmp_path / "out")}
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(cfg))

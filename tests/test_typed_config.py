@@ -81,7 +81,10 @@ def test_to_dict_and_values():
     assert bocast.Budget(trials=4).to_dict() == {"trials": 4}  # a required field is always there
     with pytest.raises(dataclasses.FrozenInstanceError):
         bo.n_init = 9
-    assert bo.warm_start == [] and bo.warm_start is not bocast.strategies.BOOptions().warm_start
+    assert bo.warm_start == "auto"  # the default since issue 26: the records library's choice
+    listed = bocast.strategies.BOOptions(warm_start=["a"])  # a list default is not shared
+    assert listed.warm_start == ["a"] and listed.warm_start is not \
+        bocast.strategies.BOOptions(warm_start=["a"]).warm_start
     with pytest.raises(AttributeError):
         bocast.strategies.AnnealingOptions  # noqa: B018
 
@@ -92,7 +95,7 @@ def test_a_typed_tune_config_is_the_same_run_as_the_mapping(tmp_path):
     BOOptions = bocast.strategies.BOOptions
     typed = bocast.tune({
         "workload": bocast.Workload(**SMALL),
-        "strategy": BOOptions(n_init=8, pool_size=128, fit_maxiter=10),
+        "strategy": BOOptions(n_init=8, pool_size=128, fit_maxiter=10, warm_start="none"),
         "batch_size": 8, "budget": bocast.Budget(trials=16), "seed": 0,
         "runner": "replay", "dataset": GOOD["dataset"],
         "runner_options": bocast.RunnerOptions(repeats=3), "output": str(tmp_path / "typed")})

@@ -50,11 +50,38 @@ from bocast.records import dataset_csv
 from bocast.schema import Field
 from bocast.space import Config, Space, Split
 
+#: the choices of ``warm_start`` besides a list of sources
+AUTO, NONE = "auto", "none"
+
+
+class _WarmStartField(Field):
+    """``warm_start``: ``auto``, ``none`` or a list of sources (checked as paths where used)."""
+
+    def check(self, value, where="", error=InputError):
+        if value in (AUTO, NONE):
+            return value
+        if not isinstance(value, list):
+            raise error(f"{where}{self.name}: expected a list, got {value!r} (or '{AUTO}': "
+                        f"the records library's choice, or '{NONE}': a cold start)")
+        return value
+
+    def expected(self, cli=False):
+        return f"'{AUTO}', '{NONE}' or a list of sources"
+
+
 #: the option of every strategy that can start from other records (bo, cga)
-WARM_START_OPTION = Field(
-    "warm_start", list, [],
-    doc="dataset prefixes or record stores of the operator on other shapes (or of another "
-        "operator on the same matmul schedule)")
+WARM_START_OPTION = _WarmStartField(
+    "warm_start", object, AUTO,
+    doc="'auto': sources chosen from the records library by `bocast tune` and bocast.tune "
+        "(bocast.library; a strategy made directly, a comparison and a study start cold); "
+        "'none': a cold start; or a list of dataset prefixes or record stores of the operator "
+        "on other shapes (or of another operator on the same matmul schedule)")
+
+
+def source_paths(value) -> list[str]:
+    """The sources a strategy uses for its ``warm_start`` option: the list, or none for
+    ``none`` and for an ``auto`` nobody resolved (:func:`bocast.library.resolve` does)."""
+    return list(value) if isinstance(value, list) else []
 
 #: the fitted source models and source rankings of this process, by what they are made of
 #: (every seed of a comparison shares one); small: a comparison has one or two
@@ -153,23 +180,13 @@ def load_sources(paths: Sequence[str], target_op) -> list[Source]:
     :class:`WarmStartError` names the first that cannot be used."""
     from bocast.operator import WorkloadError, canonical_workload, from_workload
 
-    want = canonical_workload(target_op.workload)
     out = []
     for path in paths:
         workload = _workload(path)
         got = canonical_workload(workload)
-        differs = sorted(k for k in set(got) | set(want)
-                         if k != "shape" and got.get(k) != want.get(k))
-        src_op = None
-        if differs and got.get("op") != want.get("op") and got.get("space") == want.get("space"):
-            with contextlib.suppress(WorkloadError):  # it may still run the same schedule
-                src_op = from_workload(workload)
-        if differs and not (src_op is not None and same_schedule(src_op, target_op)):
-            raise WarmStartError(
-                f"warm_start: {path} holds records of {_describe(got)}, not of the target's "
-                f"{_describe(want)} ({', '.join(differs)} differ); a source must be the same "
-                "operator on another shape, or another operator on the same Tensor Core "
-                "matmul (space, dtypes, operand layout)")
+        problem, src_op = incompatibility(workload, target_op)
+        if problem:
+            raise WarmStartError(f"warm_start: {path} holds records of {problem}")
         try:
             src_op = src_op or from_workload(workload)
         except WorkloadError as e:
@@ -188,6 +205,44 @@ def load_sources(paths: Sequence[str], target_op) -> list[Source]:
                                  f"target's shape {list(target_op.workload['shape'])}")
         out.append(Source(path, got, configs, np.array(ys), len(rows) - len(configs)))
     return out
+
+
+def incompatibility(workload: Mapping[str, Any], target_op) -> tuple[str | None, Any]:
+    """(why records of ``workload`` cannot be a source for ``target_op``, or None; the
+    source's operator where it had to be built). A source is the same operator on another
+    shape, another operator on the same matmul schedule (:func:`same_schedule`), or the same
+    operator in another space whose knobs map one to one (:func:`same_knobs`): records of one
+    space never seed another otherwise. The one check of explicit and ``auto`` sources."""
+    from bocast.operator import WorkloadError, canonical_workload, from_workload
+
+    got, want = canonical_workload(workload), canonical_workload(target_op.workload)
+    differs = sorted(k for k in set(got) | set(want)
+                     if k != "shape" and got.get(k) != want.get(k))
+    if not differs:
+        return None, None
+    src_op = None
+    if got.get("op") != want.get("op") and got.get("space") == want.get("space"):
+        with contextlib.suppress(WorkloadError):  # it may still run the same schedule
+            src_op = from_workload(workload)
+        if src_op is not None and same_schedule(src_op, target_op):
+            return None, src_op
+    elif differs == ["space"]:
+        with contextlib.suppress(WorkloadError):
+            src_op = from_workload(workload)
+        if src_op is not None and same_knobs(src_op.space, target_op.space):
+            return None, src_op
+    return (f"{_describe(got)}, not of the target's {_describe(want)} ({', '.join(differs)} "
+            "differ); a source must be the same operator on another shape, or another "
+            "operator on the same Tensor Core matmul (space, dtypes, operand layout)"), None
+
+
+def same_knobs(a: Space, b: Space) -> bool:
+    """Whether two spaces' knobs map one to one: the same names, kinds and choices (then a
+    configuration of one is a configuration of the other)."""
+    def knobs(s: Space) -> list:
+        return [(k.name, type(k).__name__, getattr(k, "choices", None),
+                 getattr(k, "parts", None)) for k in s.knobs]
+    return knobs(a) == knobs(b)
 
 
 def same_schedule(a, b) -> bool:

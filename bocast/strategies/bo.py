@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bocast.bo.transfer import WARM_START_OPTION
+from bocast.bo.transfer import WARM_START_OPTION, source_paths
 from bocast.features import FEATURES_OPTION
 from bocast.measure.status import Status
 from bocast.schema import Field, Section
@@ -78,6 +78,7 @@ def _import_model() -> None:
     from bocast.bo import acquisition as acq
     from bocast.bo.feasibility import make_classifier
     from bocast.bo.surrogate import Surrogate
+
 
 ACQUISITIONS = ("logei", "becbo", "ts", "qlogei")
 Y_TRANSFORMS = ("log", "relative")
@@ -141,8 +142,8 @@ class BayesOpt(Strategy):
         _import_model()
         super().__init__(candidates, seed=seed, **hyper)
         self.features = self.model_inputs()
-        self.source = self._source_model(self.hyper["warm_start"]) \
-            if self.hyper["warm_start"] else None
+        paths = source_paths(self.hyper["warm_start"])
+        self.source = self._source_model(paths) if paths else None
         bounds = self.features.bounds()
         if self.source is not None:
             bounds = np.hstack([bounds, self.source.bounds[:, None]])

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from bocast.bo.transfer import WARM_START_OPTION, best_rows
+from bocast.bo.transfer import WARM_START_OPTION, best_rows, source_paths
 from bocast.features import FEATURES_OPTION
 from bocast.measure.status import Status
 from bocast.schema import Field, Section
@@ -105,8 +105,8 @@ class ConstrainedGA(Strategy):
         self.features = self.model_inputs()
         self.model = TreeCostModel(seed)
         self.population: list[Config] = []
-        self.ranked: list[Config] = self._ranked(self.hyper["warm_start"]) \
-            if self.hyper["warm_start"] else []
+        paths = source_paths(self.hyper["warm_start"])
+        self.ranked: list[Config] = self._ranked(paths) if paths else []
 
     def _ranked(self, paths) -> list[Config]:
         from bocast.bo.transfer import WarmStartError, ranked_configs

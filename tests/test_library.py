@@ -1,0 +1,189 @@
+"""The records library and ``warm_start: auto`` (issue 26): listing and discovery (damaged,
+foreign, other-GPU and other-space files), the automatic choice of sources, opting out, the
+run's identity naming them, and the one-command tune over replay and the stand-in runner. The
+library is the test's own folder (conftest's records_library), never the user's cache."""
+
+import json
+import os
+import shutil
+import sqlite3
+
+import pytest
+
+import bocast
+from bocast import library
+from bocast.bo.transfer import AUTO, incompatibility
+from bocast.operator import get_operator, make
+from bocast.records import Store
+
+QUICK = {"runner": "standin", "strategy": "random", "trials": 8, "batch_size": 8}
+T1024 = "experiments/data/exhaustive/gemm_1024_1024_1024_v2"
+STANDIN = "stand-in (no GPU; synthetic timings)"
+
+
+@pytest.fixture(scope="module")
+def standin_store(tmp_path_factory):
+    """A stand-in run's store of gemm 256^3 (random search, 8 trials), in a library of its own."""
+    folder = tmp_path_factory.mktemp("lib")
+    out = tmp_path_factory.mktemp("run")
+    result = bocast.tune(op="gemm", shape=(256, 256, 256), output=str(out), records=folder,
+                         **QUICK)
+    assert result.trials == 8 and result.summary["library_copy"]
+    return result.store, str(folder)
+
+
+def _regpu(src: str, dst: str, gpu: str) -> str:
+    """A copy of store ``src`` whose sessions say they ran on ``gpu``."""
+    shutil.copy(src, dst)
+    conn = sqlite3.connect(dst)
+    with conn:
+        for i, p in conn.execute("SELECT id, provenance FROM sessions").fetchall():
+            prov = json.loads(p)
+            prov["device"] = {**prov.get("device", {}), "gpu": gpu}
+            conn.execute("UPDATE sessions SET provenance = ? WHERE id = ?", (json.dumps(prov), i))
+    conn.close()
+    return dst
+
+
+def test_a_live_run_adds_its_store_once(standin_store, tmp_path):
+    store, folder = standin_store
+    copies = [f for f in os.listdir(folder) if f.endswith(".db")]
+    assert len(copies) == 1 and copies[0].startswith("gemm_256x256x256_v2_stand-in")
+    path, what = library.add(store, folder)  # the same store again: nothing copied
+    assert what == "already there" and path == os.path.join(folder, copies[0])
+    with Store.open(path) as s:
+        assert s.get_meta(library.ORIGIN) == os.path.abspath(store)
+        assert len(s.records()) == 8
+
+
+def test_listing_skips_damaged_and_foreign_files_with_one_line_each(standin_store, tmp_path,
+                                                                    bocast_cli):
+    store, _ = standin_store
+    folder = tmp_path / "lib"
+    library.add(store, str(folder))
+    (folder / "foreign.db").write_bytes(b"not sqlite at all" * 100)
+    conn = sqlite3.connect(folder / "other.db")
+    conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    (folder / "notes.txt").write_text("hello")
+    entries, skipped = library.scan(str(folder))
+    stores = [e for e in entries if not e.shipped]
+    assert len(stores) == 1 and stores[0].gpu == STANDIN and stores[0].rows == 8
+    assert len(skipped) == 3 and all(line.startswith("records library: skipped ")
+                                     for line in skipped)
+    assert any(e.shipped and e.name == T1024 for e in entries)
+    code, out, err = bocast_cli("records", "--records", str(folder), "--json")
+    assert code == 0, err
+    listed = json.loads(out.strip().splitlines()[-1])
+    assert [e["op"] for e in listed["entries"] if not e["shipped"]] == ["gemm"]
+    assert err.count("records library: skipped") == 3
+    assert "gemm " in out and "256x256x256" in out
+    # remove takes a store of the library, never a shipped dataset
+    code, _, err = bocast_cli("records", "remove", T1024, "--records", str(folder))
+    assert code == 2 and "shipped datasets are not removed" in err
+    code, _, err = bocast_cli("records", "remove", stores[0].name, "--records", str(folder))
+    assert code == 0 and not os.path.exists(stores[0].path)
+
+
+def test_auto_chooses_the_same_schedule_on_the_same_gpu(standin_store, tmp_path):
+    store, _ = standin_store
+    folder = tmp_path / "lib"
+    mine, _ = library.add(store, str(folder))
+    _regpu(mine, str(folder / "a100.db"), "NVIDIA A100-SXM4-80GB")
+    target = make("gemm", (512, 256, 256))
+    choice = library.resolve(AUTO, target, runner="standin", gpu=STANDIN, records=str(folder))
+    assert choice.sources == [mine]  # not the A100's copy, nor an H100 dataset
+    assert any("other GPU models left out" in n and "A100" in n for n in choice.notes)
+    # on the A100 only its records; where the GPU is not known, both, and it says so
+    a100 = library.choose(target, gpu="NVIDIA A100-SXM4-80GB", records=str(folder))
+    assert a100.sources == [str(folder / "a100.db")]
+    unknown = library.choose(target, gpu=None, records=str(folder))
+    # one source per workload: the stand-in's or the A100's copy, and two H100 datasets
+    assert len(unknown.sources) == 3 and any("not known" in n for n in unknown.notes)
+    # never the run's own store (nor its library copy)
+    own = library.resolve(AUTO, target, runner="standin", gpu=STANDIN, records=str(folder),
+                          store=store)
+    assert own.sources == [] and "a cold start" in own.notes[-1]
+
+
+def test_records_of_one_space_never_seed_another():
+    v2, v3 = make("gemm", (4096, 4096, 4096), space="v2"), make("gemm", (1024,) * 3, space="v3")
+    assert incompatibility(v2.workload, v3)[0] is not None
+    choice = library.choose(v3, gpu="NVIDIA H100 80GB HBM3", other_workloads=True,
+                            shipped_only=True)
+    assert choice.sources == [os.path.join(library.SHIPPED, "gemm_4096_4096_4096_v3")]
+    v1 = make("gemm", (1024,) * 3, space="v1")
+    picked = library.choose(v1, gpu="NVIDIA H100 80GB HBM3", shipped_only=True,
+                            other_workloads=True).sources
+    assert picked and all("_v2" not in p and "_v3" not in p for p in picked)
+
+
+def test_replay_auto_never_uses_its_own_table_nor_a_machines_library(standin_store):
+    _, folder = standin_store
+    op = get_operator("gemm").from_args((1024, 1024, 1024))
+    choice = library.resolve(AUTO, op, runner="replay", gpu="NVIDIA H100 80GB HBM3",
+                             dataset=T1024, records=folder)
+    names = [library.portable(p) for p in choice.sources]
+    assert names == ["experiments/data/exhaustive/gemm_2048_8192_1024_v2",
+                     "experiments/data/exhaustive/gemm_4096_4096_4096_v2",
+                     "experiments/data/exhaustive/conv2d_16_14_14_256_256_3_3_1_1_1_v2"]
+    assert library.resolve("none", op, runner="replay", gpu=None).sources == []
+
+
+def test_one_command_replay_names_its_sources(tmp_path, bocast_cli):
+    code, out, err = bocast_cli("tune", "gemm", "--shape", "1024,1024,1024", "--runner",
+                                "replay", "--strategy", "cga", "--trials", "8", "--batch-size",
+                                "8", "--output", str(tmp_path / "out"), "--json")
+    assert code == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["trials"] == 8 and summary["dataset"].endswith(T1024)
+    assert summary["warm_start_sources"][0] == "experiments/data/exhaustive/gemm_2048_8192_1024_v2"
+    assert summary["export"].startswith("bocast export ")
+    assert "warm start (auto) from" in err and "x reference (torch.mm" in out
+    with Store.open(str(tmp_path / "out" / "records.db")) as s:
+        ident = s.get_meta("run")
+    assert ident["options"] == {} and \
+        ident["resolved"]["warm_start"] == summary["warm_start_sources"]
+    saved = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert saved["provenance"]["warm_start_sources"] == summary["warm_start_sources"]
+    assert not os.listdir(os.environ["BOCAST_RECORDS"])  # replay adds nothing to the library
+
+
+def test_one_command_standin_warm_starts_from_the_library_and_opts_out(standin_store, tmp_path,
+                                                                       monkeypatch):
+    store, folder = standin_store
+    monkeypatch.setenv(library.ENV, folder)
+    warm = bocast.tune(op="gemm", shape=(512, 256, 256), output=str(tmp_path / "warm"),
+                       **{**QUICK, "strategy": "cga"})
+    copy = os.path.join(folder, [f for f in os.listdir(folder) if "256x256x256" in f][0])
+    assert warm.summary["warm_start_sources"] == [copy]
+    assert warm.summary["strategy_options"]["warm_start"] == [copy]
+    cold = bocast.tune(op="gemm", shape=(512, 256, 256), output=str(tmp_path / "cold"),
+                       warm_start="none", **{**QUICK, "strategy": "cga"})
+    assert cold.summary["warm_start_sources"] == []
+    with Store.open(cold.store) as s:
+        assert s.get_meta("run")["resolved"]["warm_start"] == []
+
+
+def test_one_command_flags_belong_to_an_operator(tmp_path, bocast_cli):
+    (tmp_path / "c.yaml").write_text("seed: 0\n")
+    code, out, err = bocast_cli("tune", str(tmp_path / "c.yaml"), "--shape", "1,2,3")
+    assert code == 2 and "--shape: only with an operator" in err
+    code, out, err = bocast_cli("tune", "gemm", "--shape", "1000,1000,1000", "--runner",
+                                "replay")
+    assert code == 2 and "no shipped dataset of gemm [1000, 1000, 1000]" in err
+    code, out, err = bocast_cli("tune", "gemm", "--set", "nokey")
+    assert code == 2 and "--set: expected KEY=VALUE" in err
+
+
+def test_a_comparison_refuses_auto():
+    from bocast import comparison
+    from bocast.schema import ConfigError
+
+    raw = {"name": "c", "workload": {"op": "gemm", "shape": [32, 2048, 1000], "space": "v1"},
+           "runner": "replay", "dataset": "experiments/data/gemm_32_2048_1000",
+           "strategies": [{"label": "bo", "name": "bo", "warm_start": "auto"}],
+           "seeds": 1, "budget": {"trials": 8}, "batch_size": 8, "output": "runs/x",
+           "results": "runs/x/results"}
+    with pytest.raises(ConfigError, match="records library, which a comparison's results"):
+        comparison.parse(raw, "")
