@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_tracker as trk
 from bocast.measure.builder import BuildResult
 from bocast.measure.rpc import RpcRunner, RpcUnavailable, parse_options
@@ -37,34 +38,46 @@ def builds(n: int, tag: str) -> list[BuildResult]:
 
 
 class Cluster:
-    def __init__(self):
-        self.tracker = trk.Tracker("127.0.0.1", 0, 1).start()
-        env = dict(os.environ, BOCAST_STANDIN_SLEEP="0.2",
+    """A tracker and ``bocast serve`` of stand-in servers (one per label of ``gpus``) on
+    127.0.0.1. With ``token`` the fleet proves it: the tracker holds it, the servers read
+    ``token_file`` and :meth:`runner` passes that file ($BOCAST_RPC_TOKEN is not inherited)."""
+
+    def __init__(self, *, key: str = KEY, gpus: str = "0,1,2", sleep_s: float = 0.2,
+                 token: str | None = None, token_file: str | None = None,
+                 server_wait_s: float = 60.0):
+        self.key, self.token, self.token_file = key, token, token_file
+        self.n, self.server_wait_s = len(gpus.split(",")), server_wait_s
+        self.tracker = trk.Tracker("127.0.0.1", 0, 1, token=token).start()
+        env = dict(os.environ, BOCAST_STANDIN_SLEEP=str(sleep_s),
                    PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+        env.pop(auth.TOKEN_ENV, None)
         self.serve = subprocess.Popen(
-            [sys.executable, "-m", "bocast.measure.rpc_server", "serve", "--key", KEY,
-             "--tracker", f"127.0.0.1:{self.tracker.port}", "--gpus", "0,1,2",
+            [sys.executable, "-m", "bocast.measure.rpc_server", "serve", "--key", key,
+             "--tracker", f"127.0.0.1:{self.tracker.port}", "--gpus", gpus,
              "--host", "127.0.0.1", "--port", "0", "--worker", "standin",
-             "--startup-timeout", "120", "--session-idle", "4"], env=env,
+             "--startup-timeout", "120", "--session-idle", "4",
+             *(["--token-file", token_file] if token_file else [])], env=env,
             start_new_session=True)
 
     def servers(self) -> list[dict]:
-        return [s["bocast"] for s in trk.servers(self.tracker.addr, KEY)]
+        return [s["bocast"] for s in trk.servers(self.tracker.addr, self.key, self.token)]
 
-    def wait_free(self, n: int = SERVERS, timeout_s: float = 120.0) -> list[dict]:
-        """Block until ``n`` servers are registered and free (no session open)."""
+    def wait_free(self, n: int | None = None, timeout_s: float = 120.0) -> list[dict]:
+        """Block until ``n`` (default: all) servers are registered and free (no session open)."""
+        n = self.n if n is None else n
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
-            free = trk.summary(self.tracker.addr)["queue_info"].get(KEY, {}).get("free", 0)
-            if free >= n and len(self.servers()) >= n:
+            queue = trk.summary(self.tracker.addr, token=self.token)["queue_info"]
+            if queue.get(self.key, {}).get("free", 0) >= n and len(self.servers()) >= n:
                 return self.servers()
+            assert self.serve.poll() is None, "serve exited"
             time.sleep(0.2)
         raise AssertionError(f"{n} free servers not seen in {timeout_s} s: {self.servers()}")
 
     def runner(self, **kw) -> RpcRunner:
-        kw = {"timeout_s": 5.0, "slack_s": 30.0, "server_wait_s": 60.0, "log": lambda m: None,
-              **kw}
-        return RpcRunner(self.tracker.addr, KEY, **kw)
+        kw = {"timeout_s": 5.0, "slack_s": 30.0, "server_wait_s": self.server_wait_s,
+              "log": lambda m: None, "token_file": self.token_file, **kw}
+        return RpcRunner(self.tracker.addr, self.key, **kw)
 
     def close(self) -> None:
         self.serve.terminate()  # serve stops its servers

@@ -7,11 +7,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 
@@ -22,7 +19,7 @@ from bocast.measure import rpc_tracker as trk
 from bocast.measure.rpc import RpcRunner, RpcUnavailable
 from bocast.measure.standin import StandinRunner
 from bocast.measure.status import Status
-from tests.measure.test_rpc import OP, ROOT, builds, servers_of
+from tests.measure.test_rpc import OP, Cluster, builds, servers_of
 
 KEY = "authed"
 TOKEN = "t0ken-" + "7" * 32
@@ -38,49 +35,11 @@ def token_file(folder, token: str, mode: int = 0o600) -> str:
     return path
 
 
-class Fleet:
-    def __init__(self, folder):
-        self.token_file = token_file(folder, TOKEN)
-        self.tracker = trk.Tracker("127.0.0.1", 0, 1, token=TOKEN).start()
-        env = dict(os.environ, BOCAST_STANDIN_SLEEP="0.05",
-                   PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-        env.pop(auth.TOKEN_ENV, None)
-        self.serve = subprocess.Popen(
-            [sys.executable, "-m", "bocast.measure.rpc_server", "serve", "--key", KEY,
-             "--tracker", f"127.0.0.1:{self.tracker.port}", "--gpus", "0,1", "--port", "0",
-             "--worker", "standin", "--startup-timeout", "120", "--session-idle", "4",
-             "--token-file", self.token_file], env=env, start_new_session=True)
-
-    def servers(self) -> list[dict]:
-        return [s["bocast"] for s in trk.servers(self.tracker.addr, KEY, TOKEN)]
-
-    def wait_free(self, timeout_s: float = 120.0) -> list[dict]:
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            queue = trk.summary(self.tracker.addr, token=TOKEN)["queue_info"]
-            if queue.get(KEY, {}).get("free", 0) >= SERVERS and len(self.servers()) >= SERVERS:
-                return self.servers()
-            assert self.serve.poll() is None, "serve exited"
-            time.sleep(0.2)
-        raise AssertionError(f"{SERVERS} free servers not seen in {timeout_s} s")
-
-    def runner(self, **kw) -> RpcRunner:
-        return RpcRunner(self.tracker.addr, KEY, **{
-            "timeout_s": 5.0, "slack_s": 30.0, "server_wait_s": 30.0, "log": lambda m: None,
-            "token_file": self.token_file, **kw})
-
-    def close(self) -> None:
-        self.serve.terminate()
-        try:
-            self.serve.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.serve.pid, signal.SIGKILL)
-        self.tracker.stop()
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory, monkeypatch_module):
-    f = Fleet(str(tmp_path_factory.mktemp("fleet")))
+    folder = str(tmp_path_factory.mktemp("fleet"))
+    f = Cluster(key=KEY, gpus="0,1", sleep_s=0.05, token=TOKEN,
+                token_file=token_file(folder, TOKEN), server_wait_s=30.0)
     try:
         f.wait_free()
         yield f
