@@ -132,6 +132,7 @@ def _meta(store, row_id, session, rec, built, op, reference, subspace,
     from bocast.tensorcore import SM90_TARGET
 
     res, low = built.result, built.lowered
+    options = op.build_options(op.space.from_json(rec.config))
     stored = {**dataclasses.asdict(rec), "status": str(rec.status)}
     # the static figures of the row (ptxas at measure time) against this build's
     common = sorted(set(rec.features) & set(res.features))
@@ -154,9 +155,10 @@ def _meta(store, row_id, session, rec, built, op, reference, subspace,
                    "features_match_store": (all(rec.features[k] == res.features[k]
                                                 for k in common) if common else None)},
         "build": {"nvcc": nvcc_version(),
-                  "nvcc_flags": [*NVCC_FLAGS, f"-arch={_arch(op, rec.config)}"],
-                  "target": SM90_TARGET, "options": op.build_options(
-                      op.space.from_json(rec.config)), "times": res.times},
+                  "nvcc_flags": [*NVCC_FLAGS, f"-arch={low.arch}"],
+                  # the target the kernel was lowered for (v3's options set arch sm_90a)
+                  "target": {**SM90_TARGET, **options.get("target", {})}, "options": options,
+                  "times": res.times},
         "provenance": provenance(),
     }
 

@@ -175,6 +175,7 @@ def test_a_v3_record_exports_with_its_sm_90a_cubin(tmp_path):
     kernel = bocast.export(path, out=tmp_path / "k")
     meta = kernel.meta
     assert "-arch=sm_90a" in meta["build"]["nvcc_flags"]
+    assert meta["build"]["target"]["arch"] == "sm_90a"
     assert meta["kernel"]["kernel_args"] == ["A_map", "B_map", "C"]
     op = make("gemm", SMALL, space="v3")
     built = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
