@@ -1,7 +1,8 @@
 """bocast: Bayesian-optimisation tuning of Tensor Core schedules.
 
 The Python API (:mod:`bocast.api`): :func:`tune` runs a tune configuration as ``bocast tune``
-does, :func:`load` reads a record store into a DataFrame, :func:`create_study` gives ask/tell
+does, :func:`suggest` ranks a new shape's configurations from the records library with no
+measurement, :func:`load` reads a record store into a DataFrame, :func:`create_study` gives ask/tell
 for a measurement loop of one's own; :func:`export` writes a record's kernel to a folder and
 :func:`load_kernel` loads it to call on torch tensors (:mod:`bocast.kernel`). :class:`Workload`,
 :class:`Budget`, :class:`RunnerOptions` and each strategy's options (``bocast.strategies.
@@ -9,7 +10,7 @@ BOOptions``, ...) are typed forms of a configuration's mappings (:mod:`bocast.sc
 
 from pathlib import Path
 
-from bocast.api import Study, TuneResult, compare, create_study, load, tune
+from bocast.api import Study, TuneResult, compare, create_study, load, suggest, tune
 from bocast.errors import InputError
 from bocast.kernel import Kernel, export, load_kernel
 from bocast.schema import Budget, RunnerOptions, Workload
@@ -24,4 +25,4 @@ if not (_here / "spaces").is_dir() and (_here.parent / "spaces" / "__init__.py")
 
 __version__ = "0.1.0"
 __all__ = ["Budget", "InputError", "Kernel", "RunnerOptions", "Study", "TuneResult", "Workload",
-           "compare", "create_study", "export", "load", "load_kernel", "tune"]
+           "compare", "create_study", "export", "load", "load_kernel", "suggest", "tune"]

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from bocast.records import Record, Store
     from bocast.strategies.base import Strategy
 
-__all__ = ["Study", "TuneResult", "compare", "create_study", "load", "tune"]
+__all__ = ["Study", "TuneResult", "compare", "create_study", "load", "suggest", "tune"]
 
 
 # ------------------------------------------------------------------------------ compare
@@ -146,6 +146,25 @@ def tune(config: str | os.PathLike | Mapping[str, Any] | None = None, *,
     summary, _ = run.execute(progress=progress)
     return TuneResult(summary.get("best_config"), summary.get("best_tflops"), summary["trials"],
                       run.store_path, summary)
+
+
+def suggest(op: str, shape: Sequence[int] | None = None, *, k: int = 8,
+            dtype: str | None = None, layout: str | None = None, space: str | None = None,
+            gpu: str | None = None, records: str | os.PathLike | None = None):
+    """``bocast suggest``: the ``k`` configurations of an operator's shape that the records
+    library ranks best, with no measurement (:func:`bocast.suggestions.suggest`; ``gpu``: only
+    records of that GPU model; ``records``: the library's folder). Returns
+    :class:`bocast.suggestions.Suggestions` (``.items``, ``.sources``, ``.summary()``)."""
+    from bocast import library
+    from bocast import suggestions as suggestion
+    from bocast.operator import get_operator, make
+
+    options = {k: v for k, v in (("dtype", dtype), ("layout", layout), ("space", space))
+               if v is not None}
+    get_operator(op)  # an unknown operator is named before its shape
+    target = make(op, tuple(shape) if shape is not None else None, **options)
+    return suggestion.suggest(target, k=k, gpu=gpu,
+                              records=library.directory(records) if records else None)
 
 
 #: ``bocast tune OP`` settings that stand for a field of a section
@@ -262,10 +281,11 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
         folder = library.directory(records, cfg.records)
         warm = _warm_start(cfg, op, dataset, store_path, folder)
         options = cfg.strategy_options if warm is None else \
-            {**cfg.strategy_options, "warm_start": warm.sources}
+            library.warm_options(cfg.strategy, cfg.strategy_options, warm.sources)
         strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **options)
         ident = identity.run_identity(
-            strategy=cfg.strategy, options=cfg.strategy_options, seed=cfg.seed,
+            strategy=cfg.strategy, options=_identity_options(cfg.strategy_options, options),
+            seed=cfg.seed,
             batch_size=cfg.batch_size, runner=cfg.runner, dataset=cfg.dataset,
             warm_start=None if warm is None else [library.portable(p) for p in warm.sources])
         identity.check_path(store_path, op.workload, ident)
@@ -274,6 +294,12 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
             raise
         raise cfgmod.in_file(e, path) from None
     return TuneRun(cfg, op, dataset, strategy, store_path, ident, warm=warm, records=folder)
+
+
+def _identity_options(given: dict[str, Any], used: dict[str, Any]) -> dict[str, Any]:
+    """The options a run's identity names: those given, and those ``warm_start: auto`` set
+    (:func:`bocast.library.warm_options`); the sources are named apart (``warm_start``)."""
+    return {**given, **{k: v for k, v in used.items() if k not in given and k != "warm_start"}}
 
 
 def _warm_start(cfg: TuneConfig, op, dataset, store_path: str, folder: str):

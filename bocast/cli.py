@@ -497,6 +497,30 @@ def cmd_records(args) -> int:
     return 0
 
 
+def cmd_suggest(args) -> int:
+    from bocast import library
+    from bocast.suggestions import suggest
+
+    op = _operator_from(args)
+    got = suggest(op, k=args.top, gpu=args.gpu_model, records=library.directory(args.records))
+    for line in got.notes:
+        say(line)
+    shape = ",".join(map(str, op.workload["shape"]))
+    lines = [f"{op.name} {'x'.join(map(str, op.workload['shape']))} "
+             f"(space {op.workload.get('space', 'v1')}): the {len(got.items)} configurations "
+             "the records library ranks best, no measurement; TFLOPS read on "
+             f"{got.scale}'s distribution (a guess with a one-sd band, not a measurement)",
+             f"{'#':>2} {'from':<10} {'z':>6} {'sd':>5} {'TFLOPS':>8} {'band':>15}  config"]
+    for i, s in enumerate(got.items, 1):
+        lines.append(f"{i:>2} {s.why:<10} {s.z:>6.2f} {s.z_sd:>5.2f} {s.tflops:>8.1f} "
+                     f"{f'{s.low:.0f}-{s.high:.0f}':>15}  {json.dumps(s.config)}")
+    lines.append(f"measure them first: bocast tune {op.name} --shape {shape}"
+                 f"{' --space ' + str(op.workload['space']) if args.space else ''} (its "
+                 "warm start, auto, starts from the same records)")
+    _emit(args, got.summary(), lines)
+    return 0
+
+
 # ------------------------------------------------------------------------------ compare
 
 
@@ -704,6 +728,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", help="the library's folder (default $BOCAST_RECORDS, else "
                                      "~/.cache/bocast/records)")
     p.set_defaults(func=cmd_records)
+
+    p = sub.add_parser("suggest", parents=[common],
+                       help="a new shape's best configurations as the records library ranks "
+                            "them, no GPU, no measurement")
+    _add_workload_args(p)
+    _opt(p, "--top", schema.Field("top", int, 8, min=1, max=1000,
+                                  doc="how many configurations"))
+    p.add_argument("--gpu-model", help="only records of this GPU model (default: every GPU's, "
+                                       "named)")
+    p.add_argument("--records", help="the records library's folder (default $BOCAST_RECORDS, "
+                                     "else ~/.cache/bocast/records)")
+    p.set_defaults(func=cmd_suggest)
 
     p = sub.add_parser("compare", parents=[common],
                        help="strategies x seeds on one workload (replay or live)")

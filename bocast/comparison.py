@@ -185,11 +185,13 @@ def parse(raw: Any, where: str) -> CompareConfig:
     rpc_opts = rpc_options(runner, top["rpc"])
     for s, where_s in entries:
         strategy_entry(s, where_s)
-        if s.get("warm_start") == "auto":  # left out, a comparison's entry starts cold
+        if s.get("warm_start") == "auto" and runner != "replay":
             raise ConfigError(f"{where_s}warm_start: 'auto' picks sources from this machine's "
-                              "records library, which a comparison's results must not depend "
-                              "on; name the sources (a list), or none")
+                              "records library, which a live comparison's results must not "
+                              "depend on; name the sources (a list), or none")
     resolve = resolver(where)
+    if runner == "replay":
+        _resolve_auto(strategies, top["workload"], resolve(top["dataset"]))
     return CompareConfig(
         name=top["name"], workload=dict(top["workload"]), runner=runner,
         dataset=resolve(top["dataset"]) if top["dataset"] else None,
@@ -197,6 +199,30 @@ def parse(raw: Any, where: str) -> CompareConfig:
         budgets=sorted(budgets), baseline=baseline, output=resolve(top["output"]),
         results=resolve(top["results"]), workers=top["workers"], runner_options=ropts,
         rpc=rpc_opts, raw=dict(raw))
+
+
+def _resolve_auto(strategies: list[dict[str, Any]], workload: dict[str, Any],
+                  dataset: str) -> None:
+    """Replay entries with ``warm_start: auto`` get the sources :func:`bocast.library.resolve`
+    picks for replay (shipped datasets of other workloads: the repository's, never this
+    machine's library) and the strategy's warm defaults, so a replay comparison can show what
+    ``bocast tune``'s default does on a table the library does not hold."""
+    from bocast import library
+    from bocast.bo.transfer import AUTO
+    from bocast.operator import WorkloadError, from_workload
+
+    auto = [s for s in strategies if s.get("warm_start") == AUTO]
+    if not auto:
+        return
+    try:
+        op = from_workload(workload)
+        with open(dataset + ".json") as f:
+            gpu = (json.load(f).get("device") or {}).get("gpu")
+    except (WorkloadError, OSError, ValueError, AttributeError):
+        return  # validate() names what is wrong with the workload or the dataset
+    sources = library.resolve(AUTO, op, runner="replay", gpu=gpu, dataset=dataset).sources
+    for s in auto:
+        s.update(library.warm_options(s["name"], s, sources))
 
 
 def _seeds(seeds: Any, where: str) -> list[int]:
@@ -253,7 +279,12 @@ def plan(cfg: CompareConfig) -> list[tuple[dict, int, str, int]]:
 
 def run_identity(cfg: CompareConfig, s: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """The identity (:mod:`bocast.identity`) of strategy entry ``s``'s run with ``seed``."""
-    return identity.run_identity(strategy=s["name"], options=_hyper(s), seed=seed,
+    options = _hyper(s)
+    if isinstance(options.get("warm_start"), list):  # named alike wherever the tree is
+        from bocast import library
+
+        options["warm_start"] = [library.portable(p) for p in options["warm_start"]]
+    return identity.run_identity(strategy=s["name"], options=options, seed=seed,
                                  batch_size=entry_batch(cfg, s), runner=cfg.runner,
                                  dataset=cfg.dataset)
 

@@ -389,6 +389,18 @@ def resolve(option: Any, target_op, *, runner: str, gpu: str | None,
                   other_workloads=replay, shipped_only=replay)
 
 
+def warm_options(strategy: str, options: dict[str, Any], sources: Sequence[str]) -> dict[str, Any]:
+    """``options`` of a run whose ``warm_start: auto`` chose ``sources``: with the sources, and,
+    where there are any, the strategy's :attr:`~bocast.strategies.base.Strategy.warm_defaults`
+    for the options the run left unset (a cold run, or an explicit list, keeps the plain
+    defaults: explicit warm starts reproduce as they always did)."""
+    from bocast.strategies import strategy_class
+
+    extra = strategy_class(strategy).warm_defaults if sources else {}
+    return {**{k: v for k, v in extra.items() if k not in options}, **options,
+            "warm_start": list(sources)}
+
+
 def run_gpu(runner: str, *, dataset=None, rpc: dict | None = None) -> str | None:
     """The GPU model a run will measure on, as its records will name it, known before it
     starts: replay, its dataset's; standin, the stand-in's; tvm, the local GPU's (nvidia-smi);

@@ -32,6 +32,10 @@ class Strategy(ABC):
     name: ClassVar[str]
     #: the hyperparameters a configuration may set: type, range, default (bocast.schema)
     options: ClassVar[Section] = Section((), noun="option")
+    #: options that ``warm_start: auto`` sets where it found sources and the run left them
+    #: unset (:func:`bocast.library.warm_options`): the defaults of a warm run, chosen by the
+    #: leave-one-table-out replay (experiments/ablation/loto.yaml); a cold run keeps ``options``'
+    warm_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, candidates: Candidates, *, seed: int = 0, **hyper: Any):
         self.hyper = self.options.check(hyper, f"strategy {self.name!r}: ", StrategyError)
