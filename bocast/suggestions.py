@@ -81,7 +81,7 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
     ``shipped_only``: as :func:`bocast.library.choose` (held-out evaluation: the table's own
     dataset, no record of its workload). Raises :class:`bocast.library.LibraryError` when the
     library holds no record of the same schedule."""
-    from bocast.bo.transfer import best_rows, load_sources, source_model
+    from bocast.bo.transfer import best_rows, interleave, load_sources, source_model
     from bocast.features import Features
 
     if not (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 1000):
@@ -103,7 +103,7 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
     pred = model.surrogate.predict(features(pool)[:, model.columns])
     mean = pred.mean.numpy().astype(float)
     sd = np.sqrt(pred.var.numpy().astype(float))
-    order = _alternate(list(range(min(n_rows, k))), list(np.argsort(-mean, kind="stable")), k)
+    order = interleave(range(min(n_rows, k)), np.argsort(-mean, kind="stable")[:k], key=int)[:k]
     nearest = load_sources(choice.sources[:1], target_op)[0]
     log_mu, log_sd = float(nearest.log_tflops.mean()), float(nearest.log_tflops.std() or 1.0)
     z_max = (float(nearest.log_tflops.max()) - log_mu) / log_sd
@@ -116,23 +116,6 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
                         "source row" if i < n_rows else "model") for i in order]
     return Suggestions(dict(target_op.workload), [library.portable(p) for p in choice.sources],
                        library.portable(choice.sources[0]), items, list(choice.notes))
-
-
-def _alternate(a: list[int], b: list[int], k: int) -> list[int]:
-    """``k`` indices taken from ``a`` and ``b`` in turn, ``a`` first, each once."""
-    out: list[int] = []
-    seen: set[int] = set()
-    ia, ib = iter(a), iter(b)
-    turns = [ia, ib]
-    while len(out) < k and turns:
-        it = turns.pop(0)
-        for i in it:
-            if int(i) not in seen:
-                seen.add(int(i))
-                out.append(int(i))
-                turns.append(it)
-                break
-    return out
 
 
 def _pool(cands: Candidates, model, best_rows, seed: int) -> tuple[list[Config], int]:

@@ -10,7 +10,8 @@ cache: a rerun skips finished runs) and ``results`` (prefix of the .md/.json wri
 may add ``variant_options`` ({label: {option: value}}: that variant's options on that table
 only, e.g. a warm start from the other tables), and the file ``within`` (trials): then each
 variant also reports, per seed, the trials it needs to reach 95% of the reference's best at
-the budget on the same seed, and the share of seeds that reach it within ``within`` trials.
+the budget (or at ``reference_trials``, where the reference entry runs longer: its ``trials``)
+on the same seed, and the share of seeds that reach it within ``within`` trials.
 
 Per table and variant: trials to 95% of the table's best (censored at budget + 1), best at 64
 and 128 trials over the table's best, and the median proposal time of a model round (rounds
@@ -45,11 +46,20 @@ from bocast.schema import ConfigError
 N_BOOT = 10_000
 
 
+def _name(dataset: str, datasets: list[str]) -> str:
+    """A table's folder name under ``output``: the dataset's file name, with its folder's in
+    front where two tables share a file name (data/gemm_X_v2 and data/exhaustive/gemm_X_v2)."""
+    base = os.path.basename(dataset)
+    if sum(os.path.basename(d) == base for d in datasets) > 1:
+        return f"{os.path.basename(os.path.dirname(dataset))}_{base}"
+    return base
+
+
 def _configs(spec: dict, where: str) -> list[compare.CompareConfig]:
     out = []
     labels = [v["label"] for v in spec["variants"]]
     for t in spec["tables"]:
-        name = os.path.basename(t["dataset"])
+        name = _name(t["dataset"], [u["dataset"] for u in spec["tables"]])
         extra = t.get("variant_options") or {}
         if set(extra) - set(labels):
             raise ConfigError(f"{name}: variant_options of unknown variant(s) "
@@ -59,7 +69,7 @@ def _configs(spec: dict, where: str) -> list[compare.CompareConfig]:
             "name": f"{spec['name']}_{name}", "workload": t["workload"], "runner": "replay",
             "dataset": t["dataset"], "strategies": variants, "seeds": spec["seeds"],
             "budget": {"trials": spec["budget"]}, "batch_size": spec["batch_size"],
-            "budgets": [b for b in (32, 64, 128, spec["budget"]) if b <= spec["budget"]],
+            "budgets": sorted({b for b in (16, 32, 64, 128, spec["budget"]) if b <= spec["budget"]}),
             "baseline": spec["reference"], "output": os.path.join(spec["output"], name),
             "results": os.path.join(spec["output"], name, "summary")}, where))
     return out
@@ -92,15 +102,22 @@ def _good_rows(prefix: str) -> tuple[int, int]:
     return len(df), int((ok >= 0.95 * ok.max()).sum())
 
 
-def _reference_level(runs: list[dict], ref: list[dict], budget: int, within: int) -> dict:
-    """Per seed, trials to 95% of the reference's best at ``budget`` on the same seed
-    (budget + 1 when never reached): median, and the share of seeds within ``within``."""
+def _censored(trials: int | None, budget: int) -> int:
+    """Trials to a level, budget + 1 when not reached within ``budget`` (an entry with a
+    longer budget, such as a cold reference run, is cut at the common one)."""
+    return trials if trials is not None and trials <= budget else budget + 1
+
+
+def _reference_level(runs: list[dict], ref: list[dict], at: int, within: int) -> dict:
+    """Per seed, trials to 95% of the reference's best at ``at`` trials on the same seed (one
+    more than the run's trials when never reached): median, and the share of seeds within
+    ``within``."""
     t = []
     for r, b in zip(runs, ref):
         assert r["seed"] == b["seed"]
-        level = 0.95 * b["curve"][budget - 1]
-        t.append(next((i + 1 for i, v in enumerate(r["curve"][:budget]) if v >= level),
-                      budget + 1))
+        level = 0.95 * b["curve"][at - 1]
+        t.append(next((i + 1 for i, v in enumerate(r["curve"]) if v >= level),
+                      len(r["curve"]) + 1))
     return {"trials_to_ref_level": t, "median_trials_to_ref_level": float(np.median(t)),
             "share_ref_level_within": sum(x <= within for x in t) / len(t), "within": within}
 
@@ -156,7 +173,7 @@ def main(path: str) -> None:
         n_rows, k_good = _good_rows(cfg.dataset)
         by = {s["label"]: sorted((r for r in runs[cfg.name] if r["label"] == s["label"]),
                                  key=lambda r: r["seed"]) for s in cfg.strategies}
-        t95 = {lab: np.array([r["trials_to_95pct"] or budget + 1 for r in rs], float)
+        t95 = {lab: np.array([_censored(r["trials_to_95pct"], budget) for r in rs], float)
                for lab, rs in by.items()}
         rows = {}
         for s in cfg.strategies:
@@ -175,7 +192,8 @@ def main(path: str) -> None:
                    "trials_to_95pct": [int(x) for x in t95[lab]],
                    "best_at": {str(b): [r["curve"][b - 1] for r in rs] for b in cfg.budgets}}
             if spec.get("within"):
-                row.update(_reference_level(rs, by[ref], budget, spec["within"]))
+                row.update(_reference_level(rs, by[ref], spec.get("reference_trials", budget),
+                                            spec["within"]))
             if lab != ref:
                 d = t95[lab] - t95[ref]
                 row.update(median_diff=float(np.median(d)), diff_ci95=_boot_ci(d, rng),
@@ -198,7 +216,7 @@ def main(path: str) -> None:
               "runs": len(every), "runs_cached": sum(r["cached"] for r in every),
               "run_seconds": round(sum(r["seconds"] for r in every), 1),
               "seeds": len(cfgs[0].seeds), "budget": budget, "batch_size": spec["batch_size"],
-              "within": spec.get("within"),
+              "within": spec.get("within"), "reference_trials": spec.get("reference_trials"),
               "variants": spec["variants"], "tables": tables, "seconds": round(seconds, 1),
               "cpu_count": os.cpu_count(), "provenance": prov}
     with open(spec["results"] + ".json", "w") as f:
@@ -226,7 +244,8 @@ def _markdown(res: dict) -> str:
              "first 32 trials) on this CPU.", ""]
     within = res.get("within")
     if within:
-        lines += [(f"Reference level: 95% of {res['reference']}'s best at {res['budget']} "
+        lines += [(f"Reference level: 95% of {res['reference']}'s best at "
+                   f"{res.get('reference_trials') or res['budget']} "
                    "trials on the same seed; trials to it: median over seeds (budget + 1 when "
                    f"never reached); share: seeds that reach it within {within} trials."), ""]
     for t in res["tables"]:

@@ -1,6 +1,7 @@
 """Space v3's step ladder: named Hopper GEMM kernels, built here, timed on the GPU beside cuBLAS.
 
     python experiments/hopper_ladder.py build OUT.json   # TVM + nvcc (sm_90a), no GPU needed
+    ONLY=bmm python experiments/hopper_ladder.py build OUT.json   # one operator's rows
     python experiments/hopper_ladder.py run OUT.json RESULT.json [--rounds 5]   # GPU, no TVM
 
 ``build`` writes each kernel's runner task (cubin, launch, tensor maps, ptxas report); ``run``
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -77,8 +79,41 @@ SWEEP = [
                                                       persistent="off", epilogue="v2",
                                                       raster=1)),
 ]
-SHAPES = {(4096, 4096, 4096): LADDER, (1024, 1024, 1024): SWEEP, (2048, 8192, 1024): SWEEP,
-          (4096, 4096, 14336): SWEEP}
+# bmm on the same template (batch outermost in the tile walk), beside space v2's best known
+# kernel of the shape measured in the same run: v2's exhaustive-table optimum at 12x512x512x64
+# (issue 24's bmm target), and cold v2 BO's best live run at 32x1024x1024x128 (issue 26's new
+# shape, seed 1 of experiments/device/warm_default.sh)
+BMM = [
+    ("bmm coop 128x128, 2 st, one tile per CTA", dict(bn=128, stages=2, persistent="off",
+                                                     raster=1, epilogue="v2")),
+    ("bmm coop 128x128, 2 st, persistent", dict(bn=128, stages=2, raster=1, epilogue="v2")),
+    ("bmm 1 consumer 64x128, 2 st, one tile per CTA", dict(bm=64, bn=128, stages=2,
+                                                         consumers=1, persistent="off",
+                                                         raster=1, epilogue="v2")),
+    ("bmm 1 consumer 64x64, 2 st, one tile per CTA", dict(bm=64, bn=64, stages=2, consumers=1,
+                                                        persistent="off", raster=1,
+                                                        epilogue="v2")),
+    ("bmm ping-pong 64x128, 4 st, persistent", dict(arrangement="pingpong", bm=64, bn=128,
+                                                  stages=4, raster=1, epilogue="v2")),
+    ("bmm coop 128x256, 2 st, one tile per CTA", dict(stages=2, persistent="off", raster=1,
+                                                     epilogue="v2")),
+]
+V2_BMM_512 = {"instr": "mma", "tile_i": [16, 1, 2], "tile_j": [8, 2, 2], "tile_k": [2, 2],
+              "stages": 2, "async_copy": "on", "frag_pipeline": "off", "smem_layout": "xor",
+              "vec": 8, "raster": 1, "unroll": 0, "writeback": "shared", "out_vec": 4,
+              "batch_bind": "y"}
+V2_BMM_1024 = {"async_copy": "on", "batch_bind": "x", "frag_pipeline": "full",
+               "instr": "wmma8x32x16", "out_vec": None, "raster": 1, "smem_layout": "pad16",
+               "stages": 2, "tile_i": [16, 1, 8], "tile_j": [8, 2, 2], "tile_k": [2, 4],
+               "unroll": 512, "vec": 8, "writeback": "direct"}
+# (operator, shape, space) -> variants; a v2 variant is a whole configuration
+SHAPES = {("gemm", (4096, 4096, 4096), "v3"): LADDER,
+          ("gemm", (1024, 1024, 1024), "v3"): SWEEP, ("gemm", (2048, 8192, 1024), "v3"): SWEEP,
+          ("gemm", (4096, 4096, 14336), "v3"): SWEEP,
+          ("bmm", (12, 512, 512, 64), "v3"): BMM, ("bmm", (32, 1024, 1024, 128), "v3"): BMM,
+          ("bmm", (12, 512, 512, 64), "v2"): [("bmm v2: exhaustive table's best", V2_BMM_512)],
+          ("bmm", (32, 1024, 1024, 128), "v2"): [("bmm v2: cold BO's best (live, seed 1)",
+                                                  V2_BMM_1024)]}
 
 
 def build(out: Path) -> None:
@@ -89,15 +124,19 @@ def build(out: Path) -> None:
 
     source_only()
     rows = []
-    for shape, variants in SHAPES.items():
-        op = make("gemm", shape, space="v3")
+    only = os.environ.get("ONLY")  # an operator: build only its rows
+    for (name_op, shape, space), variants in SHAPES.items():
+        if only and name_op != only:
+            continue
+        op = make(name_op, shape, space=space)
         for name, change in variants:
-            config = {**BASE, **change}
+            config = {**BASE, **change} if space == "v3" else change
             bad = op.space.validate(config)
             if bad:
                 raise SystemExit(f"{name} at {shape} is outside the space: {bad}")
             built = build_one({"workload": op.workload, "config": config}).result
-            row = {"name": name, "shape": list(shape), "config": config,
+            row = {"name": name, "op": name_op, "space": space, "workload": op.workload,
+                   "shape": list(shape), "config": config,
                    "status": str(built.status), "error": built.error,
                    "features": built.features, "violations": bad}
             if built.cubin is not None:
@@ -108,6 +147,17 @@ def build(out: Path) -> None:
                   f"spills {built.features.get('spill_stores', 0)} {built.error[:80]}")
             rows.append(row)
     out.write_text(json.dumps(rows))
+
+
+def _workload(row: dict) -> dict:
+    """A row's workload (rows built before bmm joined were v3 GEMMs and did not say)."""
+    return row.get("workload") or {"op": "gemm", "shape": row["shape"], "dtype": "fp16:fp32",
+                                   "layout": "NT", "space": "v3"}
+
+
+def _shape_key(row: dict) -> str:
+    """The reference a row is timed against: its operator and shape (any space)."""
+    return f"{row.get('op', 'gemm')} {tuple(row['shape'])}"
 
 
 def run(src: Path, out: Path, rounds: int) -> None:
@@ -126,12 +176,11 @@ def run(src: Path, out: Path, rounds: int) -> None:
             row["runs"] = []
         refs: dict[str, list] = {}
         for r in range(rounds):
-            for shape in {tuple(row["shape"]) for row in rows}:
-                wl = {"op": "gemm", "shape": list(shape), "dtype": "fp16:fp32", "layout": "NT",
-                      "space": "v3"}
+            for key in sorted({_shape_key(row) for row in rows}):
+                wl = next(_workload(row) for row in rows if _shape_key(row) == key)
                 ref = once({"kind": "reference", "workload": wl, "seed": 0, "repeats": 20,
                             "warmup_ms": 50})
-                refs.setdefault(str(shape), []).append(ref)
+                refs.setdefault(key, []).append(ref)
             for row in rows:
                 # a kernel that failed (hung, crashed, wrong) is not run again
                 if "task" in row and all(x.get("status") == "ok" for x in row["runs"]):
@@ -144,7 +193,7 @@ def run(src: Path, out: Path, rounds: int) -> None:
             print(f"round {r + 1}/{rounds} done", file=sys.stderr)
     table = []
     for row in rows:
-        ref_t = [x["tflops"] for x in refs[str(tuple(row["shape"]))] if "tflops" in x]
+        ref_t = [x["tflops"] for x in refs[_shape_key(row)] if "tflops" in x]
         ok = [x["tflops"] for x in row["runs"] if x.get("status") == "ok"]
         bad = [x for x in row["runs"] if x.get("status") != "ok"]
         cub = statistics.median(ref_t) if ref_t else float("nan")
@@ -154,11 +203,13 @@ def run(src: Path, out: Path, rounds: int) -> None:
                           "tflops_max": max(ok, default=None), "cublas_median": cub,
                           "ratio": med / cub if ok else None, "failures": len(bad)}
         fail = f" {bad[0].get('status')}: {str(bad[0].get('error'))[:60]}" if bad else ""
-        table.append(f"| {row['name']} | {'x'.join(map(str, row['shape']))} | "
+        table.append(f"| {row['name']} | {row.get('op', 'gemm')} "
+                     f"{'x'.join(map(str, row['shape']))} | "
                      f"{med:.1f} [{min(ok, default=0):.1f}-{max(ok, default=0):.1f}] | "
                      f"{cub:.1f} | {med / cub if ok else 0:.3f} |{fail}")
     out.write_text(json.dumps({"device": info, "references": refs, "rows": rows}, indent=1))
-    print(f"{info.get('gpu')} driver {info.get('driver')}; cuBLAS = torch.mm(out_dtype=float32)")
+    print(f"{info.get('gpu')} driver {info.get('driver')}; cuBLAS = torch.mm / torch.bmm "
+          "(out_dtype=float32)")
     print("| kernel | shape | TFLOPS median [min-max] | cuBLAS median | / cuBLAS |")
     print("\n".join(table))
 

@@ -4,6 +4,9 @@ seed, and how many seeds do so within ``--within`` trials (CPU; reads the stores
 
     python experiments/warm_within.py runs/live_v2_gemm_2048_8192_1024_warm --cold bo \
         --warm bo-warm-q8 --seeds 0 1 2 3 4
+
+``--pattern`` names the stores otherwise: ``{label}_s{seed}/records.db`` reads the tune runs of
+``experiments/device/warm_default.sh`` (one folder per shape).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", required=True)
     ap.add_argument("--budget", type=int, default=200, help="the cold run's budget")
     ap.add_argument("--within", type=int, default=32)
+    ap.add_argument("--pattern", default="{label}_seed{seed}.db",
+                    help="a store's path in the folder")
     args = ap.parse_args()
     met = 0
     print(f"| seed | cold best@{args.budget} | warm best@{args.within} | "
@@ -31,7 +36,8 @@ def main() -> None:
     for seed in args.seeds:
         curves = []
         for label in (args.cold, args.warm):
-            store = Store.open(os.path.join(args.folder, f"{label}_seed{seed}.db"))
+            store = Store.open(os.path.join(args.folder,
+                                            args.pattern.format(label=label, seed=seed)))
             curves.append(best_so_far(store.records()))  # as the comparison counts: ok rows
         cold, warm = curves
         if len(cold) < args.budget:

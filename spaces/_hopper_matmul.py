@@ -20,8 +20,11 @@ The matmul is C[M, N] = A[M, K] B[N, K]^T (the GEMM's NT layout, both operands K
 wgmma's native form), fp16 in, fp32 accumulate and out. What the template does not do yet:
 thread-block clusters with TMA multicast, a TMA-store (stmatrix) epilogue (the consumers store
 their registers straight to global memory), ragged extents (every extent must be a multiple of
-its tile; TMA would zero-fill ragged loads, but the direct stores carry no predicate), bmm, the
-NN layout and fp16 output. Configurations outside it are refused
+its tile; TMA would zero-fill ragged loads, but the direct stores carry no predicate), the NN
+layout and fp16 output. A bmm (C[b] = A[b] B[b]^T) is the same kernel over the batch's tiles:
+its operands are read as one [b x M, K] and one [b x N, K] matrix (2-D tensor maps; a tile never
+crosses a batch element, as BM divides M and BN divides N) and the persistent loop walks
+batch x tiles, batch outermost. Configurations outside it are refused
 by named constraints or, for the workload, by :func:`check_workload`.
 
 Kernel arguments: the tensor maps of A and B (``__grid_constant__ CUtensorMap``, encoded by the
@@ -54,13 +57,15 @@ REGISTER_OVERHEAD = 40
 BARRIER_SMEM = 1024  # the mbarriers' static shared memory, as ptxas reports it (alignment)
 #: TMA swizzle mode (CUtensorMapSwizzle) and wgmma descriptor swizzle, by row bytes of a tile
 SWIZZLE = {128: 3, 64: 2}
+#: no batch_bind knob (spaces/_matmul.space): the persistent tile loop walks batch x tiles
+BATCH_KNOB = False
 
 
 def check_workload(spec: mm.MatmulSpec) -> None:
     """What the template implements, refused by name otherwise."""
     what = "space v3 (Hopper TMA + wgmma)"
-    if spec.batch or spec.epilogue is not None or spec.block != "C":
-        raise WorkloadError(f"{what} implements GEMM only so far; use space v2")
+    if spec.epilogue is not None or spec.block != "C":
+        raise WorkloadError(f"{what} implements GEMM and bmm only so far; use space v2")
     if not spec.trans_b:
         raise WorkloadError(f"{what} needs layout NT (B stored [N, K], K-major); use space v2 "
                             "for NN")
@@ -98,7 +103,7 @@ def _regs(c, col: int):
 
 
 def derive(spec):
-    M, N, K = spec.M, spec.N, spec.K
+    M, N, K, batch = spec.M, spec.N, spec.K, max(spec.batch, 1)
 
     def run(c):
         bm, bn, bk, cons = c["bm"], c["bn"], c["bk"], c["consumers"]
@@ -114,7 +119,7 @@ def derive(spec):
                 "consumer_regs": consumer_regs, "producer_regs": _regs(c, 0),
                 "smem_bytes": smem, "dynamic_smem_bytes": smem - BARRIER_SMEM,
                 "static_smem_bytes": np.full_like(bm, BARRIER_SMEM),
-                "tiles_m": tiles_m, "tiles": tiles_m * tiles_n, "k_blocks": K // bk}
+                "tiles_m": tiles_m, "tiles": batch * tiles_m * tiles_n, "k_blocks": K // bk}
 
     return run
 
@@ -183,12 +188,24 @@ def tensor_map(tensor: str, rows: int, cols: int, box_rows: int, box_cols: int) 
             "box": [box_cols, box_rows], "swizzle": SWIZZLE[box_cols * 2]}
 
 
+def tile_coords(t, *, M: int, N: int, BM: int, BN: int, G: int):
+    """Tile ``t`` of a CTA's walk (a TIR expression in the kernel, an int in tests): (A's and
+    C's block row over the [b x M] rows, C's block column, B's first row over the [b x N] rows).
+    Batch element outermost; inside it grouped order, ``G`` block rows at a time, column by
+    column within a group (Triton's GROUP_M: neighbouring CTAs share operands in L2)."""
+    tiles_m, tiles_n = M // BM, N // BN
+    per_batch, per_group = tiles_m * tiles_n, G * tiles_n
+    b, r = t // per_batch, t % per_batch
+    tn = r % per_group // G
+    return b * tiles_m + r // per_group * G + r % per_group % G, tn, b * N + tn * BN
+
+
 def schedule(spec, func, config, prepare) -> TirxKernel:  # noqa: ARG001 - v1/v2's signature
     """The kernel of one configuration (``func`` and ``prepare`` belong to the s_tir spaces)."""
-    return kernel(spec.M, spec.N, spec.K, config)
+    return kernel(spec.M, spec.N, spec.K, config, batch=max(spec.batch, 1))
 
 
-def kernel(M: int, N: int, K: int, config) -> TirxKernel:
+def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
     import tvm
     from tvm.script import tirx as T
 
@@ -202,24 +219,25 @@ def kernel(M: int, N: int, K: int, config) -> TirxKernel:
     step = NC if pingpong else 1  # tiles between two of one consumer's
     vec_store = c["epilogue"] == "v2"
     tiles_m, tiles_n, KT = M // BM, N // BN, K // BK
-    tiles = tiles_m * tiles_n
+    per_batch = tiles_m * tiles_n
+    tiles = batch * per_batch
     grid = min(SM_COUNT, tiles) if c["persistent"] == "on" else tiles
     threads = 128 * (NC + 1)
     half_n = BN // 2  # accumulators of one m64 atom per thread
     stage_bytes = (BM + BN) * BK * 2
     swz = SWIZZLE[BK * 2]
     sbo = 8 * BK * 2 // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
-    per_group = G * tiles_n
 
-    def tile_m(t):  # grouped order: G block rows at a time, column by column within a group
-        return t // per_group * G + t % per_group % G
+    def tile_m(t):
+        return tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G)[0]
 
-    def tile_n(t):
-        return t % per_group // G
+    def b_row(t):
+        return tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G)[2]
 
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.f16.f16"
     tma = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-    maps = {"A_map": tensor_map("A", M, K, BM, BK), "B_map": tensor_map("B", N, K, BN, BK)}
+    maps = {"A_map": tensor_map("A", batch * M, K, BM, BK),
+            "B_map": tensor_map("B", batch * N, K, BN, BK)}
     a_tma, b_tma = ([*m["dims"], *m["strides"], *m["box"], 1, 1, 0, m["swizzle"], 0, 0]
                     for m in maps.values())
 
@@ -228,9 +246,9 @@ def kernel(M: int, N: int, K: int, config) -> TirxKernel:
 
     @T.prim_func
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
-        A = T.match_buffer(A_ptr, (M, K), "float16", align=16)
-        B = T.match_buffer(B_ptr, (N, K), "float16", align=16)
-        C = T.match_buffer(C_ptr, (M, N), "float32", align=16)
+        A = T.match_buffer(A_ptr, (batch * M, K), "float16", align=16)
+        B = T.match_buffer(B_ptr, (batch * N, K), "float16", align=16)
+        C = T.match_buffer(C_ptr, (batch * M, N), "float32", align=16)
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, "float16", 2, A.data, *a_tma)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
@@ -266,7 +284,7 @@ def kernel(M: int, N: int, K: int, config) -> TirxKernel:
             if tx == 0:
                 for i in T.serial(n_tiles):
                     tm = T.meta_var(tile_m(cta + i * grid))
-                    tn = T.meta_var(tile_n(cta + i * grid))
+                    bn0 = T.meta_var(b_row(cta + i * grid))
                     for kb in T.serial(KT):
                         it = T.meta_var(i * KT + kb)  # k blocks this CTA loaded before
                         s = T.meta_var(it % S)
@@ -278,7 +296,7 @@ def kernel(M: int, N: int, K: int, config) -> TirxKernel:
                         T.ptx[tma](T.address_of(Sm[s, 0, 0]), T.address_of(A_map), kb * BK,
                                    tm * BM, T.address_of(full[s]))
                         T.ptx[tma](T.address_of(Sm[s, BM, 0]), T.address_of(B_map), kb * BK,
-                                   tn * BN, T.address_of(full[s]))
+                                   bn0, T.address_of(full[s]))
         else:
             if split is not None:
                 T.ptx.setmaxnreg.inc.sync.aligned.u32(split[1])
@@ -290,7 +308,7 @@ def kernel(M: int, N: int, K: int, config) -> TirxKernel:
             for j in T.serial((n_tiles - (cw if pingpong else 0) + step - 1) // step):
                 i = T.meta_var(j * step + (cw if pingpong else 0))
                 tm = T.meta_var(tile_m(cta + i * grid))
-                tn = T.meta_var(tile_n(cta + i * grid))
+                tn = T.meta_var(tile_coords(cta + i * grid, M=M, N=N, BM=BM, BN=BN, G=G)[1])
                 if pingpong:  # noqa: SIM102 - a static test outside, a TIR test inside
                     # mbarrier waits test a phase's parity, so a consumer may run at most one
                     # phase ahead of a barrier: taking turns keeps the other consumer's k blocks

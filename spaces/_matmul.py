@@ -192,7 +192,7 @@ def space(spec: MatmulSpec, vec: Constraint) -> Space:
     """The knobs and constraints of the spec's space generation, plus the batch binding when the
     matmul has a batch axis."""
     extra_k, extra_c = [], []
-    if spec.batch:
+    if spec.batch and getattr(_generation(spec), "BATCH_KNOB", True):
         extra_k.append(Categorical(
             "batch_bind", ("y", "x"), doc="batch axis on blockIdx.y, or fused outermost with the "
                                           "block tiles into blockIdx.x"))

@@ -176,14 +176,38 @@ def test_one_command_flags_belong_to_an_operator(tmp_path, bocast_cli):
     assert code == 2 and "--set: expected KEY=VALUE" in err
 
 
-def test_a_comparison_refuses_auto():
+def test_a_replay_comparison_takes_auto_from_the_shipped_datasets_a_live_one_refuses(
+        records_library, standin_store):
     from bocast import comparison
     from bocast.schema import ConfigError
 
     raw = {"name": "c", "workload": {"op": "gemm", "shape": [32, 2048, 1000], "space": "v1"},
            "runner": "replay", "dataset": "experiments/data/gemm_32_2048_1000",
-           "strategies": [{"label": "bo", "name": "bo", "warm_start": "auto"}],
+           "strategies": [{"label": "bo", "name": "bo", "warm_start": "auto"},
+                          {"label": "cga", "name": "cga", "warm_start": "auto"},
+                          {"label": "cold", "name": "bo", "warm_start": "none"}],
            "seeds": 1, "budget": {"trials": 8}, "batch_size": 8, "output": "runs/x",
            "results": "runs/x/results"}
-    with pytest.raises(ConfigError, match="records library, which a comparison's results"):
-        comparison.parse(raw, "")
+    cfg = comparison.parse(raw, os.getcwd())
+    bo, cga, cold = cfg.strategies
+    names = [library.portable(p) for p in bo["warm_start"]]
+    assert names and cga["warm_start"] == bo["warm_start"] and cold["warm_start"] == "none"
+    # shipped datasets of other gemm workloads of space v1, never the table's own, never the
+    # machine's library (standin_store put a store there)
+    assert all(n.startswith("experiments/data/") and "gemm_32_2048_1000" not in n
+               for n in names)
+    ident = comparison.run_identity(cfg, bo, 0)
+    assert ident["options"]["warm_start"] == names
+    with pytest.raises(ConfigError, match="records library, which a live comparison's results"):
+        comparison.parse({**raw, "runner": "tvm", "dataset": None}, "")
+
+
+def test_warm_defaults_apply_only_to_a_warm_run_and_never_over_a_given_option(monkeypatch):
+    from bocast.strategies import strategy_class
+
+    monkeypatch.setattr(strategy_class("bo"), "warm_defaults", {"warm_start_share": 0.5,
+                                                                 "y_transform": "relative"})
+    got = library.warm_options("bo", {"y_transform": "log"}, ["a", "b"])
+    assert got == {"warm_start_share": 0.5, "y_transform": "log", "warm_start": ["a", "b"]}
+    assert library.warm_options("bo", {}, []) == {"warm_start": []}
+    assert library.warm_options("cga", {}, ["a"]) == {"warm_start": ["a"]}

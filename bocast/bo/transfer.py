@@ -39,7 +39,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -373,6 +373,21 @@ def best_rows(ranked: Sequence[Config], candidates, exclude: set[str], n: int) -
         if p is not None and Space.key(p) not in seen:
             seen.add(Space.key(p))
             out.append(p)
+    return out
+
+
+def interleave(a: Sequence, b: Sequence, key: Callable[[Any], Any] = lambda x: x) -> list:
+    """``a``'s and ``b``'s items in turn, ``a`` first, each (by ``key``) once; the rest of the
+    longer one at the end. A warm start's first batch mixes the best source rows with the
+    source model's picks this way: on held-out tables neither alone was the better first batch
+    everywhere, and in turn the batch is never far behind the better of the two
+    (experiments/results/loto.md)."""
+    out, seen = [], set()
+    for i in range(max(len(a), len(b))):
+        for side in (a, b):
+            if i < len(side) and key(side[i]) not in seen:
+                seen.add(key(side[i]))
+                out.append(side[i])
     return out
 
 

@@ -134,6 +134,10 @@ class BayesOpt(Strategy):
         Field("warm_start_top", int, 0, min=0, max=100_000,
               doc="warm_start: the first batch starts with this many of the best source rows "
                   "(as the CGA's warm start), the rest picked on the source model"),
+        Field("warm_start_share", float, 0.0, min=0, max=1,
+              doc="warm_start: share of the first batch taken from the best source rows, "
+                  "each followed by one of the source model's picks (0: the model's picks "
+                  "only; not with warm_start_top)"),
         Field("warm_start_points", int, 1024, min=3, max=100_000,
               doc="warm_start: source rows the source model conditions on (a fixed subset)"),
     ), noun="option")
@@ -142,6 +146,9 @@ class BayesOpt(Strategy):
         _import_model()
         super().__init__(candidates, seed=seed, **hyper)
         self.features = self.model_inputs()
+        if self.hyper["warm_start_top"] and self.hyper["warm_start_share"]:
+            raise StrategyError(f"strategy {self.name!r}: warm_start_top and warm_start_share "
+                                "both say how many source rows start the first batch; give one")
         paths = source_paths(self.hyper["warm_start"])
         self.source = self._source_model(paths) if paths else None
         bounds = self.features.bounds()
@@ -222,13 +229,15 @@ class BayesOpt(Strategy):
         return [pool[i] for i in picks]
 
     def _first_batch(self, n: int, source: SourceModel) -> list:
-        """Warm start: the ``warm_start_top`` best source rows, then LogEI on the source model
-        (Kriging believer) over a uniform pool plus the best source rows the candidates contain
-        and their neighbours."""
-        from bocast.bo.transfer import best_rows
+        """Warm start: the best source rows (``warm_start_top`` of them, first; or the
+        ``warm_start_share`` of the batch, in turn with the model's picks), and LogEI on the
+        source model (Kriging believer) over a uniform pool plus the best source rows the
+        candidates contain and their neighbours."""
+        from bocast.bo.transfer import best_rows, interleave
 
+        share = self.hyper["warm_start_share"]
         top = best_rows(source.ranked, self.candidates, self.proposed,
-                        min(n, self.hyper["warm_start_top"]))
+                        min(n, self.hyper["warm_start_top"] or round(share * n)))
         n -= len(top)
         taken = set(self.proposed) | {Space.key(c) for c in top}
         pool = [c for c in self.fresh_samples(self.hyper["pool_size"])
@@ -250,7 +259,8 @@ class BayesOpt(Strategy):
         pred = model.predict(self.features(pool)[:, source.columns])
         picks = acq.constrained_logei(model, pred, torch.ones(len(pool), dtype=pred.mean.dtype),
                                       source.best, n)
-        return top + [pool[i] for i in picks]
+        return (interleave(top, [pool[i] for i in picks], key=Space.key) if share
+                else top + [pool[i] for i in picks])
 
     def _constrained_log_ei(self, configs: list, clf, best: float) -> np.ndarray:
         x = self._inputs(configs)

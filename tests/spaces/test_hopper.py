@@ -71,13 +71,48 @@ def test_a_uniform_sample_is_feasible_and_the_space_is_large():
     ("gemm", (256, 256, 256), {"layout": "NN"}, "needs layout NT"),
     ("gemm", (256, 256, 256), {"dtype": "fp16:fp16"}, "fp16:fp32 only"),
     ("gemm", (256, 256, 100), {}, "K % 8 == 0"),
-    ("bmm", (4, 256, 256, 64), {}, "GEMM only"),
+    ("bmm", (4, 256, 256, 64), {"layout": "NN"}, "needs layout NT"),
+    ("conv2d", (16, 14, 14, 256, 256, 3, 3, 1, 1, 1), {}, "GEMM and bmm only"),
     ("gemm", (256, 256, 256), {"space": "v4"}, "not known"),
 ])
 def test_workloads_outside_the_template_are_refused_by_name(op, shape, options, message):
     options = {"space": "v3", **options}
     with pytest.raises(WorkloadError, match=message):
         make(op, shape, **options)
+
+
+def test_a_bmm_reads_its_batch_as_one_matrix_of_batch_x_rows():
+    """bmm on the template: no batch_bind knob (the tile loop walks batch x tiles), the tensor
+    maps over [b x M, K] and [b x N, K], the tile count and grid over the whole batch, and the
+    block rows/columns of tile t taken inside its batch element."""
+    Bmm = get_operator("bmm")
+    op = Bmm(12, 512, 512, 64, space="v3")
+    assert "batch_bind" not in {k.name for k in op.space.knobs}
+    config = {**BEST_4096, "bn": 128, "raster": 2, "stages": 2}
+    assert op.space.validate(config) == []
+    assert op.space.columns([config])["tiles"][0] == 12 * 4 * 4
+    low = lowered(op, config)
+    assert low.tensor_maps["A_map"]["dims"] == [64, 12 * 512]
+    assert low.tensor_maps["B_map"]["dims"] == [64, 12 * 512]
+    assert low.grid == (132, 1, 1) and low.args == ("A_map", "B_map", "C")
+    assert lowered(op, {**config, "persistent": "off"}).grid == (12 * 16, 1, 1)
+
+
+def test_a_bmm_tile_order_covers_every_tile_of_every_batch_element_once():
+    """The kernel's tile -> (A/C row block, C column block, B row) map, evaluated in Python on
+    the same formulas: a bijection onto the batch's tiles, B's rows in the same batch element as
+    A's."""
+    from spaces import _hopper_matmul as hm
+
+    B, M, N, BM, BN, G = 3, 512, 384, 128, 128, 2
+    seen = set()
+    for t in range(B * (M // BM) * (N // BN)):
+        tm, tn, brow = hm.tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G)
+        b = tm * BM // M
+        assert brow // N == b and brow % N == tn * BN
+        seen.add((tm, tn))
+    assert seen == {(b * (M // BM) + i, j) for b in range(B) for i in range(M // BM)
+                    for j in range(N // BN)}
 
 
 def test_knobs_reach_the_generated_cuda():
@@ -133,6 +168,18 @@ def test_sampled_kernels_build_for_sm_90a_without_spills():
         assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
         assert f.get("stack_bytes", 0) == 0, (config, f)
         assert set(res["tensor_maps"]) == {"A_map", "B_map"}
+
+
+@needs_nvcc
+def test_sampled_bmm_kernels_build_for_sm_90a_without_spills():
+    from bocast.measure.builder import build_task
+
+    op = get_operator("bmm")(12, 512, 512, 64, space="v3")
+    for config in op.space.sample(3, rng=2):
+        res = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+        assert res["status"] == "ok", (config, res["error"])
+        f = res["features"]
+        assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
 
 
 @needs_nvcc

@@ -218,3 +218,26 @@ def test_bo_can_start_from_the_rows_the_cga_starts_from(target, source):
     # left at 0 the first batch is LogEI's alone, as before the option existed
     plain = make_strategy("bo", target.candidates(), seed=0, warm_start=[source], **FAST)
     assert plain.ask(8) and plain.last_round["warm_start_top"] == 0
+
+
+def test_interleave_takes_turns_and_keeps_each_item_once():
+    from bocast.bo.transfer import interleave
+
+    assert interleave([1, 2, 3], [3, 4]) == [1, 3, 2, 4]
+    assert interleave([], [5, 6]) == [5, 6] and interleave([7], []) == [7]
+
+
+def test_a_share_of_the_first_batch_alternates_source_rows_and_model_picks(target, source):
+    cga = make_strategy("cga", target.candidates(), seed=0, warm_start=[source]).ask(8)
+    rows = make_strategy("bo", target.candidates(), seed=0, warm_start=[source],
+                         warm_start_top=4, **FAST).ask(8)
+    bo = make_strategy("bo", target.candidates(), seed=0, warm_start=[source],
+                       warm_start_share=0.5, **FAST)
+    picks = bo.ask(8)
+    keys = [Space.key(c) for c in picks]
+    assert len(set(keys)) == 8 and bo.last_round["warm_start_top"] == 4
+    assert keys[0::2] == [Space.key(c) for c in cga[:4]]  # the best source rows, in turn
+    assert set(keys[1::2]) == {Space.key(c) for c in rows[4:]}  # the model's picks, as with top
+    with pytest.raises(StrategyError, match="warm_start_top and warm_start_share"):
+        make_strategy("bo", target.candidates(), seed=0, warm_start=[source], warm_start_top=2,
+                      warm_start_share=0.5)
