@@ -103,7 +103,8 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
     pred = model.surrogate.predict(features(pool)[:, model.columns])
     mean = pred.mean.numpy().astype(float)
     sd = np.sqrt(pred.var.numpy().astype(float))
-    order = interleave(range(min(n_rows, k)), np.argsort(-mean, kind="stable")[:k], key=int)[:k]
+    order = interleave(range(min(n_rows, k)), list(np.argsort(-mean, kind="stable")[:k]),
+                       key=int)[:k]
     nearest = load_sources(choice.sources[:1], target_op)[0]
     log_mu, log_sd = float(nearest.log_tflops.mean()), float(nearest.log_tflops.std() or 1.0)
     z_max = (float(nearest.log_tflops.max()) - log_mu) / log_sd

@@ -69,7 +69,8 @@ def _configs(spec: dict, where: str) -> list[compare.CompareConfig]:
             "name": f"{spec['name']}_{name}", "workload": t["workload"], "runner": "replay",
             "dataset": t["dataset"], "strategies": variants, "seeds": spec["seeds"],
             "budget": {"trials": spec["budget"]}, "batch_size": spec["batch_size"],
-            "budgets": sorted({b for b in (16, 32, 64, 128, spec["budget"]) if b <= spec["budget"]}),
+            "budgets": sorted({b for b in (16, 32, 64, 128, spec["budget"])
+                               if b <= spec["budget"]}),
             "baseline": spec["reference"], "output": os.path.join(spec["output"], name),
             "results": os.path.join(spec["output"], name, "summary")}, where))
     return out
