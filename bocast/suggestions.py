@@ -51,6 +51,7 @@ class Suggestion:
     low: float
     high: float
     why: str  # "source row": one of the best source rows; "model": the source model's pick
+    # (a model pick may also be a source row further down)
 
 
 @dataclass
@@ -103,8 +104,9 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
     pred = model.surrogate.predict(features(pool)[:, model.columns])
     mean = pred.mean.numpy().astype(float)
     sd = np.sqrt(pred.var.numpy().astype(float))
-    order = interleave(range(min(n_rows, k)), list(np.argsort(-mean, kind="stable")[:k]),
-                       key=int)[:k]
+    order = interleave([(i, "source row") for i in range(min(n_rows, k))],
+                       [(int(i), "model") for i in np.argsort(-mean, kind="stable")[:k]],
+                       key=lambda t: t[0])[:k]
     nearest = load_sources(choice.sources[:1], target_op)[0]
     log_mu, log_sd = float(nearest.log_tflops.mean()), float(nearest.log_tflops.std() or 1.0)
     z_max = (float(nearest.log_tflops.max()) - log_mu) / log_sd
@@ -113,8 +115,8 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
         return math.exp(log_mu + min(float(z), z_max) * log_sd)
 
     items = [Suggestion(pool[i], float(mean[i]), float(sd[i]), tflops(mean[i]),
-                        tflops(mean[i] - sd[i]), tflops(mean[i] + sd[i]),
-                        "source row" if i < n_rows else "model") for i in order]
+                        tflops(mean[i] - sd[i]), tflops(mean[i] + sd[i]), why)
+             for i, why in order]
     return Suggestions(dict(target_op.workload), [library.portable(p) for p in choice.sources],
                        library.portable(choice.sources[0]), items, list(choice.notes))
 

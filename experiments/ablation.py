@@ -103,6 +103,17 @@ def _good_rows(prefix: str) -> tuple[int, int]:
     return len(df), int((ok >= 0.95 * ok.max()).sum())
 
 
+def _median_best(runs: list[dict], trials: int, optimum: float) -> float | None:
+    """Median best so far at ``trials`` over the optimum; None where a run is shorter."""
+    if any(len(r["curve"]) < trials for r in runs):
+        return None
+    return float(np.median([r["curve"][trials - 1] for r in runs])) / optimum
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
 def _censored(trials: int | None, budget: int) -> int:
     """Trials to a level, budget + 1 when not reached within ``budget`` (an entry with a
     longer budget, such as a cold reference run, is cut at the common one)."""
@@ -186,8 +197,8 @@ def main(path: str) -> None:
                    "iqr_trials_to_95pct": [float(x) for x in np.percentile(t95[lab], [25, 75])],
                    "reached": int(sum(r["trials_to_95pct"] is not None for r in rs)),
                    "runs": len(rs),
-                   "best_at_64": float(np.median([r["curve"][63] for r in rs])) / optimum,
-                   "best_at_128": float(np.median([r["curve"][127] for r in rs])) / optimum,
+                   "best_at_64": _median_best(rs, 64, optimum),
+                   "best_at_128": _median_best(rs, 128, optimum),
                    "median_round_s": statistics.median(model_rounds) if model_rounds else None,
                    "batch_size": q, "seeds": [r["seed"] for r in rs],
                    "trials_to_95pct": [int(x) for x in t95[lab]],
@@ -266,7 +277,7 @@ def _markdown(res: dict) -> str:
             rs = f"{v['median_round_s']:.2f}" if v["median_round_s"] is not None else ""
             lines.append(f"| {lab} | {v['median_trials_to_95pct']:.0f} [{lo:.0f}-{hi:.0f}] | "
                          f"{v['reached']}/{v['runs']} | {diff} | {p} | {ph} | "
-                         f"{v['best_at_64']:.3f} | {v['best_at_128']:.3f} | {rs} |"
+                         f"{_fmt(v['best_at_64'])} | {_fmt(v['best_at_128'])} | {rs} |"
                          + (f" {v['median_trials_to_ref_level']:.0f} | "
                             f"{v['share_ref_level_within']:.2f} |" if within else ""))
         lines.append("")

@@ -377,17 +377,22 @@ def best_rows(ranked: Sequence[Config], candidates, exclude: set[str], n: int) -
 
 
 def interleave(a: Sequence, b: Sequence, key: Callable[[Any], Any] = lambda x: x) -> list:
-    """``a``'s and ``b``'s items in turn, ``a`` first, each (by ``key``) once; the rest of the
-    longer one at the end. A warm start's first batch mixes the best source rows with the
-    source model's picks this way: on held-out tables neither alone was the better first batch
-    everywhere, and in turn the batch is never far behind the better of the two
-    (experiments/results/loto.md)."""
-    out, seen = [], set()
-    for i in range(max(len(a), len(b))):
-        for side in (a, b):
-            if i < len(side) and key(side[i]) not in seen:
-                seen.add(key(side[i]))
-                out.append(side[i])
+    """``a``'s and ``b``'s items in turn, ``a`` first, each (by ``key``) once: a turn takes its
+    side's next item not taken yet; the rest of the longer side at the end. A warm start's first
+    batch mixes the best source rows with the source model's picks this way: on held-out tables
+    neither alone was the better first batch everywhere, and in turn the batch is never far
+    behind the better of the two (experiments/results/loto_b16.md)."""
+    out: list = []
+    seen: set = set()
+    sides = [iter(a), iter(b)]
+    while sides:
+        side = sides.pop(0)
+        for item in side:
+            if key(item) not in seen:
+                seen.add(key(item))
+                out.append(item)
+                sides.append(side)  # its next turn comes after the other side's
+                break
     return out
 
 

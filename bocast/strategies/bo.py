@@ -141,6 +141,13 @@ class BayesOpt(Strategy):
         Field("warm_start_points", int, 1024, min=3, max=100_000,
               doc="warm_start: source rows the source model conditions on (a fixed subset)"),
     ), noun="option")
+    # a warm run's first batch: half the best source rows, each followed by one of the source
+    # model's picks. Leave-one-table-out over 18 tables (experiments/results/loto_b16.md,
+    # loto_b32.md): rows alone were 2-26x slower to 95% than the model's picks on the tables
+    # whose best rows do not carry over (conv1d, conv3d, gemv, small-M GEMMs), the model's picks
+    # alone 3-60x slower than the rows where they do (conv2d, dilated, bmm, GEMM 2048x8192x1024,
+    # 4096^3); in turn, faster than cold BO on 16 of 18 tables at batch 16 and tied on 2
+    warm_defaults = {"warm_start_share": 0.5}
 
     def __init__(self, candidates, *, seed=0, **hyper):
         _import_model()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the H100 machine: issue 26's live check of the default warm start. For each new shape (in
 # no shipped record) and seed, `bocast tune OP --shape S` as a user runs it (the one-command
-# defaults: BO, batch 16, warm_start auto), 64 trials ("warm"), and the cold default with
+# defaults: BO, batch 16, warm_start auto), WARM_TRIALS trials ("warm", default 64; 16 is the
+# first batch, what issue 26's criterion reads), and the cold default with
 # --warm-start none, 200 trials ("cold"). Every run sees an empty records library of its own
 # (BOCAST_RECORDS), so its sources are the shipped datasets only and no run seeds another.
 # Resumable: carry .devbundle and, after the first call, .devcarry/warm_live.tar.gz (the stores
@@ -18,7 +19,8 @@ run_all() {
     op=${item%%:*}; shape=${item#*:}
     out=runs/warm_live/${op}_${shape//,/x}/${arm}_s${seed}
     mkdir -p "$out"
-    if [ "$arm" = warm ]; then extra=(--trials 64); else extra=(--trials 200 --warm-start none); fi
+    if [ "$arm" = warm ]; then extra=(--trials "${WARM_TRIALS:-64}")
+    else extra=(--trials 200 --warm-start none); fi
     t0=$(date +%s)
     BOCAST_RECORDS=$(mktemp -d) python3 -m bocast.cli tune "$op" --shape "$shape" --seed "$seed" \
       --output "$out" "${extra[@]}" --json > "$out/tune.log" 2>&1

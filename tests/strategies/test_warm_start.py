@@ -224,6 +224,7 @@ def test_interleave_takes_turns_and_keeps_each_item_once():
     from bocast.bo.transfer import interleave
 
     assert interleave([1, 2, 3], [3, 4]) == [1, 3, 2, 4]
+    assert interleave([1, 2, 3], [1, 5, 6]) == [1, 5, 2, 6, 3]  # a taken item is passed over
     assert interleave([], [5, 6]) == [5, 6] and interleave([7], []) == [7]
 
 
