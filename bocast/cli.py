@@ -618,7 +618,8 @@ def _opt(p: argparse._ActionsContainer, flag: str, field: schema.Field, default:
     """A command-line option checked by its schema field (type, range; default and help)."""
     default = field.default if default is None and not field.required else default
     p.add_argument(flag, type=field.parse, default=default, metavar=field.kind.__name__.upper(),
-                   help=f"{field.doc} ({field.expected(cli=True)}; default {default})", **kwargs)
+                   help=f"{field.doc} ({field.expected(cli=True, storage_limits=False)}"
+                        + (f"; default {default})" if default is not None else ")"), **kwargs)
 
 
 def _flag(p: argparse.ArgumentParser, flag: str, field: schema.Field) -> None:
@@ -630,7 +631,11 @@ def _flag(p: argparse.ArgumentParser, flag: str, field: schema.Field) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from bocast.config import RUNNERS as TUNE_RUNNERS
 
-    parser = _Parser(prog="bocast", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="bocast", description=(
+        "Tune Tensor Core kernels with Bayesian optimisation: `bocast tune gemm --shape "
+        "4096,4096,4096` (live), `--runner replay` (recorded data, no GPU), `bocast suggest` "
+        "(no measurement), `bocast compare` (strategies over seeds). `bocast COMMAND --help` "
+        "for each."))
     common = _Parser(add_help=False)
     common.add_argument("--json", action="store_true", help="last line: one JSON summary")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -62,23 +62,25 @@ class Field:
     def required(self) -> bool:
         return self.default is REQUIRED
 
-    def expected(self, cli: bool = False) -> str:
+    def expected(self, cli: bool = False, *, storage_limits: bool = True) -> str:
         """What a valid value is, in words (the error messages and the CLI help say it; a
-        command line has no null: leaving the option out gives the default)."""
+        command line has no null: leaving the option out gives the default). Help leaves out
+        an upper bound that is only a 64-bit storage limit (``storage_limits=False``)."""
         if self.choices:
             what = f"one of {list(self.choices)}"
         elif self.kind in (int, float):
             what = "an integer" if self.kind is int else "a number"
             lo = (f">= {_num(self.min)}" if self.min is not None else
                   f"> {_num(self.above)}" if self.above is not None else None)
-            if lo and self.max is not None and self.min is not None:
-                what += f" between {_num(self.min)} and {_num(self.max)}"
-            elif lo and self.max is not None:
-                what += f" {lo} and <= {_num(self.max)}"
+            hi = self.max if storage_limits or self.max is None or self.max < 2**62 else None
+            if lo and hi is not None and self.min is not None:
+                what += f" between {_num(self.min)} and {_num(hi)}"
+            elif lo and hi is not None:
+                what += f" {lo} and <= {_num(hi)}"
             elif lo:
                 what += f" {lo}"
-            elif self.max is not None:
-                what += f" <= {_num(self.max)}"
+            elif hi is not None:
+                what += f" <= {_num(hi)}"
         elif self.kind is str:
             what = "a string" + (" of letters, digits, '.', '_', '+', '-' and inner spaces"
                                  if self.pattern else "")

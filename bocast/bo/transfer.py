@@ -65,7 +65,7 @@ class _WarmStartField(Field):
                         f"the records library's choice, or '{NONE}': a cold start)")
         return value
 
-    def expected(self, cli=False):
+    def expected(self, cli=False, *, storage_limits=True):
         return f"'{AUTO}', '{NONE}' or a list of sources"
 
 
