@@ -312,7 +312,8 @@ PROGRESS_EVERY = Field("progress_every", int, 50, min=1, max=MAX_TRIALS,
                        doc="a progress line every this many configurations (stderr)")
 REJECT_SPILLS = Field("reject_spills", bool, False,
                       doc="build-time filter: record kernels whose ptxas report shows register "
-                          "spills or a stack frame as build_rejected, without running them")
+                          "spills, a stack frame or serialized wgmma instructions as "
+                          "build_rejected, without running them")
 MAX_SECONDS = Field("max_seconds", float, None, above=0, nullable=True,
                     doc="start no new batch after this many seconds; the next call resumes "
                         "from the store (a device session's time limit)")

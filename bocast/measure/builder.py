@@ -173,7 +173,8 @@ class Builder:
 
     ``workers`` defaults to the machine's cores; ``timeout_s`` bounds one whole build (apply,
     lower, nvcc). ``reject_spills`` is a build-time filter: a kernel whose ptxas report shows
-    register spills or a stack frame is recorded as ``build_rejected`` and never runs (those
+    register spills, a stack frame or serialized wgmma instructions (space v3: ptxas's
+    "Potential Performance Loss") is recorded as ``build_rejected`` and never runs (those
     figures are free before a GPU run; a stack frame also marks local arrays, the cause of the
     launch failures of v1's conv3d kernels). Use as a context manager, or call :meth:`close`."""
 
@@ -236,15 +237,17 @@ class Builder:
 
 
 def rejected(res: BuildResult) -> BuildResult:
-    """``res``, or ``build_rejected`` if ptxas reported spills or a stack frame (the
-    ``reject_spills`` filter)."""
+    """``res``, or ``build_rejected`` if ptxas reported spills, a stack frame or serialized
+    wgmma instructions (the ``reject_spills`` filter)."""
     f = res.features
     local = {k: f.get(k, 0) for k in ("spill_stores", "spill_loads", "stack_bytes")}
-    if res.status is not Status.OK or not any(local.values()):
+    serialized = bool(f.get("wgmma_serialized"))
+    if res.status is not Status.OK or not (any(local.values()) or serialized):
         return res
     res.status, res.stage, res.cubin = Status.BUILD_REJECTED, "filter", None
     res.error = "reject_spills: ptxas reports " + ", ".join(
-        f"{int(v)} bytes {k.replace('_', ' ')}" for k, v in local.items() if v)
+        [f"{int(v)} bytes {k.replace('_', ' ')}" for k, v in local.items() if v]
+        + (["wgmma.mma_async instructions serialized"] if serialized else []))
     return res
 
 

@@ -67,6 +67,10 @@ def parse_ptxas(log: str) -> dict[str, float]:
         m = re.search(pat, log)
         if m:
             out[key] = float(m.group(1))
+    # ptxas's C7510-C7515 "Potential Performance Loss": wgmma.mma_async serialized (too few
+    # registers for its pipeline, calls, ...): a kernel that runs, at a fraction of its speed
+    if re.search(r"wgmma\.mma_async instructions are serialized", log):
+        out["wgmma_serialized"] = 1.0
     m = re.search(r"Compile time = ([\d.]+) ms", log)
     if m:
         out["ptxas_ms"] = float(m.group(1))

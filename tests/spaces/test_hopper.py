@@ -183,6 +183,27 @@ def test_sampled_bmm_kernels_build_for_sm_90a_without_spills():
 
 
 @needs_nvcc
+def test_serialized_wgmma_is_a_feature_and_the_spill_filter_rejects_it():
+    """A configuration outside the register constraint (one consumer holding 128 x 256 fp32
+    accumulators at the launch's 255-register cap), built anyway: ptxas serializes its wgmma
+    (C7511) and spills; the build says so, and ``reject_spills`` records it build_rejected."""
+    from bocast.measure.builder import BuildResult, build_task, rejected
+    from bocast.measure.status import Status
+
+    op = Gemm(*SMALL, space="v3")
+    config = {**BEST_4096, "consumers": 1, "regs": "off", "stages": 2, "raster": 1}
+    assert op.space.validate(config) == ["accumulators_fit_registers"]
+    res = build_task({"workload": op.workload, "config": config})
+    assert res["status"] == "ok" and res["features"]["wgmma_serialized"] == 1.0
+    b = BuildResult(key="k", status=Status.OK, features=dict(res["features"]), cubin=b"x")
+    out = rejected(b)
+    assert out.status is Status.BUILD_REJECTED and out.cubin is None
+    assert "wgmma.mma_async instructions serialized" in out.error
+    assert "wgmma_serialized" not in build_task(
+        {"workload": op.workload, "config": BEST_4096 | {"bn": 128, "raster": 1}})["features"]
+
+
+@needs_nvcc
 def test_the_best_live_kernel_builds_as_it_ran():
     from bocast.measure.builder import build_task
 
