@@ -3,7 +3,9 @@ of the table's best (ablation results JSONs), the arms of several results side b
 
     python experiments/loto_summary.py experiments/results/loto_summary.md \
         experiments/results/loto.json:bo,bo-auto,bo-auto-top16,cga-auto \
-        experiments/results/loto_b16.json:bo,bo-auto,bo-auto-half,bo-auto-rows,cga-auto
+        experiments/results/loto_b16.json:bo,bo-auto,bo-auto-half,bo-auto-rows,cga-auto \
+        experiments/results/loto_b32.json:bo-auto-half \
+        experiments/results/loto_final.json:bo,bo-auto-half
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ def main(out: str, items: list[str]) -> None:
         path, _, labels = item.partition(":")
         with open(path) as f:
             res = json.load(f)
-        tag = f"b{res['batch_size']}"
+        tag = f"b{res['batch_size']} x{res['seeds']}"  # batch, seeds
         sha = res["provenance"].get("git_sha", "?")[:12]
         notes.append(f"`{os.path.basename(path)}`: batch {res['batch_size']}, {res['seeds']} "
                      f"seeds, budget {res['budget']}, at {sha}")
@@ -35,7 +37,8 @@ def main(out: str, items: list[str]) -> None:
     lines = ["# Warm start auto, leave one table out: trials to 95% of the table's best", "",
              "Median over paired seeds (budget + 1 when not reached within the budget); in "
              "brackets, the share of seeds whose warm run reaches 95% of cold BO's best at its "
-             "reference budget (200) within 16 trials. " + "; ".join(notes) + ".", "",
+             "reference budget (200) within 16 trials. A column is an arm at batch b over x "
+             "seeds. " + "; ".join(notes) + ".", "",
              "| table | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for name, row in tables.items():
         lines.append(f"| {name} | " + " | ".join(row.get(c, "-") for c in cols) + " |")
