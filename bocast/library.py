@@ -392,11 +392,14 @@ def resolve(option: Any, target_op, *, runner: str, gpu: str | None,
 def warm_options(strategy: str, options: dict[str, Any], sources: Sequence[str]) -> dict[str, Any]:
     """``options`` of a run whose ``warm_start: auto`` chose ``sources``: with the sources, and,
     where there are any, the strategy's :attr:`~bocast.strategies.base.Strategy.warm_defaults`
-    for the options the run left unset (a cold run, or an explicit list, keeps the plain
-    defaults: explicit warm starts reproduce as they always did)."""
+    for the options the run left unset, unless it gave one they yield to (a cold run, or an
+    explicit list, keeps the plain defaults: explicit warm starts reproduce as they always
+    did)."""
     from bocast.strategies import strategy_class
 
-    extra = strategy_class(strategy).warm_defaults if sources else {}
+    cls = strategy_class(strategy)
+    given = any(k in options for k in cls.warm_defaults_yield_to)
+    extra = cls.warm_defaults if sources and not given else {}
     return {**{k: v for k, v in extra.items() if k not in options}, **options,
             "warm_start": list(sources)}
 

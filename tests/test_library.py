@@ -210,4 +210,7 @@ def test_warm_defaults_apply_only_to_a_warm_run_and_never_over_a_given_option(mo
     got = library.warm_options("bo", {"y_transform": "log"}, ["a", "b"])
     assert got == {"warm_start_share": 0.5, "y_transform": "log", "warm_start": ["a", "b"]}
     assert library.warm_options("bo", {}, []) == {"warm_start": []}
+    # warm_start_top says how the first batch starts: the share is not added beside it
+    assert library.warm_options("bo", {"warm_start_top": 16}, ["a"]) == {
+        "warm_start_top": 16, "warm_start": ["a"]}
     assert library.warm_options("cga", {}, ["a"]) == {"warm_start": ["a"]}

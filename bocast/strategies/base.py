@@ -36,6 +36,8 @@ class Strategy(ABC):
     #: unset (:func:`bocast.library.warm_options`): the defaults of a warm run, chosen by the
     #: leave-one-table-out replay (experiments/ablation/loto.yaml); a cold run keeps ``options``'
     warm_defaults: ClassVar[dict[str, Any]] = {}
+    #: options that, given, leave ``warm_defaults`` out (they say the same thing another way)
+    warm_defaults_yield_to: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, candidates: Candidates, *, seed: int = 0, **hyper: Any):
         self.hyper = self.options.check(hyper, f"strategy {self.name!r}: ", StrategyError)

@@ -148,6 +148,7 @@ class BayesOpt(Strategy):
     # alone 3-60x slower than the rows where they do (conv2d, dilated, bmm, GEMM 2048x8192x1024,
     # 4096^3); in turn, faster than cold BO on 16 of 18 tables at batch 16 and tied on 2
     warm_defaults = {"warm_start_share": 0.5}
+    warm_defaults_yield_to = ("warm_start_top",)
 
     def __init__(self, candidates, *, seed=0, **hyper):
         _import_model()
