@@ -146,7 +146,8 @@ class BayesOpt(Strategy):
     # loto_b32.md): rows alone were 2-26x slower to 95% than the model's picks on the tables
     # whose best rows do not carry over (conv1d, conv3d, gemv, small-M GEMMs), the model's picks
     # alone 3-60x slower than the rows where they do (conv2d, dilated, bmm, GEMM 2048x8192x1024,
-    # 4096^3); in turn, faster than cold BO on 16 of 18 tables at batch 16 and tied on 2
+    # 4096^3); in turn, faster than cold BO on 15 of 18 tables at batch 16 (50 seeds,
+    # loto_final.md) and tied on 3
     warm_defaults = {"warm_start_share": 0.5}
     warm_defaults_yield_to = ("warm_start_top",)
 
