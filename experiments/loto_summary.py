@@ -1,16 +1,18 @@
 """One table of issue 26's leave-one-table-out replay: per table, each arm's median trials to 95%
-of the table's best (ablation results JSONs), the arms of several results side by side.
+of the table's best (ablation results JSONs, as written or xz-compressed as tracked), the arms
+of several results side by side.
 
     python experiments/loto_summary.py experiments/results/loto_summary.md \
-        experiments/results/loto.json:bo,bo-auto,bo-auto-top16,cga-auto \
-        experiments/results/loto_b16.json:bo,bo-auto,bo-auto-half,bo-auto-rows,cga-auto \
-        experiments/results/loto_b32.json:bo-auto-half \
-        experiments/results/loto_final.json:bo,bo-auto-half
+        experiments/results/loto.json.xz:bo,bo-auto,bo-auto-top16,cga-auto \
+        experiments/results/loto_b16.json.xz:bo,bo-auto,bo-auto-half,bo-auto-rows,cga-auto \
+        experiments/results/loto_b32.json.xz:bo-auto-half \
+        experiments/results/loto_final.json.xz:bo,bo-auto-half
 """
 
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import sys
 
@@ -19,11 +21,12 @@ def main(out: str, items: list[str]) -> None:
     cols, tables, notes = [], {}, []
     for item in items:
         path, _, labels = item.partition(":")
-        with open(path) as f:
+        with (lzma.open if path.endswith(".xz") else open)(path, "rt") as f:
             res = json.load(f)
         tag = f"b{res['batch_size']} x{res['seeds']}"  # batch, seeds
         sha = res["provenance"].get("git_sha", "?")[:12]
-        notes.append(f"`{os.path.basename(path)}`: batch {res['batch_size']}, {res['seeds']} "
+        name = os.path.basename(path).removesuffix(".xz")
+        notes.append(f"`{name}`: batch {res['batch_size']}, {res['seeds']} "
                      f"seeds, budget {res['budget']}, at {sha}")
         for lab in labels.split(","):
             cols.append(f"{lab} {tag}")
