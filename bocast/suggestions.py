@@ -82,7 +82,7 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
     ``shipped_only``: as :func:`bocast.library.choose` (held-out evaluation: the table's own
     dataset, no record of its workload). Raises :class:`bocast.library.LibraryError` when the
     library holds no record of the same schedule."""
-    from bocast.bo.transfer import best_rows, interleave, load_sources, source_model
+    from bocast.bo.transfer import interleave, load_sources, source_model
     from bocast.features import Features
 
     if not (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 1000):
@@ -100,7 +100,7 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
                                                                       target_op.workload)
     features = Features(cands, "knobs")
     model = source_model(choice.sources, target_op, features, points=1024, maxiter=75)
-    pool, n_rows = _pool(cands, model, best_rows, seed)
+    pool, n_rows = _pool(cands, model, seed)
     pred = model.surrogate.predict(features(pool)[:, model.columns])
     mean = pred.mean.numpy().astype(float)
     sd = np.sqrt(pred.var.numpy().astype(float))
@@ -121,10 +121,12 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
                        library.portable(choice.sources[0]), items, list(choice.notes))
 
 
-def _pool(cands: Candidates, model, best_rows, seed: int) -> tuple[list[Config], int]:
+def _pool(cands: Candidates, model, seed: int) -> tuple[list[Config], int]:
     """(a pool: the best source rows the candidates hold, best first, then their one-knob
     neighbours and a uniform sample of the candidates, each once; how many source rows lead
     it)."""
+    from bocast.bo.transfer import best_rows
+
     rng = np.random.default_rng(seed)
     pool = best_rows(model.ranked, cands, set(), TOP_ROWS)
     seen = {Space.key(c) for c in pool}

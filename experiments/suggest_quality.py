@@ -93,7 +93,7 @@ def _model_only(op, ds, sources):
     cands = ds.candidates()
     features = Features(cands, "knobs")
     model = source_model(_local(sources), op, features, points=1024, maxiter=75)
-    pool, _ = _pool(cands, model, best_rows, 0)
+    pool, _ = _pool(cands, model, 0)
     mean = model.surrogate.predict(features(pool)[:, model.columns]).mean.numpy()
     return [pool[i] for i in np.argsort(-mean, kind="stable")[:K]]
 

@@ -228,11 +228,8 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
     swz = SWIZZLE[BK * 2]
     sbo = 8 * BK * 2 // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
 
-    def tile_m(t):
-        return tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G)[0]
-
-    def b_row(t):
-        return tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G)[2]
+    def tile(t):  # (A/C block row, C block column, B's first row) of tile t
+        return tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G)
 
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.f16.f16"
     tma = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
@@ -283,8 +280,8 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
                 T.ptx.setmaxnreg.dec.sync.aligned.u32(split[0])
             if tx == 0:
                 for i in T.serial(n_tiles):
-                    tm = T.meta_var(tile_m(cta + i * grid))
-                    bn0 = T.meta_var(b_row(cta + i * grid))
+                    tm = T.meta_var(tile(cta + i * grid)[0])
+                    bn0 = T.meta_var(tile(cta + i * grid)[2])
                     for kb in T.serial(KT):
                         it = T.meta_var(i * KT + kb)  # k blocks this CTA loaded before
                         s = T.meta_var(it % S)
@@ -307,8 +304,8 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
             # so one's epilogue overlaps another's main loop
             for j in T.serial((n_tiles - (cw if pingpong else 0) + step - 1) // step):
                 i = T.meta_var(j * step + (cw if pingpong else 0))
-                tm = T.meta_var(tile_m(cta + i * grid))
-                tn = T.meta_var(tile_coords(cta + i * grid, M=M, N=N, BM=BM, BN=BN, G=G)[1])
+                tm = T.meta_var(tile(cta + i * grid)[0])
+                tn = T.meta_var(tile(cta + i * grid)[1])
                 if pingpong:  # noqa: SIM102 - a static test outside, a TIR test inside
                     # mbarrier waits test a phase's parity, so a consumer may run at most one
                     # phase ahead of a barrier: taking turns keeps the other consumer's k blocks
