@@ -82,7 +82,7 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
     ``shipped_only``: as :func:`bocast.library.choose` (held-out evaluation: the table's own
     dataset, no record of its workload). Raises :class:`bocast.library.LibraryError` when the
     library holds no record of the same schedule."""
-    from bocast.bo.transfer import interleave, load_sources, source_model
+    from bocast.bo.transfer import interleave, source_model
     from bocast.features import Features
 
     if not (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 1000):
@@ -107,7 +107,7 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
     order = interleave([(i, "source row") for i in range(min(n_rows, k))],
                        [(int(i), "model") for i in np.argsort(-mean, kind="stable")[:k]],
                        key=lambda t: t[0])[:k]
-    nearest = load_sources(choice.sources[:1], target_op)[0]
+    nearest = model.sources[0]  # the closest workload: choose ranks them
     log_mu, log_sd = float(nearest.log_tflops.mean()), float(nearest.log_tflops.std() or 1.0)
     z_max = (float(nearest.log_tflops.max()) - log_mu) / log_sd
 
