@@ -1,4 +1,4 @@
-"""How much each knob matters in the uniform v2 tables: the share of the variance of log TFLOPS
+"""How much each knob matters in a uniform table (v2 or v3): the share of the variance of log TFLOPS
 that a knob's value explains (one-way eta^2), and per value the median TFLOPS and the share of
 its rows in the table's top decile. Prints a markdown table; the exhaustive tables' fixed knobs
 were chosen with it (README.md).
@@ -14,19 +14,15 @@ import numpy as np
 
 from bocast.records import load_dataset
 
-KNOBS = ("instr", "stages", "async_copy", "frag_pipeline", "smem_layout", "vec", "raster",
-         "unroll", "writeback", "out_vec")
-
-
 def impact(prefix: str) -> list[str]:
-    df, _ = load_dataset(prefix)
+    df, meta = load_dataset(prefix)
     df = df[df.status == "ok"].copy()
     df["ly"] = np.log(df.tflops)
     top = df.tflops.quantile(0.9)
     total = ((df.ly - df.ly.mean()) ** 2).sum()
     lines = [f"`{prefix}` ({len(df)} ok rows; top decile >= {top:.1f} TFLOPS)", "",
              "| knob | eta^2 | value: median TFLOPS / top-decile share |", "|---|---|---|"]
-    for k in KNOBS:
+    for k in (c for c in meta["knob_columns"] if not c.startswith("tile_")):
         g = df.groupby(df[k].astype(str), dropna=False)
         eta = float((g.ly.count() * (g.ly.mean() - df.ly.mean()) ** 2).sum() / total)
         cells = [f"{v}: {grp.tflops.median():.0f} / {(grp.tflops >= top).mean():.2f}"
