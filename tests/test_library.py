@@ -111,7 +111,10 @@ def test_records_of_one_space_never_seed_another():
     assert incompatibility(v2.workload, v3)[0] is not None
     choice = library.choose(v3, gpu="NVIDIA H100 80GB HBM3", other_workloads=True,
                             shipped_only=True)
-    assert choice.sources == [os.path.join(library.SHIPPED, "gemm_4096_4096_4096_v3")]
+    # the other v3 workloads only (each once: its exhaustive table has more rows than the
+    # uniform 4096^3 v3 dataset), never v2's records nor the target's own 1024^3 v3 tables
+    assert choice.sources == [os.path.join(library.SHIPPED, "exhaustive", t) for t in
+                              ("gemm_2048_8192_1024_v3", "gemm_4096_4096_4096_v3")]
     v1 = make("gemm", (1024,) * 3, space="v1")
     picked = library.choose(v1, gpu="NVIDIA H100 80GB HBM3", shipped_only=True,
                             other_workloads=True).sources

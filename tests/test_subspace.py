@@ -55,7 +55,10 @@ def test_committed_tables_have_the_size_they_state(path):
     space = from_workload(sub.workload).space
     n = sub.count(space)
     assert n == sub.expected
-    assert 3000 <= n <= 8000, "issue 11: ~3k-8k configurations per table"
+    # issue 11 asked ~3k-8k per v2 table; issue 24 "a few thousand rows" of v3 (2,576: the
+    # space has 102,400 structural configurations in all, a tenth of v2's sub-spaces)
+    low = 2000 if sub.workload.get("space") == "v3" else 3000
+    assert low <= n <= 8000, f"~{low}-8000 configurations per table"
 
 
 def test_the_4096_table_holds_the_best_live_kernel():
