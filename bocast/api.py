@@ -59,7 +59,7 @@ def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
     try:
         cfg = cmp.load(path) if path is not None else cmp.parse(plain(config), os.getcwd())
         check_writable(cfg.output, "output", directory=True)
-        results = [cfg.results + ext for ext in (".md", ".csv", ".json", ".png")]
+        results = [cfg.results + ext for ext in (".md", ".csv", ".json", ".png", ".pdf")]
         for out in results:
             check_writable(out, "results")
         # a rerun rewrites its own results (existing=None); it never writes over what it reads
@@ -87,7 +87,7 @@ def compare(config: str | os.PathLike | Mapping[str, Any], *,
             progress: bool = False) -> dict[str, Any]:
     """Run a comparison configuration (a YAML file or a mapping of its fields) exactly as
     ``bocast compare`` does: the same checks first, each run's store under ``output`` (resumed
-    where it exists), the results (.md/.csv/.json/.png) at ``results``. ``only``: just these
+    where it exists), the results (.md/.csv/.json/.png/.pdf) at ``results``. ``only``: just these
     strategy labels (results once every run has finished); ``summarize``: run nothing, write
     the results of finished stores. Returns the summary (the .json's content; ``missing``
     lists unfinished runs when there are any); ``progress`` prints status lines on stderr."""
@@ -360,7 +360,7 @@ class TuneRun:
         from bocast.measure.replay import ReplayMeasurer
         from bocast.progress import Progress, say
         from bocast.records import atomic_write, provenance
-        from bocast.tuner import Tuner
+        from bocast.tuner import Tuner, reference_label
 
         cfg, op, dataset = self.cfg, self.op, self.dataset
         note = say if progress else (lambda _: None)
@@ -369,17 +369,12 @@ class TuneRun:
         measurer: ReplayMeasurer | Measurer
         try:
             if dataset is None:
-                from bocast.measure.builder import Builder
                 from bocast.measure.engine import Measurer
-                from bocast.measure.rpc import RpcRunner
-                from bocast.measure.runner import GpuRunner
-                from bocast.measure.standin import StandinRunner
+                from bocast.measure.parts import make_builder, make_runner
 
                 ro = cfg.runner_options
-                kw = dict(timeout_s=ro["run_timeout"], repeats=ro["repeats"], seed=cfg.seed)
-                runner = (RpcRunner(**cfg.rpc, **kw) if cfg.runner == "rpc"
-                          else StandinRunner(**kw) if cfg.runner == "standin"
-                          else GpuRunner(**kw))
+                runner = make_runner(cfg.runner, timeout_s=ro["run_timeout"],
+                                     repeats=ro["repeats"], seed=cfg.seed, rpc=cfg.rpc)
                 closers.append(runner)
                 device = runner.device()
             # the run can start: only now is its store created (or opened for writing), so a
@@ -390,16 +385,18 @@ class TuneRun:
             if dataset is not None:
                 measurer = ReplayMeasurer(dataset, store)
                 reference = (dataset.reference or {}).get("tflops")
+                label = reference_label(dataset.reference, recorded=True)
                 note(f"runner: replay of {cfg.dataset} ({len(dataset.configs)} recorded "
                      "configurations; no GPU is used)")
             else:
                 ref = store.get_meta("reference") or runner.reference(op)
-                builder = Builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
-                                  reject_spills=ro["reject_spills"],
-                                  compile=cfg.runner != "standin")
+                builder = make_builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
+                                       reject_spills=ro["reject_spills"],
+                                       compile=cfg.runner != "standin")
                 closers.append(builder)
                 store.set_meta("reference", ref)
                 reference = ref.get("tflops")
+                label = reference_label(ref)
                 measurer = Measurer(op, store, builder, runner, session_info={
                     "device": device, "runner": cfg.runner, "config": cfg.raw,
                     "warm_start_sources": self.warm_start_sources})
@@ -413,7 +410,7 @@ class TuneRun:
                 tuner = Tuner(self.strategy, measurer, trials=cfg.trials, seconds=cfg.seconds,
                               batch_size=cfg.batch_size,
                               optimum=dataset.best_tflops if dataset else None,
-                              reference=reference, meter=meter)
+                              reference=reference, reference_label=label, meter=meter)
                 result = tuner.run(previous)
         finally:
             for c in closers:
@@ -434,8 +431,10 @@ class TuneRun:
         what = (dataset.reference if dataset is not None else ref) or {}
         lines = [f"{cfg.strategy} ({self.strategy.hyper.get('acquisition', '')}) seed "
                  f"{cfg.seed}: {result.trials} trials, best {best:.1f} TFLOPS"
-                 + (f" = {best / reference:.2f}x reference"
-                    + (f" ({what['what']})" if what.get("what") else "") if reference else "")]
+                 + (f" = {best / reference:.2f}x "
+                    + (f"{what['what']}" if what.get("what") else "reference")
+                    + (" (recorded in the dataset)" if dataset is not None else "")
+                    if reference else "")]
         if result.optimum:
             lines.append(f"dataset best {result.optimum:.1f} TFLOPS; 95% reached at trial "
                          f"{result.trials_to(0.95)}")
@@ -615,8 +614,9 @@ class Study:
     @property
     def best(self) -> Record | None:
         """The told trial of highest TFLOPS among the successful ones."""
-        ok = [r for r in self.records if r.ok and r.tflops]
-        return max(ok, key=lambda r: r.tflops or 0.0) if ok else None
+        from bocast.records import best_record
+
+        return best_record(self.records)
 
     @property
     def trials(self):

@@ -133,8 +133,9 @@ def cmd_space(args) -> int:
     configs = space.sample(args.sample, args.seed) if args.sample else []
     sample_s = time.perf_counter() - t
     valid = sum(1 for v in space.validate_many(configs) if not v)
-    lines.append(f"sampled {len(configs)} configurations (seed {args.seed}) in {sample_s:.2f} s; "
-                 f"{valid} pass validate()")
+    if args.sample:
+        lines.append(f"sampled {len(configs)} configurations (seed {args.seed}) in "
+                     f"{sample_s:.2f} s; {valid} of them pass the known constraints")
     summary.update(sampled=len(configs), valid=valid, sample_seconds=round(sample_s, 3))
     if args.out:
         with atomic_write(args.out) as f:
@@ -143,11 +144,11 @@ def cmd_space(args) -> int:
         lines.append(f"wrote {args.out}")
 
     if args.check_build and configs:
-        from bocast.measure.builder import Builder
+        from bocast.measure.parts import make_builder
 
         t = time.perf_counter()
-        with Builder(workers=args.workers, timeout_s=args.build_timeout,
-                     reject_spills=args.reject_spills) as builder, \
+        with make_builder(workers=args.workers, timeout_s=args.build_timeout,
+                          reject_spills=args.reject_spills) as builder, \
                 Progress("built", len(configs), unit="kernels") as meter:
             say(f"building {len(configs)} kernels for sm_90 (apply, lower, nvcc) with "
                 f"{builder.workers} processes")
@@ -194,23 +195,16 @@ def cmd_space(args) -> int:
 
 
 def _make_runner(name: str, args):
-    kwargs = dict(timeout_s=args.run_timeout, repeats=args.repeats, seed=args.seed)
-    if name == "gpu":
-        from bocast.measure.runner import GpuRunner
+    from bocast.measure.parts import make_runner
 
-        return GpuRunner(**kwargs)
-    if name == "rpc":
-        from bocast.measure.rpc import RpcRunner
-
-        return RpcRunner(args.tracker, args.key, **kwargs)
-    from bocast.measure.standin import StandinRunner
-
-    return StandinRunner(**kwargs)
+    return make_runner(name, timeout_s=args.run_timeout, repeats=args.repeats, seed=args.seed,
+                       rpc={"tracker": getattr(args, "tracker", None),
+                            "key": getattr(args, "key", None)} if name == "rpc" else None)
 
 
 def summarize_records(records, reference: dict | None) -> tuple[dict[str, Any], list[str]]:
     counts = collections.Counter(str(r.status) for r in records)
-    ok = sorted((r.tflops for r in records if r.ok and r.tflops), reverse=True)
+    ok = sorted((r.tflops for r in records if r.succeeded), reverse=True)
     summary: dict[str, Any] = {"rows": len(records), "status": dict(counts)}
     shares = ", ".join(f"{k} {v} ({100 * v / len(records):.0f}%)"
                        for k, v in counts.most_common()) if records else ""
@@ -329,15 +323,15 @@ def cmd_measure(args) -> int:
 
 
 def _measure(args, op, configs, what, subspace) -> int:
-    from bocast.measure.builder import Builder
     from bocast.measure.engine import Measurer
+    from bocast.measure.parts import make_builder
     from bocast.records import Store, export_dataset
 
     runner = _make_runner(args.runner, args)
     t0 = time.perf_counter()
-    with runner, Builder(workers=args.workers, timeout_s=args.build_timeout,
-                         compile=args.runner != "standin",
-                         reject_spills=args.reject_spills) as builder:
+    with runner, make_builder(workers=args.workers, timeout_s=args.build_timeout,
+                              compile=args.runner != "standin",
+                              reject_spills=args.reject_spills) as builder:
         device = runner.device()
         # the runner started: only now is the store created, so a failed start leaves none
         store = Store(args.store, op.workload)
@@ -366,7 +360,7 @@ def _measure(args, op, configs, what, subspace) -> int:
             with Progress("measured", len(todo), unit="configurations",
                           every_n=args.progress_every, every_s=30) as meter:
                 def progress(rec):
-                    if rec.ok and rec.tflops:
+                    if rec.succeeded:
                         best[0] = max(best[0], rec.tflops)
                     meter.update(step=1, best=best[0] or None)
 
@@ -542,7 +536,7 @@ def cmd_compare(args) -> int:
         return 0
     with open(cfg.results + ".md") as f:
         table = f.read()
-    lines = [table, f"wrote {cfg.results}.md/.csv/.json/.png "
+    lines = [table, f"wrote {cfg.results}.md/.csv/.json/.png/.pdf "
              f"and records under {cfg.output} in {summary['seconds']:.0f} s"]
     keep = ("median_best", "median_trials_to_95pct", "median_best_vs_reference",
             "median_trials_to_95pct_of_baseline")

@@ -16,7 +16,7 @@ budget for all, from one configuration file.
     budgets: [32, 64, 128, 256]   # where best-so-far is reported
     baseline: cga             # the rank tests compare every strategy against this one
     output: runs/compare_gemm1024          # one record store per run (not committed)
-    results: experiments/results/compare_gemm1024   # .csv, .md, .png, .json
+    results: experiments/results/compare_gemm1024   # .csv, .md, .png, .pdf, .json
 
 Every output carries provenance (git SHA, versions, date, config hash). A seed gives every
 strategy the same initial random design (paired comparison).
@@ -80,7 +80,7 @@ COMPARE = Section((
     Field("budgets", list, None, nullable=True, doc="trials at which best-so-far is reported"),
     Field("baseline", str, None, nullable=True, doc="label the rank tests compare against"),
     Field("output", str, doc="folder of the runs' record stores"),
-    Field("results", str, doc="path prefix of the .md/.csv/.json/.png results"),
+    Field("results", str, doc="path prefix of the .md/.csv/.json/.png/.pdf results"),
     schema.WORKERS.with_default(None),
     Field("runner_options", dict, None, nullable=True),
     Field("rpc", dict, None, nullable=True,
@@ -426,26 +426,22 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
 
     from bocast import metaschedule
     from bocast.candidates import SpaceCandidates
-    from bocast.measure.builder import Builder
     from bocast.measure.engine import Measurer
-    from bocast.measure.runner import GpuRunner
+    from bocast.measure.parts import make_builder, make_runner
     from bocast.operator import from_workload
     from bocast.records import Store
     from bocast.strategies import make_strategy
-    from bocast.tuner import Tuner, run_interleaved
+    from bocast.tuner import Tuner, reference_label, run_interleaved
 
     op = from_workload(cfg.workload)
     runs_plan = plan(cfg)
     if only is not None and not only:
         return _read_live(op, runs_plan)
     ro = cfg.runner_options
-    if runner is None and cfg.runner == "rpc":
-        from bocast.measure.rpc import RpcRunner
-
-        runner = RpcRunner(**cfg.rpc, timeout_s=ro["run_timeout"], repeats=ro["repeats"])
-    runner = runner or GpuRunner(timeout_s=ro["run_timeout"], repeats=ro["repeats"])
-    builder = builder or Builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
-                                 reject_spills=ro["reject_spills"])
+    runner = runner or make_runner(cfg.runner, timeout_s=ro["run_timeout"],
+                                   repeats=ro["repeats"], rpc=cfg.rpc)
+    builder = builder or make_builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
+                                      reject_spills=ro["reject_spills"])
     with runner, builder, contextlib.ExitStack() as stores:
         device = runner.device()
         # one reference for the whole comparison: the one timed when it started, if it did
@@ -478,7 +474,8 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
                 measurer = Measurer(op, store, builder, runner, session_info={
                     **info, "strategy": s["label"], "seed": seed})
                 tuner = Tuner(strategy, measurer, trials=trials, batch_size=entry_batch(cfg, s),
-                              reference=reference["tflops"])
+                              reference=reference["tflops"],
+                              reference_label=reference_label(reference))
                 tuner.start(store.records())  # resumes an interrupted comparison
                 tuners.append(tuner)
                 labels.append((s["label"], seed))
@@ -575,6 +572,14 @@ def _quartiles(v):
         return v[0], v[0], v[0]
     q = statistics.quantiles(v, n=4)
     return q[0], statistics.median(v), q[2]
+
+
+def format_p(p: float) -> str:
+    """A p-value in two significant figures that never reads as a certainty: 0.998 is
+    ">0.99", not "1"; below 1e-3 in scientific notation."""
+    if p > 0.99:
+        return ">0.99"
+    return f"{p:.1e}" if p < 1e-3 else f"{p:.2g}"
 
 
 def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
@@ -717,7 +722,7 @@ def _write_files(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) 
                   "| comparison | fewer trials to 95% | higher best at budget |", "|---|---|---|"]
         for name, t in summary["mann_whitney_u"].items():
             vals = list(t.values())
-            lines.append(f"| {name} | {vals[0]:.2g} | {vals[1]:.2g} |")
+            lines.append(f"| {name} | {format_p(vals[0])} | {format_p(vals[1])} |")
     lines += ["", f"![convergence]({os.path.basename(cfg.results)}.png)", ""]
     with atomic_write(cfg.results + ".md") as f:
         f.write("\n".join(lines))
@@ -729,31 +734,72 @@ def _vendor(summary: dict[str, Any]) -> str:
     return next((v for v in ("cuDNN", "cuBLAS") if v in what), "vendor reference")
 
 
+#: Okabe and Ito's colour-blind-safe palette (blue, orange, green, purple, sky, vermilion,
+#: yellow), and a line style each, so that arms stay apart in grey print as well
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
+STYLES = ("-", "--", "-.", (0, (1, 1)), (0, (5, 1, 1, 1, 1, 1)))
+
+
+def _gpu(cfg: CompareConfig, summary: dict[str, Any]) -> str | None:
+    """The GPU the trials were measured on: the live run's, or the replayed dataset's."""
+    if cfg.runner in LIVE:
+        return ((summary.get("provenance") or {}).get("device") or {}).get("gpu")
+    try:
+        with open(f"{cfg.dataset}.json") as f:
+            return (json.load(f).get("device") or {}).get("gpu")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _plot(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None:
+    """The convergence figure, PNG and PDF: each arm's median best-so-far to the end of its own
+    budget with its interquartile band (edges drawn, so overlapping bands stay readable), the
+    vendor reference (timed in the same run, or the dataset's recorded value in replay) and
+    the 95% line; titled with the workload, the GPU and the reference."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    x = np.arange(1, cfg.trials + 1)
-    for s in cfg.strategies:
-        curves = np.array([r["curve"][: cfg.trials] for r in runs if r["label"] == s["label"]])
+    fig, ax = plt.subplots(figsize=(7, 4.4), dpi=150)
+    for i, s in enumerate(cfg.strategies):
+        n = s.get("trials", cfg.trials)
+        curves = np.array([r["curve"][:n] for r in runs if r["label"] == s["label"]])
+        if not len(curves):
+            continue
+        x = np.arange(1, curves.shape[1] + 1)
         q1, med, q3 = np.percentile(curves, [25, 50, 75], axis=0)
-        line, = ax.plot(x, med, label=s["label"])
-        ax.fill_between(x, q1, q3, color=line.get_color(), alpha=0.2)
+        color, style = PALETTE[i % len(PALETTE)], STYLES[i % len(STYLES)]
+        ax.plot(x, med, color=color, ls=style, lw=1.6,
+                label=f"{s['label']} ({len(curves)} seeds)")
+        ax.fill_between(x, q1, q3, color=color, alpha=0.12, lw=0)
+        for edge in (q1, q3):
+            ax.plot(x, edge, color=color, ls=style, lw=0.5, alpha=0.7)
+    vendor = _vendor(summary)
     if summary["reference_tflops"]:
-        ax.axhline(summary["reference_tflops"], color="k", ls=":", lw=1, label=_vendor(summary))
+        how = "recorded in the dataset" if cfg.runner not in LIVE else "same run"
+        ax.axhline(summary["reference_tflops"], color="k", ls=":", lw=1,
+                   label=f"{vendor} {summary['reference_tflops']:.0f} TFLOPS ({how})")
     ax.axhline(0.95 * summary["optimum_tflops"], color="grey", ls="--", lw=0.8,
-               label=f"95% of {summary['optimum_kind']}")
+               label=f"95% of the {summary['optimum_kind']}")
     ax.set_xlabel("trials")
     ax.set_ylabel("best TFLOPS so far")
-    ax.set_title(f"{cfg.name} (median, IQR over {len(cfg.seeds)} seeds)", fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    w = cfg.workload
+    shape = "x".join(map(str, w.get("shape", [])))
+    gpu = _gpu(cfg, summary) or "GPU not recorded"
+    mode = "live" if cfg.runner in LIVE else "replay"
+    ax.set_title(f"{w.get('op')} {shape}, space {w.get('space', 'v1')}, {w.get('dtype')}: "
+                 f"{mode} on {gpu}\nmedian and interquartile band over seeds; reference "
+                 f"{vendor}", fontsize=9)
+    ax.legend(fontsize=7.5, loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     save_png(fig, cfg.results + ".png")
+    from bocast.records import atomic_write
+
+    with atomic_write(cfg.results + ".pdf", "wb") as f:
+        fig.savefig(f, format="pdf")
     plt.close(fig)
 
 

@@ -90,7 +90,7 @@ def _arch(op, config) -> str:
 def _pick(rows, record: int | str, store: str):
     """The (id, session, record) that ``record`` names, or an InputError that says why not."""
     if record == "best":
-        ok = [r for r in rows if r[2].ok and r[2].tflops]
+        ok = [r for r in rows if r[2].succeeded]
         if ok:
             return max(ok, key=lambda r: (r[2].tflops, -r[0]))
         counts = collections.Counter(str(r[2].status) for r in rows)

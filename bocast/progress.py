@@ -37,6 +37,7 @@ class Progress:
         self._last_line = -1e9
         self._last_n = 0
         self._drawn = False
+        self._first: tuple[float, int] | None = None  # (time, count) of the first update
 
     def __enter__(self):
         return self
@@ -53,8 +54,12 @@ class Progress:
         if self.note:
             parts.append(self.note)
         parts.append(_clock(elapsed))
-        if self.total and 0 < self.done < self.total:
-            parts.append(f"ETA {_clock(elapsed / self.done * (self.total - self.done))}")
+        if self.total and self._first is not None and self._first[1] < self.done < self.total:
+            # the rate since the first completed step: the first step carries one-time costs
+            # (imports, the reference's timing, compiler start-up) that made early ETAs far off
+            t1, n1 = self._first
+            rate = (time.perf_counter() - t1) / (self.done - n1)
+            parts.append(f"ETA {_clock(rate * (self.total - self.done))}")
         return ", ".join(parts)
 
     def _bar(self) -> str:
@@ -66,6 +71,8 @@ class Progress:
     def update(self, done: int | None = None, *, best: float | None = None,
                note: str | None = None, step: int = 0) -> None:
         self.done = done if done is not None else self.done + step
+        if self._first is None and self.done > 0:
+            self._first = (time.perf_counter(), self.done)
         if best is not None:
             self.best = best
         if note is not None:

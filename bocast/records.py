@@ -47,6 +47,12 @@ class RecordError(InputError):
     """A record whose fields are not a measurement (the message names the field)."""
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it: put it straight back
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_write(path: str, mode: str = "w", **kwargs):
     """Write ``path`` whole or not at all: into a temporary file beside it, renamed over it when
@@ -55,6 +61,12 @@ def atomic_write(path: str, mode: str = "w", **kwargs):
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
+        # mkstemp's 0600 would make every result private: keep the file's mode, or take the
+        # one open() would give a new file (0666 less the umask)
+        try:
+            os.fchmod(fd, os.stat(path).st_mode & 0o777)
+        except FileNotFoundError:
+            os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, mode, **kwargs) as f:
             yield f
             f.flush()
@@ -134,7 +146,20 @@ class Record(Measurement):
 
     @property
     def ok(self) -> bool:
+        """Built, ran and checked correct (the status alone)."""
         return self.status is Status.OK
+
+    @property
+    def succeeded(self) -> bool:
+        """OK with a speed to rank it by: what every "best kernel" is chosen among."""
+        return self.status is Status.OK and bool(self.tflops)
+
+
+def best_record(records: Iterable[Record]) -> Record | None:
+    """The succeeded record of highest TFLOPS (the first of equals); None if none succeeded.
+    The one definition of a run's best kernel."""
+    return max((r for r in records if r.succeeded), key=lambda r: r.tflops or 0.0,
+               default=None)
 
 
 #: the fields a runner reports (RunResult's, copied into the record)

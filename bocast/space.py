@@ -797,17 +797,33 @@ class Space:
             out.append(cfg)
         return out
 
+    def _extent_text(self, k: Split) -> str:
+        """``k``'s extent, or each extent its deciding knobs give (``64 (instr mma, ...)``)."""
+        if not callable(k.extent):
+            return str(k.extent)
+        deciders = [d for d in (self._by_name[n] for n in k.extent_from)
+                    if isinstance(d, _Choice)]  # an extent is decided by choice knobs
+        by_extent: dict[int, list[str]] = {}
+        for values in itertools.product(*(d.choices for d in deciders)):
+            cond = dict(zip(k.extent_from, values))
+            by_extent.setdefault(k.extent_for(cond), []).append(
+                " ".join(f"{n} {v}" for n, v in cond.items()) if len(cond) > 1
+                else str(values[0]))
+        name = "" if len(deciders) > 1 else f"{deciders[0].name} "
+        return ", ".join(f"{e} ({name}{', '.join(w)})" for e, w in by_extent.items())
+
     def describe(self) -> str:
         lines = ["knobs:"]
         for k in self.knobs:
             kind = type(k).__name__
             if isinstance(k, Split):
-                ext = k.extent if not callable(k.extent) else f"f({', '.join(k.extent_from)})"
-                dom = f"{k.parts} factors of {ext}"
+                dom = f"{k.parts} factors, outermost first, of {self._extent_text(k)}"
             else:
                 dom = ", ".join(map(str, k.choices))
             when = f"  [active when {dict(k.active_when)}]" if k.active_when else ""
             lines.append(f"  {k.name:<12} {kind:<11} {dom}{when}")
+            if k.doc:
+                lines.append(f"  {'':<12} {'':<11} {k.doc}")
         lines.append("known constraints:")
         lines += [f"  {c.name:<34} {c.doc}" for c in self.constraints]
         return "\n".join(lines)

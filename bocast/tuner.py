@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast, runtime_checkable
 
 from bocast import interrupt
-from bocast.records import Record
+from bocast.records import Record, best_record
 from bocast.space import Config, Space
 from bocast.strategies.base import Strategy
 
@@ -60,8 +60,7 @@ class Trajectory:
 
     @property
     def best(self) -> Record | None:
-        ok = [r for r in self.records if r.ok and r.tflops]
-        return max(ok, key=lambda r: r.tflops or 0.0) if ok else None
+        return best_record(self.records)
 
     @property
     def best_tflops(self) -> float | None:
@@ -128,12 +127,14 @@ class Tuner:
     def __init__(self, strategy: Strategy, measurer: SupportsMeasure, *, trials: int,
                  seconds: float | None = None,
                  batch_size: int = 32, optimum: float | None = None,
-                 reference: float | None = None, meter=None):
+                 reference: float | None = None, reference_label: str = "reference",
+                 meter=None):
         if trials < 1:
             raise ValueError("budget must allow at least one trial")
         self.strategy, self.measurer = strategy, measurer
         self.trials, self.seconds, self.batch_size = trials, seconds, batch_size
         self.optimum, self.reference = optimum, reference
+        self.reference_label = reference_label  # what the ratio is to, e.g. "cuBLAS"
         self.meter = meter  # a bocast.progress.Progress, told after every batch
         self.start()
 
@@ -239,11 +240,21 @@ class Tuner:
         b = self.best[-1] if self.best else 0.0
         note = []
         if self.reference:
-            note.append(f"{b / self.reference:.2f}x reference")
+            note.append(f"{b / self.reference:.2f}x {self.reference_label}")
         if self.optimum:
             note.append(f"{b / self.optimum:.0%} of dataset best")
         note.append(f"proposal {self.proposal_s[-1]:.1f} s" if self.proposal_s else "")
         self.meter.update(len(self.records), best=b, note=", ".join(n for n in note if n))
+
+
+def reference_label(reference: dict | None, *, recorded: bool = False) -> str:
+    """A short name for a run's reference (``reference["what"]``, e.g. "torch.mm(...) (cuBLAS,
+    fp32 out)"): the vendor library it ran, "cuBLAS (recorded)" where replay reads the value
+    from a dataset instead of timing it."""
+    what = (reference or {}).get("what") or ""
+    name = next((v for v in ("cuBLAS", "cuDNN") if v in what),
+                "stand-in" if "stand-in" in what else "torch reference" if what else "reference")
+    return f"{name} (recorded)" if recorded else name
 
 
 def run_interleaved(tuners: Sequence[Tuner], *, on_batch=None, ahead: int = 2) -> list[Trajectory]:

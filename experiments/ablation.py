@@ -272,8 +272,8 @@ def _markdown(res: dict) -> str:
             lo, hi = v["iqr_trials_to_95pct"]
             diff = (f"{v['median_diff']:+.0f} [{v['diff_ci95'][0]:+.0f}, {v['diff_ci95'][1]:+.0f}]"
                     if "median_diff" in v else "reference")
-            p = f"{v['wilcoxon_p']:.2g}" if "wilcoxon_p" in v else ""
-            ph = f"{v['wilcoxon_p_holm']:.2g}" if "wilcoxon_p_holm" in v else ""
+            p = compare.format_p(v["wilcoxon_p"]) if "wilcoxon_p" in v else ""
+            ph = compare.format_p(v["wilcoxon_p_holm"]) if "wilcoxon_p_holm" in v else ""
             rs = f"{v['median_round_s']:.2f}" if v["median_round_s"] is not None else ""
             lines.append(f"| {lab} | {v['median_trials_to_95pct']:.0f} [{lo:.0f}-{hi:.0f}] | "
                          f"{v['reached']}/{v['runs']} | {diff} | {p} | {ph} | "

@@ -35,7 +35,7 @@ def main() -> None:
             records = store.records()
             curves[label].append(best_so_far(records))
             for r in records:
-                if r.ok and r.tflops:
+                if r.succeeded:
                     tflops[label].setdefault(r.key, []).append(r.tflops)
     print(f"| trials | {args.a}: per seed | median | {args.b}: per seed | median | "
           f"p ({args.a} higher) | p ({args.b} higher) |")

@@ -47,7 +47,7 @@ def test_compare_writes_tables_plot_records_and_json(tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(out["strategies"]) == {"bo", "cga", "random"}
     assert set(out["mann_whitney_u"]) == {"bo vs cga", "random vs cga"}
-    for ext in ("md", "csv", "json", "png"):
+    for ext in ("md", "csv", "json", "png", "pdf"):
         assert os.path.getsize(tmp_path / "res" / f"t.{ext}") > 0
     assert sorted(os.listdir(tmp_path / "runs")) == sorted(
         f"{s}_seed{i}.db" for s in ("bo", "cga", "random") for i in (0, 1))

@@ -142,7 +142,8 @@ def test_one_command_replay_names_its_sources(tmp_path, bocast_cli):
     assert summary["trials"] == 8 and summary["dataset"].endswith(T1024)
     assert summary["warm_start_sources"][0] == "experiments/data/exhaustive/gemm_2048_8192_1024_v2"
     assert summary["export"].startswith("bocast export ")
-    assert "warm start (auto) from" in err and "x reference (torch.mm" in out
+    assert "warm start (auto) from" in err
+    assert "x torch.mm(out_dtype=float32) (cuBLAS, fp32 out) (recorded in the dataset)" in out
     with Store.open(str(tmp_path / "out" / "records.db")) as s:
         ident = s.get_meta("run")
     assert ident["options"] == {} and \

@@ -254,3 +254,20 @@ def test_sigkill_and_resume_loses_nothing_and_repeats_nothing(tmp_path):
     assert after[:len(before)] == before          # no finished row lost or rewritten
     assert len(after) == 24                       # every sampled configuration, once
     assert len({k for _, k, _ in after}) == 24    # none measured twice
+
+
+def test_atomic_write_gives_results_the_mode_open_would(tmp_path):
+    from bocast.records import atomic_write
+
+    old = os.umask(0o027)
+    try:
+        new = tmp_path / "summary.json"
+        with atomic_write(str(new)) as f:
+            f.write("{}")
+        assert new.stat().st_mode & 0o777 == 0o640  # not mkstemp's 0600
+        new.chmod(0o604)
+        with atomic_write(str(new)) as f:
+            f.write("{}")
+        assert new.stat().st_mode & 0o777 == 0o604  # a rewritten file keeps its mode
+    finally:
+        os.umask(old)

@@ -144,7 +144,7 @@ def _ok_rows(path: str, op) -> list[tuple[Config, float]]:
                     if r["status"] == "ok"]
         with Store.open(path, op.workload) as store:  # only read: nothing created
             return [(op.space.from_json(r.config), float(r.tflops)) for r in store.records()
-                    if r.ok and r.tflops]
+                    if r.succeeded]
     except (ReplayError, StoreError) as e:
         raise WarmStartError(f"warm_start: {e}") from None
 

@@ -75,7 +75,7 @@ class Strategy(ABC):
 
     # helpers shared by strategies
     def measured_ok(self) -> list[Record]:
-        return [r for r in self.history if r.ok and r.tflops]
+        return [r for r in self.history if r.succeeded]
 
     def config_of(self, record: Record) -> Config:
         return self.space.from_json(record.config)

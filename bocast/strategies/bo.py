@@ -54,6 +54,7 @@ import numpy as np
 from bocast.bo.transfer import WARM_START_OPTION, source_paths
 from bocast.features import FEATURES_OPTION
 from bocast.measure.status import Status
+from bocast.records import best_record
 from bocast.schema import Field, Section
 from bocast.space import Space
 from bocast.strategies.base import Strategy, StrategyError, register
@@ -310,7 +311,7 @@ class BayesOpt(Strategy):
         the whole pool), and round again. A function of the history alone, so a resumed run
         draws the same regions."""
         r0 = self.hyper["trust_region"]
-        ok = [(i, r.tflops) for i, r in enumerate(self.history) if r.ok and r.tflops]
+        ok = [(i, r.tflops) for i, r in enumerate(self.history) if r.succeeded]
         if not ok:
             return 0
         gain = self.hyper["trust_region_gain"]
@@ -328,7 +329,8 @@ class BayesOpt(Strategy):
         r = self.radius(n)
         if r == 0:
             return self._pool()
-        best = max(self.measured_ok(), key=lambda rec: rec.tflops or 0.0)
+        best = best_record(self.history)
+        assert best is not None  # radius() > 0 only once a trial succeeded
         centre = self.config_of(best)
         seen = {Space.key(centre)}
         front: list = [centre]

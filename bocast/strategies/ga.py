@@ -153,7 +153,7 @@ class ConstrainedGA(Strategy):
             seeded = best_rows(self.ranked, self.candidates, self.proposed, n)
             return seeded + self.fresh_samples(n - len(seeded))
         pop_size = self.hyper["pop_size"]
-        best = sorted((r for r in self.history if r.ok and r.tflops),
+        best = sorted((r for r in self.history if r.succeeded),
                       key=lambda r: -(r.tflops or 0.0))
         topk = [self.config_of(r) for r in best[: self.hyper["history_topk"]]]
         pool = self.population + topk + self.fresh_samples(pop_size)
@@ -201,7 +201,7 @@ class PlainGA(Strategy):
     ), noun="option")
 
     def _ask(self, n):
-        ok = [r for r in self.history if r.ok and r.tflops]
+        ok = [r for r in self.history if r.succeeded]
         if len(ok) < 2:
             return self.fresh_samples(n)
         ok.sort(key=lambda r: -(r.tflops or 0.0))

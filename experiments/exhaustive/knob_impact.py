@@ -14,6 +14,7 @@ import numpy as np
 
 from bocast.records import load_dataset
 
+
 def impact(prefix: str) -> list[str]:
     df, meta = load_dataset(prefix)
     df = df[df.status == "ok"].copy()
