@@ -89,7 +89,7 @@ def require(token: str | None, hosts: dict[str, str]) -> None:
         if not is_loopback(host):
             why = "is not loopback" if _resolves(host) else "does not resolve here"
             raise AuthError(f"{what} {host} {why}: the fleet needs a shared token "
-                            f"(${TOKEN_ENV} or a token file; see README, 'RPC security')")
+                            f"(${TOKEN_ENV} or a token file; see docs/rpc.md, 'RPC security')")
 
 
 def _resolves(host: str) -> bool:

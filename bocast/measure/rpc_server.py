@@ -564,7 +564,7 @@ def _warn_open(hosts: dict[str, str], token: str | None) -> None:
     for what, host in hosts.items():
         if not auth.is_loopback(host):
             log(f"warning: {what} {host} is not loopback: other hosts reach it, and any client "
-                "holding the token runs code on the GPU servers (README, 'RPC security')")
+                "holding the token runs code on the GPU servers (docs/rpc.md, 'RPC security')")
 
 
 def _check_serve(args) -> None:
