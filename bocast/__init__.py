@@ -8,20 +8,10 @@ for a measurement loop of one's own; :func:`export` writes a record's kernel to 
 :class:`Budget`, :class:`RunnerOptions` and each strategy's options (``bocast.strategies.
 BOOptions``, ...) are typed forms of a configuration's mappings (:mod:`bocast.schema`)."""
 
-from pathlib import Path
-
 from bocast.api import Study, TuneResult, compare, create_study, load, suggest, tune
 from bocast.errors import InputError
 from bocast.kernel import Kernel, export, load_kernel
 from bocast.schema import Budget, RunnerOptions, Workload
-
-# The operator files are the top-level spaces/ folder; an install puts them at bocast/spaces
-# (pyproject's package-dir), as no top-level `spaces` may clash with PyPI's package of that name.
-# Run from a checkout (PYTHONPATH, or an editable install) bocast.spaces is found here, in this
-# checkout's spaces/, never through an editable install's mapping into another tree.
-_here = Path(__file__).resolve().parent
-if not (_here / "spaces").is_dir() and (_here.parent / "spaces" / "__init__.py").is_file():
-    __path__.append(str(_here.parent))
 
 __version__ = "0.1.0"
 __all__ = ["Budget", "InputError", "Kernel", "RunnerOptions", "Study", "TuneResult", "Workload",

@@ -210,7 +210,7 @@ class Kernel:
     each contiguous, on one GPU, of exactly that shape and dtype; the output is written in
     place and returned. GEMM, layout NT: ``A [M, K]``, ``B [N, K]`` (fp16), ``C [M, N] = A @
     B.T``; NN: ``B [K, N]``, ``C = A @ B``. In general it computes the operator's
-    ``reference(*inputs)`` (``spaces/``), the runner's check of every kernel
+    ``reference(*inputs)`` (``bocast/spaces/``), the runner's check of every kernel
     (``gpu_worker.output_error``). A wrong argument raises :class:`InputError` naming it.
 
     ``workload``, ``config``, ``source`` (CUDA), ``measured`` (the store's figures of the

@@ -1,7 +1,7 @@
-"""The contract between the engine and an operator space file in ``spaces/``.
+"""The contract between the engine and an operator space file in ``bocast/spaces/``.
 
 An operator file defines one subclass of :class:`Operator` decorated with :func:`register`. The
-engine only talks to that interface, so adding an operator is adding one file to ``spaces/``.
+engine only talks to that interface, so adding an operator is adding one file to ``bocast/spaces/``.
 """
 
 from __future__ import annotations

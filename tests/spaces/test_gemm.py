@@ -20,7 +20,7 @@ def check_shared_memory_model(res, op, config):
     """The known constraints' shared memory against a build of a small shape: static bytes
     (ptxas) exactly; dynamic bytes (launch) exactly in v1, and in v2 never below the model (on
     short k loops TVM may keep buffers alive longer than its best case, the model:
-    ``spaces/_pipelined_matmul.merged_dynamic_bytes``; tests/spaces/test_pipelined.py checks
+    ``bocast/spaces/_pipelined_matmul.merged_dynamic_bytes``; tests/spaces/test_pipelined.py checks
     exactness on real shapes)."""
     model = op.space.columns([config])
     assert res["features"].get("smem_bytes", 0) == model["static_smem_bytes"][0]

@@ -1,7 +1,8 @@
-"""Space v3, the Hopper GEMM template (spaces/_hopper_matmul.py): its constraints, what it refuses,
-what its knobs put into the generated CUDA, and static builds for sm_90a (TVM's tirx pipeline on
-the CPU, nvcc's ptxas report). The kernels' correctness is checked on the GPU (every measured
-row against torch: experiments/results/hopper/, experiments/data/gemm_4096_4096_4096_v3)."""
+"""Space v3, the Hopper GEMM template (bocast.spaces._hopper_matmul): its constraints, what it
+refuses, what its knobs put into the generated CUDA, and static builds for sm_90a (TVM's tirx
+pipeline on the CPU, nvcc's ptxas report). The kernels' correctness is checked on the GPU
+(every measured row against torch: experiments/results/hopper/,
+experiments/data/gemm_4096_4096_4096_v3)."""
 
 import json
 
@@ -102,7 +103,7 @@ def test_a_bmm_tile_order_covers_every_tile_of_every_batch_element_once():
     """The kernel's tile -> (A/C row block, C column block, B row) map, evaluated in Python on
     the same formulas: a bijection onto the batch's tiles, B's rows in the same batch element as
     A's."""
-    from spaces import _hopper_matmul as hm
+    from bocast.spaces import _hopper_matmul as hm
 
     B, M, N, BM, BN, G = 3, 512, 384, 128, 128, 2
     seen = set()

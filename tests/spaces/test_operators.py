@@ -1,4 +1,4 @@
-"""The operator spaces built on the shared Tensor Core matmul (spaces/_matmul.py, both space
+"""The operator spaces built on the shared Tensor Core matmul (bocast/spaces/_matmul.py, both space
 generations): bmm, the convolutions and gemv. Constraints, sampling coverage, encoding, workload
 errors, the TE definitions against torch references on the CPU, and static builds for sm_90."""
 
@@ -229,8 +229,8 @@ def test_ops_lists_every_operator_with_its_shape_syntax():
 
 
 def test_operators_register_from_bocast_spaces_without_torch_or_pandas():
-    # spaces/ installs as bocast.spaces (a top-level `spaces` clashes with a PyPI package); finding
-    # every operator must not import the heavy libraries the listing commands do not need
+    # finding every operator (the modules of bocast.spaces) must not import the heavy
+    # libraries the listing commands do not need
     code = ("import sys; from bocast.operator import operators; ops = operators(); "
             "mods = {c.__module__.rpartition('.')[0] for c in ops.values()}; "
             "assert mods == {'bocast.spaces'} and 'spaces' not in sys.modules, mods; "

@@ -1,5 +1,5 @@
-"""Space v2, the pipelined Tensor Core matmul (spaces/_pipelined_matmul.py): its knobs as they
-reach the generated CUDA, the shared-memory model against lowered kernels, the constraints that
+"""Space v2, the pipelined Tensor Core matmul (bocast.spaces._pipelined_matmul): its knobs as
+they reach the generated CUDA, the shared-memory model against lowered kernels, the constraints that
 stand for TVM 0.27 limits, and the intrinsic registration. Correctness of the kernels is checked
 on the GPU (every measured row against torch); here the checks are static: TVM lowering on the
 CPU and nvcc for sm_90."""
@@ -10,11 +10,11 @@ import sys
 
 import numpy as np
 import pytest
-from bocast.spaces._pipelined_matmul import merged_dynamic_bytes
 
 from bocast.measure.nvcc import why_no_compiler
 from bocast.operator import get_operator
 from bocast.space import Space
+from bocast.spaces._pipelined_matmul import merged_dynamic_bytes
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 Gemm = get_operator("gemm")

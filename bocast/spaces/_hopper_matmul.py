@@ -57,7 +57,7 @@ REGISTER_OVERHEAD = 40
 BARRIER_SMEM = 1024  # the mbarriers' static shared memory, as ptxas reports it (alignment)
 #: TMA swizzle mode (CUtensorMapSwizzle) and wgmma descriptor swizzle, by row bytes of a tile
 SWIZZLE = {128: 3, 64: 2}
-#: no batch_bind knob (spaces/_matmul.space): the persistent tile loop walks batch x tiles
+#: no batch_bind knob (bocast/spaces/_matmul.space): the persistent tile loop walks batch x tiles
 BATCH_KNOB = False
 
 

@@ -2,7 +2,7 @@
 ``torch.nn.functional.linear(X, A)``, with a matrix A[M, K], vectors X[B, K] and fp16 inputs, fp32
 or fp16 accumulation and output.
 
-It is the GEMM (``spaces/gemm.py``, built by ``spaces/_wmma_matmul.py``) with M = B (the batch of
+It is the GEMM (``gemm.py``, built by ``_wmma_matmul.py``) with M = B (the batch of
 vectors), N = M (matrix rows) and K = K, B stored [N, K] ("NT"): the knobs and constraints are the
 GEMM's. A batch that is not a multiple of the WMMA m extent (B = 1 in particular) is padded to it
 with zeros; the 8x32x16 WMMA shape wastes the least on it, and the padded rows are never stored

@@ -1,9 +1,9 @@
-"""Transposed 2-D convolution on Tensor Cores as an implicit GEMM (``spaces/_conv.py``): the direct
+"""Transposed 2-D convolution on Tensor Cores as an implicit GEMM (``_conv.py``): the direct
 convolution of the stride-dilated input, input X[N,H,W,C], weights W[K,R,S,C] (torch's
 [C,K,R,S] in channels-last order), output Y[N,OH,OW,K] with OH = (H-1)*stride - 2*pad +
 dilation*(R-1) + output_padding + 1.
 
-Knobs and constraints: the GEMM's (``spaces/gemm.py``) over M = N*OH*OW, N = K, K = R*S*C, with
+Knobs and constraints: the GEMM's (``gemm.py``) over M = N*OH*OW, N = K, K = R*S*C, with
 ``vec_divides_c`` in place of ``vec_divides_k``. With stride s, only one tap in s (per dimension)
 of the gathered A tile is a real input element; the kernel multiplies the zeros anyway (``flops``
 counts the useful ones). Default: the 2x upsampling of a DCGAN-style generator, 14x14 -> 28x28,

@@ -2,12 +2,12 @@
 [K, N] ("NN"); fp16 inputs, fp32 or fp16 accumulation and output.
 
 Two schedule spaces (``--space``, the workload's ``space``), both shared with every operator that
-runs as a Tensor Core matmul (bmm, the convolutions, gemv; ``spaces/_matmul.py``):
+runs as a Tensor Core matmul (bmm, the convolutions, gemv; ``_matmul.py``):
 
-- ``v2`` (the default): the pipelined space of ``spaces/_pipelined_matmul.py`` (its docstring
+- ``v2`` (the default): the pipelined space of ``_pipelined_matmul.py`` (its docstring
   lists the knobs): ldmatrix + mma.sync or WMMA, cp.async stages, fragment double buffers,
   XOR-swizzled or padded dynamic shared memory, block rasterisation, CTA tiles up to 256 x 256.
-- ``v1``: Heron's GEMM knob set (seed 003) brought to TensorIR, ``spaces/_wmma_matmul.py``; the
+- ``v1``: Heron's GEMM knob set (seed 003) brought to TensorIR, ``_wmma_matmul.py``; the
   space of every dataset and result recorded before v2. Its knobs:
 
 ====================  =========================================================================

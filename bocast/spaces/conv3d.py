@@ -1,8 +1,8 @@
-"""3-D convolution on Tensor Cores as an implicit GEMM (``spaces/_conv.py``): input
+"""3-D convolution on Tensor Cores as an implicit GEMM (``_conv.py``): input
 X[N,D,H,W,C], weights W[K,T,R,S,C], output Y[N,OD,OH,OW,K]; fp16 inputs, fp32 or fp16
 accumulation and output.
 
-Knobs and constraints: the GEMM's (``spaces/gemm.py``) over M = N*OD*OH*OW, N = K, K = T*R*S*C,
+Knobs and constraints: the GEMM's (``gemm.py``) over M = N*OD*OH*OW, N = K, K = T*R*S*C,
 with ``vec_divides_c`` in place of ``vec_divides_k``. Default: N=4, 16x28x28, 64 -> 64 channels,
 3x3x3, pad 1. Heron's figure-6 cases, in the same order: C3D1 [8,8,56,56,64,64,3,3,3,1,1,1],
 C3D3 [8,4,28,28,128,128,3,3,3,1,1,1], C3D5 [8,2,14,14,256,256,3,3,3,1,1,1] and 1x1x1 stride-2

@@ -2,7 +2,7 @@
 ("NT", C = A B^T, attention scores Q K^T) or [b, K, N] ("NN", attention output P V); fp16 inputs,
 fp32 or fp16 accumulation and output.
 
-The knobs and constraints are the GEMM's (``spaces/gemm.py``, built by ``spaces/_wmma_matmul.py``)
+The knobs and constraints are the GEMM's (``gemm.py``, built by ``_wmma_matmul.py``)
 on the M, N, K of one batch element, plus ``batch_bind``: the batch axis runs on blockIdx.y, or
 is fused outermost with the block tiles into blockIdx.x (one flat grid; consecutive blocks then
 share a batch element's operands in L2). Every thread block computes its tile of one batch

@@ -1,7 +1,7 @@
-"""Space v1: Heron's WMMA knob set on the matmul of ``spaces/_matmul.py``.
+"""Space v1: Heron's WMMA knob set on the matmul of ``_matmul.py``.
 
-The space of the datasets and results recorded before space v2 (``spaces/_pipelined_matmul.py``);
-kept so that they replay and rerun. The knobs are documented in ``spaces/gemm.py``. Its
+The space of the datasets and results recorded before space v2 (``_pipelined_matmul.py``);
+kept so that they replay and rerun. The knobs are documented in ``gemm.py``. Its
 ``pipeline`` knob annotates the fetch loop for TVM's software pipeline with async stage 0, but the
 lowering never set ``tirx.use_async_copy``: the copies were synchronous (commit/wait groups around
 plain loads and stores). Space v2 makes that a knob of its own (``async_copy``).
@@ -28,7 +28,7 @@ STAGE_SCOPE = "shared.dyn"
 
 
 def knobs(spec) -> list[Knob]:
-    """Heron's GEMM knobs; ``spaces/gemm.py`` documents what each one sets."""
+    """Heron's GEMM knobs; ``gemm.py`` documents what each one sets."""
     M, N, K = spec.M, spec.N, spec.K
     out_vecs = (1, 2, 4) if spec.acc_bytes == 4 else (1, 2, 4, 8)
     staged = {"writeback": ("shared",)}
@@ -137,7 +137,7 @@ def build_options(config) -> dict:
 
 def schedule(spec, func, config, prepare):
     """Apply a feasible configuration to ``func`` (the operator's prim_func); returns the
-    ``tvm.s_tir.Schedule``. ``prepare`` is ``spaces/_matmul.py``'s first steps."""
+    ``tvm.s_tir.Schedule``. ``prepare`` is ``_matmul.py``'s first steps."""
     from tvm import s_tir
 
     c = config

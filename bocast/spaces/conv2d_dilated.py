@@ -1,4 +1,4 @@
-"""Dilated 2-D convolution on Tensor Cores: ``conv2d`` (``spaces/conv2d.py``) with the dilation
+"""Dilated 2-D convolution on Tensor Cores: ``conv2d`` (``conv2d.py``) with the dilation
 required to be at least 2, the tap offsets ``r * dilation`` in the gather's index expressions.
 
 Heron tunes it as its own operator (dil, 59 parameters: the direct NHWC convolution with its four

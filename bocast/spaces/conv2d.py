@@ -1,7 +1,7 @@
-"""2-D convolution on Tensor Cores as an implicit GEMM (``spaces/_conv.py``): input X[N,H,W,C],
+"""2-D convolution on Tensor Cores as an implicit GEMM (``_conv.py``): input X[N,H,W,C],
 weights W[K,R,S,C], output Y[N,OH,OW,K]; fp16 inputs, fp32 or fp16 accumulation and output.
 
-Knobs and constraints: the GEMM's (``spaces/gemm.py``) over M = N*OH*OW, N = K, K = R*S*C, with
+Knobs and constraints: the GEMM's (``gemm.py``) over M = N*OH*OW, N = K, K = R*S*C, with
 ``vec_divides_c`` in place of ``vec_divides_k``. Default: ResNet-50 stage 3, 3x3, 256 -> 256
 channels on 14x14, batch 16 (Heron's figure-6 case C5, [16,14,14,256,256,3,3,1,1,1] in the same
 order; its other cases: C1 [16,56,56,64,64,3,3,1,1,1], C3 [16,28,28,128,128,3,3,1,1,1] and the 1x1

@@ -1,7 +1,7 @@
 """Space v2: the pipelined Tensor Core matmul (cp.async stages, ldmatrix + mma.sync or WMMA,
 XOR-swizzled or padded dynamic shared memory, block rasterisation).
 
-The matmul is the one of ``spaces/_matmul.py`` (``MatmulSpec``); this module gives its knobs,
+The matmul is the one of ``_matmul.py`` (``MatmulSpec``); this module gives its knobs,
 derived quantities, known constraints, schedule and build options. The loop nest is
 
     blockIdx.x   <- (block rows / raster, block columns, raster)   [tile_i[0] x tile_j[0]]
@@ -252,7 +252,7 @@ def build_options(config) -> dict:
 
 
 def schedule(spec, func, config, prepare):
-    """Apply a feasible configuration; ``prepare(sch, m, n, k)`` (from ``spaces/_matmul.py``)
+    """Apply a feasible configuration; ``prepare(sch, m, n, k)`` (from ``_matmul.py``)
     views the output as the matmul, pads the einsum, blockizes one Tensor Core tile and returns
     (block, batch loop, (i, j, k) over tiles, tile block, whether M or N was padded)."""
     from tvm import s_tir

@@ -17,9 +17,9 @@ inline the copy into the write-back, so the kernel writes the operator's output 
 
 Two schedule spaces implement it, chosen by the workload's ``space``:
 
-- ``v2`` (default): ``spaces/_pipelined_matmul.py``, cp.async software pipelines, ldmatrix +
+- ``v2`` (default): ``_pipelined_matmul.py``, cp.async software pipelines, ldmatrix +
   mma.sync or WMMA, XOR-swizzled or padded dynamic shared memory, block rasterisation;
-- ``v1``: ``spaces/_wmma_matmul.py``, Heron's WMMA knob set (the space of the datasets and
+- ``v1``: ``_wmma_matmul.py``, Heron's WMMA knob set (the space of the datasets and
   results recorded before space v2; kept so that they replay and rerun).
 """
 
