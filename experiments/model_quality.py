@@ -10,7 +10,7 @@ bocast/features.py.
 
 The GP is bocast's Surrogate, fitted on log TFLOPS (``gp``, BO's default) or on TFLOPS over the
 best of the training rows (``gp-rel``, BO's ``y_transform: relative``); the tree model is the CGA's
-TreeCostModel (xgboost when installed, else scikit-learn; fitted on TFLOPS over the best seen,
+TreeCostModel (its default, xgboost; fitted on TFLOPS over the best seen,
 as the CGA does). Splits: ``--splits`` random training sets per n (seeded), the same for every
 model. CPU only; no GPU is involved.
 """

@@ -29,21 +29,27 @@ from bocast.schema import Field, Section
 from bocast.space import Config, Space
 from bocast.strategies.base import Strategy, StrategyError, register
 
+#: the CGA's cost models: Heron's (XGBoost), or scikit-learn's gradient boosting
+COST_MODELS = ("xgboost", "sklearn-gbr")
+
 
 class TreeCostModel:
     """Gradient-boosted trees on the encoded configuration, predicting normalised throughput
-    (failures as 0), like Heron's XGBoost 'reg' model. Uses xgboost when installed, otherwise
-    scikit-learn's GradientBoostingRegressor (recorded in ``backend``)."""
+    (failures as 0): ``xgboost`` as Heron's XGBoost 'reg' model, or ``sklearn-gbr``,
+    scikit-learn's GradientBoostingRegressor. Never one in place of the other: they propose
+    differently, so the choice is an option of the run (its identity), and a missing xgboost
+    is an error that names the other choice instead of a silent change of model."""
 
-    def __init__(self, seed: int):
-        self.seed = seed
+    def __init__(self, seed: int, backend: str = "xgboost"):
+        self.seed, self.backend = seed, backend
         self.model: Any = None  # xgboost's or scikit-learn's regressor (both untyped)
-        try:
-            import xgboost  # noqa: F401
-
-            self.backend = "xgboost"
-        except ImportError:
-            self.backend = "sklearn-gbr"
+        if backend == "xgboost":
+            try:
+                import xgboost  # noqa: F401
+            except ImportError:
+                raise StrategyError("cga: cost_model 'xgboost' needs the xgboost package "
+                                    "(pip install xgboost-cpu), or set cost_model: "
+                                    "sklearn-gbr (a different model)") from None
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> None:
         if self.backend == "xgboost":
@@ -98,12 +104,15 @@ class ConstrainedGA(Strategy):
         FEATURES_OPTION,
         # the same records BO can start from; here they seed the first round (no model)
         WARM_START_OPTION,
+        Field("cost_model", str, "xgboost", choices=COST_MODELS,
+              doc="the tree model ranking candidates: Heron's XGBoost, or scikit-learn's "
+                  "gradient boosting"),
     ), noun="option")
 
     def __init__(self, candidates, *, seed=0, **hyper):
         super().__init__(candidates, seed=seed, **hyper)
         self.features = self.model_inputs()
-        self.model = TreeCostModel(seed)
+        self.model = TreeCostModel(seed, self.hyper["cost_model"])
         self.population: list[Config] = []
         paths = source_paths(self.hyper["warm_start"])
         self.ranked: list[Config] = self._ranked(paths) if paths else []

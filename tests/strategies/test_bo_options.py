@@ -204,3 +204,21 @@ def test_y_transform_sets_what_the_gp_is_fitted_on(records, transform):
 def test_y_transform_rejects_unknown_values():
     with pytest.raises(StrategyError, match=re.escape("y_transform")):
         make_strategy("bo", SpaceCandidates(OP.space), seed=0, y_transform="sqrt")
+
+
+def test_the_cgas_cost_model_is_an_option_never_a_silent_fallback(records, monkeypatch):
+    import sys
+
+    from bocast.identity import run_identity
+
+    ident = run_identity(strategy="cga", options={}, seed=0, batch_size=16, runner="replay",
+                         dataset=None)
+    assert ident["resolved"]["cost_model"] == "xgboost"  # the model is part of the run
+    sk = make_strategy("cga", SpaceCandidates(OP.space), seed=0, cost_model="sklearn-gbr")
+    sk.tell(records[:40])
+    assert sk.model.backend == "sklearn-gbr" and len(sk.ask(8)) == 8
+    monkeypatch.setitem(sys.modules, "xgboost", None)  # as where xgboost is not installed
+    with pytest.raises(StrategyError, match="cost_model: sklearn-gbr"):
+        make_strategy("cga", SpaceCandidates(OP.space), seed=0)
+    with pytest.raises(StrategyError, match="cost_model"):
+        make_strategy("cga", SpaceCandidates(OP.space), seed=0, cost_model="lightgbm")
