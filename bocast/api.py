@@ -358,9 +358,9 @@ class TuneRun:
         summary and the command's result lines."""
         from bocast import identity
         from bocast.measure.replay import ReplayMeasurer
-        from bocast.progress import Progress, say
+        from bocast.progress import Progress, reference_label, say
         from bocast.records import atomic_write, provenance
-        from bocast.tuner import Tuner, reference_label
+        from bocast.tuner import Tuner
 
         cfg, op, dataset = self.cfg, self.op, self.dataset
         note = say if progress else (lambda _: None)

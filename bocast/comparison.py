@@ -58,7 +58,7 @@ from bocast.config import (
     strategy_entry,
     workload_and_dataset,
 )
-from bocast.progress import Progress
+from bocast.progress import Progress, reference_label
 from bocast.schema import Field, Section
 
 #: strategy-entry keys that are not hyperparameters; ``trials`` lets one strategy run longer
@@ -431,7 +431,7 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
     from bocast.operator import from_workload
     from bocast.records import Store
     from bocast.strategies import make_strategy
-    from bocast.tuner import Tuner, reference_label, run_interleaved
+    from bocast.tuner import Tuner, run_interleaved
 
     op = from_workload(cfg.workload)
     runs_plan = plan(cfg)
@@ -730,8 +730,7 @@ def _write_files(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) 
 
 
 def _vendor(summary: dict[str, Any]) -> str:
-    what = summary.get("reference_what") or ""
-    return next((v for v in ("cuDNN", "cuBLAS") if v in what), "vendor reference")
+    return reference_label({"what": summary.get("reference_what")})
 
 
 #: Okabe and Ito's colour-blind-safe palette (blue, orange, green, purple, sky, vermilion,

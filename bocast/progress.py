@@ -114,3 +114,13 @@ class Progress:
 def say(text: str) -> None:
     """A status line of a command (which runner, resuming, ...): stderr, like progress."""
     print(text, file=sys.stderr, flush=True)
+
+
+def reference_label(reference: dict | None, *, recorded: bool = False) -> str:
+    """A short name for a run's reference (``reference["what"]``, e.g. "torch.mm(...) (cuBLAS,
+    fp32 out)"): the vendor library it ran, "cuBLAS (recorded)" where replay reads the value
+    from a dataset instead of timing it."""
+    what = (reference or {}).get("what") or ""
+    name = next((v for v in ("cuBLAS", "cuDNN") if v in what),
+                "stand-in" if "stand-in" in what else "torch reference" if what else "reference")
+    return f"{name} (recorded)" if recorded else name

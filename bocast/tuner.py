@@ -247,16 +247,6 @@ class Tuner:
         self.meter.update(len(self.records), best=b, note=", ".join(n for n in note if n))
 
 
-def reference_label(reference: dict | None, *, recorded: bool = False) -> str:
-    """A short name for a run's reference (``reference["what"]``, e.g. "torch.mm(...) (cuBLAS,
-    fp32 out)"): the vendor library it ran, "cuBLAS (recorded)" where replay reads the value
-    from a dataset instead of timing it."""
-    what = (reference or {}).get("what") or ""
-    name = next((v for v in ("cuBLAS", "cuDNN") if v in what),
-                "stand-in" if "stand-in" in what else "torch reference" if what else "reference")
-    return f"{name} (recorded)" if recorded else name
-
-
 def run_interleaved(tuners: Sequence[Tuner], *, on_batch=None, ahead: int = 2) -> list[Trajectory]:
     """Run several tuners round-robin, one batch at a time, as a three-stage pipeline: while
     one tuner's batch runs on the GPU (this thread), the next one's is built and the one after
