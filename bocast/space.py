@@ -803,6 +803,8 @@ class Space:
             return str(k.extent)
         deciders = [d for d in (self._by_name[n] for n in k.extent_from)
                     if isinstance(d, _Choice)]  # an extent is decided by choice knobs
+        if len(deciders) != len(k.extent_from):
+            return f"an extent set by {', '.join(k.extent_from)}"
         by_extent: dict[int, list[str]] = {}
         for values in itertools.product(*(d.choices for d in deciders)):
             cond = dict(zip(k.extent_from, values))
