@@ -215,9 +215,7 @@ def _resolve_auto(strategies: list[dict[str, Any]], workload: dict[str, Any],
     if not auto:
         return
     try:
-        op = from_workload(workload)
-        with open(dataset + ".json") as f:
-            gpu = (json.load(f).get("device") or {}).get("gpu")
+        op, gpu = from_workload(workload), _dataset_gpu(dataset)
     except (WorkloadError, OSError, ValueError, AttributeError):
         return  # validate() names what is wrong with the workload or the dataset
     sources = library.resolve(AUTO, op, runner="replay", gpu=gpu, dataset=dataset).sources
@@ -739,13 +737,19 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F
 STYLES = ("-", "--", "-.", (0, (1, 1)), (0, (5, 1, 1, 1, 1, 1)))
 
 
+def _dataset_gpu(dataset: str | None) -> str | None:
+    """The GPU a dataset was measured on, as its JSON names it (OSError, ValueError or
+    AttributeError where the JSON cannot say)."""
+    with open(f"{dataset}.json") as f:
+        return (json.load(f).get("device") or {}).get("gpu")
+
+
 def _gpu(cfg: CompareConfig, summary: dict[str, Any]) -> str | None:
     """The GPU the trials were measured on: the live run's, or the replayed dataset's."""
     if cfg.runner in LIVE:
         return ((summary.get("provenance") or {}).get("device") or {}).get("gpu")
     try:
-        with open(f"{cfg.dataset}.json") as f:
-            return (json.load(f).get("device") or {}).get("gpu")
+        return _dataset_gpu(cfg.dataset)
     except (OSError, ValueError, AttributeError):
         return None
 
