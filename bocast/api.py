@@ -23,10 +23,11 @@ pandas) is imported on first use, so ``import bocast`` stays cheap.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bocast.errors import InputError
@@ -70,11 +71,12 @@ def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
                       existing=None)
         cmp.validate(cfg)
         if cfg.runner in cmp.LIVE and not summarize:
-            if cfg.runner == "tvm":  # rpc: the servers time, this host only builds
-                need_gpu("runner: tvm (a live comparison)", "use runner: replay with a "
+            if cfg.runner == "local":  # rpc: the servers time, this host only builds
+                need_gpu("runner: local (a live comparison)", "use runner: replay with a "
                          "recorded dataset, or --summarize to write the results of finished "
                          "stores")
-            need_compiler(f"runner: {cfg.runner} (a live comparison)")
+            if cfg.runner != "standin":  # the stand-in lowers but never compiles
+                need_compiler(f"runner: {cfg.runner} (a live comparison)")
     except InputError as e:
         if path is None:
             raise
@@ -171,7 +173,7 @@ def suggest(op: str, shape: Sequence[int] | None = None, *, k: int = 8,
 QUICK_ALIASES = {"dtype": "workload.dtype", "layout": "workload.layout",
                  "space": "workload.space", "trials": "budget.trials",
                  "seconds": "budget.seconds", "warm_start": "strategy.warm_start"}
-QUICK_DEFAULTS = {"runner": "tvm", "strategy": "bo", "batch_size": 16, "trials": 64, "seed": 0}
+QUICK_DEFAULTS = {"runner": "local", "strategy": "bo", "batch_size": 16, "trials": 64, "seed": 0}
 
 
 def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | None = None,
@@ -205,7 +207,7 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
             cfg[section][name] = value
         else:
             cfg[key] = value
-    target, _ = workload_and_dataset(cfg["workload"], "tvm", None)  # the workload's own checks
+    target, _ = workload_and_dataset(cfg["workload"], "local", None)  # the workload's own checks
     w = target.workload
     if cfg["runner"] == "replay" and not cfg.get("dataset"):
         fits = []
@@ -272,8 +274,8 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
         if dataset is not None:
             candidates = dataset.candidates()
         else:
-            if cfg.runner == "tvm":  # rpc: kernels run on the servers; this host only builds
-                need_gpu("runner tvm", "use --runner replay with a recorded dataset")
+            if cfg.runner == "local":  # rpc: kernels run on the servers; this host only builds
+                need_gpu("runner local", "use --runner replay with a recorded dataset")
             if cfg.runner != "standin":  # the stand-in lowers but never compiles
                 need_compiler(f"runner {cfg.runner}")
             candidates = SpaceCandidates(op.space, op.workload)
@@ -495,7 +497,7 @@ def create_study(workload: Mapping[str, Any] | Options, *, strategy: str | Optio
     from bocast.schema import SEED, ConfigError
     from bocast.strategies import make_strategy
 
-    op, _ = cfgmod.workload_and_dataset(plain(workload), "tvm", None)
+    op, _ = cfgmod.workload_and_dataset(plain(workload), "local", None)
     seed = SEED.check(seed, "")
     entry = plain(strategy) if isinstance(strategy, Options) else {"name": strategy}
     name, options = cfgmod.strategy_entry({**entry, **strategy_options}, "strategy.")
@@ -541,11 +543,18 @@ class Study:
         failure's status (``build_error``, ``run_timeout``, ...; see
         :class:`bocast.measure.status.Status`). ``fields``: other columns of a record
         (``latency_ms``, ``build_s``, ``error``, ``features={...}``, ...)."""
+        self._open("tell")
+        record = self._record(config, tflops, status, **fields)
+        self.strategy.tell([record])
+        return record
+
+    def _record(self, config: Mapping[str, Any], tflops: float | None = None,
+                status: str | Status = "ok", **fields: Any) -> Record:
+        """:meth:`tell` but the strategy's: checked, stored and kept."""
         from bocast.measure.status import Status
         from bocast.records import Record, check_record
         from bocast.space import Space
 
-        self._open("tell")
         try:
             status = Status(status)
         except ValueError:
@@ -555,7 +564,8 @@ class Study:
         key = Space.key(config)
         if key in self._told:
             raise InputError(f"tell: configuration {key} was already told")
-        allowed = {f.name for f in _record_fields()} - {"key", "config", "status", "tflops"}
+        allowed = ({f.name for f in dataclasses.fields(Record)}
+                   - {"key", "config", "status", "tflops"})
         unknown = sorted(set(fields) - allowed)
         if unknown:
             raise InputError(f"tell: unknown field(s) {unknown}; known: {sorted(allowed)}")
@@ -570,7 +580,6 @@ class Study:
             self.store.append(record, self._session)
         self._told.add(key)
         self.records.append(record)
-        self.strategy.tell([record])
         return record
 
     def optimize(self, objective, *, n_trials: int, batch_size: int = 1) -> Record | None:
@@ -582,18 +591,11 @@ class Study:
         for name, v in (("n_trials", n_trials), ("batch_size", batch_size)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InputError(f"optimize: {name} must be a positive integer, got {v!r}")
-        left = n_trials
-        while left > 0:
-            configs = self.ask(min(batch_size, left))
-            if not configs:
-                break
-            for config in configs:
-                value = objective(config)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self.tell(config, tflops=value)
-                else:
-                    self.tell(config, status=value)
-                left -= 1
+        from bocast.tuner import Tuner
+
+        self._open("optimize")
+        Tuner(self.strategy, _Objective(self, objective), trials=n_trials,
+              batch_size=batch_size).run()
         return self.best
 
     def _config(self, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -642,7 +644,24 @@ class Study:
         self.close()
 
 
-def _record_fields():
-    from bocast.records import Record
+class _Objective:
+    """A study's ``objective`` as the measurer of the one loop (:class:`bocast.tuner.Tuner`)."""
 
-    return fields(Record)
+    def __init__(self, study: Study, objective):
+        self.study, self.objective = study, objective
+
+    def measure(self, configs, *, source: str = "") -> list[Record]:  # noqa: ARG002 - the study's
+        records: list[Record] = []
+        try:
+            for config in configs:
+                value = self.objective(config)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    records.append(self.study._record(config, tflops=value))
+                else:
+                    records.append(self.study._record(config, status=value))
+        except BaseException:
+            # the loop stops without telling this batch: the strategy learns what was kept,
+            # so a later optimize or ask goes on from every stored trial
+            self.study.strategy.tell(records)
+            raise
+        return records

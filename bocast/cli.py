@@ -28,11 +28,15 @@ from typing import Any
 import numpy as np
 
 from bocast import interrupt, schema
+from bocast.candidates import SpaceCandidates
 from bocast.errors import InputError
+from bocast.measure.parts import RUNNER_KINDS, runner_kind
 from bocast.operator import from_workload, get_operator, make, operators, parse_shape
 from bocast.progress import Progress, say
 from bocast.schema import check_outputs, check_writable
 from bocast.space import MAX_ENUMERATION, Space
+from bocast.strategies.listed import Listed
+from bocast.tuner import Tuner
 
 T0 = time.perf_counter()
 
@@ -280,10 +284,10 @@ def cmd_measure(args) -> int:
     if args.fix and not exhaustive:
         raise UsageError("--fix restricts --all: give --all too")
     allowed = _restriction(args, op)
-    if args.runner == "gpu":
-        _need_gpu("bocast measure --runner gpu", "--runner standin runs the synthetic CPU "
+    if args.runner == "local":
+        _need_gpu("bocast measure --runner local", "--runner standin runs the synthetic CPU "
                   "stand-in, for tests")
-        _need_compiler("bocast measure --runner gpu")
+        _need_compiler("bocast measure --runner local")
     if args.runner == "rpc":
         if not (args.tracker and args.key):
             raise UsageError("--runner rpc needs --tracker HOST:PORT and --key KEY")
@@ -354,8 +358,6 @@ def _measure(args, op, configs, what, subspace) -> int:
             say(f"device: {device.get('gpu')} driver {device.get('driver')}; reference "
                 f"{reference.get('latency_ms', 0):.4f} ms, {reference.get('tflops', 0):.1f} "
                 f"TFLOPS ({reference.get('what', '')})")
-            measurer = Measurer(op, store, builder, runner, session_info={
-                "device": device, "runner": runner.name, "command": " ".join(sys.argv)})
             best = [0.0]
             with Progress("measured", len(todo), unit="configurations",
                           every_n=args.progress_every, every_s=30) as meter:
@@ -364,12 +366,16 @@ def _measure(args, op, configs, what, subspace) -> int:
                         best[0] = max(best[0], rec.tflops)
                     meter.update(step=1, best=best[0] or None)
 
-                deadline = (None if args.max_seconds is None
-                            else time.monotonic() + args.max_seconds)
-                measured = measurer.measure_batches(
-                    [todo[i:i + args.batch] for i in range(0, len(todo), args.batch)],
-                    source=f"{'all' if subspace is not None else 'sample'}(seed={args.seed})",
-                    on_record=progress, deadline=deadline)
+                measurer = Measurer(op, store, builder, runner, on_record=progress,
+                                    session_info={"device": device, "runner": runner.name,
+                                                  "command": " ".join(sys.argv)})
+                # the one loop, over a strategy that lists the configurations: batch i + 1
+                # builds while batch i runs, and no batch is asked after --max-seconds
+                listed = Listed(SpaceCandidates(op.space, op.workload), todo, seed=args.seed)
+                measured = Tuner(listed, measurer, trials=len(todo), seconds=args.max_seconds,
+                                 batch_size=args.batch,
+                                 source=f"{'all' if subspace is not None else 'sample'}"
+                                        f"(seed={args.seed})").run().records if todo else []
     seconds = time.perf_counter() - t0
     with Store.open(args.store) as store:  # the runner and builder have stopped
         records = store.records()
@@ -623,7 +629,6 @@ def _flag(p: argparse.ArgumentParser, flag: str, field: schema.Field) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from bocast.config import RUNNERS as TUNE_RUNNERS
 
     parser = _Parser(prog="bocast", description=(
         "Tune Tensor Core kernels with Bayesian optimisation: `bocast tune gemm --shape "
@@ -666,9 +671,10 @@ def build_parser() -> argparse.ArgumentParser:
     _opt(p, "--max-seconds", schema.MAX_SECONDS)
     _opt(p, "--seed", schema.SEED)
     p.add_argument("--store", required=True, help="record store (SQLite); resumed if it exists")
-    p.add_argument("--runner", default="gpu", choices=("gpu", "rpc", "standin"),
-                   help="gpu (default), rpc (GPU servers of a tracker: --tracker, --key) or "
-                        "standin (synthetic timings on the CPU, tests)")
+    p.add_argument("--runner", default="local", type=runner_kind,
+                   choices=("local", "rpc", "standin"),
+                   help="local (default: this machine's GPU), rpc (GPU servers of a tracker: "
+                        "--tracker, --key) or standin (synthetic timings on the CPU, tests)")
     _add_rpc_args(p)
     _opt(p, "--batch", schema.Field("batch", int, 64, min=1, max=10_000,
                                     doc="configurations built per batch"))
@@ -688,9 +694,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "shape: bocast tune gemm --shape 4096,4096,4096")
     p.add_argument("config", help="experiment configuration file, or an operator "
                                   f"({', '.join(operators())})")
-    p.add_argument("--runner", choices=list(TUNE_RUNNERS),
-                   help="override the config's runner (an operator: default tvm, the local "
-                        "GPU; standin: synthetic timings on the CPU, tests)")
+    p.add_argument("--runner", choices=list(RUNNER_KINDS), type=runner_kind,
+                   help="override the config's runner (an operator: default local, this "
+                        "machine's GPU; standin: synthetic timings on the CPU, tests)")
     _add_rpc_args(p)
     p.add_argument("--gpu-model", help="rpc: measure only on GPUs of this name (or 'any')")
     p.add_argument("--records", help="the records library's folder (default $BOCAST_RECORDS, "

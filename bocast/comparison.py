@@ -21,7 +21,7 @@ budget for all, from one configuration file.
 Every output carries provenance (git SHA, versions, date, config hash). A seed gives every
 strategy the same initial random design (paired comparison).
 
-``runner: tvm`` compares live on the GPU: one builder and one runner serve every run, the runs
+``runner: local`` compares live on the GPU: one builder and one runner serve every run, the runs
 take turns batch by batch (:func:`bocast.tuner.run_interleaved`: while one batch is timed, the
 next run's batch is proposed and built), so all strategies are measured in the same session,
 by the same method, under the same drift. Each run has its own record store under ``output``;
@@ -30,7 +30,7 @@ rerunning the comparison resumes every unfinished run where it stopped. A strate
 (:mod:`bocast.metaschedule`), after the interleaved runs. Without a dataset there is no known
 optimum: "best known" is then the best any run found.
 
-    runner: tvm
+    runner: local
     runner_options: {repeats: 10, run_timeout: 30, build_timeout: 180, workers: null,
                      reject_spills: false}      # reject_spills: see bocast.measure.builder
 """
@@ -58,6 +58,7 @@ from bocast.config import (
     strategy_entry,
     workload_and_dataset,
 )
+from bocast.measure.parts import LIVE_KINDS, RUNNER_KINDS, runner_kind
 from bocast.progress import Progress, reference_label
 from bocast.schema import Field, Section
 
@@ -67,12 +68,13 @@ from bocast.schema import Field, Section
 #: gives one strategy its own batch (BO with smaller q: more model updates per trial)
 _NOT_HYPER = ("name", "label", "trials", "seeds", "batch_size")
 METASCHEDULE = "metaschedule"
-#: live runners: the local GPU, or GPU servers through a tracker (bocast.measure.rpc)
-LIVE = ("tvm", "rpc")
+#: live runners: the local GPU, GPU servers through a tracker (bocast.measure.rpc), or the
+#: CPU stand-in (synthetic timings: a live comparison's mechanics without a GPU)
+LIVE = LIVE_KINDS
 MAX_SEEDS = 10_000
 COMPARE = Section((
     Field("name", str), Field("description", str, ""), WORKLOAD,
-    Field("runner", str, "replay", choices=(*schema.RUNNER_NAMES, "rpc")),
+    Field("runner", str, "replay", choices=RUNNER_KINDS),
     Field("dataset", str, None, nullable=True, doc="replay: prefix of a recorded dataset"),
     Field("strategies", list, doc="entries {name, label, options...}"),
     Field("seeds", object, doc="a number of seeds (0..n-1) or a list of distinct seeds"),
@@ -130,6 +132,8 @@ def parse(raw: Any, where: str) -> CompareConfig:
     """A comparison from its fields (a configuration built in code), every field checked;
     relative paths are those of the repository holding the folder ``where``
     (:func:`bocast.config.resolver`)."""
+    if isinstance(raw, Mapping) and "runner" in raw:
+        raw = {**raw, "runner": runner_kind(raw["runner"])}
     top = COMPARE.check(raw)
     budget = schema.BUDGET.check(top["budget"], "budget.")
     if budget["seconds"] is not None:
@@ -177,7 +181,7 @@ def parse(raw: Any, where: str) -> CompareConfig:
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
     if runner == "replay" and any(s["name"] == METASCHEDULE for s in strategies):
         raise ConfigError(f"strategies: {METASCHEDULE} proposes its own schedules, which no "
-                          "recorded dataset holds; it needs a live runner (tvm or rpc)")
+                          "recorded dataset holds; it needs a live runner (local or rpc)")
     ropts = schema.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
     baseline = top["baseline"]
     if baseline is not None and baseline not in labels:
@@ -439,7 +443,8 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
     runner = runner or make_runner(cfg.runner, timeout_s=ro["run_timeout"],
                                    repeats=ro["repeats"], rpc=cfg.rpc)
     builder = builder or make_builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
-                                      reject_spills=ro["reject_spills"])
+                                      reject_spills=ro["reject_spills"],
+                                      compile=cfg.runner != "standin")
     with runner, builder, contextlib.ExitStack() as stores:
         device = runner.device()
         # one reference for the whole comparison: the one timed when it started, if it did

@@ -5,7 +5,7 @@
     batch_size: 32
     budget: {trials: 256, seconds: null}
     seed: 0
-    runner: replay                              # replay | tvm (live, on a GPU) | rpc
+    runner: replay                              # replay | local (live, on a GPU) | rpc | standin
     rpc: {tracker: "host:9190", key: h100}      # rpc only: see bocast.measure.rpc
     dataset: experiments/data/gemm_1024_1024_1024   # replay only
     output: runs/bo_logei_gemm1024             # records.db and summary.json go here
@@ -26,11 +26,12 @@ import yaml
 
 from bocast import schema
 from bocast.errors import InputError
+from bocast.measure.parts import RUNNER_KINDS, runner_kind
 from bocast.schema import ConfigError, Field, Section
 
 __all__ = ["ConfigError", "TuneConfig", "load", "parse", "read_yaml", "workload_and_dataset"]
 
-RUNNERS = (*schema.RUNNER_NAMES, "rpc", "standin")  # standin: synthetic timings, tests
+RUNNERS = RUNNER_KINDS  # bocast.measure.parts: local | rpc | replay | standin
 WORKLOAD = Field("workload", dict, doc="op, shape and the operator's options")
 TUNE = Section((
     Field("name", str, ""), Field("description", str, ""), WORKLOAD,
@@ -99,8 +100,8 @@ def strategy_entry(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
 
 def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
           rpc: Mapping[str, Any] | None = None) -> TuneConfig:
-    if isinstance(raw, Mapping) and (runner or raw.get("runner")) == "gpu":
-        runner = "tvm"  # the measure command's name for it
+    if isinstance(raw, Mapping):
+        runner = runner_kind(runner or raw.get("runner")) or None
     top = TUNE.check({**raw, **({"runner": runner} if runner else {})}
                      if isinstance(raw, Mapping) else raw)
     budget = schema.BUDGET.check(top["budget"], "budget.")

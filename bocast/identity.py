@@ -19,6 +19,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from bocast.measure.parts import runner_kind
 from bocast.schema import ConfigError
 
 if TYPE_CHECKING:
@@ -58,6 +59,8 @@ def mismatch(held: Mapping[str, Any] | None, ident: Mapping[str, Any]) -> str | 
     has them, else as given."""
     if held is None:  # a new store, or one written before runs carried their identity
         return None
+    # the local runner was called tvm before 2026-11-26: the same run under its new name
+    held = {**held, "runner": runner_kind(held.get("runner"))}
     skip = "options" if RESOLVED in held else RESOLVED
     keys = sorted(k for k in set(held) | set(ident) if k != skip)
     parts = [f"{k}: {held.get(k)!r} there, {ident.get(k)!r} here" for k in keys

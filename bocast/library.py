@@ -2,7 +2,7 @@
 
 The library is the shipped datasets (``experiments/data`` beside the package, exhaustive
 tables included; read only) plus a folder of record stores, one per tuned run: a live
-``bocast tune`` (runner tvm, rpc or standin), finished or interrupted, copies its store there
+``bocast tune`` (runner local, rpc or standin), finished or interrupted, copies its store there
 (:func:`add`; ``bocast records add`` does it by hand). The folder is, first that is set: the
 ``records`` argument (the API's, ``--records``), ``$BOCAST_RECORDS``, a tune configuration's
 ``records`` field, ``$XDG_CACHE_HOME/bocast/records`` (``~/.cache/bocast/records``).
@@ -406,7 +406,7 @@ def warm_options(strategy: str, options: dict[str, Any], sources: Sequence[str])
 
 def run_gpu(runner: str, *, dataset=None, rpc: dict | None = None) -> str | None:
     """The GPU model a run will measure on, as its records will name it, known before it
-    starts: replay, its dataset's; standin, the stand-in's; tvm, the local GPU's (nvidia-smi);
+    starts: replay, its dataset's; standin, the stand-in's; local, the local GPU's (nvidia-smi);
     rpc, ``gpu_model`` where set; else None."""
     if runner == "replay":
         return (getattr(dataset, "meta", None) or {}).get("device", {}).get("gpu")

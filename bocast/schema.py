@@ -317,7 +317,6 @@ REJECT_SPILLS = Field("reject_spills", bool, False,
 MAX_SECONDS = Field("max_seconds", float, None, above=0, nullable=True,
                     doc="start no new batch after this many seconds; the next call resumes "
                         "from the store (a device session's time limit)")
-RUNNER_NAMES = ("replay", "tvm")
 # inner spaces are allowed (experiments/ablation/bo_replay.yaml labels "bo q16"); a label
 # names files, so no '/', no leading or trailing space, nothing else
 LABEL = Field("label", str, pattern=r"[A-Za-z0-9]([A-Za-z0-9._+ -]*[A-Za-z0-9._+-])?",

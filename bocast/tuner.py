@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from bocast import interrupt
 from bocast.records import Record, best_record
@@ -128,7 +128,7 @@ class Tuner:
                  seconds: float | None = None,
                  batch_size: int = 32, optimum: float | None = None,
                  reference: float | None = None, reference_label: str = "reference",
-                 meter=None):
+                 meter=None, source: str | None = None):
         if trials < 1:
             raise ValueError("budget must allow at least one trial")
         self.strategy, self.measurer = strategy, measurer
@@ -136,6 +136,7 @@ class Tuner:
         self.optimum, self.reference = optimum, reference
         self.reference_label = reference_label  # what the ratio is to, e.g. "cuBLAS"
         self.meter = meter  # a bocast.progress.Progress, told after every batch
+        self.source = source or strategy.name  # the records' source column
         self.start()
 
     def start(self, previous: Sequence[Record] = ()) -> None:
@@ -147,6 +148,7 @@ class Tuner:
         self.exhausted = False
         self._held: list[Record] = []    # stored trials of a batch cut short by the stop ...
         self._pending: list[Config] = []  # ... and its configurations still to measure
+        self._asked: collections.deque[int] = collections.deque()  # sizes of untold batches
         if previous:
             self._resume(previous)
         self.t0 = time.perf_counter()
@@ -201,20 +203,34 @@ class Tuner:
         return (self.exhausted or len(self.records) >= self.trials
                 or (self.seconds is not None and time.perf_counter() - self.t0 > self.seconds))
 
+    def can_ask(self) -> bool:
+        """Whether another batch may be asked before the ones asked are told (a strategy that
+        is not :attr:`~bocast.strategies.base.Strategy.adaptive`): budget not all asked for."""
+        return (not self.done()
+                and len(self.records) + sum(self._asked) + len(self._pending) < self.trials)
+
     def ask(self) -> list[Config]:
-        """The next batch (at most what the budget has left); empty once the candidates are
-        exhausted. After a resume inside a batch: the rest of that batch."""
+        """The next batch (at most what the budget has left, counting batches asked and not
+        yet told); empty once the candidates are exhausted. After a resume inside a batch: the
+        rest of that batch."""
         if self._pending:
             configs, self._pending = self._pending, []
-            return configs
-        n = min(self.batch_size, self.trials - len(self.records))
-        t = time.perf_counter()
-        configs = self.strategy.ask(n)
-        self.proposal_s.append(time.perf_counter() - t)
-        self.exhausted = not configs
+        else:
+            n = min(self.batch_size, self.trials - len(self.records) - sum(self._asked))
+            t = time.perf_counter()
+            configs = self.strategy.ask(n)
+            self.proposal_s.append(time.perf_counter() - t)
+            self.exhausted = not configs
+        self._asked.append(len(configs))
         return configs
 
     def tell(self, records: Sequence[Record]) -> None:
+        """The records of the oldest batch asked and not yet told (fewer than asked where
+        some were never recorded: a refused RPC run, a configuration already in the store)."""
+        if self._asked:
+            self._asked.popleft()
+        if not records and not self._held:
+            return  # an empty batch: the candidates ran out
         self._add(records)
         # a batch completed after a resume is told whole, as the uninterrupted run told it
         told, self._held = self._held + list(records), []
@@ -228,13 +244,10 @@ class Tuner:
                           self.reference)
 
     def run(self, previous: Sequence[Record] = ()) -> Trajectory:
+        """The whole run, resumed after ``previous`` (:meth:`start`): the one loop,
+        :func:`run_interleaved`, with this tuner alone."""
         self.start(previous)
-        while not self.done():
-            interrupt.check()  # between batches: every record told so far is in the store
-            configs = self.ask()
-            if configs:
-                self.tell(self.measurer.measure(configs, source=self.strategy.name))
-        return self.result()
+        return run_interleaved([self])[0]
 
     def _show(self) -> None:
         b = self.best[-1] if self.best else 0.0
@@ -251,17 +264,23 @@ def run_interleaved(tuners: Sequence[Tuner], *, on_batch=None, ahead: int = 2) -
     """Run several tuners round-robin, one batch at a time, as a three-stage pipeline: while
     one tuner's batch runs on the GPU (this thread), the next one's is built and the one after
     is proposed (one thread each; ``ahead`` batches are prepared ahead of the one running).
+    This is the one loop: a comparison's live arms take turns in it, and every other run is
+    one tuner in it (:meth:`Tuner.run`: ``bocast tune``, replay, an API study's ``optimize``,
+    ``bocast measure`` with a strategy that lists the sample or the sub-space).
 
-    Each tuner's measurer must offer ``prepare``/``run`` (:class:`SupportsPrepareRun`) and
-    they may share one builder and one runner: the runner times one batch at a time and the
-    builder builds one batch at a time. A tuner proposes only after it has been told its
-    previous batch, so each trajectory is what :meth:`Tuner.run` would produce; only wall time
-    is shared. Tuners should be freshly started (or resumed with :meth:`Tuner.start`) before
-    the call. ``on_batch(tuner)`` is called after each finished batch."""
-    one_phase = [type(t.measurer).__name__ for t in tuners
-                 if not isinstance(t.measurer, SupportsPrepareRun)]
-    if one_phase:
-        raise TypeError(f"run_interleaved needs measurers with prepare and run, not {one_phase}")
+    A measurer that offers ``prepare``/``run`` (:class:`SupportsPrepareRun`: the live engine,
+    replay) builds one batch while another runs; one with ``measure`` alone (an API study's
+    objective) measures in ``run``. Measurers may share one builder and one runner: the
+    runner times one batch at a time and the builder builds one batch at a time. A tuner
+    proposes only after it has been told its previous batch, so each trajectory is what it
+    would be alone; only wall time is shared. Tuners should be freshly started (or resumed
+    with :meth:`Tuner.start`) before the call. ``on_batch(tuner)`` is called after each
+    finished batch.
+
+    A strategy that is not :attr:`~bocast.strategies.base.Strategy.adaptive` is asked again as
+    soon as its batch is asked, so its next batch builds while this one runs."""
+    halves = {id(t): t.measurer if isinstance(t.measurer, SupportsPrepareRun)
+              else _OnePhase(t.measurer) for t in tuners}
     waiting = collections.deque(t for t in tuners if not t.done())
     inflight: collections.deque = collections.deque()
 
@@ -271,19 +290,39 @@ def run_interleaved(tuners: Sequence[Tuner], *, on_batch=None, ahead: int = 2) -
 
             def prepare():
                 configs = asked.result()
-                measurer = cast(SupportsPrepareRun, t.measurer)  # checked above
-                return t, (measurer.prepare(configs, source=t.strategy.name) if configs else None)
+                return t, (halves[id(t)].prepare(configs, source=t.source) if configs else None)
 
-            return builder.submit(prepare)
+            return asked, builder.submit(prepare)
 
         while waiting or inflight:
             while waiting and len(inflight) < ahead + 1:
-                inflight.append(launch(waiting.popleft()))
+                interrupt.check()  # between batches: every record told so far is in the store
+                t = waiting.popleft()
+                if not t.strategy.adaptive and not t.can_ask():
+                    continue  # budget asked for, or time up: its batches in flight finish
+                asked, prepared = launch(t)
+                inflight.append(prepared)
+                if not t.strategy.adaptive:
+                    asked.result()  # such an ask takes no time
+                    waiting.append(t)
             tuner, batch = inflight.popleft().result()
-            if batch is not None:
-                tuner.tell(tuner.measurer.run(batch))
-                if on_batch is not None:
-                    on_batch(tuner)
-            if not tuner.done():
+            tuner.tell(halves[id(tuner)].run(batch) if batch is not None else [])
+            if batch is not None and on_batch is not None:
+                on_batch(tuner)
+            if tuner.strategy.adaptive and not tuner.done():
                 waiting.append(tuner)
     return [t.result() for t in tuners]
+
+
+class _OnePhase:
+    """A measurer with ``measure`` alone, seen as the two halves (nothing is done ahead)."""
+
+    def __init__(self, measurer: SupportsMeasure):
+        self.measurer = measurer
+
+    def prepare(self, configs: Sequence[Config], *, source: str = "") -> Any:
+        return list(configs), source
+
+    def run(self, batch: Any) -> list[Record]:
+        configs, source = batch
+        return self.measurer.measure(configs, source=source)

@@ -544,8 +544,9 @@ def cases() -> list[Case]:
     cfg("tune: unknown strategy option", tune_cfg(strategy={"name": "bo", "learning_rate": 1}),
         "unknown option(s) ['learning_rate']")
     cfg("tune: runner fpga", tune_cfg(runner="fpga"),
-        "runner: expected one of ['replay', 'tvm', 'rpc', 'standin']")
-    cfg("tune: runner tvm on a machine without GPU", tune_cfg(runner="tvm"), "needs a CUDA GPU")
+        "runner: expected one of ['local', 'rpc', 'replay', 'standin']")
+    cfg("tune: runner local on a machine without GPU", tune_cfg(runner="local"),
+        "needs a CUDA GPU")
     cfg("tune: runner_options.workers -1", tune_cfg(runner_options={"workers": -1}),
         "runner_options.workers: expected")
     cfg("tune: runner_options.run_timeout 0", tune_cfg(runner_options={"run_timeout": 0}),
@@ -613,13 +614,13 @@ def cases() -> list[Case]:
         "strategies[0] (cga): features: expected one of ['knobs', 'derived']", argv=CMP_ARGV)
     cfg("compare: runner_options.reject_spills 3", compare_cfg(runner_options={"reject_spills": 3}),
         "runner_options.reject_spills: expected true or false, got 3", argv=CMP_ARGV)
-    cfg("compare: live on a machine without GPU", compare_cfg(runner="tvm", dataset=DROP),
+    cfg("compare: live on a machine without GPU", compare_cfg(runner="local", dataset=DROP),
         "needs a CUDA GPU", argv=CMP_ARGV)
     cfg("compare: --only on replay", compare_cfg(), "only live comparisons are split",
         argv=CMP_ARGV + ["--only", "ga"])
 
     # --- the machine
-    c.append(Case("measure --runner gpu without a GPU",
+    c.append(Case("measure --runner local (the default) without a GPU",
                   ["measure", "gemm", "--sample", "5", "--store", "{tmp}/new.db"],
                   "needs a CUDA GPU", group="machine"))
     return c

@@ -113,7 +113,7 @@ LIVE = {
     "name": "live",
     "workload": {"op": "gemm", "shape": [256, 256, 256], "dtype": "fp16:fp32", "layout": "NT",
                  "space": "v2"},
-    "runner": "tvm",
+    "runner": "local",
     "strategies": [{"label": "cga", "name": "cga", "pop_size": 32, "generations": 1},
                    {"label": "random", "name": "random", "seeds": [0]}],
     "seeds": 2,

@@ -135,5 +135,15 @@ def test_compare_checks_stores_before_running(tmp_path):
 
 def test_identity_of_metaschedule_keeps_its_options_as_given():
     ident = identity.run_identity(strategy="metaschedule", options={"x": 1}, seed=0,
-                                  batch_size=8, runner="tvm", dataset=None)
+                                  batch_size=8, runner="local", dataset=None)
     assert ident["resolved"] == {"x": 1}
+
+
+def test_a_run_of_the_runner_called_tvm_resumes_as_local():
+    """The local runner's old name (before 2026-11-26) names the same run."""
+    old, new = (identity.run_identity(strategy="random", options={}, seed=0, batch_size=8,
+                                      runner=name, dataset=None) for name in ("tvm", "local"))
+    assert identity.mismatch(old, new) is None
+    rpc = identity.run_identity(strategy="random", options={}, seed=0, batch_size=8,
+                                runner="rpc", dataset=None)
+    assert "runner: 'local' there, 'rpc' here" in identity.mismatch(old, rpc)

@@ -203,7 +203,7 @@ def test_a_replay_comparison_takes_auto_from_the_shipped_datasets_a_live_one_ref
     ident = comparison.run_identity(cfg, bo, 0)
     assert ident["options"]["warm_start"] == names
     with pytest.raises(ConfigError, match="records library, which a live comparison's results"):
-        comparison.parse({**raw, "runner": "tvm", "dataset": None}, "")
+        comparison.parse({**raw, "runner": "local", "dataset": None}, "")
 
 
 def test_warm_defaults_apply_only_to_a_warm_run_and_never_over_a_given_option(monkeypatch):

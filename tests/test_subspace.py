@@ -8,13 +8,16 @@ import sys
 
 import pytest
 
+from bocast.candidates import SpaceCandidates
 from bocast.measure.builder import BuildResult
 from bocast.measure.engine import Measurer
 from bocast.measure.status import Status
 from bocast.operator import from_workload, get_operator
 from bocast.records import Store, load_dataset
 from bocast.space import Space, SpaceError
+from bocast.strategies.listed import Listed
 from bocast.subspace import SubspaceError, allowed_values, load, parse_fix_args
+from bocast.tuner import Tuner
 from tests.test_space import enumerate_feasible as brute_force
 from tests.test_space import toy_space
 
@@ -115,20 +118,34 @@ def test_measure_all_covers_the_sub_space_once_and_resumes(tmp_path):
 
 
 class _FailingBuilder:
-    """Builds nothing (every configuration a build error): the engine's batching alone."""
+    """Builds nothing (every configuration a build error): the loop's batching alone. The
+    first build moves the clock past the deadline."""
+
+    def __init__(self, clock):
+        self.clock = clock
 
     def build(self, op, configs):
+        self.clock[0] = 100.0
         return [BuildResult(Space.key(c), Status.BUILD_ERROR, stage="lower") for c in configs]
 
 
 def test_no_batch_starts_after_the_deadline(tmp_path, monkeypatch):
+    """``bocast measure --max-seconds``: the batches asked before the deadline finish (up to
+    three: one running, two building ahead), none is asked after it, and the next call
+    measures only what is missing."""
     op = get_operator("gemm").from_args((64, 64, 64))
-    configs = op.space.sample(6, rng=0, unique=True)
-    clock = iter(range(100))  # each deadline check reads the next second
-    monkeypatch.setattr("bocast.measure.engine.time.monotonic", lambda: next(clock))
+    configs = op.space.sample(8, rng=0, unique=True)
+    clock = [0.0]
+    monkeypatch.setattr("bocast.tuner.time.perf_counter", lambda: clock[0])
+
+    def measure(todo, seconds):
+        listed = Listed(SpaceCandidates(op.space, op.workload), todo)
+        return Tuner(listed, Measurer(op, store, _FailingBuilder(clock), None), trials=len(todo),
+                     seconds=seconds, batch_size=2).run().records
+
     with Store(str(tmp_path / "d.db"), op.workload) as store:
-        measurer = Measurer(op, store, _FailingBuilder(), None)
-        got = measurer.measure_batches([configs[i:i + 2] for i in range(0, 6, 2)], deadline=1.5)
-        assert len(got) == 4 and len(store) == 4  # batches started at t=0 and t=1 finish
-        rest = measurer.measure_batches([configs], deadline=None)
-        assert len(rest) == 2 and len(store) == 6  # the next call measures only what is missing
+        got = measure(configs, 5.0)
+        assert len(got) in (2, 4, 6) and len(store) == len(got)  # whole batches, not all four
+        clock[0] = 0.0
+        rest = measure([c for c in configs if Space.key(c) not in store], None)
+        assert len(rest) == 8 - len(got) and len(store) == 8

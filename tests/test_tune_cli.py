@@ -64,7 +64,7 @@ def _without(d, key):
      "data/gemm_32_2048_1000 was recorded for workload"),
     ({**GOOD, "workload": {"op": "gemm", "shape": [1, 2]}}, "workload: gemm: shape needs 3"),
     ({**GOOD, "runner": "fpga"},
-     "runner: expected one of ['replay', 'tvm', 'rpc', 'standin'], got 'fpga'"),
+     "runner: expected one of ['local', 'rpc', 'replay', 'standin'], got 'fpga'"),
     (_without(GOOD, "dataset"), "dataset: the replay runner needs"),
     ({**GOOD, "runner_options": {"reject_spills": "yes"}},
      "runner_options.reject_spills: expected true or false, got 'yes'"),
@@ -104,3 +104,20 @@ def test_a_config_files_name_leads_its_error_once(tmp_path, command, what, make,
     assert code == 2 and not out
     assert err.startswith(f"bocast: error: {path}: ") and message in err, err
     assert err.count(str(path)) == 1, err
+
+
+def test_old_runner_names_still_work_and_say_their_new_name(tmp_path, capsys, monkeypatch):
+    from bocast import comparison, config
+    from bocast.measure import parts
+
+    monkeypatch.setattr(parts, "_told", set())
+    good = {**GOOD, "output": str(tmp_path / "out")}
+    assert config.parse({**good, "runner": "tvm", "dataset": None}).runner == "local"
+    assert config.parse(good, runner="gpu").runner == "local"
+    with open(os.path.join(ROOT, "experiments/compare/live_v3_gemm_4096_4096_4096.yaml")) as f:
+        raw = yaml.safe_load(f)
+    raw.update(runner="tvm", output=str(tmp_path / "runs"), results=str(tmp_path / "r"))
+    assert comparison.parse(raw, ROOT).runner == "local"
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["note: runner 'tvm' is now called 'local' (the old name still works)",
+                   "note: runner 'gpu' is now called 'local' (the old name still works)"]

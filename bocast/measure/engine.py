@@ -8,15 +8,13 @@ with no finished row lost and none repeated.
 
 :meth:`Measurer.prepare` (dedupe, validate, build) and :meth:`Measurer.run` (time what built) are
 the two halves of a measurement, so that building one batch can overlap running another: the
-next batch of the same run (:meth:`Measurer.measure_batches`), or of another run that shares the
-builder and runner (:func:`bocast.tuner.run_interleaved`).
+next batch of the same run, or of another run that shares the builder and runner
+(:func:`bocast.tuner.run_interleaved`).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from bocast.measure.builder import Builder, BuildResult
@@ -29,44 +27,25 @@ from bocast.space import Config, Space
 
 class Measurer:
     def __init__(self, op: Operator, store: Store, builder: Builder, runner: Runner | None, *,
-                 session_info: dict | None = None):
+                 session_info: dict | None = None,
+                 on_record: Callable[[Record], None] | None = None):
         self.op, self.store, self.builder, self.runner = op, store, builder, runner
+        self.on_record = on_record  # told every record as it is written (a progress meter)
         self.session = store.start_session(provenance(session_info))
 
     def measure(self, configs: Sequence[Config], *, source: str = "",
                 on_record: Callable[[Record], None] | None = None) -> list[Record]:
         """Measure configurations not yet in the store (those already there, or repeated, are
         skipped); returns the new records in the order they were written."""
-        return self.measure_batches([configs], source=source, on_record=on_record)
+        return self.run(self.prepare(configs, source=source, on_record=on_record))
 
-    def measure_batches(self, batches: Sequence[Sequence[Config]], *, source: str = "",
-                        on_record: Callable[[Record], None] | None = None,
-                        deadline: float | None = None) -> list[Record]:
-        """Like :meth:`measure` over several batches, building batch i+1 while batch i runs.
-        No batch starts building after ``deadline`` (``time.monotonic()``); those started
-        finish, so everything measured is recorded and the rest waits for a later call."""
-        seen = self.store.keys()
-        records: list[Record] = []
-        with ThreadPoolExecutor(max_workers=1) as prefetch:
-            pending = None
-            for i in range(len(batches) + 1):
-                start = i < len(batches) and (deadline is None or time.monotonic() < deadline)
-                nxt = prefetch.submit(self.prepare, batches[i], source=source, seen=seen,
-                                      on_record=on_record) if start else None
-                if pending is not None:
-                    records += self.run(pending.result())
-                pending = nxt
-                if pending is None:
-                    break
-        return records
-
-    def prepare(self, configs: Sequence[Config], *, source: str = "", seen: set[str] | None = None,
+    def prepare(self, configs: Sequence[Config], *, source: str = "",
                 on_record: Callable[[Record], None] | None = None) -> Prepared:
         """First half of a measurement, safe to overlap with :meth:`run` of another batch:
-        dedupe against ``seen`` (default: the store), record invalid configurations and failed
+        skip what the store holds (and repeats), record invalid configurations and failed
         builds, and return what can run."""
-        seen = self.store.keys() if seen is None else seen
-        batch = Prepared(source, on_record)
+        seen = self.store.keys()
+        batch = Prepared(source, on_record or self.on_record)
         todo: list[tuple[str, Config]] = []
         for c in configs:
             key = Space.key(c)

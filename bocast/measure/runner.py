@@ -169,7 +169,7 @@ def why_no_gpu() -> str | None:
 class GpuRunner(WorkerRunner):
     """Kernels on the local CUDA GPU, in an isolated worker process."""
 
-    name = "gpu"
+    name = "local"
 
     def __init__(self, **kwargs):
         super().__init__(worker="bocast.measure.gpu_worker:run_task", **kwargs)

@@ -38,6 +38,9 @@ class Strategy(ABC):
     warm_defaults: ClassVar[dict[str, Any]] = {}
     #: options that, given, leave ``warm_defaults`` out (they say the same thing another way)
     warm_defaults_yield_to: ClassVar[tuple[str, ...]] = ()
+    #: whether its next batch depends on the results of the last one (every search strategy);
+    #: a strategy that does not may be asked ahead (:func:`bocast.tuner.run_interleaved`)
+    adaptive: ClassVar[bool] = True
 
     def __init__(self, candidates: Candidates, *, seed: int = 0, **hyper: Any):
         self.hyper = self.options.check(hyper, f"strategy {self.name!r}: ", StrategyError)

@@ -93,6 +93,10 @@ def test_measurers_offer_what_the_tuner_calls(tmp_path):
         def measure(self, configs, *, source=""):
             return replay.measure(configs, source=source)
 
-    strategy = make_strategy("random", replay.dataset.candidates(), seed=0)
-    with pytest.raises(TypeError, match="OnlyMeasure"):
-        run_interleaved([Tuner(strategy, OnlyMeasure(), trials=4)])
+    def trajectory(measurer):  # a measure-only measurer runs in the same loop, unpipelined
+        strategy = make_strategy("random", replay.dataset.candidates(), seed=0)
+        return run_interleaved([Tuner(strategy, measurer, trials=8, batch_size=4)])[0]
+
+    one_phase = trajectory(OnlyMeasure())
+    assert [r.key for r in one_phase.records] == [r.key for r in trajectory(replay).records]
+    assert len(one_phase.records) == 8
