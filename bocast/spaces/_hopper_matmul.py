@@ -17,15 +17,19 @@ and ThunderKittens' H100 GEMM:
     tiles in grouped order: ``raster`` block rows at a time (Triton's GROUP_M) for L2 reuse
 
 The matmul is C[M, N] = A[M, K] B[N, K]^T (the GEMM's NT layout, both operands K-major, which is
-wgmma's native form), fp16 in, fp32 accumulate and out. What the template does not do yet:
-thread-block clusters with TMA multicast, a TMA-store (stmatrix) epilogue (the consumers store
-their registers straight to global memory), ragged extents (every extent must be a multiple of
-its tile; TMA would zero-fill ragged loads, but the direct stores carry no predicate), the NN
-layout and fp16 output. A bmm (C[b] = A[b] B[b]^T) is the same kernel over the batch's tiles:
-its operands are read as one [b x M, K] and one [b x N, K] matrix (2-D tensor maps; a tile never
-crosses a batch element, as BM divides M and BN divides N) and the persistent loop walks
-batch x tiles, batch outermost. Configurations outside it are refused
-by named constraints or, for the workload, by :func:`check_workload`.
+wgmma's native form), fp16 in, fp32 accumulate and out. A GEMM's extents may be ragged (M, N, K
+need not be multiples of BM, BN, BK; K % 8 == 0 remains, TMA's global rows being multiples of 16
+bytes): tiles and k blocks are counted by ceil-division, TMA zero-fills the parts of its boxes
+past an edge (the mbarrier still receives the whole box's bytes, as CUTLASS's fixed
+TmaTransactionBytes relies on), and the direct stores test their row and column against M and
+N (generated only for an extent that is ragged). What the template does not do yet: thread-block
+clusters with TMA multicast, a TMA-store (stmatrix) epilogue (the consumers store their
+registers straight to global memory), the NN layout and fp16 output. A bmm (C[b] = A[b] B[b]^T)
+is the same kernel over the batch's tiles: its operands are read as one [b x M, K] and one
+[b x N, K] matrix (2-D tensor maps) and the persistent loop walks batch x tiles, batch
+outermost; a tile must not cross a batch element (``bmm_tiles_within_batch``: BM divides M, BN
+divides N; K may be ragged). Configurations outside it are refused by named constraints or,
+for the workload, by :func:`check_workload`.
 
 Kernel arguments: the tensor maps of A and B (``__grid_constant__ CUtensorMap``, encoded by the
 runner with ``cuTensorMapEncodeTiled`` from :attr:`TirxKernel.tensor_maps`) and C's pointer.
@@ -74,6 +78,10 @@ def check_workload(spec: mm.MatmulSpec) -> None:
     if spec.K % 8:
         raise WorkloadError(f"{what} needs K % 8 == 0 (TMA: global rows a multiple of 16 "
                             f"bytes), got K = {spec.K}")
+    if max(spec.batch, 1) > 1 and (spec.M % 64 or spec.N % 64):
+        raise WorkloadError(f"{what} needs a bmm's M and N to be multiples of 64 (a tile may "
+                            f"not cross a batch element: bmm_tiles_within_batch), got M = "
+                            f"{spec.M}, N = {spec.N}")
 
 
 def knobs(spec) -> list[Knob]:
@@ -110,7 +118,7 @@ def derive(spec):
         threads = 128 * (1 + cons)
         rows = np.where(c["arrangement"] == "pingpong", bm, bm // cons)  # one consumer's
         atoms = rows // 64
-        tiles_m, tiles_n = M // bm, N // bn
+        tiles_m, tiles_n = -(-M // bm), -(-N // bn)  # ceil: ragged edges are partial tiles
         smem = c["stages"] * (bm + bn) * bk * 2 + BARRIER_SMEM
         launch_cap = np.minimum(255, REGISTERS_PER_SM // threads // 8 * 8)
         consumer_regs = np.where(_regs(c, 1) > 0, _regs(c, 1), launch_cap)
@@ -119,13 +127,28 @@ def derive(spec):
                 "consumer_regs": consumer_regs, "producer_regs": _regs(c, 0),
                 "smem_bytes": smem, "dynamic_smem_bytes": smem - BARRIER_SMEM,
                 "static_smem_bytes": np.full_like(bm, BARRIER_SMEM),
-                "tiles_m": tiles_m, "tiles": batch * tiles_m * tiles_n, "k_blocks": K // bk}
+                "tiles_m": tiles_m, "tiles": batch * tiles_m * tiles_n,
+                "k_blocks": -(-K // bk)}
 
     return run
 
 
+def batch_constraints(spec) -> list[Constraint]:
+    """A bmm's tiles stay inside one batch element (a GEMM has none of these)."""
+    M, N, batch = spec.M, spec.N, max(spec.batch, 1)
+    if batch == 1:
+        return []
+    return [Constraint(
+        "bmm_tiles_within_batch",
+        f"a bmm reads its {batch} batch elements as one [b x M, K] and one [b x N, K] matrix "
+        f"(2-D tensor maps): a tile that crossed an element's edge would read the next "
+        f"element's rows as its own (TMA zero-fills only past the last one), so BM divides "
+        f"M ({M}) and BN divides N ({N}); K may be ragged (TMA zero-fills each row past K)",
+        lambda c: (M % c["bm"] == 0) & (N % c["bn"] == 0))]
+
+
 def constraints(spec) -> list[Constraint]:
-    M, N, K = spec.M, spec.N, spec.K
+    N = spec.N
     return [
         Constraint("bm_whole_atoms", "a consumer's rows are whole m64 wgmma atoms: BM % (64 x "
                    "consumers) == 0 when they split a tile (cooperative)",
@@ -133,10 +156,11 @@ def constraints(spec) -> list[Constraint]:
                    | (c["bm"] % (64 * c["consumers"]) == 0)),
         Constraint("pingpong_needs_two", "ping-pong takes turns: it needs 2 consumers",
                    lambda c: (c["arrangement"] == "cooperative") | (c["consumers"] == 2)),
-        Constraint("tiles_divide_extents",
-                   f"M ({M}), N ({N}) and K ({K}) are multiples of BM, BN and BK (the direct "
-                   "epilogue stores carry no edge predicate)",
-                   lambda c: (M % c["bm"] == 0) & (N % c["bn"] == 0) & (K % c["bk"] == 0)),
+        *batch_constraints(spec),
+        Constraint("v2_stores_need_even_n",
+                   f"the v2 epilogue's 8-byte stores (columns 2j, 2j + 1) need N ({N}) even: "
+                   "aligned, and a pair is either inside C's row or past its end",
+                   lambda c: (c["epilogue"] != "v2") | (N % 2 == 0)),
         mm.shared_memory_constraint("stages x (BM + BN) x BK fp16 and the mbarriers fit the "
                                     "227 KB per block"),
         Constraint("accumulators_fit_registers",
@@ -149,7 +173,7 @@ def constraints(spec) -> list[Constraint]:
                    lambda c: 128 * (c["producer_regs"] + c["consumers"] * _regs(c, 1))
                    <= REGISTERS_PER_SM),
         Constraint("raster_divides_block_rows",
-                   "raster groups whole block rows: it divides M / BM",
+                   "raster groups whole block rows: it divides ceil(M / BM)",
                    lambda c: (c["tiles_m"] % c["raster"] == 0)),
     ]
 
@@ -193,7 +217,7 @@ def tile_coords(t, *, M: int, N: int, BM: int, BN: int, G: int):
     C's block row over the [b x M] rows, C's block column, B's first row over the [b x N] rows).
     Batch element outermost; inside it grouped order, ``G`` block rows at a time, column by
     column within a group (Triton's GROUP_M: neighbouring CTAs share operands in L2)."""
-    tiles_m, tiles_n = M // BM, N // BN
+    tiles_m, tiles_n = -(-M // BM), -(-N // BN)  # ceil: the last row/column may be partial
     per_batch, per_group = tiles_m * tiles_n, G * tiles_n
     b, r = t // per_batch, t % per_batch
     tn = r % per_group // G
@@ -218,7 +242,11 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
     atoms = WM // 64
     step = NC if pingpong else 1  # tiles between two of one consumer's
     vec_store = c["epilogue"] == "v2"
-    tiles_m, tiles_n, KT = M // BM, N // BN, K // BK
+    tiles_m, tiles_n, KT = -(-M // BM), -(-N // BN), -(-K // BK)  # ragged edges: partial tiles
+    # ragged M or N (a GEMM's only: bmm_tiles_within_batch): the direct stores test their rows
+    # and columns; TMA zero-fills the loads past each edge (and past K)
+    pred_m, pred_n = M % BM != 0, N % BN != 0
+    pred_n1 = N % 2 != 0  # scalar stores: column 2j + 1 may be past the edge while 2j is not
     per_batch = tiles_m * tiles_n
     tiles = batch * per_batch
     grid = min(SM_COUNT, tiles) if c["persistent"] == "on" else tiles
@@ -346,22 +374,22 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
                 if pingpong and lt == 0:
                     T.ptx.mbarrier.arrive.shared.b64(T.address_of(turn[1 - cw]))
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
-                # columns 8 j + 2 (lt % 4) (+1)
+                # columns 8 j + 2 (lt % 4) (+1); past a ragged edge (pred_m, pred_n) a store is
+                # skipped (its accumulators hold the products of TMA's zero fill)
                 for a in T.unroll(atoms):
                     for jj in T.unroll(BN // 8):
                         row = T.meta_var(tm * BM + row0 + a * 64 + lt // 32 * 16 + lt % 32 // 4)
                         col = T.meta_var(tn * BN + jj * 8 + lt % 4 * 2)
                         v = T.meta_var(a * half_n + jj * 4)
-                        if vec_store:
-                            T.ptx["st.global.v2.f32"](T.address_of(C[row, col]), acc[v],
-                                                      acc[v + 1])
-                            T.ptx["st.global.v2.f32"](T.address_of(C[row + 8, col]), acc[v + 2],
-                                                      acc[v + 3])
-                        else:
-                            C[row, col] = acc[v]
-                            C[row, col + 1] = acc[v + 1]
-                            C[row + 8, col] = acc[v + 2]
-                            C[row + 8, col + 1] = acc[v + 3]
+                        for h in T.unroll(2):  # rows row and row + 8
+                            if (not pred_m or row + h * 8 < M) and (not pred_n or col < N):
+                                if vec_store:  # N even (v2_stores_need_even_n): col + 1 < N too
+                                    T.ptx["st.global.v2.f32"](T.address_of(C[row + h * 8, col]),
+                                                              acc[v + h * 2], acc[v + h * 2 + 1])
+                                else:
+                                    C[row + h * 8, col] = acc[v + h * 2]
+                                    if not pred_n1 or col + 1 < N:
+                                        C[row + h * 8, col + 1] = acc[v + h * 2 + 1]
 
     return TirxKernel(tvm.IRModule({"main": main}), (grid, 1, 1), (threads, 1, 1),
                       S * stage_bytes, maps)

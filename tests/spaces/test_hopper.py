@@ -41,7 +41,7 @@ def test_the_best_live_kernel_is_a_configuration_of_the_space():
 
 @pytest.mark.parametrize("change, violated", [
     ({"stages": 5}, "shared_memory_le_227KB"),               # 5 x 48 KB + barriers > 227 KB
-    ({"bn": 192}, "tiles_divide_extents"),                   # 4096 % 192
+    ({"bn": 192}, None),                                     # 4096 % 192: a ragged column
     ({"bm": 64}, "bm_whole_atoms"),                          # 32 rows a consumer
     ({"arrangement": "pingpong", "bn": 128, "consumers": 1}, "pingpong_needs_two"),
     ({"arrangement": "pingpong"}, "accumulators_fit_registers"),  # 256 accumulators a thread
@@ -59,6 +59,62 @@ def test_raster_must_divide_the_block_rows():
     space = Gemm(1024, 1024, 1024, space="v3").space  # 8 block rows of 128
     assert space.validate({**BEST_4096, "raster": 16}) == ["raster_divides_block_rows"]
     assert space.validate({**BEST_4096, "raster": 8}) == []
+
+
+def test_raster_counts_the_partial_block_row():
+    """Ragged M: the block rows are ceil(M / BM), and raster must divide that count."""
+    space = Gemm(1000, 1000, 1000, space="v3").space  # 8 block rows of 128 (the last 104 rows)
+    assert space.columns([BEST_4096])["tiles_m"][0] == 8
+    assert space.validate({**BEST_4096, "raster": 8}) == []
+    assert space.validate({**BEST_4096, "raster": 16}) == ["raster_divides_block_rows"]
+    space = Gemm(1100, 1000, 1000, space="v3").space  # 9 block rows
+    assert space.columns([BEST_4096])["tiles_m"][0] == 9
+    assert space.validate({**BEST_4096, "raster": 2}) == ["raster_divides_block_rows"]
+    assert space.validate({**BEST_4096, "raster": 1}) == []
+
+
+@pytest.mark.parametrize("shape, ragged", [((1000, 1000, 1000), "MNK"), ((4100, 4096, 4104), "MK"),
+                                           ((4096, 4096, 4104), "K"), ((1, 8, 8), "MNK")])
+def test_ragged_gemm_extents_are_in_the_space(shape, ragged):
+    """A GEMM's M, N and K need not be multiples of the tile (K % 8 == 0 stays, for TMA's row
+    strides): partial tiles are counted by ceil-division, k blocks too."""
+    op = Gemm(*shape, space="v3")
+    config = {**BEST_4096, "raster": 1}
+    assert op.space.validate(config) == []
+    cols = op.space.columns([config])
+    M, N, K = shape
+    assert cols["tiles"][0] == -(-M // 128) * -(-N // 256)
+    assert cols["k_blocks"][0] == -(-K // 64)
+    assert set(ragged) == {x for x, e, t in zip("MNK", shape, (128, 256, 64)) if e % t}
+
+
+def test_v2_stores_need_an_even_n():
+    """The 8-byte stores write columns (2j, 2j + 1): with N odd a pair would straddle the edge
+    and be misaligned; the scalar stores test each column."""
+    space = Gemm(1000, 1001, 1000, space="v3").space
+    assert space.validate({**BEST_4096, "raster": 8}) == ["v2_stores_need_even_n"]
+    assert space.validate({**BEST_4096, "raster": 8, "epilogue": "scalar"}) == []
+    assert Gemm(1000, 1002, 1000, space="v3").space.validate({**BEST_4096, "raster": 8}) == []
+
+
+def test_a_bmm_tile_stays_inside_its_batch_element():
+    """bmm reads [b x M, K]: BM must divide M and BN divide N (a tile may not cross an element),
+    while K may be ragged; a bmm whose M or N no BM / BN divides is refused outright."""
+    Bmm = get_operator("bmm")
+    config = {**BEST_4096, "bn": 128, "raster": 2, "stages": 2}
+    assert Bmm(12, 512, 512, 64, space="v3").space.validate({**config, "bn": 192}) == \
+        ["bmm_tiles_within_batch"]
+    assert Bmm(12, 576, 512, 64, space="v3").space.validate({**config, "raster": 1}) == \
+        ["bmm_tiles_within_batch"]  # 576 % 128
+    assert Bmm(12, 576, 512, 64, space="v3").space.validate(
+        {**config, "bm": 192, "raster": 1}) == ["bm_whole_atoms"]  # 96 rows a consumer
+    assert Bmm(12, 576, 512, 64, space="v3").space.validate(
+        {**config, "bm": 64, "consumers": 1, "raster": 1}) == []
+    assert Bmm(12, 512, 512, 72, space="v3").space.validate(config) == []  # ragged K
+    assert "bmm_tiles_within_batch" not in {c.name for c in Gemm(1000, 1000, 1000,
+                                                                  space="v3").space.constraints}
+    with pytest.raises(WorkloadError, match="multiples of 64"):
+        make("bmm", (4, 100, 256, 64), space="v3")
 
 
 def test_a_uniform_sample_is_feasible_and_the_space_is_large():
@@ -116,6 +172,44 @@ def test_a_bmm_tile_order_covers_every_tile_of_every_batch_element_once():
                     for j in range(N // BN)}
 
 
+@pytest.mark.parametrize("M, N, BM, BN, G", [(1000, 1000, 128, 256, 8), (1000, 1000, 128, 256, 2),
+                                             (4100, 4096, 128, 256, 1), (65, 8, 64, 64, 2),
+                                             (300, 700, 192, 128, 2)])
+def test_a_ragged_gemm_tile_walk_covers_every_tile_once(M, N, BM, BN, G):
+    """ceil-division tile counts: the walk's tiles are a bijection onto the ceil(M / BM) x
+    ceil(N / BN) grid, every tile starts inside C, and the tiles cover each element of C once."""
+    from bocast.spaces import _hopper_matmul as hm
+
+    tm_n, tn_n = -(-M // BM), -(-N // BN)
+    if tm_n % G:
+        pytest.skip("raster must divide the block rows (raster_divides_block_rows)")
+    tiles = [hm.tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G) for t in range(tm_n * tn_n)]
+    assert sorted((tm, tn) for tm, tn, _ in tiles) == [(i, j) for i in range(tm_n)
+                                                      for j in range(tn_n)]
+    assert all(tm * BM < M and tn * BN < N and brow == tn * BN for tm, tn, brow in tiles)
+    cover = [0] * (M * N)
+    for tm, tn, _ in tiles:
+        for r in range(tm * BM, min(M, tm * BM + BM)):
+            for c in range(tn * BN, min(N, tn * BN + BN)):
+                cover[r * N + c] += 1
+    assert set(cover) == {1}  # every element of C exactly once
+
+
+def test_ragged_edges_put_predicates_on_the_direct_stores_only_where_needed():
+    """A ragged M or N tests each store's row / column against the extent; divisible extents
+    keep the predicate-free epilogue (the same kernel as before ragged extents)."""
+    config = {**BEST_4096, "bn": 128, "raster": 1}
+    even = lowered(Gemm(*SMALL, space="v3"), config).source
+    assert " < 256)" not in even and " < 512)" not in even
+    for shape in ((1000, 1000, 1000), (1000, 1024, 1000), (1024, 1000, 1024)):
+        src = lowered(Gemm(*shape, space="v3"), config).source
+        body = src[src.index("setmaxnreg_inc"):]
+        assert body.count("if (") > even[even.index("setmaxnreg_inc"):].count("if ("), shape
+    scalar = lowered(Gemm(1000, 1001, 1000, space="v3"), {**config, "epilogue": "scalar"}).source
+    assert scalar.count("if (") > lowered(Gemm(1000, 1002, 1000, space="v3"),
+                                          {**config, "epilogue": "scalar"}).source.count("if (")
+
+
 def test_knobs_reach_the_generated_cuda():
     """TMA loads, wgmma m64nBNk16 with its shape and count, setmaxnreg only when asked, the
     ring's barriers, the ping-pong turn and the 8-byte stores."""
@@ -169,6 +263,26 @@ def test_sampled_kernels_build_for_sm_90a_without_spills():
         assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
         assert f.get("stack_bytes", 0) == 0, (config, f)
         assert set(res["tensor_maps"]) == {"A_map", "B_map"}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4100, 4096, 4104)])
+def test_ragged_gemm_kernels_build_for_sm_90a_without_spills(shape):
+    """Ragged extents through the builder (TMA boxes past the edges, predicated stores): the
+    live best's layout with both direct epilogues and a sampled configuration build for
+    sm_90a within the registers, without spills or a stack frame."""
+    from bocast.measure.builder import build_task
+
+    op = Gemm(*shape, space="v3")
+    configs = [BEST_4096 | {"raster": 1}, BEST_4096 | {"raster": 1, "epilogue": "scalar"},
+               *op.space.sample(1, rng=3)]
+    for config in configs:
+        assert op.space.validate(config) == []
+        res = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+        assert res["status"] == "ok", (config, res["error"])
+        f = res["features"]
+        assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
+        assert f.get("stack_bytes", 0) == 0 and not f.get("wgmma_serialized"), (config, f)
 
 
 @needs_nvcc
