@@ -503,3 +503,31 @@ def test_launch_parameters_point_at_each_value():
     assert ctypes.c_void_p.from_address(params[2]).value == 0x1230
     assert params[1] == tmap.address and tmap.address % 64 == 0
     assert ctypes.string_at(params[1], 128) == b"\x07" * 128
+
+
+def test_every_ladder_row_is_a_configuration_of_its_space():
+    """experiments/hopper_ladder.py's rows (what the GPU run times and checks against torch) are
+    inside their spaces, the TMA-store rows and the ragged-extent rows included (its build
+    refuses a row outside the space only after minutes of building the rows before it)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "experiments" / "hopper_ladder.py"
+    spec = importlib.util.spec_from_file_location("hopper_ladder", path)
+    ladder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ladder)
+    epilogues, ragged = set(), set()
+    for (name_op, shape, space), variants in ladder.SHAPES.items():
+        if space != "v3":
+            continue
+        op = make(name_op, shape, space=space)
+        for name, change in variants:
+            config = {**ladder.BASE, **change}
+            assert op.space.validate(config) == [], (name, shape)
+            epilogues.add(config["epilogue"])
+            if any(e % t for e, t in zip(shape[-3:], (config["bm"], config["bn"], config["bk"]))):
+                ragged.add((name_op, tuple(shape), config["epilogue"]))
+    assert epilogues == {"v2", "scalar", "tma"}
+    assert {e for op, _, e in ragged if op == "gemm"} == {"v2", "scalar", "tma"}
+    assert ("gemm", (1000, 1000, 1000), "tma") in ragged
+    assert ("bmm", (12, 512, 512, 72), "tma") in ragged
