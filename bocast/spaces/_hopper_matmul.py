@@ -451,7 +451,14 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
                             T.ptx.fence.proxy.async_.shared__cta()
                             if lt == 0:
                                 T.ptx["cp.async.bulk.wait_group.read"](0)
-                            T.ptx["bar.sync"](T.Cast("uint32", cw + 1), T.uint32(128))
+                            # named barrier 1 + cw, by immediate ids (a register id makes
+                            # ptxas reserve all 16 barriers, one CTA per SM)
+                            if NC == 1:  # noqa: SIM114 - a static test, then a TIR one
+                                T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
+                            elif cw == 0:
+                                T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
+                            else:
+                                T.ptx["bar.sync"](T.uint32(2), T.uint32(128))
                             col0 = T.meta_var(tn * BN + q * EPI_COLS)
                             grow0 = T.meta_var(tm * BM + row0 + a * 64)
                             # a box wholly past a ragged edge stores nothing: skip it

@@ -408,6 +408,26 @@ def test_tma_epilogue_kernels_build_for_sm_90a_without_spills(shape):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("change, barriers", [({"consumers": 1}, 2),
+                                              ({"arrangement": "pingpong"}, 3)])
+def test_the_tma_epilogue_names_its_barriers_by_immediate(change, barriers):
+    """bar.sync with a register id makes ptxas reserve all 16 named barriers (one CTA per SM
+    even for a small tile); the consumers' barriers are immediates: 0 and 1 + consumer."""
+    import re
+
+    from bocast.measure.nvcc import compile_cubin
+
+    op = Gemm(*SMALL, space="v3")
+    config = {**BEST_4096, "bm": 64, "bn": 64, "stages": 2, "regs": "off", "persistent": "off",
+              "raster": 1, "epilogue": "tma", **change}
+    assert op.space.validate(config) == []
+    low = lowered(op, config)
+    res = compile_cubin(low.source, arch=low.arch)
+    assert res.ok, res.log
+    assert re.search(r"used (\d+) barriers", res.log).group(1) == str(barriers), res.log
+
+
+@needs_nvcc
 def test_sampled_bmm_kernels_build_for_sm_90a_without_spills():
     from bocast.measure.builder import build_task
 
