@@ -14,21 +14,33 @@ and ThunderKittens' H100 GEMM:
       block it waits ``full[s]``, issues BK / 16 x (BM / C / 64) ``wgmma.mma_async m64nBNk16``
       from shared-memory descriptors, commits, waits (all groups, or all but the newest one) and
       frees the stage; at the end of a tile it stores its fp32 accumulators straight to C
+      (``epilogue`` "v2": 8-byte stores, "scalar": 4-byte ones), or ("tma") box by box, 64 rows
+      x 32 columns, into a shared-memory staging buffer in TMA's 128-byte swizzle, which one
+      thread stores to C with ``cp.async.bulk.tensor`` (two buffers a consumer alternate)
     tiles in grouped order: ``raster`` block rows at a time (Triton's GROUP_M) for L2 reuse
 
 The matmul is C[M, N] = A[M, K] B[N, K]^T (the GEMM's NT layout, both operands K-major, which is
-wgmma's native form), fp16 in, fp32 accumulate and out. What the template does not do yet:
-thread-block clusters with TMA multicast, a TMA-store (stmatrix) epilogue (the consumers store
-their registers straight to global memory), ragged extents (every extent must be a multiple of
-its tile; TMA would zero-fill ragged loads, but the direct stores carry no predicate), the NN
-layout and fp16 output. A bmm (C[b] = A[b] B[b]^T) is the same kernel over the batch's tiles:
-its operands are read as one [b x M, K] and one [b x N, K] matrix (2-D tensor maps; a tile never
-crosses a batch element, as BM divides M and BN divides N) and the persistent loop walks
-batch x tiles, batch outermost. Configurations outside it are refused
-by named constraints or, for the workload, by :func:`check_workload`.
+wgmma's native form), fp16 in, fp32 accumulate and out. A GEMM's extents may be ragged (M, N, K
+need not be multiples of BM, BN, BK; K % 8 == 0 remains, TMA's global rows being multiples of 16
+bytes): tiles and k blocks are counted by ceil-division, TMA zero-fills the parts of its boxes
+past an edge (the mbarrier still receives the whole box's bytes, as CUTLASS's fixed
+TmaTransactionBytes relies on), and the direct stores test their row and column against M and
+N (generated only for an extent that is ragged); the TMA store clips its boxes at C's edges
+(the tma epilogue needs N % 4 == 0: C's rows must be multiples of 16 bytes for its tensor map).
+What the template does not do yet: thread-block clusters with TMA multicast, stmatrix (it moves
+16-bit elements: no use for the fp32 output), a conflict-free staging layout (the swizzled box
+costs 2 shared-memory wavefronts a half-warp's store, see :func:`staging_offset`), overlapping
+a tile's epilogue with the next tile's main loop beyond what ping-pong gives, the NN layout and
+fp16 output. A bmm (C[b] = A[b] B[b]^T)
+is the same kernel over the batch's tiles: its operands are read as one [b x M, K] and one
+[b x N, K] matrix (2-D tensor maps) and the persistent loop walks batch x tiles, batch
+outermost; a tile must not cross a batch element (``bmm_tiles_within_batch``: BM divides M, BN
+divides N; K may be ragged). Configurations outside it are refused by named constraints or,
+for the workload, by :func:`check_workload`.
 
 Kernel arguments: the tensor maps of A and B (``__grid_constant__ CUtensorMap``, encoded by the
-runner with ``cuTensorMapEncodeTiled`` from :attr:`TirxKernel.tensor_maps`) and C's pointer.
+runner with ``cuTensorMapEncodeTiled`` from :attr:`TirxKernel.tensor_maps`) and C's pointer, or
+with the tma epilogue C's tensor map (fp32).
 """
 
 # ruff: noqa: F821 - the kernel's scalars (desc_a: T.uint64) are declared by annotation, which
@@ -57,6 +69,12 @@ REGISTER_OVERHEAD = 40
 BARRIER_SMEM = 1024  # the mbarriers' static shared memory, as ptxas reports it (alignment)
 #: TMA swizzle mode (CUtensorMapSwizzle) and wgmma descriptor swizzle, by row bytes of a tile
 SWIZZLE = {128: 3, 64: 2}
+#: the "tma" epilogue's staging box: 64 rows x 32 fp32 columns (128-byte rows, the 128-byte
+#: swizzle's width), two of them per consumer (one is written while TMA stores the other)
+EPI_ROWS, EPI_COLS, EPI_BUFFERS = 64, 32, 2
+EPI_BOX_BYTES = EPI_ROWS * EPI_COLS * 4
+EPI_SMEM_PER_CONSUMER = EPI_BUFFERS * EPI_BOX_BYTES
+DTYPE_BYTES = {"float16": 2, "float32": 4}
 #: no batch_bind knob (bocast/spaces/_matmul.space): the persistent tile loop walks batch x tiles
 BATCH_KNOB = False
 
@@ -74,6 +92,10 @@ def check_workload(spec: mm.MatmulSpec) -> None:
     if spec.K % 8:
         raise WorkloadError(f"{what} needs K % 8 == 0 (TMA: global rows a multiple of 16 "
                             f"bytes), got K = {spec.K}")
+    if max(spec.batch, 1) > 1 and (spec.M % 64 or spec.N % 64):
+        raise WorkloadError(f"{what} needs a bmm's M and N to be multiples of 64 (a tile may "
+                            f"not cross a batch element: bmm_tiles_within_batch), got M = "
+                            f"{spec.M}, N = {spec.N}")
 
 
 def knobs(spec) -> list[Knob]:
@@ -91,8 +113,9 @@ def knobs(spec) -> list[Knob]:
         Categorical("persistent", ("on", "off"), doc="one CTA per SM looping over tiles, or "
                                                      "one CTA per tile"),
         Ordinal("raster", (1, 2, 4, 8, 16), doc="block rows grouped in tile order (L2 reuse)"),
-        Categorical("epilogue", ("v2", "scalar"),
-                    doc="accumulators to C as 8-byte vector stores, or one float at a time"),
+        Categorical("epilogue", ("v2", "scalar", "tma"),
+                    doc="accumulators to C as 8-byte vector stores, one float at a time, or "
+                        "through a swizzled shared-memory box that TMA stores"),
     ]
 
 
@@ -110,8 +133,9 @@ def derive(spec):
         threads = 128 * (1 + cons)
         rows = np.where(c["arrangement"] == "pingpong", bm, bm // cons)  # one consumer's
         atoms = rows // 64
-        tiles_m, tiles_n = M // bm, N // bn
-        smem = c["stages"] * (bm + bn) * bk * 2 + BARRIER_SMEM
+        tiles_m, tiles_n = -(-M // bm), -(-N // bn)  # ceil: ragged edges are partial tiles
+        epi = np.where(c["epilogue"] == "tma", cons * EPI_SMEM_PER_CONSUMER, 0)
+        smem = c["stages"] * (bm + bn) * bk * 2 + epi + BARRIER_SMEM
         launch_cap = np.minimum(255, REGISTERS_PER_SM // threads // 8 * 8)
         consumer_regs = np.where(_regs(c, 1) > 0, _regs(c, 1), launch_cap)
         return {"threads": threads, "atoms": atoms, "consumer_rows": rows,
@@ -119,13 +143,28 @@ def derive(spec):
                 "consumer_regs": consumer_regs, "producer_regs": _regs(c, 0),
                 "smem_bytes": smem, "dynamic_smem_bytes": smem - BARRIER_SMEM,
                 "static_smem_bytes": np.full_like(bm, BARRIER_SMEM),
-                "tiles_m": tiles_m, "tiles": batch * tiles_m * tiles_n, "k_blocks": K // bk}
+                "tiles_m": tiles_m, "tiles": batch * tiles_m * tiles_n,
+                "k_blocks": -(-K // bk)}
 
     return run
 
 
+def batch_constraints(spec) -> list[Constraint]:
+    """A bmm's tiles stay inside one batch element (a GEMM has none of these)."""
+    M, N, batch = spec.M, spec.N, max(spec.batch, 1)
+    if batch == 1:
+        return []
+    return [Constraint(
+        "bmm_tiles_within_batch",
+        f"a bmm reads its {batch} batch elements as one [b x M, K] and one [b x N, K] matrix "
+        f"(2-D tensor maps): a tile that crossed an element's edge would read the next "
+        f"element's rows as its own (TMA zero-fills only past the last one), so BM divides "
+        f"M ({M}) and BN divides N ({N}); K may be ragged (TMA zero-fills each row past K)",
+        lambda c: (M % c["bm"] == 0) & (N % c["bn"] == 0))]
+
+
 def constraints(spec) -> list[Constraint]:
-    M, N, K = spec.M, spec.N, spec.K
+    N = spec.N
     return [
         Constraint("bm_whole_atoms", "a consumer's rows are whole m64 wgmma atoms: BM % (64 x "
                    "consumers) == 0 when they split a tile (cooperative)",
@@ -133,12 +172,18 @@ def constraints(spec) -> list[Constraint]:
                    | (c["bm"] % (64 * c["consumers"]) == 0)),
         Constraint("pingpong_needs_two", "ping-pong takes turns: it needs 2 consumers",
                    lambda c: (c["arrangement"] == "cooperative") | (c["consumers"] == 2)),
-        Constraint("tiles_divide_extents",
-                   f"M ({M}), N ({N}) and K ({K}) are multiples of BM, BN and BK (the direct "
-                   "epilogue stores carry no edge predicate)",
-                   lambda c: (M % c["bm"] == 0) & (N % c["bn"] == 0) & (K % c["bk"] == 0)),
-        mm.shared_memory_constraint("stages x (BM + BN) x BK fp16 and the mbarriers fit the "
-                                    "227 KB per block"),
+        *batch_constraints(spec),
+        Constraint("v2_stores_need_even_n",
+                   f"the v2 epilogue's 8-byte stores (columns 2j, 2j + 1) need N ({N}) even: "
+                   "aligned, and a pair is either inside C's row or past its end",
+                   lambda c: (c["epilogue"] != "v2") | (N % 2 == 0)),
+        Constraint("tma_store_needs_n_multiple_of_4",
+                   f"the tma epilogue's tensor map of C needs its row stride, 4 N bytes (N = "
+                   f"{N}), a multiple of 16 (cuTensorMapEncodeTiled's global strides)",
+                   lambda c: (c["epilogue"] != "tma") | (N % 4 == 0)),
+        mm.shared_memory_constraint("stages x (BM + BN) x BK fp16, the tma epilogue's staging "
+                                    f"boxes ({EPI_SMEM_PER_CONSUMER // 1024} KB a consumer) "
+                                    "and the mbarriers fit the 227 KB per block"),
         Constraint("accumulators_fit_registers",
                    f"a consumer thread's fp32 accumulators (atoms x BN / 2) + {REGISTER_OVERHEAD}"
                    " fit its registers (setmaxnreg's consumer count, else 65536 / threads)",
@@ -149,7 +194,7 @@ def constraints(spec) -> list[Constraint]:
                    lambda c: 128 * (c["producer_regs"] + c["consumers"] * _regs(c, 1))
                    <= REGISTERS_PER_SM),
         Constraint("raster_divides_block_rows",
-                   "raster groups whole block rows: it divides M / BM",
+                   "raster groups whole block rows: it divides ceil(M / BM)",
                    lambda c: (c["tiles_m"] % c["raster"] == 0)),
     ]
 
@@ -182,10 +227,14 @@ class TirxKernel:
     tensor_maps: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def tensor_map(tensor: str, rows: int, cols: int, box_rows: int, box_cols: int) -> dict:
-    """A row-major fp16 [rows, cols] tensor read in [box_rows, box_cols] boxes."""
-    return {"tensor": tensor, "dims": [cols, rows], "strides": [cols * 2],
-            "box": [box_cols, box_rows], "swizzle": SWIZZLE[box_cols * 2]}
+def tensor_map(tensor: str, rows: int, cols: int, box_rows: int, box_cols: int,
+               dtype: str = "float16") -> dict:
+    """A row-major [rows, cols] tensor of ``dtype`` moved in [box_rows, box_cols] boxes (a box
+    row of 128 or 64 bytes: that swizzle). The runner encodes it with the tensor's own dtype
+    (the operator's), which ``dtype`` names."""
+    size = DTYPE_BYTES[dtype]
+    return {"tensor": tensor, "dtype": dtype, "dims": [cols, rows], "strides": [cols * size],
+            "box": [box_cols, box_rows], "swizzle": SWIZZLE[box_cols * size]}
 
 
 def tile_coords(t, *, M: int, N: int, BM: int, BN: int, G: int):
@@ -193,11 +242,25 @@ def tile_coords(t, *, M: int, N: int, BM: int, BN: int, G: int):
     C's block row over the [b x M] rows, C's block column, B's first row over the [b x N] rows).
     Batch element outermost; inside it grouped order, ``G`` block rows at a time, column by
     column within a group (Triton's GROUP_M: neighbouring CTAs share operands in L2)."""
-    tiles_m, tiles_n = M // BM, N // BN
+    tiles_m, tiles_n = -(-M // BM), -(-N // BN)  # ceil: the last row/column may be partial
     per_batch, per_group = tiles_m * tiles_n, G * tiles_n
     b, r = t // per_batch, t % per_batch
     tn = r % per_group // G
     return b * tiles_m + r // per_group * G + r % per_group % G, tn, b * N + tn * BN
+
+
+def staging_offset(lt, jj, h):
+    """Byte offset, in a staging box of the tma epilogue, of consumer thread ``lt``'s pair of
+    accumulators (jj, h): row lt/32*16 + lt%32/4 + 8 h, columns 8 jj + 2 (lt % 4) (+1) of the
+    box, at the address TMA's 128-byte swizzle gives them (16-byte chunk c of row r at chunk
+    c ^ (r % 8); the box's rows are 128 bytes). A TIR expression in the kernel, an int in tests.
+
+    Bank conflicts: a half-warp's 8-byte stores (4 rows x 4 column pairs) land on 4 distinct
+    16-byte chunks of the 8 a conflict-free store would use, so each store takes 2 shared-memory
+    wavefronts per half-warp instead of 1 (a padded box would avoid it, but TMA reads the box
+    unpadded; without a swizzle the 4 rows would share one chunk: 4-way)."""
+    r = lt // 32 * 16 + lt % 32 // 4 + h * 8
+    return r * EPI_COLS * 4 + ((jj * 2 + lt % 4 // 2) ^ (r % 8)) * 16 + lt % 2 * 8
 
 
 def schedule(spec, func, config, prepare) -> TirxKernel:  # noqa: ARG001 - v1/v2's signature
@@ -217,14 +280,22 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
     WM = BM if pingpong else BM // NC  # rows of a tile one consumer computes
     atoms = WM // 64
     step = NC if pingpong else 1  # tiles between two of one consumer's
-    vec_store = c["epilogue"] == "v2"
-    tiles_m, tiles_n, KT = M // BM, N // BN, K // BK
+    vec_store, tma_store = c["epilogue"] == "v2", c["epilogue"] == "tma"
+    tiles_m, tiles_n, KT = -(-M // BM), -(-N // BN), -(-K // BK)  # ragged edges: partial tiles
+    # ragged M or N (a GEMM's only: bmm_tiles_within_batch): the direct stores test their rows
+    # and columns; TMA zero-fills the loads past each edge (and past K)
+    pred_m, pred_n = M % BM != 0, N % BN != 0
+    pred_n1 = N % 2 != 0  # scalar stores: column 2j + 1 may be past the edge while 2j is not
     per_batch = tiles_m * tiles_n
     tiles = batch * per_batch
     grid = min(SM_COUNT, tiles) if c["persistent"] == "on" else tiles
     threads = 128 * (NC + 1)
     half_n = BN // 2  # accumulators of one m64 atom per thread
     stage_bytes = (BM + BN) * BK * 2
+    ring = S * (BM + BN) * BK  # fp16 elements of the ring; the tma epilogue's boxes follow it
+    epi_bytes = NC * EPI_SMEM_PER_CONSUMER if tma_store else 0
+    box_chunks = BN // EPI_COLS  # staging boxes per m64 atom (even: BN is a multiple of 64)
+    assert box_chunks * EPI_COLS == BN and (atoms * box_chunks) % EPI_BUFFERS == 0
     swz = SWIZZLE[BK * 2]
     sbo = 8 * BK * 2 // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
 
@@ -233,10 +304,16 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
 
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.f16.f16"
     tma = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+    tma_st = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
     maps = {"A_map": tensor_map("A", batch * M, K, BM, BK),
             "B_map": tensor_map("B", batch * N, K, BN, BK)}
-    a_tma, b_tma = ([*m["dims"], *m["strides"], *m["box"], 1, 1, 0, m["swizzle"], 0, 0]
-                    for m in maps.values())
+    if tma_store:
+        maps["C_map"] = tensor_map("C", batch * M, N, EPI_ROWS, EPI_COLS, "float32")
+    a_tma, b_tma, *c_tma = ([*m["dims"], *m["strides"], *m["box"], 1, 1, 0, m["swizzle"], 0, 0]
+                            for m in maps.values())
+
+    def sm(s, r, col):  # fp16 element (row r, column col) of stage s in the ring
+        return (s * (BM + BN) + r) * BK + col
 
     def acc_list(buf, a):
         return [buf[a * half_n + i] for i in range(half_n)]
@@ -250,13 +327,18 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
         T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, "float16", 2, A.data, *a_tma)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, "float16", 2, B.data, *b_tma)
+        if tma_store:  # C's tensor map exists only for the tma epilogue
+            C_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+            T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, "float32", 2, C.data,
+                          *c_tma[0])
 
         T.device_entry()
         cta = T.cta_id([grid])
         n_tiles = T.meta_var((tiles - cta + grid - 1) // grid)  # this CTA's tiles
         tx = T.thread_id([threads])
         # one dynamic allocation (TIRx allows one): stage s holds A's BM rows, then B's BN rows
-        Sm = T.alloc_buffer((S, BM + BN, BK), "float16", scope="shared.dyn", align=1024)
+        # (sm(s, r, col)); after the ring, the tma epilogue's staging boxes (fp32 in fp16 pairs)
+        Sm = T.alloc_buffer((ring + epi_bytes // 2,), "float16", scope="shared.dyn", align=1024)
         full = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
         empty = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
         # ping-pong: turn[w] completes when the other consumer ends a main loop, so w's loop
@@ -290,9 +372,9 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
                         T.cuda.mbarrier_wait(T.address_of(empty[s]), ((it // S) & 1) ^ 1)
                         T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
                                                                    T.uint32(stage_bytes))
-                        T.ptx[tma](T.address_of(Sm[s, 0, 0]), T.address_of(A_map), kb * BK,
+                        T.ptx[tma](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map), kb * BK,
                                    tm * BM, T.address_of(full[s]))
-                        T.ptx[tma](T.address_of(Sm[s, BM, 0]), T.address_of(B_map), kb * BK,
+                        T.ptx[tma](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map), kb * BK,
                                    bn0, T.address_of(full[s]))
         else:
             if split is not None:
@@ -320,11 +402,11 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
                     T.ptx.wgmma.fence.sync.aligned()
                     for kk in T.unroll(BK // 16):
                         T.cuda.wgmma.encode_matrix_descriptor(
-                            T.address_of(desc_b), T.address_of(Sm[s, BM, kk * 16]), 1, sbo, swz)
+                            T.address_of(desc_b), T.address_of(Sm[sm(s, BM, kk * 16)]), 1, sbo, swz)
                         for a in T.unroll(atoms):
                             T.cuda.wgmma.encode_matrix_descriptor(
                                 T.address_of(desc_a),
-                                T.address_of(Sm[s, row0 + a * 64, kk * 16]), 1, sbo, swz)
+                                T.address_of(Sm[sm(s, row0 + a * 64, kk * 16)]), 1, sbo, swz)
                             T.ptx[mma](*acc_list(acc, a), desc_a, desc_b,
                                        T.ptx.pred((kb > 0) or (kk > 0)), 1, 1, 0, 0)
                     T.ptx.wgmma.commit_group.sync.aligned()
@@ -347,21 +429,65 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
                     T.ptx.mbarrier.arrive.shared.b64(T.address_of(turn[1 - cw]))
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
                 # columns 8 j + 2 (lt % 4) (+1)
-                for a in T.unroll(atoms):
-                    for jj in T.unroll(BN // 8):
-                        row = T.meta_var(tm * BM + row0 + a * 64 + lt // 32 * 16 + lt % 32 // 4)
-                        col = T.meta_var(tn * BN + jj * 8 + lt % 4 * 2)
-                        v = T.meta_var(a * half_n + jj * 4)
-                        if vec_store:
-                            T.ptx["st.global.v2.f32"](T.address_of(C[row, col]), acc[v],
-                                                      acc[v + 1])
-                            T.ptx["st.global.v2.f32"](T.address_of(C[row + 8, col]), acc[v + 2],
-                                                      acc[v + 3])
-                        else:
-                            C[row, col] = acc[v]
-                            C[row, col + 1] = acc[v + 1]
-                            C[row + 8, col] = acc[v + 2]
-                            C[row + 8, col + 1] = acc[v + 3]
+                if tma_store:
+                    # box by box (64 rows x 32 columns): every thread writes its 16 floats of the
+                    # box to a staging buffer in TMA's 128-byte swizzle (16-byte chunk q of row
+                    # i at chunk q ^ (i % 8)), fences them for the async proxy, the consumer's
+                    # 128 threads meet at named barrier 1 + cw, and one thread has TMA store
+                    # the box (clipped at C's edges). Two buffers alternate: before the barrier
+                    # that thread waits until the previous box's store has read its buffer, so
+                    # the next box may overwrite that buffer after the barrier.
+                    for a in T.unroll(atoms):
+                        for q in T.unroll(box_chunks):
+                            buf = T.meta_var(ring + (cw * EPI_BUFFERS + (a * box_chunks + q)
+                                                     % EPI_BUFFERS) * (EPI_BOX_BYTES // 2))
+                            for jj in T.unroll(EPI_COLS // 8):
+                                for h in T.unroll(2):
+                                    v = T.meta_var(a * half_n + (q * EPI_COLS // 8 + jj) * 4
+                                                   + h * 2)
+                                    T.ptx["st.shared.v2.f32"](
+                                        T.address_of(Sm[buf + staging_offset(lt, jj, h) // 2]),
+                                        acc[v], acc[v + 1])
+                            T.ptx.fence.proxy.async_.shared__cta()
+                            if lt == 0:
+                                T.ptx["cp.async.bulk.wait_group.read"](0)
+                            # named barrier 1 + cw, by immediate ids (a register id makes
+                            # ptxas reserve all 16 barriers, one CTA per SM)
+                            if NC == 1:  # noqa: SIM114 - a static test, then a TIR one
+                                T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
+                            elif cw == 0:
+                                T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
+                            else:
+                                T.ptx["bar.sync"](T.uint32(2), T.uint32(128))
+                            col0 = T.meta_var(tn * BN + q * EPI_COLS)
+                            grow0 = T.meta_var(tm * BM + row0 + a * 64)
+                            # a box wholly past a ragged edge stores nothing: skip it
+                            if lt == 0 and (not pred_m or grow0 < M) and (not pred_n or col0 < N):
+                                T.ptx[tma_st](T.address_of(C_map), col0, grow0,
+                                              T.address_of(Sm[buf]))
+                                T.ptx["cp.async.bulk.commit_group"]()
+                else:
+                    # past a ragged edge (pred_m, pred_n) a store is skipped (its accumulators
+                    # hold the products of TMA's zero fill)
+                    for a in T.unroll(atoms):
+                        for jj in T.unroll(BN // 8):
+                            row = T.meta_var(tm * BM + row0 + a * 64 + lt // 32 * 16
+                                             + lt % 32 // 4)
+                            col = T.meta_var(tn * BN + jj * 8 + lt % 4 * 2)
+                            v = T.meta_var(a * half_n + jj * 4)
+                            for h in T.unroll(2):  # rows row and row + 8
+                                if (not pred_m or row + h * 8 < M) and (not pred_n or col < N):
+                                    if vec_store:  # N even (v2_stores_need_even_n): col + 1 < N
+                                        T.ptx["st.global.v2.f32"](
+                                            T.address_of(C[row + h * 8, col]),
+                                            acc[v + h * 2], acc[v + h * 2 + 1])
+                                    else:
+                                        C[row + h * 8, col] = acc[v + h * 2]
+                                        if not pred_n1 or col + 1 < N:
+                                            C[row + h * 8, col + 1] = acc[v + h * 2 + 1]
+            if tma_store and lt == 0:
+                # the last boxes' stores must finish before the CTA (and its shared memory) ends
+                T.ptx["cp.async.bulk.wait_group"](0)
 
     return TirxKernel(tvm.IRModule({"main": main}), (grid, 1, 1), (threads, 1, 1),
-                      S * stage_bytes, maps)
+                      S * stage_bytes + epi_bytes, maps)

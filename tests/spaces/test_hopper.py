@@ -41,7 +41,7 @@ def test_the_best_live_kernel_is_a_configuration_of_the_space():
 
 @pytest.mark.parametrize("change, violated", [
     ({"stages": 5}, "shared_memory_le_227KB"),               # 5 x 48 KB + barriers > 227 KB
-    ({"bn": 192}, "tiles_divide_extents"),                   # 4096 % 192
+    ({"bn": 192}, None),                                     # 4096 % 192: a ragged column
     ({"bm": 64}, "bm_whole_atoms"),                          # 32 rows a consumer
     ({"arrangement": "pingpong", "bn": 128, "consumers": 1}, "pingpong_needs_two"),
     ({"arrangement": "pingpong"}, "accumulators_fit_registers"),  # 256 accumulators a thread
@@ -61,11 +61,68 @@ def test_raster_must_divide_the_block_rows():
     assert space.validate({**BEST_4096, "raster": 8}) == []
 
 
+def test_raster_counts_the_partial_block_row():
+    """Ragged M: the block rows are ceil(M / BM), and raster must divide that count."""
+    space = Gemm(1000, 1000, 1000, space="v3").space  # 8 block rows of 128 (the last 104 rows)
+    assert space.columns([BEST_4096])["tiles_m"][0] == 8
+    assert space.validate({**BEST_4096, "raster": 8}) == []
+    assert space.validate({**BEST_4096, "raster": 16}) == ["raster_divides_block_rows"]
+    space = Gemm(1100, 1000, 1000, space="v3").space  # 9 block rows
+    assert space.columns([BEST_4096])["tiles_m"][0] == 9
+    assert space.validate({**BEST_4096, "raster": 2}) == ["raster_divides_block_rows"]
+    assert space.validate({**BEST_4096, "raster": 1}) == []
+
+
+@pytest.mark.parametrize("shape, ragged", [((1000, 1000, 1000), "MNK"), ((4100, 4096, 4104), "MK"),
+                                           ((4096, 4096, 4104), "K"), ((1, 8, 8), "MNK")])
+def test_ragged_gemm_extents_are_in_the_space(shape, ragged):
+    """A GEMM's M, N and K need not be multiples of the tile (K % 8 == 0 stays, for TMA's row
+    strides): partial tiles are counted by ceil-division, k blocks too."""
+    op = Gemm(*shape, space="v3")
+    config = {**BEST_4096, "raster": 1}
+    assert op.space.validate(config) == []
+    cols = op.space.columns([config])
+    M, N, K = shape
+    assert cols["tiles"][0] == -(-M // 128) * -(-N // 256)
+    assert cols["k_blocks"][0] == -(-K // 64)
+    assert set(ragged) == {x for x, e, t in zip("MNK", shape, (128, 256, 64)) if e % t}
+
+
+def test_v2_stores_need_an_even_n():
+    """The 8-byte stores write columns (2j, 2j + 1): with N odd a pair would straddle the edge
+    and be misaligned; the scalar stores test each column."""
+    space = Gemm(1000, 1001, 1000, space="v3").space
+    assert space.validate({**BEST_4096, "raster": 8}) == ["v2_stores_need_even_n"]
+    assert space.validate({**BEST_4096, "raster": 8, "epilogue": "scalar"}) == []
+    assert Gemm(1000, 1002, 1000, space="v3").space.validate({**BEST_4096, "raster": 8}) == []
+
+
+def test_a_bmm_tile_stays_inside_its_batch_element():
+    """bmm reads [b x M, K]: BM must divide M and BN divide N (a tile may not cross an element),
+    while K may be ragged; a bmm whose M or N no BM / BN divides is refused outright."""
+    Bmm = get_operator("bmm")
+    config = {**BEST_4096, "bn": 128, "raster": 2, "stages": 2}
+    assert Bmm(12, 512, 512, 64, space="v3").space.validate({**config, "bn": 192}) == \
+        ["bmm_tiles_within_batch"]
+    assert Bmm(12, 576, 512, 64, space="v3").space.validate({**config, "raster": 1}) == \
+        ["bmm_tiles_within_batch"]  # 576 % 128
+    assert Bmm(12, 576, 512, 64, space="v3").space.validate(
+        {**config, "bm": 192, "raster": 1}) == ["bm_whole_atoms"]  # 96 rows a consumer
+    assert Bmm(12, 576, 512, 64, space="v3").space.validate(
+        {**config, "bm": 64, "consumers": 1, "raster": 1}) == []
+    assert Bmm(12, 512, 512, 72, space="v3").space.validate(config) == []  # ragged K
+    assert "bmm_tiles_within_batch" not in {c.name for c in Gemm(1000, 1000, 1000,
+                                                                  space="v3").space.constraints}
+    with pytest.raises(WorkloadError, match="multiples of 64"):
+        make("bmm", (4, 100, 256, 64), space="v3")
+
+
 def test_a_uniform_sample_is_feasible_and_the_space_is_large():
     space = Gemm(4096, 4096, 4096, space="v3").space
     sample = space.sample(200, rng=0)
     assert len(sample) == 200 and all(space.validate(c) == [] for c in sample)
     assert {c["arrangement"] for c in sample} == {"cooperative", "pingpong"}
+    assert {c["epilogue"] for c in sample} == {"v2", "scalar", "tma"}
 
 
 @pytest.mark.parametrize("op, shape, options, message", [
@@ -97,6 +154,8 @@ def test_a_bmm_reads_its_batch_as_one_matrix_of_batch_x_rows():
     assert low.tensor_maps["B_map"]["dims"] == [64, 12 * 512]
     assert low.grid == (132, 1, 1) and low.args == ("A_map", "B_map", "C")
     assert lowered(op, {**config, "persistent": "off"}).grid == (12 * 16, 1, 1)
+    tma = lowered(op, {**config, "epilogue": "tma"})
+    assert tma.tensor_maps["C_map"]["dims"] == [512, 12 * 512] and tma.args[-1] == "C_map"
 
 
 def test_a_bmm_tile_order_covers_every_tile_of_every_batch_element_once():
@@ -116,6 +175,133 @@ def test_a_bmm_tile_order_covers_every_tile_of_every_batch_element_once():
                     for j in range(N // BN)}
 
 
+@pytest.mark.parametrize("M, N, BM, BN, G", [(1000, 1000, 128, 256, 8), (1000, 1000, 128, 256, 2),
+                                             (4100, 4096, 128, 256, 1), (65, 8, 64, 64, 2),
+                                             (300, 700, 192, 128, 2)])
+def test_a_ragged_gemm_tile_walk_covers_every_tile_once(M, N, BM, BN, G):
+    """ceil-division tile counts: the walk's tiles are a bijection onto the ceil(M / BM) x
+    ceil(N / BN) grid, every tile starts inside C, and the tiles cover each element of C once."""
+    from bocast.spaces import _hopper_matmul as hm
+
+    tm_n, tn_n = -(-M // BM), -(-N // BN)
+    if tm_n % G:
+        pytest.skip("raster must divide the block rows (raster_divides_block_rows)")
+    tiles = [hm.tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G) for t in range(tm_n * tn_n)]
+    assert sorted((tm, tn) for tm, tn, _ in tiles) == [(i, j) for i in range(tm_n)
+                                                      for j in range(tn_n)]
+    assert all(tm * BM < M and tn * BN < N and brow == tn * BN for tm, tn, brow in tiles)
+    cover = [0] * (M * N)
+    for tm, tn, _ in tiles:
+        for r in range(tm * BM, min(M, tm * BM + BM)):
+            for c in range(tn * BN, min(N, tn * BN + BN)):
+                cover[r * N + c] += 1
+    assert set(cover) == {1}  # every element of C exactly once
+
+
+def test_ragged_edges_put_predicates_on_the_direct_stores_only_where_needed():
+    """A ragged M or N tests each store's row / column against the extent; divisible extents
+    keep the predicate-free epilogue (the same kernel as before ragged extents)."""
+    config = {**BEST_4096, "bn": 128, "raster": 1}
+    even = lowered(Gemm(*SMALL, space="v3"), config).source
+    assert " < 256)" not in even and " < 512)" not in even
+    for shape in ((1000, 1000, 1000), (1000, 1024, 1000), (1024, 1000, 1024)):
+        src = lowered(Gemm(*shape, space="v3"), config).source
+        body = src[src.index("setmaxnreg_inc"):]
+        assert body.count("if (") > even[even.index("setmaxnreg_inc"):].count("if ("), shape
+    scalar = lowered(Gemm(1000, 1001, 1000, space="v3"), {**config, "epilogue": "scalar"}).source
+    assert scalar.count("if (") > lowered(Gemm(1000, 1002, 1000, space="v3"),
+                                          {**config, "epilogue": "scalar"}).source.count("if (")
+
+
+def test_the_tma_epilogue_counts_its_staging_boxes_in_shared_memory():
+    """Two 8 KB boxes a consumer after the ring: the live best's 4 stages of 128 x 256 x 64 still
+    fit with them (230400 bytes of 232448), 5 stages or a ping-pong 64 x 256 of 5 stages not."""
+    space = Gemm(4096, 4096, 4096, space="v3").space
+    tma = {**BEST_4096, "epilogue": "tma"}
+    assert space.validate(tma) == []
+    assert space.columns([tma])["smem_bytes"][0] == 4 * 384 * 64 * 2 + 2 * 2 * 8192 + 1024
+    assert space.columns([tma])["dynamic_smem_bytes"][0] == 4 * 384 * 64 * 2 + 2 * 2 * 8192
+    assert space.columns([{**tma, "consumers": 1, "bm": 64, "bn": 128}])["smem_bytes"][0] == \
+        4 * 192 * 64 * 2 + 2 * 8192 + 1024
+    ping = {**tma, "arrangement": "pingpong", "bm": 64, "stages": 5}
+    assert space.validate(ping) == ["shared_memory_le_227KB"]
+    assert space.validate({**ping, "epilogue": "v2"}) == []
+    assert space.validate({**tma, "stages": 5}) == ["shared_memory_le_227KB"]
+
+
+def test_the_tma_epilogue_needs_16_byte_rows_of_c():
+    """C's tensor map: its row stride (4 N bytes) must be a multiple of 16."""
+    tma = {**BEST_4096, "epilogue": "tma", "raster": 8}
+    assert Gemm(1000, 1002, 1000, space="v3").space.validate(tma) == \
+        ["tma_store_needs_n_multiple_of_4"]
+    assert Gemm(1000, 1002, 1000, space="v3").space.validate({**tma, "epilogue": "v2"}) == []
+    assert Gemm(1000, 1000, 1000, space="v3").space.validate(tma) == []
+
+
+def test_the_staging_box_layout_is_tmas_128_byte_swizzle():
+    """Every accumulator pair of a 64 x 32 box lands once, at the address TMA's 128-byte swizzle
+    reads for its (row, column) (chunk c of row r at c ^ (r % 8)); the cost measured on the
+    bank model: 2 wavefronts a half-warp's 8-byte store, against 4 unswizzled."""
+    import collections
+
+    from bocast.spaces._hopper_matmul import EPI_BOX_BYTES, staging_offset
+
+    seen = {}
+    for lt in range(128):
+        for jj in range(4):
+            for h in range(2):
+                off = staging_offset(lt, jj, h)
+                r = off // 128
+                col = (((off % 128) // 16) ^ (r % 8)) * 4 + off % 16 // 4
+                assert (r, col) == (lt // 32 * 16 + lt % 32 // 4 + 8 * h, 8 * jj + 2 * (lt % 4))
+                assert off % 8 == 0 and off not in seen
+                seen[off] = (lt, jj, h)
+    assert sorted(seen) == list(range(0, EPI_BOX_BYTES, 8))
+
+    def wavefronts(offsets):
+        banks = collections.defaultdict(set)
+        for o in offsets:
+            for word in (o // 4, o // 4 + 1):
+                banks[word % 32].add(word)
+        return max(len(w) for w in banks.values())
+
+    def worst(offset):
+        return max(wavefronts([offset(w * 32 + half * 16 + lane, jj, h) for lane in range(16)])
+                   for w in range(4) for half in range(2) for jj in range(4) for h in range(2))
+
+    assert worst(staging_offset) == 2
+    assert worst(lambda lt, jj, h: staging_offset(lt, jj, h) // 128 * 128 + jj * 32
+                 + lt % 4 * 8) == 4  # the same rows unswizzled
+
+
+def test_the_tma_epilogue_reaches_the_generated_cuda():
+    """C becomes a third tensor map (fp32, 32 x 64 boxes, 128-byte swizzle); the consumers
+    write the box to shared memory, fence it for the async proxy, meet at their named barrier,
+    and one thread stores it with TMA and commits; the buffer's reuse waits for the previous
+    store's reads, and the kernel waits for its last stores. No direct store is left."""
+    op = Gemm(1000, 1000, 1000, space="v3")
+    config = {**BEST_4096, "bn": 128, "raster": 8, "epilogue": "tma"}
+    low = lowered(op, config)
+    assert low.args == ("A_map", "B_map", "C_map")
+    assert low.tensor_maps["C_map"] == {"tensor": "C", "dtype": "float32", "dims": [1000, 1000],
+                                        "strides": [4000], "box": [32, 64], "swizzle": 3}
+    assert low.dynamic_smem == 4 * 256 * 64 * 2 + 2 * 2 * 8192
+    src = low.source
+    for ptx in ("st.shared.v2.f32", "fence.proxy.async.shared::cta", "bar.sync %0, %1",
+                "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
+                "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read 0",
+                "cp.async.bulk.wait_group 0"):
+        assert ptx in src, ptx
+    assert "st.global" not in src and "C_ptr[" not in src
+    body = src[src.index("setmaxnreg_inc"):]
+    # a consumer's one m64 atom in 32-column boxes: 8 shared stores, then one TMA store, each
+    assert body.count("tvm_builtin_ptx_st_vec_shared_v2_f32(") == 128 // 32 * 8
+    assert body.count("bulk_tensor_s2g") == 128 // 32
+    even = lowered(Gemm(*SMALL, space="v3"), config).source
+    # ragged M: the thread issuing a store also tests that its box starts above row M
+    assert "% 128) == 0) && (" in src and "% 128) == 0) && (" not in even
+
+
 def test_knobs_reach_the_generated_cuda():
     """TMA loads, wgmma m64nBNk16 with its shape and count, setmaxnreg only when asked, the
     ring's barriers, the ping-pong turn and the 8-byte stores."""
@@ -123,8 +309,8 @@ def test_knobs_reach_the_generated_cuda():
     coop = {**BEST_4096, "bn": 128, "raster": 2, "regs": "24/240", "epilogue": "scalar"}
     low = lowered(op, coop)
     assert low.args == ("A_map", "B_map", "C") and low.arch == "sm_90a"
-    assert low.tensor_maps["A_map"] == {"tensor": "A", "dims": [256, 256], "strides": [512],
-                                        "box": [64, 128], "swizzle": 3}
+    assert low.tensor_maps["A_map"] == {"tensor": "A", "dtype": "float16", "dims": [256, 256],
+                                        "strides": [512], "box": [64, 128], "swizzle": 3}
     assert low.tensor_maps["B_map"]["box"] == [64, 128]
     src = low.source
     assert "cp.async.bulk.tensor.2d" in src and "wgmma.mma_async.sync.aligned.m64n128k16" in src
@@ -168,7 +354,77 @@ def test_sampled_kernels_build_for_sm_90a_without_spills():
         f = res["features"]
         assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
         assert f.get("stack_bytes", 0) == 0, (config, f)
-        assert set(res["tensor_maps"]) == {"A_map", "B_map"}
+        assert set(res["tensor_maps"]) == {"A_map", "B_map"} | (
+            {"C_map"} if config["epilogue"] == "tma" else set())
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4100, 4096, 4104)])
+def test_ragged_gemm_kernels_build_for_sm_90a_without_spills(shape):
+    """Ragged extents through the builder (TMA boxes past the edges, predicated stores): the
+    live best's layout with both direct epilogues and a sampled configuration build for
+    sm_90a within the registers, without spills or a stack frame."""
+    from bocast.measure.builder import build_task
+
+    op = Gemm(*shape, space="v3")
+    configs = [BEST_4096 | {"raster": 1}, BEST_4096 | {"raster": 1, "epilogue": "scalar"},
+               *op.space.sample(1, rng=3)]
+    for config in configs:
+        assert op.space.validate(config) == []
+        res = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+        assert res["status"] == "ok", (config, res["error"])
+        f = res["features"]
+        assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
+        assert f.get("stack_bytes", 0) == 0 and not f.get("wgmma_serialized"), (config, f)
+
+
+#: the tma epilogue at the configurations the GPU ladder times (experiments/hopper_ladder.py)
+TMA_CONFIGS = [BEST_4096 | {"epilogue": "tma"},
+               BEST_4096 | {"epilogue": "tma", "bn": 128, "stages": 6, "inflight": 1},
+               BEST_4096 | {"epilogue": "tma", "arrangement": "pingpong", "bn": 128,
+                            "stages": 6, "raster": 1},
+               BEST_4096 | {"epilogue": "tma", "bm": 64, "bn": 128, "consumers": 1,
+                            "stages": 6, "raster": 1}]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (1000, 1000, 1000), (4100, 4096, 4104)])
+def test_tma_epilogue_kernels_build_for_sm_90a_without_spills(shape):
+    """The tma epilogue through the builder: each builds for sm_90a without spills, a stack
+    frame or serialized wgmma, with the dynamic shared memory the space's model counts."""
+    from bocast.measure.builder import build_task
+
+    op = Gemm(*shape, space="v3")
+    for config in TMA_CONFIGS:
+        config = {**config, "raster": 1 if shape[0] % 1024 else config["raster"]}
+        assert op.space.validate(config) == [], config
+        res = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+        assert res["status"] == "ok", (config, res["error"])
+        f = res["features"]
+        assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
+        assert f.get("stack_bytes", 0) == 0 and not f.get("wgmma_serialized"), (config, f)
+        assert f["dynamic_smem_bytes"] == op.space.columns([config])["dynamic_smem_bytes"][0]
+        assert set(res["tensor_maps"]) == {"A_map", "B_map", "C_map"}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("change, barriers", [({"consumers": 1}, 2),
+                                              ({"arrangement": "pingpong"}, 3)])
+def test_the_tma_epilogue_names_its_barriers_by_immediate(change, barriers):
+    """bar.sync with a register id makes ptxas reserve all 16 named barriers (one CTA per SM
+    even for a small tile); the consumers' barriers are immediates: 0 and 1 + consumer."""
+    import re
+
+    from bocast.measure.nvcc import compile_cubin
+
+    op = Gemm(*SMALL, space="v3")
+    config = {**BEST_4096, "bm": 64, "bn": 64, "stages": 2, "regs": "off", "persistent": "off",
+              "raster": 1, "epilogue": "tma", **change}
+    assert op.space.validate(config) == []
+    low = lowered(op, config)
+    res = compile_cubin(low.source, arch=low.arch)
+    assert res.ok, res.log
+    assert re.search(r"used (\d+) barriers", res.log).group(1) == str(barriers), res.log
 
 
 @needs_nvcc
@@ -267,3 +523,31 @@ def test_launch_parameters_point_at_each_value():
     assert ctypes.c_void_p.from_address(params[2]).value == 0x1230
     assert params[1] == tmap.address and tmap.address % 64 == 0
     assert ctypes.string_at(params[1], 128) == b"\x07" * 128
+
+
+def test_every_ladder_row_is_a_configuration_of_its_space():
+    """experiments/hopper_ladder.py's rows (what the GPU run times and checks against torch) are
+    inside their spaces, the TMA-store rows and the ragged-extent rows included (its build
+    refuses a row outside the space only after minutes of building the rows before it)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "experiments" / "hopper_ladder.py"
+    spec = importlib.util.spec_from_file_location("hopper_ladder", path)
+    ladder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ladder)
+    epilogues, ragged = set(), set()
+    for (name_op, shape, space), variants in ladder.SHAPES.items():
+        if space != "v3":
+            continue
+        op = make(name_op, shape, space=space)
+        for name, change in variants:
+            config = {**ladder.BASE, **change}
+            assert op.space.validate(config) == [], (name, shape)
+            epilogues.add(config["epilogue"])
+            if any(e % t for e, t in zip(shape[-3:], (config["bm"], config["bn"], config["bk"]))):
+                ragged.add((name_op, tuple(shape), config["epilogue"]))
+    assert epilogues == {"v2", "scalar", "tma"}
+    assert {e for op, _, e in ragged if op == "gemm"} == {"v2", "scalar", "tma"}
+    assert ("gemm", (1000, 1000, 1000), "tma") in ragged
+    assert ("bmm", (12, 512, 512, 72), "tma") in ragged
