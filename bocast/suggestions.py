@@ -16,7 +16,7 @@ TFLOPS beside it are that z-score read on the nearest source's distribution (wha
 would get if the target ran like that source; a mean past the source's best reads as its best):
 a first guess with a band (the GP's standard deviation), not a measurement; another operator's
 or shape's TFLOPS can be far from it. How good the ranks are on held-out tables is measured by
-``experiments/suggest_quality.py`` (results in ``experiments/results/suggest_quality.md``).
+``lab/suggest_quality.py`` (results in ``experiments/results/suggest_quality.md``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Kill `bocast measure` with SIGKILL mid-run, restart it, and check the store: no finished row
 lost, none measured twice. Works with the GPU runner (H100) or the stand-in (CPU).
 
-    python3 experiments/resume_demo.py --store $OUT/resume.db --runner local --sample 60 --kill-at 20
+    python3 experiments/resume_demo.py --store $OUT/resume.db --runner local --sample 60 \
+        --kill-at 20
 """
 
 from __future__ import annotations

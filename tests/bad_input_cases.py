@@ -6,7 +6,7 @@ stdout, leaves every file it was given byte-identical and creates no file at all
 ``-wal``/``-shm`` included) beyond what it was asked to write.
 
 ``tests/test_bad_inputs.py`` runs every case in-process (``bocast.cli.main``);
-``experiments/bad_inputs.py`` runs them as subprocesses and writes the table;
+``lab/bad_inputs.py`` runs them as subprocesses and writes the table;
 ``experiments/interrupts.py`` covers the interrupts.
 """
 

@@ -1,6 +1,6 @@
 """Bad input, as data. Every case of tests/bad_input_cases.py in-process: one line on stderr
 naming the problem, exit 2, no traceback, nothing on stdout, the files it was given
-byte-identical and nothing created (experiments/bad_inputs.py runs the same cases as
+byte-identical and nothing created (lab/bad_inputs.py runs the same cases as
 subprocesses and writes the table). Then the API's: each bad call raises the typed InputError
 the command would print, in one line, and leaves its store as it was."""
 

@@ -113,7 +113,7 @@ class BayesOpt(Strategy):
               doc="becbo: initial width of the optimistic feasibility bound"),
         # torch threads for a round, at most: its matrices (the fit on fit_points observations,
         # then up to 1000 observations x a pool of ~4500) are too small for the 16 threads of
-        # the H100 host, which were slower than 4 (experiments/bench_proposal.py)
+        # the H100 host, which were slower than 4 (lab/bench_proposal.py)
         Field("threads", int, 4, min=1, max=1024),
         FEATURES_OPTION,
         Field("y_transform", str, "log", choices=Y_TRANSFORMS,

@@ -2,7 +2,7 @@
 of the table's best (ablation results JSONs, as written or xz-compressed as tracked), the arms
 of several results side by side.
 
-    python experiments/loto_summary.py experiments/results/loto_summary.md \
+    python lab/loto_summary.py experiments/results/loto_summary.md \
         experiments/results/loto.json.xz:bo,bo-auto,bo-auto-top16,cga-auto \
         experiments/results/loto_b16.json.xz:bo,bo-auto,bo-auto-half,bo-auto-rows,cga-auto \
         experiments/results/loto_b32.json.xz:bo-auto-half \

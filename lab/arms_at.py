@@ -3,7 +3,7 @@ the best so far (as the comparison counts it: ok rows), the medians, and one-sid
 U p-values in both directions (CPU; reads the stores only). For arms that ran in different
 calls, the rows they share (the same configuration) give the drift between the calls.
 
-    python experiments/arms_at.py runs/live_v2_conv2d_q8 --a bo-rel-n2-warm-top16 \
+    python lab/arms_at.py runs/live_v2_conv2d_q8 --a bo-rel-n2-warm-top16 \
         --b cga-warm-gemm --seeds 0 1 2 3 4 --at 1 8 32 64 100 200
 """
 

@@ -8,7 +8,7 @@ back-to-back launches, median of 20 replays) and, for reference, by ``triton.tes
 cuBLAS is the GEMM operator's ``reference_fast`` (``torch.mm(..., out_dtype=float32)``), timed
 both ways. Every result is checked against the fp32 reference.
 
-    python experiments/triton_matmul.py --shapes 4096,4096,4096 1024,1024,1024 --out triton.json
+    python lab/triton_matmul.py --shapes 4096,4096,4096 1024,1024,1024 --out triton.json
 """
 
 from __future__ import annotations

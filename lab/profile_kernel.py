@@ -2,8 +2,8 @@
 
 Two steps, so that ncu sees only the launching process (the builder uses a process pool):
 
-    python3 experiments/profile_kernel.py build PICKS.json --index 0 --out /tmp/k.pkl
-    ncu --section SpeedOfLight ... python3 experiments/profile_kernel.py launch /tmp/k.pkl
+    python3 lab/profile_kernel.py build PICKS.json --index 0 --out /tmp/k.pkl
+    ncu --section SpeedOfLight ... python3 lab/profile_kernel.py launch /tmp/k.pkl
 
 ``build`` builds one configuration of a ``experiments/remeasure.py --picks`` file (or the best of
 record stores) with bocast's builder and saves the cubin and launch dimensions; ``launch`` loads

@@ -1,8 +1,8 @@
 """The table of bad inputs: every case of ``tests/bad_input_cases.py`` run as a user would, one
 ``bocast`` subprocess each in a fresh folder (the tests run the same cases in-process).
 
-    python experiments/bad_inputs.py                # all cases -> the table
-    python experiments/bad_inputs.py --only store   # cases whose name contains "store"
+    python lab/bad_inputs.py                # all cases -> the table
+    python lab/bad_inputs.py --only store   # cases whose name contains "store"
 
 The table goes to ``experiments/results/bad_inputs.{md,json}`` with the machine and commit.
 """
@@ -48,7 +48,7 @@ def main() -> None:
         json.dump({"provenance": prov, "clean": clean, "cases": len(rows), "rows": rows}, f,
                   separators=(",", ":"))
     md = [f"# Bad inputs: {clean} of {len(rows)} clean", "",
-          f"`python experiments/bad_inputs.py` at commit {prov['git_sha']}, {prov['date']}, on "
+          f"`python lab/bad_inputs.py` at commit {prov['git_sha']}, {prov['date']}, on "
           f"{prov['host']} ({os.cpu_count()} CPUs, no GPU). Each case runs `bocast` once in a "
           "fresh folder; clean = exit 2, one line on stderr naming the problem, no traceback, "
           "nothing on stdout, every file it was given byte-identical and nothing created. "

@@ -5,7 +5,7 @@ top-8, against two zero-measurement baselines: the 8 best source rows as the tar
 them (model-free, the CGA's and ``warm_start_top``'s first rows) and 8 rows drawn at random (the
 expectation, exact). Also the predicted TFLOPS of the top-1 over its true TFLOPS.
 
-    python experiments/suggest_quality.py experiments/results/suggest_quality
+    python lab/suggest_quality.py experiments/results/suggest_quality
 
 CPU only (about 30 s per table on a 2-core CPU). Writes PREFIX.md and PREFIX.json.
 """
@@ -117,7 +117,7 @@ def main(out: str) -> None:
               f"{r['random1_ratio']:.3f}/{r['random8_ratio']:.3f}", flush=True)
     lines = [
         "# bocast suggest on held-out tables", "",
-        f"`python experiments/suggest_quality.py {out}` at commit {prov.get('git_sha')} "
+        f"`python lab/suggest_quality.py {out}` at commit {prov.get('git_sha')} "
         f"({prov.get('date')}), CPU. Each exhaustive v2 table held out of the library: its "
         "own dataset and every record of its workload left out, only shipped datasets used "
         "(the sources `warm_start: auto` picks on replay). Ratios are true TFLOPS (the "

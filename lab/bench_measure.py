@@ -1,6 +1,6 @@
 """Builder and runner throughput (kernels per second) on this machine.
 
-    python3 experiments/bench_measure.py --shape 4096,4096,4096 --n 256 --out $OUT/bench.json
+    python3 lab/bench_measure.py --shape 4096,4096,4096 --n 256 --out $OUT/bench.json
 
 The builder is warmed up first (its worker processes import TVM once), so the figure is the
 steady-state rate of apply + lower + nvcc over all cores. The runner figure covers, per kernel:

@@ -6,7 +6,7 @@ measured TFLOPS among the model's k best predictions over the table's best (what
 of k picks would find). Each model with the knob encoding and with the derived features of
 bocast/features.py.
 
-    python experiments/model_quality.py --out experiments/results/model_quality_replay
+    python lab/model_quality.py --out experiments/results/model_quality_replay
 
 The GP is bocast's Surrogate, fitted on log TFLOPS (``gp``, BO's default) or on TFLOPS over the
 best of the training rows (``gp-rel``, BO's ``y_transform: relative``); the tree model is the CGA's
@@ -135,7 +135,7 @@ def _markdown(res) -> str:
     prov = res["provenance"]
     k = res["k"]
     lines = ["# Model quality on recorded tables (CPU)", "",
-             f"`python experiments/model_quality.py --out ...` at commit {prov['git_sha']} "
+             f"`python lab/model_quality.py --out ...` at commit {prov['git_sha']} "
              f"({prov['date']}). Train on n random ok rows, predict the rest; mean (sd) over "
              f"{res['splits']} seeded splits, the same for every model. rho: Spearman against the "
              f"measured TFLOPS; recall: share of the {k} best held-out rows among the model's "

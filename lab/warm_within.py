@@ -2,7 +2,7 @@
 warm-started run needs to reach 95% of the cold run's best at ``--budget`` trials on the same
 seed, and how many seeds do so within ``--within`` trials (CPU; reads the stores only).
 
-    python experiments/warm_within.py runs/live_v2_gemm_2048_8192_1024_warm --cold bo \
+    python lab/warm_within.py runs/live_v2_gemm_2048_8192_1024_warm --cold bo \
         --warm bo-warm-q8 --seeds 0 1 2 3 4
 
 ``--pattern`` names the stores otherwise: ``{label}_s{seed}/records.db`` reads the tune runs of

@@ -6,7 +6,7 @@ several independent accumulators per warp to cover the instruction latency and e
 fill every SM. Timed with the runner's method (CUDA events around graph replays). cuBLAS fp16 GEMM
 at 8192^3 is timed the same way. Run on the H100 machine:
 
-    python3 experiments/ceiling.py --out $OUT/ceiling.json
+    python3 lab/ceiling.py --out $OUT/ceiling.json
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ search itself (acquisition, batch) is.
 Expectation, written before the first run (2026-11-24): the oracle needs somewhat fewer trials,
 not half: conv2d about 35 (fitted: bo-q8-rel-n2's 45 over 50 seeds), 1024^3 about 28 (32).
 
-    python experiments/oracle_hyper.py --seeds 20 --out experiments/results/oracle_hyper
+    python lab/oracle_hyper.py --seeds 20 --out experiments/results/oracle_hyper
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def main() -> None:
         json.dump({"bo": BO, "budget": BUDGET, "batch_size": BATCH, "seeds": args.seeds,
                    "oracle_points": args.oracle_points, "tables": out, "provenance": prov}, f)
     lines = ["# GP hyperparameters: fitted each round vs fitted on the whole table (CPU)", "",
-             f"`python experiments/oracle_hyper.py --seeds {args.seeds}` at commit "
+             f"`python lab/oracle_hyper.py --seeds {args.seeds}` at commit "
              f"{prov['git_sha']} ({prov['date']}). BO {BO}, batch {BATCH}, budget {BUDGET}, "
              f"replay; oracle: hyperparameters fitted once on {args.oracle_points} rows of the "
              "whole table and never refitted. Trials to 95% of the optimum, median [IQR] over "

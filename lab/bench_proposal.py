@@ -2,14 +2,14 @@
 100, 500 and 1000 observations, on this machine's CPU cores: a round warm-started from the
 previous round's hyperparameters, as in a run, and the first (cold) round.
 
-    python experiments/bench_proposal.py --out experiments/results/proposal_cost_cpu2.json
+    python lab/bench_proposal.py --out experiments/results/proposal_cost_cpu2.json
 
 Observations are rows of a recorded dataset (default: GEMM 4096^3, which has no failures, so
 the feasibility classifier is never fitted; the conv3d dataset has 13% launch failures and
 exercises it); the candidate pool is the live space (4096 fresh samples plus neighbours of the
 16 best), as in a live run.
 
-    python experiments/bench_proposal.py \
+    python lab/bench_proposal.py \
         --dataset experiments/data/conv3d_4_16_28_28_64_64_3_3_3_1_1_1 \
         --out experiments/results/proposal_cost_conv3d_cpu2.json
 
