@@ -7,7 +7,7 @@ stdout, leaves every file it was given byte-identical and creates no file at all
 
 ``tests/test_bad_inputs.py`` runs every case in-process (``bocast.cli.main``);
 ``lab/bad_inputs.py`` runs them as subprocesses and writes the table;
-``experiments/interrupts.py`` covers the interrupts.
+``tests/interrupt_harness.py`` covers the interrupts.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """SIGINT to the process group (as Ctrl-C sends it) of a replay comparison, a replay tune and a
 stand-in measure (a sample, and an exhaustive table: --all), then the same command again: one
 line, exit 130, nothing finished lost or measured twice, no failure recorded for an interrupted
-build or run, the results written only by the call that finishes. experiments/interrupts.py
+build or run, the results written only by the call that finishes. tests/interrupt_harness.py
 does this at 20 random moments each."""
 
-import importlib.util
 import json
 import os
 import random
@@ -13,19 +12,9 @@ import sys
 import pytest
 import yaml
 
+from tests import interrupt_harness as INT
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location(
-        "interrupts", os.path.join(ROOT, "experiments", "interrupts.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["interrupts"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-INT = _load()
 ENV = {**os.environ, "PYTHONPATH": ROOT}
 
 

@@ -2,7 +2,6 @@
 
 import gzip
 import hashlib
-import importlib.util
 import lzma
 import os
 import shutil
@@ -197,10 +196,8 @@ def test_open_reads_a_store_of_any_workload_and_writes_nothing(tmp_path):
 
 
 def test_remeasure_picks_the_best_of_stores_through_the_records_api(tmp_path):
-    spec = importlib.util.spec_from_file_location(
-        "remeasure", os.path.join(ROOT, "experiments", "remeasure.py"))
-    remeasure = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(remeasure)
+    from bocast import remeasure
+
     configs = OP.space.sample(6, rng=5, unique=True)
     paths = [str(tmp_path / f"{i}.db") for i in range(2)]
     for j, path in enumerate(paths):

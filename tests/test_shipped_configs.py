@@ -2,7 +2,6 @@
 names exist: a typo or a stale path fails here, on the CPU, instead of in a device call."""
 
 import glob
-import importlib.util
 import os
 
 import pytest
@@ -13,10 +12,9 @@ from bocast.records import dataset_csv
 
 
 def _ablation():
-    spec = importlib.util.spec_from_file_location("ablation", "experiments/ablation.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from bocast import ablation
+
+    return ablation
 
 
 def _named_files(entries) -> list[str]:

@@ -3,7 +3,7 @@
 # same session, so that drift between sessions does not enter the ratio: the best 4096^3 kernel
 # of the exhaustive table (its configuration fixed knob by knob) is measured into a fresh store
 # by `bocast measure` (the runner's timing), exported from that store by `bocast export`, and
-# checked by experiments/export_check.py in a fresh process (loaded, correct, timed the same way,
+# checked by tests/gpu/export_check.py in a fresh process (loaded, correct, timed the same way,
 # beside the runner):  bash experiments/device/export_same_session.sh
 # Run on the H100 on 2026-11-24 (at c3202a8): experiments/results/export_same_session_h100.json.
 set -uo pipefail

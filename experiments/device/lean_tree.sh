@@ -14,6 +14,7 @@ case "${1:-}" in
     mkdir -p .devlean/data
     mv experiments/results .devlean/results && mkdir experiments/results
     mv tests .devlean/tests
+    mkdir tests && cp -r .devlean/tests/__init__.py .devlean/tests/gpu tests/  # the GPU checks
     for f in $(git ls-files 'experiments/data/*.csv.xz' | grep -v -e /exhaustive/ -e _v2.csv.xz); do
       mv "$f" .devlean/data/
     done
@@ -23,7 +24,7 @@ case "${1:-}" in
   in)
     [ -d .devlean ] || { echo "no .devlean: nothing to restore" >&2; exit 2; }
     cp -rn .devlean/results/. experiments/results/
-    mv .devlean/tests tests
+    rm -rf tests && mv .devlean/tests tests
     mv .devlean/data/* experiments/data/
     rm -rf .devlean
     git status --short

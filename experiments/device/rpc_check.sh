@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the H100 machine (device tool, carry .devbundle): `runner: rpc` against the local runner.
 # Starts a tracker and one RPC server per GPU on this host (127.0.0.1), then
-# experiments/rpc_check.py: a TRIALS-trial seeded random tuning run through RPC and again
+# bocast/rpc_check.py: a TRIALS-trial seeded random tuning run through RPC and again
 # through the local GpuRunner (same kernels: per-kernel latency ratio, kernels/s of each), then
 # the TOP best kernels of the RPC run re-measured ROUNDS times by both runners in alternation
 # (median per kernel, RPC/local ratio, kernels/s). Results, stores and logs go to $OUT.
@@ -38,7 +38,7 @@ TRIALS=${TRIALS:-200}
 tune=()
 [ "$TRIALS" -gt 0 ] && tune=(--tune-trials "$TRIALS" --tune-local)
 rm -f "$OUT"/tune_rpc.db* "$OUT"/tune_local.db*
-timeout "${BUDGET_S:-360}" python3 experiments/rpc_check.py --tracker "127.0.0.1:$tracker" \
+timeout "${BUDGET_S:-360}" python3 -m bocast.rpc_check --tracker "127.0.0.1:$tracker" \
     --key "$KEY" --dataset "${DATASET:-experiments/data/gemm_4096_4096_4096_v2}" \
     --top "${TOP:-8}" --rounds "${ROUNDS:-5}" ${tune[@]+"${tune[@]}"} \
     --store-prefix "$OUT/tune" --out "$OUT/rpc_check.json" ${extra[@]+"${extra[@]}"} \

@@ -307,14 +307,11 @@ def test_servers_of_another_gpu_model_are_refused(cluster):
 
 
 def test_rpc_check_script_on_the_standin(cluster, tmp_path, capsys):
-    import importlib.util
     import json
 
     cluster.wait_free()
-    spec = importlib.util.spec_from_file_location(
-        "rpc_check", os.path.join(ROOT, "experiments", "rpc_check.py"))
-    check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check)
+    from bocast import rpc_check as check
+
     out = tmp_path / "check.json"
     assert check.main([
         "--tracker", f"127.0.0.1:{cluster.tracker.port}", "--key", KEY, "--standin",

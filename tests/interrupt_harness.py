@@ -12,7 +12,7 @@ dataset rows used here never fail, so a failure row would be an interrupted buil
 recorded as a failure). The last, uninterrupted call must finish every run and write the
 results.
 
-    python experiments/interrupts.py --moments 20        # -> experiments/results/interrupts.*
+    python -m tests.interrupt_harness --moments 20        # -> experiments/results/interrupts.*
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def main() -> None:
         json.dump({"provenance": prov, "summary": summary, "compare": compare,
                    "measure": measure}, f, separators=(",", ":"), default=str)
     md = ["# SIGINT at random moments", "",
-          f"`python experiments/interrupts.py --moments {args.moments} --seed {args.seed}` at "
+          f"`python -m tests.interrupt_harness --moments {args.moments} --seed {args.seed}` at "
           f"commit {prov['git_sha']}, {prov['date']}, on {prov['host']} ({os.cpu_count()} CPUs, "
           f"no GPU; load average {', '.join(f'{x:.1f}' for x in prov['load_average'])} when "
           "it started). SIGINT goes to the command's process group, as Ctrl-C sends it; the "

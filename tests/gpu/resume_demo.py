@@ -1,7 +1,7 @@
 """Kill `bocast measure` with SIGKILL mid-run, restart it, and check the store: no finished row
 lost, none measured twice. Works with the GPU runner (H100) or the stand-in (CPU).
 
-    python3 experiments/resume_demo.py --store $OUT/resume.db --runner local --sample 60 \
+    python3 -m tests.gpu.resume_demo --store $OUT/resume.db --runner local --sample 60 \
         --kill-at 20
 """
 
@@ -30,7 +30,7 @@ def rows(path: str) -> list[tuple]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--store", required=True)
-    ap.add_argument("--runner", default="gpu")
+    ap.add_argument("--runner", default="local")
     ap.add_argument("--shape", default="1024,1024,1024")
     ap.add_argument("--sample", type=int, default=60)
     ap.add_argument("--kill-at", type=int, default=20)

@@ -5,7 +5,7 @@ Between good GEMM kernels, the runner is given: a build that fails (static share
 kernel that reads and writes out of bounds (illegal address: a sticky error that kills the CUDA
 context), a kernel that never ends, and one that writes a wrong result. Run on the H100 machine:
 
-    python3 experiments/faults.py --out $OUT/faults.json
+    python3 -m tests.gpu.faults --out $OUT/faults.json
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    op = get_operator("gemm").from_args((1024, 1024, 1024))
+    op = get_operator("gemm").from_args((1024, 1024, 1024), space="v1")  # over_smem: v1 knobs
     good = op.space.sample(4, rng=11)
     over_smem = {"wmma": "16x16x16", "tile_i": (8, 2, 4), "tile_j": (8, 2, 4), "tile_k": (8, 8, 1),
                  "smem_at": 0, "frag_at": 2, "a_pad": 8, "b_pad": 8, "vec": 8, "pipeline": 1,

@@ -28,14 +28,21 @@ import json
 import statistics
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
-from bocast.measure.builder import BuildResult
+from bocast.candidates import SpaceCandidates
+from bocast.measure.builder import Builder, BuildResult
+from bocast.measure.engine import Measurer
+from bocast.measure.replay import ReplayDataset
 from bocast.measure.rpc import RpcRunner
+from bocast.measure.runner import GpuRunner, Runner
+from bocast.measure.standin import StandinRunner
 from bocast.measure.status import Status
 from bocast.operator import from_workload
 from bocast.records import Store, provenance
 from bocast.space import Space
+from bocast.strategies import make_strategy
+from bocast.tuner import Tuner
 
 
 class StandinBuilder:
@@ -72,28 +79,17 @@ class Timed:
 
 def local_runner(args):
     kw = dict(timeout_s=args.run_timeout, repeats=args.repeats, seed=args.seed)
-    if args.standin:
-        from bocast.measure.standin import StandinRunner
-
-        return StandinRunner(**kw)
-    from bocast.measure.runner import GpuRunner
-
-    return GpuRunner(**kw)
+    return StandinRunner(**kw) if args.standin else GpuRunner(**kw)
 
 
 def tune(label: str, op, runner, builder, args) -> dict[str, Any]:
-    from bocast.candidates import SpaceCandidates
-    from bocast.measure.engine import Measurer
-    from bocast.strategies import make_strategy
-    from bocast.tuner import Tuner
-
     store = Store(f"{args.store_prefix}_{label}.db", op.workload)
     if len(store):
         store.close()
         raise SystemExit(f"{args.store_prefix}_{label}.db is not empty: give a new "
                          "--store-prefix (this check compares two fresh runs)")
     timed = Timed(runner)
-    measurer = Measurer(op, store, builder, timed, session_info={
+    measurer = Measurer(op, store, builder, cast(Runner, timed), session_info={
         "runner": runner.name, "device": runner.device(), "check": "rpc_check"})
     strategy = make_strategy(args.strategy, SpaceCandidates(op.space), seed=args.seed)
     t0 = time.perf_counter()
@@ -120,8 +116,6 @@ def tune(label: str, op, runner, builder, args) -> dict[str, Any]:
 
 
 def top_of_dataset(prefix: str, op, k: int) -> list[dict]:
-    from bocast.measure.replay import ReplayDataset
-
     ds = ReplayDataset(prefix, op)
     ranked = sorted((i for i, r in enumerate(ds.rows) if r["status"] == "ok"),
                     key=lambda i: -ds.rows[i]["tflops"])
@@ -190,12 +184,7 @@ def main(argv=None) -> int:
     print(f"{op.name} {op.workload}; RPC servers under {args.key!r}: "
           + ", ".join(f"{s['host']}:{s['port']} gpu {s['gpu_index']} ({s['gpu']})"
                       for s in device["servers"]), flush=True)
-    if args.standin:
-        builder = StandinBuilder()
-    else:
-        from bocast.measure.builder import Builder
-
-        builder = Builder(workers=args.workers)
+    builder = StandinBuilder() if args.standin else Builder(workers=args.workers)
     local = local_runner(args)
     out: dict[str, Any] = {"workload": op.workload, "standin": args.standin,
                            "rpc_device": device, "local_device": local.device(),

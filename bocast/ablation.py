@@ -1,7 +1,7 @@
 """Ablation of BO's options on replay of recorded tables (CPU): every variant x seed x table,
 paired by seed (a seed gives every variant the same initial design), one table of results.
 
-    python experiments/ablation.py experiments/ablation/bo_replay.yaml
+    python -m bocast.ablation experiments/ablation/bo_replay.yaml
 
 The file lists ``tables`` (dataset + workload), ``variants`` (compare strategy entries; a
 ``batch_size`` there overrides the common one), ``reference`` (the variant the others are
@@ -182,6 +182,7 @@ def main(path: str) -> None:
     tables = []
     for cfg, table in zip(cfgs, spec["tables"]):
         compare.summarize(cfg, runs[cfg.name], seconds, prov=prov)  # its standard outputs
+        assert cfg.dataset is not None  # every table is a replay of its dataset (_configs)
         n_rows, k_good = _good_rows(cfg.dataset)
         by = {s["label"]: sorted((r for r in runs[cfg.name] if r["label"] == s["label"]),
                                  key=lambda r: r["seed"]) for s in cfg.strategies}
@@ -244,7 +245,7 @@ def _markdown(res: dict) -> str:
              f"REPLAY on recorded tables (CPU, {res['cpu_count']} cores, shared with other work "
              f"while it ran): {res['seeds']} paired seeds, budget {res['budget']}, batch "
              f"{res['batch_size']} unless a variant says otherwise. "
-             f"`python experiments/ablation.py {res['config']}` at commit {prov['git_sha']} "
+             f"`python -m bocast.ablation {res['config']}` at commit {prov['git_sha']} "
              f"({prov['date']}); the {res['runs']} runs took {res['run_seconds']:.0f} s in all"
              + (f" ({res['runs_cached']} read from the per-run cache of an earlier call)"
                 if res["runs_cached"] else "") + ".", "", res["description"], "",

@@ -8,7 +8,7 @@ fresh random order per round) with the same runner, so each ratio is against a c
 of the same process and minutes. It prints a table (median [min-max] over rounds) and writes
 JSON with provenance.
 
-    python experiments/remeasure.py runs/live_v2_gemm_4096_4096_4096/*.db --top 10 --rounds 5 \
+    python -m bocast.remeasure runs/live_v2_gemm_4096_4096_4096/*.db --top 10 --rounds 5 \
         --out $OUT/remeasure_4096.json
 
 ``--runner standin`` exercises the same path on a CPU with SYNTHETIC timings (tests only).
@@ -22,10 +22,13 @@ import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 import numpy as np
 
+from bocast.measure.builder import Builder
+from bocast.measure.parts import runner_kind
+from bocast.measure.runner import GpuRunner
+from bocast.measure.standin import StandinRunner
+from bocast.measure.status import Status
 from bocast.operator import canonical_workload, from_workload
 from bocast.records import Store, StoreError, provenance
 
@@ -34,7 +37,8 @@ def best_configs(stores: list[str], top: int) -> tuple[dict, list[dict]]:
     """The workload of ``stores`` and their ``top`` best distinct ok rows, best first. A
     ``.json`` argument is the ``--picks`` output of an earlier call (a few KB to carry to the
     GPU machine instead of the stores)."""
-    workload, rows = None, {}
+    workload = None
+    rows: dict = {}  # configuration key -> the best record of it over the stores
     for path in stores:
         if path.endswith(".json"):
             with open(path) as f:
@@ -68,7 +72,7 @@ def best_configs(stores: list[str], top: int) -> tuple[dict, list[dict]]:
 
 
 def spread(xs: list[float]) -> dict:
-    """median, min, max and count of timings (also experiments/export_check.py's)."""
+    """median, min, max and count of timings (also tests/gpu/export_check.py's)."""
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
@@ -78,7 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=10, help="distinct best configurations")
     ap.add_argument("--rounds", type=int, default=5, help="cuBLAS + every kernel, this many times")
     ap.add_argument("--repeats", type=int, default=10, help="timed repeats per kernel per round")
-    ap.add_argument("--runner", choices=("gpu", "standin"), default="gpu")
+    ap.add_argument("--runner", choices=("local", "standin"), default="local", type=runner_kind)
     ap.add_argument("--workers", type=int, default=None, help="build processes")
     ap.add_argument("--seed", type=int, default=0, help="order of kernels within rounds")
     ap.add_argument("--out", help="JSON results")
@@ -88,13 +92,7 @@ def main(argv=None) -> int:
     if args.top < 1 or args.rounds < 1 or args.repeats < 1:
         ap.error("--top, --rounds and --repeats must be >= 1")
 
-    from bocast.measure.builder import Builder
-    from bocast.measure.status import Status
-
-    if args.runner == "gpu":
-        from bocast.measure.runner import GpuRunner as RunnerClass
-    else:
-        from bocast.measure.standin import StandinRunner as RunnerClass
+    RunnerClass = GpuRunner if args.runner == "local" else StandinRunner
 
     workload, picked = best_configs(args.stores, args.top)
     if args.picks:
@@ -107,7 +105,7 @@ def main(argv=None) -> int:
     prov = provenance({"command": " ".join(sys.argv)})
     rng = np.random.default_rng(args.seed)
     with RunnerClass(repeats=args.repeats, seed=0) as runner, \
-            Builder(workers=args.workers, compile=args.runner == "gpu") as builder:
+            Builder(workers=args.workers, compile=args.runner == "local") as builder:
         prov["device"] = runner.device()
         builds = builder.build(op, configs)
         for r, b in zip(picked, builds):

@@ -10,7 +10,7 @@ measure`` does) in the same session, the two alternating for ``--rounds`` rounds
 runner-now / stored is the drift between sessions and exported / runner-now the export's own
 cost. Target: exported within 3% of the stored time. Prints a table, writes JSON with provenance.
 
-    python experiments/export_check.py .devcarry/exports/* --rounds 5 --out $OUT/export_check.json
+    python -m tests.gpu.export_check .devcarry/exports/* --rounds 5 --out $OUT/export_check.json
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from remeasure import spread  # the same summary of timings, from the script beside this one
+from bocast.remeasure import spread  # the same summary of timings
 
 TARGET = 0.03  # |exported / stored - 1|
 

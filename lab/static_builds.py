@@ -2,7 +2,7 @@
 sample with nvcc for sm_90, and tabulate what built, what failed (by failure class), registers,
 spills and stack frames. No GPU.
 
-    python experiments/static_builds.py --sample 50 --space v2 \
+    python lab/static_builds.py --sample 50 --space v2 \
         --out experiments/results/static_builds_v2.json
 
 Stack frames are what made space v1's conv3d kernels fail to launch on the H100 (63 of 500

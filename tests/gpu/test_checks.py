@@ -1,0 +1,45 @@
+"""The checks the GPU machine runs (``experiments/device/engine_checks.sh``): each is a module
+here that the device script runs as ``python3 -m tests.gpu.NAME``; pytest runs them too, the
+GPU ones under the ``gpu`` marker (skipped, saying why, without a GPU), the resume check on the
+CPU stand-in as well."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bocast.measure.runner import why_no_gpu
+
+ROOT = __file__.rsplit("/tests/", 1)[0]
+NO_GPU = why_no_gpu()
+gpu = pytest.mark.skipif(NO_GPU is not None, reason=f"needs a CUDA GPU: {NO_GPU}")
+
+
+def _module(name, *args, timeout=600):
+    return subprocess.run([sys.executable, "-m", f"tests.gpu.{name}", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_killed_measure_resumes_without_losing_or_repeating_a_row(tmp_path):
+    """SIGKILL of ``bocast measure`` (the stand-in runner) after 8 rows, then the same
+    command: every finished row kept, none measured twice, the sample completed."""
+    proc = _module("resume_demo", "--store", str(tmp_path / "r.db"), "--runner", "standin",
+                   "--shape", "256,256,256", "--sample", "24", "--kill-at", "8")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 0 and result["ok"], (result, proc.stderr[-2000:])
+    assert result["rows_at_kill"] >= 8 and result["rows_after_resume"] == 24
+
+
+@pytest.mark.gpu
+@gpu
+def test_every_fault_is_recorded_and_the_run_goes_on(tmp_path):
+    proc = _module("faults", "--out", str(tmp_path / "faults.json"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["case"]: r["status"] for r in json.loads((tmp_path / "faults.json").read_text())[
+        "rows"]}
+    assert all(v == "ok" for k, v in rows.items() if k.startswith("good")), rows
+    assert rows["build fails (static smem > 48 KB, constraint bypassed)"] == "build_error"
+    assert rows["launch over limits (2048 threads/block)"] == "launch_error"
+    assert rows["out-of-bounds access"] == "runtime_error"
+    assert rows["never ends"] == "run_timeout" and rows["wrong result"] == "wrong_result"
