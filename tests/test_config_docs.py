@@ -1,0 +1,24 @@
+"""docs/configuration.md is generated from the schema sections that check each field
+(``python -m bocast.config_docs``): it must be what the generator prints now."""
+
+import os
+
+from bocast.config_docs import reference
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_the_configuration_reference_is_current():
+    with open(os.path.join(ROOT, "docs", "configuration.md"), encoding="utf-8") as f:
+        assert f.read() == reference(), ("docs/configuration.md is stale: regenerate it with "
+                                         "python -m bocast.config_docs > docs/configuration.md")
+
+
+def test_the_reference_names_every_field_and_strategy_option():
+    from bocast import comparison, config
+    from bocast.strategies import strategies
+
+    text = reference()
+    names = [f.name for f in (*config.TUNE.fields, *comparison.COMPARE.fields)]
+    names += [f.name for cls in strategies().values() for f in cls.options.fields]
+    assert all(f"| `{n}` |" in text for n in names)
