@@ -316,18 +316,41 @@ def test_the_kernel_loads_4d_boxes_of_x_and_stores_through_a_4d_map_of_y():
     assert "st.global" not in tma.source
 
 
-def test_a_conv_kernel_task_encodes_its_4d_maps():
-    """The runner's encoder takes any rank: dims, rank - 1 byte strides and the box, element
-    strides 1 (checked here without a GPU: the arguments it would pass)."""
+def test_the_runner_encodes_the_4d_maps_as_described(monkeypatch):
+    """The runner's encoder (gpu_worker.encode_tensor_map) takes any rank: checked here against
+    a stand-in for the driver's cuTensorMapEncodeTiled (no GPU): rank 4, the dims, the rank - 1
+    byte strides (multiples of 16), the box (at most 256, its inner extent the swizzle's width),
+    element strides 1, zero fill."""
+    import ctypes
+
     from bocast.measure import gpu_worker
 
+    calls = []
+
+    class Driver:
+        @staticmethod
+        def cuTensorMapEncodeTiled(tmap, dtype, rank, ptr, dims, strides, box, elem, inter,
+                                   swizzle, l2, oob):
+            n = rank.value
+            calls.append({"dtype": dtype.value, "rank": n, "ptr": ptr.value,
+                          "dims": list(dims), "strides": list(strides)[:n - 1],
+                          "box": list(box), "elem": list(elem), "swizzle": swizzle.value,
+                          "oob": oob.value})
+            assert ctypes.sizeof(strides) == 8 * (n - 1)
+            return 0
+
+    monkeypatch.setattr(gpu_worker, "_driver", lambda: Driver)
     maps = hc.conv_tensor_maps(hc.ConvGeometry.of(conv(C3)), 128, 128, 64, (8, 4, 4), True)
-    for m in maps.values():
+    for name, m in maps.items():
+        gpu_worker.encode_tensor_map(m, 0x10000, m["dtype"])
+        got = calls[-1]
         rank = len(m["dims"])
-        assert len(m["strides"]) == rank - 1 and len(m["box"]) == rank
+        assert (got["rank"], got["dims"], got["strides"], got["box"], got["swizzle"]) == \
+            (rank, m["dims"], m["strides"], m["box"], m["swizzle"]), name
+        assert got["elem"] == [1] * rank and got["oob"] == 0 and got["ptr"] == 0x10000
         assert all(s % 16 == 0 for s in m["strides"]) and max(m["box"]) <= 256
-        assert m["box"][0] * hm.DTYPE_BYTES[m["dtype"]] in hm.SWIZZLE
-    assert callable(gpu_worker.encode_tensor_map)
+        assert m["box"][0] * hm.DTYPE_BYTES[m["dtype"]] == 128  # the 128-byte swizzle
+    assert [c["rank"] for c in calls] == [4, 2, 4]
 
 
 # --------------------------------------------------------------------- static builds
