@@ -151,10 +151,13 @@ def constraints(spec, g: ConvGeometry) -> list[Constraint]:
                    lambda c: c["bm"] % (c["tile_w"] * c["tile_h"]) == 0),
         Constraint("pixel_tile_within_output",
                    f"no pixel-tile extent is twice the output's or more (tile_w < 2 OW = "
-                   f"{2 * g.OW}, tile_h < 2 OH = {2 * g.OH}, tile_n < 2 N = {2 * g.N}): such a "
-                   "tile's second half would be rows past the edge in every tile",
+                   f"{2 * g.OW}, tile_h < 2 OH = {2 * g.OH}, tile_n < 2 N = {2 * g.N}; tile_n "
+                   "may be more where the tile already holds whole images, tile_w >= OW and "
+                   "tile_h >= OH): such a tile's second half would be rows past the edge in "
+                   "every tile",
                    lambda c: (c["tile_w"] < 2 * g.OW) & (c["tile_h"] < 2 * g.OH)
-                   & (c["tile_n"] < 2 * g.N)),
+                   & ((c["tile_n"] < 2 * g.N)
+                      | ((c["tile_w"] >= g.OW) & (c["tile_h"] >= g.OH)))),
         *gemm,
     ]
 

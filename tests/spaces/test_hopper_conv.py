@@ -156,7 +156,8 @@ def simulate(op, config, grid_cap=5):
 
 #: (shape N,H,W,C,K,R,S,stride,pad,dilation; configuration changes): ragged pixel tiles on
 #: every axis, 1 and 2 consumers, ping-pong, bk 32 and 64, raster > 1, a 1x1, a 5x1 and a
-#: dilated kernel, tiles spanning images, the tma epilogue's three kinds of atom box
+#: dilated kernel, tiles spanning images, the tma epilogue's three kinds of atom box, a tile of
+#: more images than the batch has
 SIM_CASES = [
     ((2, 6, 10, 64, 128, 3, 3, 1, 1, 1), dict(bm=64, bn=64, bk=32, consumers=1, tile_w=8,
                                               tile_h=4)),
@@ -174,6 +175,9 @@ SIM_CASES = [
                                              epilogue="tma", arrangement="pingpong")),
     ((2, 9, 9, 64, 128, 3, 3, 1, 2, 2), dict(bm=64, bn=128, arrangement="pingpong", tile_w=8,
                                              tile_h=4, epilogue="tma")),
+    ((1, 3, 3, 64, 64, 3, 3, 1, 1, 1), dict(bm=64, bn=64, consumers=1, tile_w=4, tile_h=4)),
+    ((1, 3, 3, 64, 64, 3, 3, 1, 1, 1), dict(bm=64, bn=64, consumers=1, tile_w=4, tile_h=4,
+                                            epilogue="tma")),
 ]
 
 
@@ -282,6 +286,17 @@ def test_workloads_outside_the_conv_template_are_refused_by_name(op_name, shape,
                                                                  message):
     with pytest.raises(WorkloadError, match=message):
         make(op_name, shape, space="v3", **options)
+
+
+def test_tiny_outputs_keep_a_feasible_space():
+    """A 3 x 3 output of one image: no 64-row tile fits it without rows past the edge; tiles of
+    whole images (tile_w >= OW, tile_h >= OH) may then take more images than there are."""
+    space = conv((1, 3, 3, 64, 64, 3, 3, 1, 1, 1)).space
+    one = {**BASE, "bm": 64, "bn": 64, "consumers": 1, "tile_w": 4, "tile_h": 4}
+    assert space.validate(one) == []  # 4 images of 4 x 4, 9 of the 64 rows useful
+    assert space.columns([one])["pixel_fraction"][0] == 9 / 64
+    assert space.validate({**one, "tile_w": 2}) == ["pixel_tile_within_output"]
+    assert all(space.validate(c) == [] for c in space.sample(20, rng=0))
 
 
 def test_a_sample_is_feasible():
