@@ -1,4 +1,5 @@
-"""Space v3's step ladder: named Hopper GEMM kernels, built here, timed on the GPU beside cuBLAS.
+"""Space v3's step ladder: named Hopper GEMM, bmm and conv2d kernels, built here, timed on the GPU
+beside the vendor library (cuBLAS; cuDNN for conv2d).
 
     python experiments/hopper_ladder.py build OUT.json   # TVM + nvcc (sm_90a), no GPU needed
     ONLY=bmm python experiments/hopper_ladder.py build OUT.json   # one operator's rows
@@ -8,12 +9,15 @@
 ``build`` writes each kernel's runner task (cubin, launch, tensor maps, ptxas report); ``run``
 times them with the runner's own worker code (CUDA-graph events, correctness against torch, one
 worker process with a time limit per kernel, so a hung kernel costs only itself) in ``rounds``
-rounds, cuBLAS timed the same way before every round, and prints median [min-max] TFLOPS and
-the ratio to cuBLAS's median of the same run. A kernel whose output is wrong (relative error
+rounds, the vendor reference (the runner's: torch.mm / torch.bmm on cuBLAS, torch conv2d on
+cuDNN) timed the same way before every round, and prints median [min-max] TFLOPS and the ratio
+to the reference's median of the same run. A kernel whose output is wrong (relative error
 over the operator's tolerance, or an element left unwritten: the output starts as NaN) is
 reported as ``wrong_result`` and not run again; the ragged-extent rows (M, N or K not a multiple
-of the tile, each epilogue) are there for that check first. The whole build is ~2.8 MB (93
-rows, ~75 s on 2 cores); ONLY and MATCH make a smaller one.
+of the tile, each epilogue) are there for that check first, and so are the conv rows past the
+ResNet cases (1x1, dilated, boxes wholly out of bounds, ragged pixel tiles). The GEMM and bmm
+build is ~2.8 MB (93 rows, ~75 s on 2 cores); ONLY and MATCH make a smaller one
+(``ONLY=conv2d``: the conv rows).
 """
 
 from __future__ import annotations
@@ -134,6 +138,42 @@ BMM_RAGGED_K = [
     ("bmm ragged K coop 128x128, 2 st, v2", dict(bn=128, stages=2, raster=1, epilogue="v2")),
     ("bmm ragged K coop 128x128, 2 st, tma", dict(bn=128, stages=2, raster=1, epilogue="tma")),
 ]
+# conv2d on the template as an implicit GEMM (bocast/spaces/_hopper_conv.py: a 4-D TMA box of X
+# per (r, s, c-block), pixel tiles tile_n x tile_h x tile_w), Heron's ResNet cases C5, C3, C1
+# beside cuDNN (torch conv2d, fp16 channels-last), picked by hand before any was timed; then
+# correctness rows: a 1x1, a dilated conv2d, boxes wholly out of bounds (tile_w 1 at the left
+# edge), ragged pixel tiles with the tma epilogue
+CONV = dict(bn=128, regs="40/232", raster=1, epilogue="v2")
+CONV_C5 = [
+    ("conv C5 coop 128x128, 16x2x4 pixels, 4 st", dict(CONV, tile_w=4, tile_h=2)),
+    ("conv C5 1 consumer 64x128, 16x2x2 pixels (exact), 6 st",
+     dict(CONV, bm=64, consumers=1, stages=6, tile_w=2, tile_h=2)),
+    ("conv C5 1 consumer 64x64, 16x2x2 pixels (exact), 6 st",
+     dict(CONV, bm=64, bn=64, consumers=1, stages=6, tile_w=2, tile_h=2)),
+    ("conv C5 coop 128x128, 16x8x1 pixels (boxes wholly out of bounds), tma",
+     dict(CONV, tile_w=1, tile_h=8, epilogue="tma")),
+]
+CONV_C3 = [
+    ("conv C3 coop 128x128, 8x4x4 pixels, 4 st", dict(CONV, tile_w=4, tile_h=4)),
+    ("conv C3 1 consumer 64x128, 4x4x4 pixels, 6 st",
+     dict(CONV, bm=64, consumers=1, stages=6, tile_w=4, tile_h=4)),
+    ("conv C3 coop 128x64, 8x4x4 pixels, 6 st, tma",
+     dict(CONV, bn=64, stages=6, tile_w=4, tile_h=4, epilogue="tma")),
+]
+CONV_C1 = [
+    ("conv C1 coop 128x64, 2x8x8 pixels, 6 st", dict(CONV, bn=64, stages=6, tile_w=8,
+                                                     tile_h=8)),
+    ("conv C1 coop 256x64, 4x8x8 pixels, 4 st, tma",
+     dict(CONV, bm=256, bn=64, tile_w=8, tile_h=8, epilogue="tma")),
+    ("conv C1 ping-pong 128x64, 2x8x8 pixels, 6 st",
+     dict(CONV, bn=64, stages=6, arrangement="pingpong", tile_w=8, tile_h=8)),
+]
+CONV_1X1 = [("conv 1x1 1 consumer 64x128, 16x2x2 pixels, 4 st",
+             dict(CONV, bm=64, consumers=1, tile_w=2, tile_h=2))]
+CONV_DILATED = [("conv dilation 2 coop 128x128, 16x2x4 pixels, 4 st, scalar",
+                 dict(CONV, tile_w=4, tile_h=2, epilogue="scalar"))]
+CONV_RAGGED = [("conv ragged 14x14 coop 128x128, 2x8x8 pixels, tma",
+                dict(CONV, tile_w=8, tile_h=8, epilogue="tma"))]
 V2_BMM_512 = {"instr": "mma", "tile_i": [16, 1, 2], "tile_j": [8, 2, 2], "tile_k": [2, 2],
               "stages": 2, "async_copy": "on", "frag_pipeline": "off", "smem_layout": "xor",
               "vec": 8, "raster": 1, "unroll": 0, "writeback": "shared", "out_vec": 4,
@@ -152,7 +192,12 @@ SHAPES = {("gemm", (4096, 4096, 4096), "v3"): LADDER,
           RAGGED_ODD_N, ("bmm", (12, 512, 512, 72), "v3"): BMM_RAGGED_K,
           ("bmm", (12, 512, 512, 64), "v2"): [("bmm v2: exhaustive table's best", V2_BMM_512)],
           ("bmm", (32, 1024, 1024, 128), "v2"): [("bmm v2: cold BO's best (live, seed 1)",
-                                                  V2_BMM_1024)]}
+                                                  V2_BMM_1024)],
+          ("conv2d", (16, 14, 14, 256, 256, 3, 3, 1, 1, 1), "v3"): CONV_C5 + CONV_RAGGED,
+          ("conv2d", (16, 28, 28, 128, 128, 3, 3, 1, 1, 1), "v3"): CONV_C3,
+          ("conv2d", (16, 56, 56, 64, 64, 3, 3, 1, 1, 1), "v3"): CONV_C1,
+          ("conv2d", (16, 14, 14, 256, 256, 1, 1, 1, 0, 1), "v3"): CONV_1X1,
+          ("conv2d", (16, 14, 14, 256, 256, 3, 3, 1, 2, 2), "v3"): CONV_DILATED}
 
 
 def build(out: Path) -> None:
@@ -242,8 +287,10 @@ def run(src: Path, out: Path, rounds: int) -> None:
         med = statistics.median(ok) if ok else float("nan")
         row.pop("task", None)
         errors = [x["rel_error"] for x in row["runs"] if "rel_error" in x]
+        # cublas_median: the vendor reference's median (its older name; cuDNN for conv2d)
         row["summary"] = {"tflops_median": med, "tflops_min": min(ok, default=None),
                           "tflops_max": max(ok, default=None), "cublas_median": cub,
+                          "reference_median": cub,
                           "ratio": med / cub if ok else None, "failures": len(bad),
                           "rel_error_max": max(errors, default=None)}
         fail = f" {bad[0].get('status')}: {str(bad[0].get('error'))[:60]}" if bad else ""
@@ -252,9 +299,10 @@ def run(src: Path, out: Path, rounds: int) -> None:
                      f"{med:.1f} [{min(ok, default=0):.1f}-{max(ok, default=0):.1f}] | "
                      f"{cub:.1f} | {med / cub if ok else 0:.3f} |{fail}")
     out.write_text(json.dumps({"device": info, "references": refs, "rows": rows}, indent=1))
-    print(f"{info.get('gpu')} driver {info.get('driver')}; cuBLAS = torch.mm / torch.bmm "
-          "(out_dtype=float32)")
-    print("| kernel | shape | TFLOPS median [min-max] | cuBLAS median | / cuBLAS |")
+    print(f"{info.get('gpu')} driver {info.get('driver')}; references:")
+    for key, results in sorted(refs.items()):
+        print(f"  {key}: {next((x['what'] for x in results if 'what' in x), 'failed')}")
+    print("| kernel | shape | TFLOPS median [min-max] | reference median | / reference |")
     print("\n".join(table))
 
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from bocast.operator import TensorSpec, WorkloadError
 
+from . import _hopper_conv
 from . import _matmul as mm
 
 
@@ -44,6 +45,8 @@ class Conv(mm.MatmulOperator):
     transposed: ClassVar[bool] = False
     min_dilation: ClassVar[int] = 1
     torch_fn: ClassVar[str]  # torch.nn.functional function of the reference
+    #: space v3 (the Hopper TMA + wgmma template, ``_hopper_conv``) implements this operator
+    hopper_v3: ClassVar[bool] = False
 
     def __init__(self, shape: tuple[int, ...], *, dtype: str = "fp16:fp32",
                  space: str = mm.DEFAULT_SPACE):
@@ -84,6 +87,27 @@ class Conv(mm.MatmulOperator):
         self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_c", f"fetch vectors stay inside one tap's run of C={self.C} input "
                              f"channels (contiguous and aligned in X and W)", (self.C,)))
+
+    # ------------------------------------------------------------------ space v3 (Hopper)
+    def matmul_space(self, vec):
+        if self.matmul.space != "v3":
+            return super().matmul_space(vec)
+        if not self.hopper_v3:
+            raise WorkloadError(f"{self.name}: space v3 (Hopper TMA + wgmma) implements conv2d "
+                                "only among the convolutions (stride 1, with its dilation "
+                                "field); use space v2")
+        mm.check_size(self.matmul, self.name)
+        return _hopper_conv.space(self)
+
+    def apply(self, config):
+        if self.matmul.space == "v3":
+            return _hopper_conv.schedule(self, config)
+        return super().apply(config)
+
+    def build_options(self, config):
+        if self.matmul.space == "v3":
+            return _hopper_conv.build_options(config)
+        return super().build_options(config)
 
     # ------------------------------------------------------------------------- shape syntax
     @classmethod

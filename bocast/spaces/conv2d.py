@@ -2,7 +2,10 @@
 weights W[K,R,S,C], output Y[N,OH,OW,K]; fp16 inputs, fp32 or fp16 accumulation and output.
 
 Knobs and constraints: the GEMM's (``gemm.py``) over M = N*OH*OW, N = K, K = R*S*C, with
-``vec_divides_c`` in place of ``vec_divides_k``. Default: ResNet-50 stage 3, 3x3, 256 -> 256
+``vec_divides_c`` in place of ``vec_divides_k``. Space v3 (``--space v3``, stride 1, C % 32 == 0,
+fp16:fp32) is the Hopper TMA + wgmma template as an implicit GEMM whose A operand TMA gathers
+from a 4-D tensor map over X, pixel tile by pixel tile (``_hopper_conv.py``); the other
+convolutions refuse v3. Default: ResNet-50 stage 3, 3x3, 256 -> 256
 channels on 14x14, batch 16 (Heron's figure-6 case C5, [16,14,14,256,256,3,3,1,1,1] in the same
 order; its other cases: C1 [16,56,56,64,64,3,3,1,1,1], C3 [16,28,28,128,128,3,3,1,1,1] and the 1x1
 stride-2 downsamples C2/C4/C6).
@@ -17,6 +20,7 @@ from ._conv import Conv
 class Conv2d(Conv):
     name = "conv2d"
     spatial, kernel, torch_fn = ("H", "W"), ("R", "S"), "conv2d"
+    hopper_v3 = True  # space v3: bocast/spaces/_hopper_conv.py (stride 1)
     shape_help = ("N,H,W,C,K,R,S[,stride,pad,dilation] (X[N,H,W,C], W[K,R,S,C], Y[N,OH,OW,K]; "
                   "stride 1, pad 0, dilation 1 when left out)")
     default_shape = (16, 14, 14, 256, 256, 3, 3, 1, 1, 1)

@@ -130,7 +130,9 @@ def test_a_uniform_sample_is_feasible_and_the_space_is_large():
     ("gemm", (256, 256, 256), {"dtype": "fp16:fp16"}, "fp16:fp32 only"),
     ("gemm", (256, 256, 100), {}, "K % 8 == 0"),
     ("bmm", (4, 256, 256, 64), {"layout": "NN"}, "needs layout NT"),
-    ("conv2d", (16, 14, 14, 256, 256, 3, 3, 1, 1, 1), {}, "GEMM and bmm only"),
+    ("conv2d", (16, 14, 14, 256, 256, 1, 1, 2, 0, 1), {}, "stride 1 only"),
+    ("conv1d", (16, 512, 256, 256, 3, 1, 1, 1), {}, "conv2d only"),
+    ("gemv", (256, 256), {}, "GEMM and bmm only"),
     ("gemm", (256, 256, 256), {"space": "v4"}, "not known"),
 ])
 def test_workloads_outside_the_template_are_refused_by_name(op, shape, options, message):
@@ -527,8 +529,9 @@ def test_launch_parameters_point_at_each_value():
 
 def test_every_ladder_row_is_a_configuration_of_its_space():
     """experiments/hopper_ladder.py's rows (what the GPU run times and checks against torch) are
-    inside their spaces, the TMA-store rows and the ragged-extent rows included (its build
-    refuses a row outside the space only after minutes of building the rows before it)."""
+    inside their spaces, the TMA-store rows, the ragged-extent rows and the conv2d rows included
+    (its build refuses a row outside the space only after minutes of building the rows before
+    it)."""
     import importlib.util
     from pathlib import Path
 
@@ -545,9 +548,13 @@ def test_every_ladder_row_is_a_configuration_of_its_space():
             config = {**ladder.BASE, **change}
             assert op.space.validate(config) == [], (name, shape)
             epilogues.add(config["epilogue"])
-            if any(e % t for e, t in zip(shape[-3:], (config["bm"], config["bn"], config["bk"]))):
+            if name_op != "conv2d" and any(
+                    e % t for e, t in zip(shape[-3:], (config["bm"], config["bn"], config["bk"]))):
                 ragged.add((name_op, tuple(shape), config["epilogue"]))
     assert epilogues == {"v2", "scalar", "tma"}
     assert {e for op, _, e in ragged if op == "gemm"} == {"v2", "scalar", "tma"}
     assert ("gemm", (1000, 1000, 1000), "tma") in ragged
     assert ("bmm", (12, 512, 512, 72), "tma") in ragged
+    convs = {shape for op, shape, space in ladder.SHAPES if op == "conv2d" and space == "v3"}
+    assert {(16, 14, 14, 256, 256, 3, 3, 1, 1, 1), (16, 28, 28, 128, 128, 3, 3, 1, 1, 1),
+            (16, 56, 56, 64, 64, 3, 3, 1, 1, 1)} <= convs
