@@ -793,6 +793,41 @@ def test_cluster_kernels_build_for_sm_90a_without_spills(shape):
         assert tuple(res["cluster"]) == (2, 1, 1)
 
 
+def test_the_cluster_ladder_rows_are_what_match_selects():
+    """MATCH='^8 |^9 |^10|cluster' (a regex searched in each row's name, as the ladder's build
+    does) selects every cluster row of the ladder and, for comparison, rows 8 and 9 and the
+    1x1 kernels named beside the cluster rows at the other shapes: issue 24's three large
+    GEMM shapes with a 2x1 cluster, persistent and not, and a ragged GEMM and a bmm."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "experiments" / "hopper_ladder.py"
+    spec = importlib.util.spec_from_file_location("hopper_ladder", path)
+    ladder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ladder)
+    match = re.compile("^8 |^9 |^10|cluster")
+    picked, clustered = [], set()
+    for (name_op, shape, _space), variants in ladder.SHAPES.items():
+        for name, change in variants:
+            config = {**ladder.BASE, **change}
+            if config.get("cluster", "1x1") != "1x1":
+                clustered.add((name_op, tuple(shape), name))
+            if match.search(name):
+                picked.append((name_op, tuple(shape), name, config))
+    assert clustered <= {(op, shape, name) for op, shape, name, _ in picked}
+    one = [(op, shape, name) for op, shape, name, c in picked if c.get("cluster", "1x1") == "1x1"]
+    assert {name.split()[0] for op, shape, name in one if shape == (4096, 4096, 4096)} == \
+        {"8", "9"}
+    for shape in ((4096, 4096, 4096), (2048, 8192, 1024), (4096, 4096, 14336)):
+        mine = [c for op, s, _, c in picked if s == shape]
+        assert {c.get("cluster", "1x1") for c in mine} >= {"1x1", "2x1", "1x2"}
+        assert {c["persistent"] for c in mine if c.get("cluster") == "2x1"} == {"on", "off"}
+    assert any(op == "bmm" for op, *_ in clustered)
+    assert ("gemm", (1000, 1024, 1000)) in {(op, shape) for op, shape, _ in clustered}
+    assert len(picked) <= 30  # a small file (each row holds its cubin)
+
+
 def test_the_lowering_refuses_a_launch_tvm_would_not_make():
     """lower_tirx checks the template's launch (grid, block, cluster, dynamic shared memory: what
     the runner launches) against TVM's host code (what an export's kernel.so launches): a
