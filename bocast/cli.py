@@ -570,7 +570,9 @@ def cmd_export(args) -> int:
     lines = [f"exported record {rec['id']} of {args.store} ({rec['status']}, {figures}"
              f"timed by {kernel.meta['timing']['runner']}) to {args.out}: "
              f"{', '.join(sorted(kernel.meta['files']))}, kernel.json",
-             f"{k['name']}: grid {k['grid']}, block {k['block']}, {k['dynamic_smem_bytes']} B "
+             f"{k['name']}: grid {k['grid']}, block {k['block']}"
+             + (f", cluster {k['cluster']}" if k.get("cluster", [1, 1, 1]) != [1, 1, 1] else "")
+             + f", {k['dynamic_smem_bytes']} B "
              f"dynamic shared memory, {k['features'].get('registers', 0):.0f} registers; "
              f"arguments {kernel.signature}"]
     if k["features_match_store"] is False:

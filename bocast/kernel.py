@@ -151,6 +151,7 @@ def _meta(store, row_id, session, rec, built, op, reference, subspace,
                     for t in op.tensors()],
         "kernel": {"entry": entry.name_hint, "name": low.kernel, "grid": list(low.grid),
                    "block": list(low.block), "dynamic_smem_bytes": low.dynamic_smem,
+                   "cluster": list(getattr(low, "cluster", (1, 1, 1))),
                    "kernel_args": list(low.args), "features": res.features,
                    "features_match_store": (all(rec.features[k] == res.features[k]
                                                 for k in common) if common else None)},

@@ -682,6 +682,8 @@ def dataset_configs(df, knob_columns: Iterable[str], space) -> list[dict[str, An
                     parts = [r[f"{k.name}_{j}"] for j in range(k.parts)]
                     cfg[k.name] = None if any(_isna(p) for p in parts) else \
                         tuple(_int(p) for p in parts)
+                elif k.name not in r and k.default is not None:
+                    cfg[k.name] = k.default  # a knob the space gained after the dataset
                 else:
                     v = r[k.name]
                     cfg[k.name] = None if _isna(v) else (

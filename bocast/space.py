@@ -104,6 +104,10 @@ class Knob:
     name: str
     active_when: Mapping[str, tuple] = field(default_factory=dict, kw_only=True)
     doc: str = field(default="", kw_only=True)
+    #: the value of a configuration that does not name this knob: a knob added to a space after
+    #: configurations of it were recorded (stores, datasets, hand-written ones) gives them the
+    #: value they were built with (:meth:`Space.complete`); None: every configuration names it
+    default: Any = field(default=None, kw_only=True)
 
     @property
     def depends_on(self) -> tuple[str, ...]:
@@ -297,6 +301,12 @@ class Space:
         self.constraints: tuple[Constraint, ...] = tuple(constraints)
         self._derive = derive
         self._by_name = {k.name: k for k in self.knobs}
+        self._defaults = {k.name: k.default for k in self.knobs if k.default is not None}
+        for k in self.knobs:
+            if k.default is not None and (not isinstance(k, _Choice) or k.active_when
+                                          or k.default not in k.choices):
+                raise SpaceError(f"knob {k.name!r}: a default must be one of its choices, of "
+                                 "an always active choice knob")
         cond_names = sorted({d for k in self.knobs for d in k.depends_on})
         self._conditioners: dict[str, Categorical] = {}
         for d in cond_names:
@@ -339,6 +349,12 @@ class Space:
     def structural_size(self) -> int:
         return sum(c for _, _, c in self._variants)
 
+    def complete(self, config: Mapping[str, Value]) -> Mapping[str, Value]:
+        """``config`` with the knobs it does not name that have a default (a knob added after
+        it was recorded) at that default; ``config`` itself when it names them all."""
+        missing = {n: v for n, v in self._defaults.items() if n not in config}
+        return {**config, **missing} if missing else config
+
     def _cond_of(self, config: Mapping[str, Value]) -> dict[str, Value]:
         return {n: config[n] for n in self.conditioning}
 
@@ -349,6 +365,7 @@ class Space:
         Inactive knobs are filled with their first choice (all-ones for splits) so that derived
         quantities stay computable; constraints that read them must check activity."""
         cols: dict[str, np.ndarray] = {}
+        configs = [self.complete(c) for c in configs]
         for k in self.knobs:
             vals = [c.get(k.name) for c in configs]
             if isinstance(k, Split):
@@ -383,9 +400,10 @@ class Space:
 
     # --- single configurations -----------------------------------------------------------
     def check_keys(self, config: Mapping[str, Value]) -> None:
-        """Raise SpaceError if the configuration has unknown or missing knobs."""
+        """Raise SpaceError if the configuration has unknown or missing knobs (a knob with a
+        default may be missing: :meth:`complete`)."""
         unknown = sorted(set(config) - set(self._by_name))
-        missing = sorted(set(self._by_name) - set(config))
+        missing = sorted(set(self._by_name) - set(config) - set(self._defaults))
         if unknown or missing:
             parts = []
             if unknown:
@@ -399,6 +417,7 @@ class Space:
         extent), ``<knob>.parts``, ``<knob>.inactive`` (a value given where the knob is
         inactive)."""
         self.check_keys(config)
+        config = self.complete(config)
         out = []
         for n in self.conditioning:
             if config[n] not in self._conditioners[n].choices:
@@ -447,8 +466,10 @@ class Space:
                           sort_keys=True, separators=(",", ":"))
 
     def from_json(self, obj: Mapping[str, Any]) -> Config:
-        """Configuration from its JSON form (lists back to tuples for splits)."""
+        """Configuration from its JSON form (lists back to tuples for splits; a knob it does not
+        name that has a default at that default)."""
         self.check_keys(obj)
+        obj = self.complete(obj)
         return {k.name: (tuple(int(x) for x in obj[k.name])
                          if isinstance(k, Split) and obj[k.name] is not None else obj[k.name])
                 for k in self.knobs}

@@ -188,6 +188,9 @@ class Lowered:
     arch: str = "sm_90"            # what nvcc compiles the source for
     #: kernel parameters that are TMA descriptors: name -> encoding (space v3's ``tensor_map``)
     tensor_maps: dict = field(default_factory=dict)
+    #: thread-block cluster dims of the launch (a cluster launch, cuLaunchKernelEx, when not
+    #: (1, 1, 1)): space v3's cluster knob
+    cluster: tuple[int, int, int] = (1, 1, 1)
 
 
 def source_only():
@@ -210,16 +213,32 @@ _SIGNATURE = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\)
 
 
 def lower_tirx(kernel, *, target_overrides: dict | None = None) -> Lowered:
-    """Compile a TIRx kernel (space v3's ``TirxKernel``) with TVM's ``tirx`` pipeline. Its launch
-    (grid, block, dynamic shared memory, tensor maps) is the template's own, not parsed from
-    TVM's host code; the kernel's parameters are read from the CUDA source. TVM hands the
-    source to ``tvm_callback_cuda_compile``: the builder's answers with the source
-    (:func:`source_only`), an export's with nvcc's cubin."""
+    """Compile a TIRx kernel (space v3's ``TirxKernel``) with TVM's ``tirx`` pipeline (the steps
+    of ``tvm.compile(..., tir_pipeline="tirx")``). Its launch (grid, block, cluster, dynamic
+    shared memory, tensor maps) is the template's own, checked against the launch TVM's host
+    code makes (what an export's kernel.so runs: a cluster launch too), so the runner, which
+    launches from the template's figures, launches as TVM does; the kernel's parameters are read
+    from the CUDA source. TVM hands the source to ``tvm_callback_cuda_compile``: the builder's
+    answers with the source (:func:`source_only`), an export's with nvcc's cubin."""
     import tvm
+    from tvm.tirx.build import split_host_device_mods, tir_to_runtime
 
     tgt = tvm.target.Target({"kind": "cuda", **(target_overrides or {})})
-    rt = tvm.compile(kernel.mod, target=tgt, tir_pipeline="tirx")
-    source = rt.mod.imports[0].inspect_source()
+    host_target = tvm.target.Target("llvm" if tvm.runtime.enabled("llvm") else "c")
+    mod = tvm.tirx.transform.BindTarget(tgt.with_host(host_target))(kernel.mod)
+    pipeline, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("tirx")
+    host_mod, device_mods = split_host_device_mods(pipeline(mod))
+    launch = tvm_launch(host_mod.script())
+    host_mod = finalize_host()(host_mod)
+    device_mods = {t: finalize_device()(m) for t, m in device_mods.items()}
+    rt = tir_to_runtime(host_mod, device_mods, host_target)
+    cluster = tuple(getattr(kernel, "cluster", (1, 1, 1)))
+    ours = {"grid": tuple(kernel.grid), "block": tuple(kernel.block), "cluster": cluster,
+            "dynamic_smem": int(kernel.dynamic_smem)}
+    theirs = {k: launch[k] for k in ours}
+    if ours != theirs:
+        raise RuntimeError(f"the template's launch {ours} is not TVM's {theirs}")
+    source = rt.imports[0].inspect_source()
     sig = _SIGNATURE.search(source)
     if sig is None:
         raise RuntimeError("no kernel signature in the TIRx kernel's CUDA source")
@@ -228,7 +247,29 @@ def lower_tirx(kernel, *, target_overrides: dict | None = None) -> Lowered:
     return Lowered(source=source, kernel=sig.group(1), args=args, grid=kernel.grid,
                    block=kernel.block, dynamic_smem=kernel.dynamic_smem, module=rt,
                    arch=(target_overrides or {}).get("arch", "sm_90"),
-                   tensor_maps=dict(kernel.tensor_maps))
+                   tensor_maps=dict(kernel.tensor_maps), cluster=cluster)
+
+
+def tvm_launch(host_script: str) -> dict:
+    """The launch of the one kernel TVM's host code (its TVMScript, before finalisation lowers
+    the launch to a packed call) makes: grid, block, cluster dims (its ``clusterCtaIdx`` tags,
+    which TVM's CUDA runtime passes as cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+    and dynamic shared memory."""
+    calls = _CALL.findall(host_script)
+    if len(calls) != 1:
+        raise RuntimeError(f"expected one kernel launch, TVM generated {len(calls)}")
+    _, arg_text, tag_text = calls[0]
+    args = [a.strip() for a in arg_text.split(", ")]
+    tags = [t.strip().strip('"') for t in tag_text.split(",") if t.strip()]
+    values = [int(re.sub(r"T\.u?int\d+\((\d+)\)", r"\1", a)) for a in args[len(args) - len(tags):]]
+    launch = dict(zip(tags, values))
+
+    def dims(prefix: str) -> tuple[int, ...]:
+        return tuple(launch.get(f"{prefix}.{a}", 1) for a in "xyz")
+
+    return {"grid": dims("blockIdx"), "block": dims("threadIdx"),
+            "cluster": dims("clusterCtaIdx"),
+            "dynamic_smem": launch.get("tirx.use_dyn_shared_memory", 0)}
 
 
 _CALL = re.compile(r'T\.call_ffi_kernel\("(\w+)", (.*?), launch_params=\[([^\]]*)\]')

@@ -16,8 +16,16 @@ over the operator's tolerance, or an element left unwritten: the output starts a
 reported as ``wrong_result`` and not run again; the ragged-extent rows (M, N or K not a multiple
 of the tile, each epilogue) are there for that check first, and so are the conv rows past the
 ResNet cases (1x1, dilated, boxes wholly out of bounds, ragged pixel tiles). The GEMM and bmm
-build is ~2.8 MB (93 rows, ~75 s on 2 cores); ONLY and MATCH make a smaller one
-(``ONLY=conv2d``: the conv rows).
+build is ~2.8 MB (93 rows, ~75 s on 2 cores, before the cluster rows); ONLY and MATCH make a
+smaller one (``ONLY=conv2d``: the conv rows), e.g. the cluster rows beside rows 8 and 9 (their
+1x1 kernels):
+
+    MATCH='^8 |^9 |^10|cluster' python experiments/hopper_ladder.py build ladder_cluster.json
+
+A cluster kernel launches with cuLaunchKernelEx and its cluster dims (the task's ``cluster``);
+its runs also report ``max_active_clusters`` (cuOccupancyMaxActiveClusters: fewer than the
+persistent grid's clusters means a tail wave). A protocol bug (a barrier never released) shows
+as a timeout of that kernel alone.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import math
 import os
 import re
 import statistics
@@ -73,6 +82,20 @@ LADDER = [
      dict(bn=128, stages=6, inflight=1, epilogue="tma")),
     ("9c TMA-store epilogue: ping-pong 128x128, raster 8, inflight 1 (7e + tma)",
      dict(arrangement="pingpong", bn=128, stages=6, inflight=1, epilogue="tma")),
+    # thread-block clusters of 2 CTAs: 2x1 pairs two block rows (they share B's tile, each
+    # loads half and multicasts it to both), 1x2 two block columns (sharing A's)
+    ("10 cluster 2x1 multicast: 8 + cluster 2x1",
+     dict(regs="40/232", raster=16, epilogue="v2", cluster="2x1")),
+    ("10b cluster 2x1 multicast: 9 (TMA store) + cluster 2x1",
+     dict(regs="40/232", raster=16, epilogue="tma", cluster="2x1")),
+    ("10c cluster 2x1 multicast, one tile per CTA (8 + 2x1, not persistent)",
+     dict(regs="40/232", raster=16, epilogue="v2", cluster="2x1", persistent="off")),
+    ("10d cluster 1x2 multicast of A: 8 + cluster 1x2",
+     dict(regs="40/232", raster=16, epilogue="v2", cluster="1x2")),
+    ("10e cluster 2x1: 128x128, 6 stages, inflight 1, TMA store (9b + 2x1)",
+     dict(bn=128, stages=6, inflight=1, epilogue="tma", cluster="2x1")),
+    ("10f cluster 2x1: ping-pong 128x128, raster 8, inflight 1 (7e + 2x1)",
+     dict(arrangement="pingpong", bn=128, stages=6, inflight=1, epilogue="v2", cluster="2x1")),
 ]
 # the other shapes of issue 24 (an LLM-like one: an 8B model's MLP down projection over 4096
 # tokens), each with a few configurations picked by hand before any was timed
@@ -95,6 +118,40 @@ SWEEP = [
     ("1 consumer 128x128, 5 st, not persistent", dict(bn=128, stages=5, consumers=1,
                                                       persistent="off", epilogue="v2",
                                                       raster=1)),
+]
+# clusters at the other large shapes of issue 24, each beside its 1x1 kernel (the same
+# configuration as SWEEP's first two rows, named here so that MATCH=cluster builds them)
+CLUSTER = [
+    ("cluster 1x1: 4096^3's live best, raster 8", dict(regs="40/232", raster=8, epilogue="v2")),
+    ("cluster 1x1: 4096^3's live best, raster 8, TMA store",
+     dict(regs="40/232", raster=8, epilogue="tma")),
+    ("cluster 2x1: live best, raster 8 + 2x1",
+     dict(regs="40/232", raster=8, epilogue="v2", cluster="2x1")),
+    ("cluster 2x1: live best, raster 8, TMA store + 2x1",
+     dict(regs="40/232", raster=8, epilogue="tma", cluster="2x1")),
+    ("cluster 2x1: live best + 2x1, one tile per CTA",
+     dict(regs="40/232", raster=8, epilogue="v2", cluster="2x1", persistent="off")),
+    ("cluster 1x2: live best, raster 8 + 1x2",
+     dict(regs="40/232", raster=8, epilogue="v2", cluster="1x2")),
+]
+# clusters on ragged extents (M and K; the shared B's N whole: cluster_shared_operand_whole)
+# and on a bmm (pairs inside a batch element): correctness first
+CLUSTER_RAGGED = [
+    ("cluster 2x1 ragged M, K: coop 128x256, v2", dict(regs="40/232", raster=1, epilogue="v2",
+                                                       cluster="2x1")),
+    ("cluster 2x1 ragged M, K: coop 128x256, tma", dict(regs="40/232", raster=1,
+                                                        epilogue="tma", cluster="2x1")),
+    ("cluster 2x1 ragged M, K: ping-pong 128x128, 6 st, scalar",
+     dict(arrangement="pingpong", bn=128, stages=6, raster=1, cluster="2x1")),
+]
+# (40/232: with a 24-register producer the non-persistent one spills 8 bytes, 1x1 does not)
+CLUSTER_BMM = [
+    ("bmm cluster 2x1: coop 128x128, 2 st, persistent", dict(bn=128, stages=2, raster=1,
+                                                            regs="40/232", epilogue="v2",
+                                                            cluster="2x1")),
+    ("bmm cluster 1x2: coop 128x128, 2 st, one tile per CTA",
+     dict(bn=128, stages=2, raster=1, regs="40/232", epilogue="v2", cluster="1x2",
+          persistent="off")),
 ]
 # bmm on the same template (batch outermost in the tile walk), beside space v2's best known
 # kernel of the shape measured in the same run: v2's exhaustive-table optimum at 12x512x512x64
@@ -184,9 +241,12 @@ V2_BMM_1024 = {"async_copy": "on", "batch_bind": "x", "frag_pipeline": "full",
                "unroll": 512, "vec": 8, "writeback": "direct"}
 # (operator, shape, space) -> variants; a v2 variant is a whole configuration
 SHAPES = {("gemm", (4096, 4096, 4096), "v3"): LADDER,
-          ("gemm", (1024, 1024, 1024), "v3"): SWEEP, ("gemm", (2048, 8192, 1024), "v3"): SWEEP,
-          ("gemm", (4096, 4096, 14336), "v3"): SWEEP,
-          ("bmm", (12, 512, 512, 64), "v3"): BMM, ("bmm", (32, 1024, 1024, 128), "v3"): BMM,
+          ("gemm", (1024, 1024, 1024), "v3"): SWEEP,
+          ("gemm", (2048, 8192, 1024), "v3"): SWEEP + CLUSTER,
+          ("gemm", (4096, 4096, 14336), "v3"): SWEEP + CLUSTER,
+          ("gemm", (1000, 1024, 1000), "v3"): CLUSTER_RAGGED,
+          ("bmm", (12, 512, 512, 64), "v3"): BMM + CLUSTER_BMM,
+          ("bmm", (32, 1024, 1024, 128), "v3"): BMM,
           ("gemm", (1000, 1000, 1000), "v3"): RAGGED, ("gemm", (4096, 4096, 4104), "v3"): RAGGED,
           ("gemm", (4100, 4096, 4104), "v3"): RAGGED, ("gemm", (1000, 1001, 1000), "v3"):
           RAGGED_ODD_N, ("bmm", (12, 512, 512, 72), "v3"): BMM_RAGGED_K,
@@ -285,7 +345,14 @@ def run(src: Path, out: Path, rounds: int) -> None:
         bad = [x for x in row["runs"] if x.get("status") != "ok"]
         cub = statistics.median(ref_t) if ref_t else float("nan")
         med = statistics.median(ok) if ok else float("nan")
-        row.pop("task", None)
+        task = row.pop("task", None) or {}
+        # a cluster launch: how many of its clusters the GPU holds at once (fewer than the grid's
+        # in a persistent kernel: a tail wave)
+        held = next((x["max_active_clusters"] for x in row["runs"]
+                     if "max_active_clusters" in x), None)
+        size = math.prod(task.get("cluster") or (1,))
+        held_note = f" {held} of {task['grid'][0] // size} clusters at once" \
+            if held is not None else ""
         errors = [x["rel_error"] for x in row["runs"] if "rel_error" in x]
         # cublas_median: the vendor reference's median (its older name; cuDNN for conv2d)
         row["summary"] = {"tflops_median": med, "tflops_min": min(ok, default=None),
@@ -297,7 +364,7 @@ def run(src: Path, out: Path, rounds: int) -> None:
         table.append(f"| {row['name']} | {row.get('op', 'gemm')} "
                      f"{'x'.join(map(str, row['shape']))} | "
                      f"{med:.1f} [{min(ok, default=0):.1f}-{max(ok, default=0):.1f}] | "
-                     f"{cub:.1f} | {med / cub if ok else 0:.3f} |{fail}")
+                     f"{cub:.1f} | {med / cub if ok else 0:.3f} |{fail}{held_note}")
     out.write_text(json.dumps({"device": info, "references": refs, "rows": rows}, indent=1))
     print(f"{info.get('gpu')} driver {info.get('driver')}; references:")
     for key, results in sorted(refs.items()):

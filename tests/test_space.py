@@ -185,3 +185,34 @@ def test_factorizations_keep_their_order():
             brute = [t for t in itertools.product(range(1, n + 1), repeat=parts)
                      if math.prod(t) == n]
             assert list(f) == brute
+
+
+def test_a_knob_added_later_reads_as_its_default_where_a_configuration_lacks_it():
+    """A knob with a default (one added to a space after configurations of it were recorded):
+    a configuration without it is completed with the default by from_json, validate and
+    columns, and a dataset without its column reads as the default; a default must be one of
+    an always active choice knob's values."""
+    import pandas as pd
+
+    from bocast.records import dataset_configs
+
+    base = toy_space()
+    space = Space([*base.knobs, Categorical("extra", ("off", "on"), default="off")],
+                  base.constraints)
+    config = base.sample(1, rng=0)[0]
+    assert "extra" not in config
+    assert space.validate(config) == [] and space.from_json(config)["extra"] == "off"
+    assert space.complete(config) == {**config, "extra": "off"}
+    assert space.complete({**config, "extra": "on"})["extra"] == "on"
+    assert list(space.columns([config])["extra"]) == ["off"]
+    with pytest.raises(SpaceError, match="missing knob"):
+        space.validate({k: v for k, v in config.items() if k != "at"})
+    row = {k: v for k, v in config.items() if k != "tile"}
+    row.update({f"tile_{i}": p for i, p in enumerate(config["tile"])})
+    (read,) = dataset_configs(pd.DataFrame([row]), list(row), space)
+    assert read == {**config, "extra": "off"}
+    for bad in (Categorical("extra", ("off", "on"), default="maybe"),
+                Categorical("extra", ("off", "on"), default="off",
+                            active_when={"mode": ("y",)})):
+        with pytest.raises(SpaceError, match="default"):
+            Space([*base.knobs, bad], base.constraints)

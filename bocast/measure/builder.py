@@ -40,6 +40,7 @@ class BuildResult:
     args: tuple[str, ...] = ()
     features: dict[str, float] = field(default_factory=dict)
     tensor_maps: dict[str, dict[str, Any]] = field(default_factory=dict)  # see tensorcore.Lowered
+    cluster: tuple[int, int, int] = (1, 1, 1)  # a cluster launch's dims (tensorcore.Lowered)
     times: dict[str, float] = field(default_factory=dict)
     cubin: bytes | None = field(default=None, repr=False)
 
@@ -142,6 +143,7 @@ def build_one(task: Mapping[str, Any]) -> Built:
     res.kernel, res.args, res.grid, res.block = low.kernel, low.args, low.grid, low.block
     res.features["dynamic_smem_bytes"] = float(low.dynamic_smem)
     res.tensor_maps = low.tensor_maps
+    res.cluster = tuple(getattr(low, "cluster", (1, 1, 1)))
     if not task.get("compile", True):
         res.times["total_s"] = time.perf_counter() - t0
         return Built(res, sch, low)
@@ -162,6 +164,7 @@ def _from_dict(d: Mapping[str, Any]) -> BuildResult:
     d = dict(d)
     d["status"] = Status(d["status"])
     d["grid"], d["block"], d["args"] = tuple(d["grid"]), tuple(d["block"]), tuple(d["args"])
+    d["cluster"] = tuple(d.get("cluster", (1, 1, 1)))
     return BuildResult(**d)
 
 

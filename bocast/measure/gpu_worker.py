@@ -26,6 +26,7 @@ from typing import Any
 _CU = None
 _OPS: dict[str, Any] = {}
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
 # errors after which the context is unusable (sticky): the worker must be replaced
 _STICKY = {700, 701, 702, 703, 704, 705, 710, 714, 715, 716, 717, 718, 719, 720, 999}
 
@@ -100,10 +101,51 @@ def launch_params(pointers) -> tuple[list, Any]:
     return values, params
 
 
-class Kernel:
-    """A cubin loaded into the current context."""
+class _Dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
 
-    def __init__(self, cubin: bytes, name: str, grid, block, dynamic_smem: int):
+
+class _LaunchAttributeValue(ctypes.Union):
+    """CUlaunchAttributeValue: a 64-byte union; a cluster launch sets its clusterDim."""
+
+    _fields_ = [("pad", ctypes.c_char * 64), ("clusterDim", _Dim3)]
+
+
+class LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute (cuda.h): the id, padding to 8 bytes, the value (72 bytes in all)."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", _LaunchAttributeValue)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig (cuda.h), cuLaunchKernelEx's first argument (56 bytes)."""
+
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint),
+                ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+def launch_config(grid, block, dynamic_smem: int, stream: int, cluster) -> tuple[Any, Any]:
+    """cuLaunchKernelEx's CUlaunchConfig of a launch of ``grid`` x ``block`` with ``cluster``
+    dims (one CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION attribute, as TVM's CUDA runtime passes
+    it), and the attribute array it points to (alive as long as the config is used)."""
+    attrs = (LaunchAttribute * 1)()
+    attrs[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attrs[0].value.clusterDim = _Dim3(*cluster)
+    config = LaunchConfig(*grid, *block, int(dynamic_smem), ctypes.c_void_p(stream),
+                          ctypes.cast(attrs, ctypes.POINTER(LaunchAttribute)), 1)
+    return config, attrs
+
+
+class Kernel:
+    """A cubin loaded into the current context. ``cluster``: thread-block cluster dims; other
+    than (1, 1, 1) the kernel is launched with cuLaunchKernelEx and that cluster attribute (the
+    grid a whole number of clusters), else with cuLaunchKernel."""
+
+    def __init__(self, cubin: bytes, name: str, grid, block, dynamic_smem: int,
+                 cluster=(1, 1, 1)):
         cu = _driver()
         self.module = ctypes.c_void_p()
         _check("cuModuleLoadData", cu.cuModuleLoadData(ctypes.byref(self.module), cubin))
@@ -114,10 +156,26 @@ class Kernel:
             _check("cuFuncSetAttribute", cu.cuFuncSetAttribute(
                 self.func, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(dynamic_smem)))
         self.grid, self.block, self.dynamic_smem = tuple(grid), tuple(block), int(dynamic_smem)
+        self.cluster = tuple(int(x) for x in cluster)
+
+    def max_active_clusters(self) -> int:
+        """cuOccupancyMaxActiveClusters of this kernel's cluster launch: how many of its
+        clusters the GPU holds at once (a persistent grid of more clusters runs a tail wave)."""
+        config, _attrs = launch_config(self.grid, self.block, self.dynamic_smem, 0, self.cluster)
+        n = ctypes.c_int()
+        _check("cuOccupancyMaxActiveClusters", _driver().cuOccupancyMaxActiveClusters(
+            ctypes.byref(n), self.func, ctypes.byref(config)))
+        return n.value
 
     def launch(self, pointers, stream: int) -> None:
         """``pointers``: one value per kernel parameter, a device pointer or a TensorMap."""
         values, params = launch_params(pointers)  # values: alive until the launch returns
+        if self.cluster != (1, 1, 1):
+            config, _attrs = launch_config(self.grid, self.block, self.dynamic_smem, stream,
+                                           self.cluster)
+            _check("cuLaunchKernelEx", _driver().cuLaunchKernelEx(
+                ctypes.byref(config), self.func, params, None))
+            return
         _check("cuLaunchKernel", _driver().cuLaunchKernel(
             self.func, *[ctypes.c_uint(x) for x in self.grid],
             *[ctypes.c_uint(x) for x in self.block],
@@ -250,7 +308,12 @@ def _run_kernel(task: Mapping[str, Any]) -> dict[str, Any]:
     try:
         args = kernel_args(op, task, inputs)
         kernel = Kernel(task["cubin"], task["kernel"], task["grid"], task["block"],
-                        task.get("dynamic_smem", 0))
+                        task.get("dynamic_smem", 0), task.get("cluster") or (1, 1, 1))
+        if kernel.cluster != (1, 1, 1):  # what the launch can hold at once (a diagnostic)
+            try:
+                res["max_active_clusters"] = kernel.max_active_clusters()
+            except CudaError as e:
+                res["max_active_clusters_error"] = str(e)
         stream = torch.cuda.current_stream().cuda_stream
         kernel.launch(args, stream)
     except CudaError as e:

@@ -88,7 +88,7 @@ def kernel_task(op: Operator, b: BuildResult, *, seed: int, repeats: int,
     return {"kind": "kernel", "key": b.key, "workload": op.workload, "cubin": b.cubin,
             "kernel": b.kernel, "grid": b.grid, "block": b.block, "args": b.args,
             "dynamic_smem": int(b.features.get("dynamic_smem_bytes", 0)),
-            "tensor_maps": b.tensor_maps,
+            "tensor_maps": b.tensor_maps, "cluster": b.cluster,
             "seed": seed, "repeats": repeats, "warmup_ms": warmup_ms, "tolerance": op.tolerance}
 
 

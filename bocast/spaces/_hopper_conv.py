@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from bocast.operator import WorkloadError
-from bocast.space import Constraint, Knob, Ordinal, Space
+from bocast.space import Categorical, Constraint, Knob, Ordinal, Space
 
 from . import _hopper_matmul as hm
 
@@ -111,7 +111,9 @@ def check_workload(op) -> None:
 
 
 def knobs(spec) -> list[Knob]:
-    return hm.knobs(spec) + [
+    # the conv kernel has no thread-block clusters yet: the GEMM's cluster knob keeps one value
+    return [Categorical("cluster", ("1x1",), default="1x1", doc="no clusters for conv2d yet")
+            if k.name == "cluster" else k for k in hm.knobs(spec)] + [
         Ordinal("tile_w", TILE_CHOICES, doc="pixel tile: output columns (OW) per CTA tile"),
         Ordinal("tile_h", TILE_CHOICES, doc="pixel tile: output rows (OH) per CTA tile; "
                                             "BM / (tile_h x tile_w) images"),

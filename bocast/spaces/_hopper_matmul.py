@@ -18,6 +18,20 @@ and ThunderKittens' H100 GEMM:
       x 32 columns, into a shared-memory staging buffer in TMA's 128-byte swizzle, which one
       thread stores to C with ``cp.async.bulk.tensor`` (two buffers a consumer alternate)
     tiles in grouped order: ``raster`` block rows at a time (Triton's GROUP_M) for L2 reuse
+    thread-block clusters (``cluster`` 2x1 or 1x2, CUTLASS's ClusterShape with multicast): two
+      CTAs (a 1-D cluster of the grid) hold paired tiles at every step of their walk, 2x1 two
+      block rows of one block column (they share B's tile), 1x2 two block columns of one block
+      row (sharing A's). Each CTA's producer loads its own operand and its half of the shared
+      one (a box of BN / 2 or BM / 2 rows), which ``.multicast::cluster`` (CTA mask 0b11)
+      writes into both CTAs' stage s and completes on both CTAs' ``full[s]`` (each expects the
+      whole stage's bytes); a stage is overwritten only when the consumers of both CTAs have
+      released it (``empty[s]`` counts consumers x 2 arrivals; each release arrives on both
+      CTAs' barriers, the peer's through its ``mapa`` shared::cluster address, with
+      ``.release.cluster``; the producer waits with ``.acquire.cluster``). The barriers' inits
+      are fenced for the cluster (``fence.mbarrier_init.release.cluster``) and a cluster
+      barrier follows them, before any remote use; a cluster barrier ends the kernel, so no
+      CTA exits while its peer may still arrive on its barriers. The launch gives the cluster
+      dims (cuLaunchKernelEx, :attr:`TirxKernel.cluster`, as TVM's host code does)
 
 The matmul is C[M, N] = A[M, K] B[N, K]^T (the GEMM's NT layout, both operands K-major, which is
 wgmma's native form), fp16 in, fp32 accumulate and out. A GEMM's extents may be ragged (M, N, K
@@ -27,7 +41,7 @@ past an edge (the mbarrier still receives the whole box's bytes, as CUTLASS's fi
 TmaTransactionBytes relies on), and the direct stores test their row and column against M and
 N (generated only for an extent that is ragged); the TMA store clips its boxes at C's edges
 (the tma epilogue needs N % 4 == 0: C's rows must be multiples of 16 bytes for its tensor map).
-What the template does not do yet: thread-block clusters with TMA multicast, stmatrix (it moves
+What the template does not do yet: clusters of more than 2 CTAs, stmatrix (it moves
 16-bit elements: no use for the fp32 output), a conflict-free staging layout (the swizzled box
 costs 2 shared-memory wavefronts a half-warp's store, see :func:`staging_offset`), overlapping
 a tile's epilogue with the next tile's main loop beyond what ping-pong gives, the NN layout and
@@ -75,6 +89,12 @@ EPI_ROWS, EPI_COLS, EPI_BUFFERS = 64, 32, 2
 EPI_BOX_BYTES = EPI_ROWS * EPI_COLS * 4
 EPI_SMEM_PER_CONSUMER = EPI_BUFFERS * EPI_BOX_BYTES
 DTYPE_BYTES = {"float16": 2, "float32": 4}
+#: thread-block clusters, as (block rows, block columns) of C a cluster's CTAs hold at once: 2x1
+#: pairs two block rows of one block column (they share B's tile), 1x2 two block columns of one
+#: block row (they share A's); launched as a 1-D cluster of 2 CTAs along the grid either way
+CLUSTERS = {"1x1": (1, 1), "2x1": (2, 1), "1x2": (1, 2)}
+#: the multicast's CTA mask: both CTAs of a 2-CTA cluster receive each half of the shared tile
+CLUSTER_MASK = 0b11
 #: no batch_bind knob (bocast/spaces/_matmul.space): the persistent tile loop walks batch x tiles
 BATCH_KNOB = False
 
@@ -116,7 +136,17 @@ def knobs(spec) -> list[Knob]:
         Categorical("epilogue", ("v2", "scalar", "tma"),
                     doc="accumulators to C as 8-byte vector stores, one float at a time, or "
                         "through a swizzled shared-memory box that TMA stores"),
+        # added after the v3 datasets and stores were recorded: theirs read as 1x1
+        Categorical("cluster", tuple(CLUSTERS), default="1x1",
+                    doc="thread-block cluster: 2x1 pairs two block rows of one block column, "
+                        "whose CTAs each load half of the shared B tile and multicast it to "
+                        "both; 1x2 pairs two block columns sharing A's tile"),
     ]
+
+
+def _cluster(c, col: int):
+    return np.select([c["cluster"] == n for n in CLUSTERS], [v[col] for v in CLUSTERS.values()],
+                     1)
 
 
 def _regs(c, col: int):
@@ -138,13 +168,17 @@ def derive(spec):
         smem = c["stages"] * (bm + bn) * bk * 2 + epi + BARRIER_SMEM
         launch_cap = np.minimum(255, REGISTERS_PER_SM // threads // 8 * 8)
         consumer_regs = np.where(_regs(c, 1) > 0, _regs(c, 1), launch_cap)
+        tiles = batch * tiles_m * tiles_n
         return {"threads": threads, "atoms": atoms, "consumer_rows": rows,
                 "acc_regs": atoms * bn // 2,
                 "consumer_regs": consumer_regs, "producer_regs": _regs(c, 0),
                 "smem_bytes": smem, "dynamic_smem_bytes": smem - BARRIER_SMEM,
                 "static_smem_bytes": np.full_like(bm, BARRIER_SMEM),
-                "tiles_m": tiles_m, "tiles": batch * tiles_m * tiles_n,
-                "k_blocks": -(-K // bk)}
+                "tiles_m": tiles_m, "tiles_n": tiles_n, "tiles": tiles,
+                "k_blocks": -(-K // bk),
+                "grid": np.where(c["persistent"] == "on", np.minimum(SM_COUNT, tiles), tiles),
+                "cluster_m": _cluster(c, 0), "cluster_n": _cluster(c, 1),
+                "cluster_size": _cluster(c, 0) * _cluster(c, 1)}
 
     return run
 
@@ -196,6 +230,33 @@ def constraints(spec) -> list[Constraint]:
         Constraint("raster_divides_block_rows",
                    "raster groups whole block rows: it divides ceil(M / BM)",
                    lambda c: (c["tiles_m"] % c["raster"] == 0)),
+        *cluster_constraints(spec),
+    ]
+
+
+def cluster_constraints(spec) -> list[Constraint]:
+    """What a 2-CTA cluster (2x1 or 1x2) needs; 1x1 passes every one."""
+    M, N = spec.M, spec.N
+    return [
+        Constraint("cluster_pairs_whole_tiles",
+                   "a cluster's two CTAs hold paired tiles at every step of their walk (2x1: "
+                   "block rows 2p and 2p + 1 of one block column; 1x2: block columns 2q and "
+                   "2q + 1 of one block row) and walk the same number of them, so the pairing "
+                   f"is exact: ceil(M / BM) even for 2x1 (M = {M}), ceil(N / BN) even for 1x2 "
+                   f"(N = {N}), in each batch element",
+                   lambda c: (c["tiles_m"] % c["cluster_m"] == 0)
+                   & (c["tiles_n"] % c["cluster_n"] == 0)),
+        Constraint("cluster_shared_operand_whole",
+                   "each CTA of a cluster loads one half of the shared operand's box (2x1: B's "
+                   "BN rows, 1x2: A's BM rows) and multicasts it to both, so that operand's "
+                   f"rows have no ragged edge: N % BN == 0 for 2x1 (N = {N}), M % BM == 0 for "
+                   f"1x2 (M = {M}); ragged extents only along the paired dimension",
+                   lambda c: ((c["cluster_m"] == 1) | (N % c["bn"] == 0))
+                   & ((c["cluster_n"] == 1) | (M % c["bm"] == 0))),
+        Constraint("cluster_divides_grid",
+                   f"the grid ({SM_COUNT} persistent CTAs or one a tile, at most the tiles) is "
+                   "whole clusters: the cluster size divides it",
+                   lambda c: c["grid"] % c["cluster_size"] == 0),
     ]
 
 
@@ -225,6 +286,10 @@ class TirxKernel:
     #: kernel parameter name -> how the runner encodes that tensor map (cuTensorMapEncodeTiled
     #: of the named tensor: dims and byte strides innermost first, box, swizzle)
     tensor_maps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: thread-block cluster dims the launch must give (cuLaunchKernelEx's
+    #: CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION; TVM's host code launches it so from the
+    #: kernel's clusterCtaIdx extent); (1, 1, 1): a plain launch
+    cluster: tuple[int, int, int] = (1, 1, 1)
 
 
 def tensor_map(tensor: str, rows: int, cols: int, box_rows: int, box_cols: int,
@@ -237,16 +302,29 @@ def tensor_map(tensor: str, rows: int, cols: int, box_rows: int, box_cols: int,
             "box": [box_cols, box_rows], "swizzle": SWIZZLE[box_cols * size]}
 
 
-def tile_coords(t, *, M: int, N: int, BM: int, BN: int, G: int):
+def tile_coords(t, *, M: int, N: int, BM: int, BN: int, G: int,
+                cluster: tuple[int, int] = (1, 1), rank=0):
     """Tile ``t`` of a CTA's walk (a TIR expression in the kernel, an int in tests): (A's and
     C's block row over the [b x M] rows, C's block column, B's first row over the [b x N] rows).
     Batch element outermost; inside it grouped order, ``G`` block rows at a time, column by
-    column within a group (Triton's GROUP_M: neighbouring CTAs share operands in L2)."""
+    column within a group (Triton's GROUP_M: neighbouring CTAs share operands in L2).
+
+    With a cluster of (rows, columns) tiles (:data:`CLUSTERS`), ``t`` counts the cluster's
+    tiles, blocks of rows x columns tiles, in the same order (``G`` block rows a group, at least
+    one cluster row: max(1, G // rows) cluster rows), and the CTA of cluster rank ``rank`` takes
+    tile (rank % rows, rank // rows) of the block: both CTAs of a cluster walk the same blocks,
+    so their tiles pair up at every step (cluster_pairs_whole_tiles: the blocks tile C
+    exactly). (1, 1): the walk of one CTA, tile by tile."""
+    cm, cn = cluster
     tiles_m, tiles_n = -(-M // BM), -(-N // BN)  # ceil: the last row/column may be partial
-    per_batch, per_group = tiles_m * tiles_n, G * tiles_n
+    ctm, ctn, gc = tiles_m // cm, tiles_n // cn, max(1, G // cm)  # cluster rows, columns
+    per_batch, per_group = ctm * ctn, gc * ctn
     b, r = t // per_batch, t % per_batch
-    tn = r % per_group // G
-    return b * tiles_m + r // per_group * G + r % per_group % G, tn, b * N + tn * BN
+    pn = r % per_group // gc
+    pm = r // per_group * gc + r % per_group % gc
+    tm = pm * cm + (rank % cm if cm > 1 else 0)
+    tn = pn * cn + (rank // cm if cn > 1 else 0)
+    return b * tiles_m + tm, tn, b * N + tn * BN
 
 
 def staging_offset(lt, jj, h):
@@ -281,6 +359,8 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
     atoms = WM // 64
     step = NC if pingpong else 1  # tiles between two of one consumer's
     vec_store, tma_store = c["epilogue"] == "v2", c["epilogue"] == "tma"
+    CM, CN = CLUSTERS[c.get("cluster", "1x1")]  # a configuration from before the knob: 1x1
+    CS = CM * CN  # CTAs a cluster
     tiles_m, tiles_n, KT = -(-M // BM), -(-N // BN), -(-K // BK)  # ragged edges: partial tiles
     # ragged M or N (a GEMM's only: bmm_tiles_within_batch): the direct stores test their rows
     # and columns; TMA zero-fills the loads past each edge (and past K)
@@ -289,6 +369,8 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
     per_batch = tiles_m * tiles_n
     tiles = batch * per_batch
     grid = min(SM_COUNT, tiles) if c["persistent"] == "on" else tiles
+    assert tiles % CS == 0 and grid % CS == 0, "cluster_pairs_whole_tiles, cluster_divides_grid"
+    clusters = grid // CS  # the walk's stride, in blocks of CS tiles (one tile: CS = 1)
     threads = 128 * (NC + 1)
     half_n = BN // 2  # accumulators of one m64 atom per thread
     stage_bytes = (BM + BN) * BK * 2
@@ -299,14 +381,18 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
     swz = SWIZZLE[BK * 2]
     sbo = 8 * BK * 2 // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
 
-    def tile(t):  # (A/C block row, C block column, B's first row) of tile t
-        return tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G)
+    def tile(t, rank):  # (A/C block row, C block column, B's first row) of this CTA's tile t
+        return tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G, cluster=(CM, CN), rank=rank)
 
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.f16.f16"
     tma = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+    tma_mc = tma + ".multicast::cluster"
     tma_st = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
-    maps = {"A_map": tensor_map("A", batch * M, K, BM, BK),
-            "B_map": tensor_map("B", batch * N, K, BN, BK)}
+    # the shared operand's box is half its tile: each CTA of a cluster loads (and multicasts)
+    # its half, rows rank x half
+    a_box, b_box = BM // CN, BN // CM
+    maps = {"A_map": tensor_map("A", batch * M, K, a_box, BK),
+            "B_map": tensor_map("B", batch * N, K, b_box, BK)}
     if tma_store:
         maps["C_map"] = tensor_map("C", batch * M, N, EPI_ROWS, EPI_COLS, "float32")
     a_tma, b_tma, *c_tma = ([*m["dims"], *m["strides"], *m["box"], 1, 1, 0, m["swizzle"], 0, 0]
@@ -317,6 +403,20 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
 
     def acc_list(buf, a):
         return [buf[a * half_n + i] for i in range(half_n)]
+
+    @T.macro
+    def release(empty, stage, when, lt):
+        """Consumer thread ``lt`` frees ``stage`` (if ``when``): thread 0 arrives on its CTA's
+        empty barrier, or with a cluster thread r on rank r's, through the barrier's
+        shared::cluster address (mapa)."""
+        if CS == 1:
+            if when and lt == 0:
+                T.ptx.mbarrier.arrive.shared.b64(T.address_of(empty[stage]))
+        elif when and lt < CS:
+            peer = T.alloc_buffer((1,), "uint32", scope="local")
+            T.ptx.mapa.shared__cluster.u32(
+                peer[0], T.cuda.cvta_generic_to_shared(T.address_of(empty[stage])), T.uint32(lt))
+            T.ptx.mbarrier.arrive.release.cluster.shared__cluster.b64(peer[0])
 
     @T.prim_func
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
@@ -333,8 +433,17 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
                           *c_tma[0])
 
         T.device_entry()
+        if CS > 1:
+            # declares the cluster: TVM's host code launches the kernel with cluster dims (CS,
+            # 1, 1), its clusterCtaIdx.x extent (cuLaunchKernelEx), as the runner does
+            T.cta_id_in_cluster([CS])
         cta = T.cta_id([grid])
-        n_tiles = T.meta_var((tiles - cta + grid - 1) // grid)  # this CTA's tiles
+        # the CTA's rank in its cluster: %cluster_ctarank is blockIdx.x % CS for a 1-D cluster
+        # of a 1-D grid; the remainder (unlike the special register, read by a volatile asm at
+        # every use) is plain arithmetic the compiler shares
+        rank = T.meta_var(cta % CS if CS > 1 else 0)
+        cl = T.meta_var(cta // CS)  # this CTA's cluster
+        n_tiles = T.meta_var((tiles // CS - cl + clusters - 1) // clusters)  # its walk's length
         tx = T.thread_id([threads])
         # one dynamic allocation (TIRx allows one): stage s holds A's BM rows, then B's BN rows
         # (sm(s, r, col)); after the ring, the tma epilogue's staging boxes (fp32 in fp16 pairs)
@@ -351,31 +460,56 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
         if tx == 0:
             for s in T.unroll(S):
                 T.ptx.mbarrier.init.shared.b64(T.address_of(full[s]), T.uint32(1))
+                # a stage is free once every consumer that reads it, in every CTA of the cluster
+                # (its producer writes it there too), has released it
                 T.ptx.mbarrier.init.shared.b64(T.address_of(empty[s]),
-                                               T.uint32(1 if pingpong else NC))
+                                               T.uint32((1 if pingpong else NC) * CS))
             for w in T.unroll(2):
                 T.ptx.mbarrier.init.shared.b64(T.address_of(turn[w]), T.uint32(1))
+            if CS > 1:  # the inits visible to the cluster before the peer's first remote use
+                T.ptx.fence.mbarrier_init.release.cluster()
         T.ptx.fence.proxy.async_.shared__cta()
-        T.cuda.cta_sync()
+        if CS > 1:
+            T.cuda.cluster_sync()
+        else:
+            T.cuda.cta_sync()
         if wg == 0:
             if split is not None:
                 T.ptx.setmaxnreg.dec.sync.aligned.u32(split[0])
             if tx == 0:
                 for i in T.serial(n_tiles):
-                    tm = T.meta_var(tile(cta + i * grid)[0])
-                    bn0 = T.meta_var(tile(cta + i * grid)[2])
-                    for kb in T.serial(KT):
+                    tm = T.meta_var(tile(cl + i * clusters, rank)[0])
+                    bn0 = T.meta_var(tile(cl + i * clusters, rank)[2])
+                    # a cluster's producer keeps its k loop rolled: unrolled (a short constant KT,
+                    # a ring of 6 stages) its addresses outgrow the setmaxnreg.dec count and ptxas
+                    # spills (1000 x 1024 x 1000, 128 x 128 tiles, 6 stages: 156 bytes)
+                    for kb in T.serial(KT, unroll=False if CS > 1 else None):
                         it = T.meta_var(i * KT + kb)  # k blocks this CTA loaded before
                         s = T.meta_var(it % S)
                         # parity of the stage's previous release; the first pass finds every
                         # stage free (waiting on the parity before a barrier's first phase)
-                        T.cuda.mbarrier_wait(T.address_of(empty[s]), ((it // S) & 1) ^ 1)
+                        if CS > 1:  # released by the peer's consumers too (remote arrives)
+                            T.cuda.mbarrier_wait_acquire_cluster(T.address_of(empty[s]),
+                                                                 ((it // S) & 1) ^ 1)
+                        else:
+                            T.cuda.mbarrier_wait(T.address_of(empty[s]), ((it // S) & 1) ^ 1)
+                        # the whole stage arrives here, the peer's half of a shared tile too
                         T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
                                                                    T.uint32(stage_bytes))
-                        T.ptx[tma](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map), kb * BK,
-                                   tm * BM, T.address_of(full[s]))
-                        T.ptx[tma](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map), kb * BK,
-                                   bn0, T.address_of(full[s]))
+                        if CN > 1:  # 1x2: this CTA's half of A, to both CTAs' stage s
+                            T.ptx[tma_mc](T.address_of(Sm[sm(s, rank * a_box, 0)]),
+                                          T.address_of(A_map), kb * BK, tm * BM + rank * a_box,
+                                          T.address_of(full[s]), CLUSTER_MASK)
+                        else:
+                            T.ptx[tma](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
+                                       kb * BK, tm * BM, T.address_of(full[s]))
+                        if CM > 1:  # 2x1: this CTA's half of B, to both CTAs' stage s
+                            T.ptx[tma_mc](T.address_of(Sm[sm(s, BM + rank * b_box, 0)]),
+                                          T.address_of(B_map), kb * BK, bn0 + rank * b_box,
+                                          T.address_of(full[s]), CLUSTER_MASK)
+                        else:
+                            T.ptx[tma](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
+                                       kb * BK, bn0, T.address_of(full[s]))
         else:
             if split is not None:
                 T.ptx.setmaxnreg.inc.sync.aligned.u32(split[1])
@@ -386,8 +520,8 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
             # so one's epilogue overlaps another's main loop
             for j in T.serial((n_tiles - (cw if pingpong else 0) + step - 1) // step):
                 i = T.meta_var(j * step + (cw if pingpong else 0))
-                tm = T.meta_var(tile(cta + i * grid)[0])
-                tn = T.meta_var(tile(cta + i * grid)[1])
+                tm = T.meta_var(tile(cl + i * clusters, rank)[0])
+                tn = T.meta_var(tile(cl + i * clusters, rank)[1])
                 if pingpong:  # noqa: SIM102 - a static test outside, a TIR test inside
                     # mbarrier waits test a phase's parity, so a consumer may run at most one
                     # phase ahead of a barrier: taking turns keeps the other consumer's k blocks
@@ -412,19 +546,14 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
                     T.ptx.wgmma.commit_group.sync.aligned()
                     if inflight == 0:
                         T.ptx.wgmma.wait_group.sync.aligned(0)
-                        if lt == 0:
-                            T.ptx.mbarrier.arrive.shared.b64(T.address_of(empty[s]))
+                        release(empty, s, True, lt)
                     else:
                         # the newest group may still read stage s: free the one before it
                         T.ptx.wgmma.wait_group.sync.aligned(1)
-                        if kb > 0 and lt == 0:
-                            T.ptx.mbarrier.arrive.shared.b64(
-                                T.address_of(empty[(it + S - 1) % S]))
+                        release(empty, (it + S - 1) % S, kb > 0, lt)
                 if inflight == 1:
                     T.ptx.wgmma.wait_group.sync.aligned(0)
-                    if lt == 0:
-                        T.ptx.mbarrier.arrive.shared.b64(
-                            T.address_of(empty[(i * KT + KT - 1) % S]))
+                    release(empty, (i * KT + KT - 1) % S, True, lt)
                 if pingpong and lt == 0:
                     T.ptx.mbarrier.arrive.shared.b64(T.address_of(turn[1 - cw]))
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
@@ -488,6 +617,12 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
             if tma_store and lt == 0:
                 # the last boxes' stores must finish before the CTA (and its shared memory) ends
                 T.ptx["cp.async.bulk.wait_group"](0)
+        if CS > 1:
+            # no CTA of the cluster exits while its peer may still arrive on its barriers (the
+            # peer consumers' last releases) or read what it multicast: every thread of both
+            # CTAs meets here last (CUTLASS's producer "load tail", a wait for every stage's
+            # last release, would do it too)
+            T.cuda.cluster_sync()
 
     return TirxKernel(tvm.IRModule({"main": main}), (grid, 1, 1), (threads, 1, 1),
-                      S * stage_bytes + epi_bytes, maps)
+                      S * stage_bytes + epi_bytes, maps, (CS, 1, 1))

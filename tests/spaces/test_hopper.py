@@ -558,3 +558,313 @@ def test_every_ladder_row_is_a_configuration_of_its_space():
     convs = {shape for op, shape, space in ladder.SHAPES if op == "conv2d" and space == "v3"}
     assert {(16, 14, 14, 256, 256, 3, 3, 1, 1, 1), (16, 28, 28, 128, 128, 3, 3, 1, 1, 1),
             (16, 56, 56, 64, 64, 3, 3, 1, 1, 1)} <= convs
+
+
+# ------------------------------------------------------------------------ clusters (issue 24)
+
+#: the live best with a 2x1 cluster: two CTAs of adjacent block rows share B's 256 x 64 tile
+CLUSTER_2X1 = BEST_4096 | {"cluster": "2x1"}
+
+
+def test_the_cluster_knob_defaults_to_1x1_for_configurations_recorded_before_it():
+    """The v3 datasets and stores were recorded before the cluster knob: a configuration without
+    it reads as 1x1 (Space.complete), validates, and builds the same kernel; a configuration
+    naming another knob the space lacks is still refused."""
+    from bocast.space import SpaceError
+
+    space = Gemm(4096, 4096, 4096, space="v3").space
+    assert space.knob("cluster").default == "1x1"
+    assert "cluster" not in BEST_4096 and space.validate(BEST_4096) == []
+    assert space.from_json(BEST_4096)["cluster"] == "1x1"
+    assert space.columns([BEST_4096])["cluster_size"][0] == 1
+    with pytest.raises(SpaceError, match="unknown knob"):
+        space.validate({**BEST_4096, "clusters": "2x1"})
+    with pytest.raises(SpaceError, match="missing knob"):
+        space.validate({k: v for k, v in BEST_4096.items() if k != "bm"})
+
+
+@pytest.mark.parametrize("shape, change, violated", [
+    ((4096, 4096, 4096), {}, []),
+    ((4096, 4096, 4096), {"cluster": "1x2"}, []),
+    ((4096, 4096, 4096), {"persistent": "off"}, []),
+    ((4096, 4096, 4096), {"arrangement": "pingpong", "bm": 64}, []),  # allowed: see kernel()
+    ((3968, 4096, 4096), {"raster": 1}, ["cluster_pairs_whole_tiles"]),      # 31 block rows
+    ((3968, 4096, 4096), {"raster": 1, "cluster": "1x2"}, []),               # 16 block columns
+    ((4096, 3840, 4096), {"cluster": "1x2"}, ["cluster_pairs_whole_tiles"]),  # 15 block columns
+    ((1000, 1000, 1000), {"raster": 1}, ["cluster_shared_operand_whole"]),   # ragged N
+    ((1000, 1024, 1000), {"raster": 1}, []),                                 # ragged M and K
+    ((1000, 1024, 1000), {"raster": 1, "cluster": "1x2"},
+     ["cluster_shared_operand_whole"]),                                      # ragged M, A shared
+])
+def test_cluster_constraints_accept_and_refuse_by_name(shape, change, violated):
+    """Pairing (the paired block rows or columns even), the shared operand's rows whole (each
+    CTA loads half of its box), the grid whole clusters; ping-pong is allowed with a cluster."""
+    space = Gemm(*shape, space="v3").space
+    assert space.validate({**CLUSTER_2X1, **change}) == violated
+
+
+def test_cluster_divides_grid_is_a_named_constraint():
+    """The grid (one CTA a tile, or 132 persistent CTAs) is whole clusters; pairing already
+    implies it here (even tile counts, 132 even), so the constraint is checked on its own."""
+    space = Gemm(4096, 4096, 4096, space="v3").space
+    (check,) = [c for c in space.constraints if c.name == "cluster_divides_grid"]
+    cols = space.columns([CLUSTER_2X1, BEST_4096])
+    assert list(cols["grid"]) == [132, 132] and list(cols["cluster_size"]) == [2, 1]
+    cols["grid"] = cols["grid"] - 1  # 131 CTAs: not whole 2-CTA clusters
+    assert list(check.ok(cols)) == [False, True]
+
+
+@pytest.mark.parametrize("M, N, BM, BN, G, cluster, batch", [
+    (4096, 4096, 128, 256, 16, (2, 1), 1), (4096, 4096, 128, 256, 1, (2, 1), 1),
+    (2048, 8192, 128, 256, 8, (2, 1), 1), (1000, 1024, 128, 256, 2, (2, 1), 1),
+    (4096, 4096, 128, 256, 8, (1, 2), 1), (1024, 1000, 128, 128, 4, (1, 2), 1),
+    (512, 512, 128, 128, 2, (2, 1), 3), (512, 512, 128, 128, 4, (1, 2), 3),
+])
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_cluster_tile_walk_pairs_its_ctas_tiles(M, N, BM, BN, G, cluster, batch, persistent):
+    """The kernel's walk (tile_coords over the cluster's blocks, rank in the cluster): both CTAs
+    of a cluster walk the same number of tiles, at every step hold paired tiles (2x1: the same
+    block column, block rows 2p and 2p + 1; 1x2: the same block row, columns 2q and 2q + 1, so
+    the B (A) rows each half-loads are the tile's), and all CTAs together cover every tile
+    once."""
+    from bocast.spaces import _hopper_matmul as hm
+
+    cm, cn = cluster
+    tiles_m, tiles_n = -(-M // BM), -(-N // BN)
+    tiles = batch * tiles_m * tiles_n
+    grid = min(hm.SM_COUNT, tiles) if persistent else tiles
+    clusters, seen = grid // 2, []
+    for cl in range(clusters):
+        walks = []
+        for rank in range(2):  # the kernel's n_tiles and tile(cl + i * clusters, rank)
+            n = (tiles // 2 - cl + clusters - 1) // clusters
+            walks.append([hm.tile_coords(cl + i * clusters, M=M, N=N, BM=BM, BN=BN, G=G,
+                                         cluster=cluster, rank=rank) for i in range(n)])
+        assert len(walks[0]) == len(walks[1])
+        for (tm0, tn0, b0), (tm1, tn1, b1) in zip(*walks):
+            if cm == 2:
+                assert (tn0, b0) == (tn1, b1) and tm0 % 2 == 0 and tm1 == tm0 + 1
+            else:
+                assert tm0 == tm1 and tn0 % 2 == 0 and tn1 == tn0 + 1 and b1 == b0 + BN
+            assert b0 // N == tm0 // tiles_m  # B's rows in the batch element of A's
+        seen += walks[0] + walks[1]
+    assert sorted((tm, tn) for tm, tn, _ in seen) == [(i, j) for i in range(batch * tiles_m)
+                                                     for j in range(tiles_n)]
+
+
+def test_a_1x1_cluster_walks_the_tiles_as_before():
+    """cluster (1, 1), rank 0: tile_coords is the walk of the kernels measured before clusters
+    (the grouped order, G block rows a group)."""
+    from bocast.spaces import _hopper_matmul as hm
+
+    for t in range(32 * 16):
+        G = 8
+        r = t % (G * 16)
+        assert hm.tile_coords(t, M=4096, N=4096, BM=128, BN=256, G=G) == \
+            (t // (G * 16) * G + r % G, r // G, r // G * 256)
+
+
+def test_a_cluster_kernel_multicasts_the_shared_half_and_releases_both_ctas_stages():
+    """2x1: B's tensor map moves half-tiles (128 of 256 rows), the producer multicasts its half
+    (CTA mask 0b11) after waiting (acquire.cluster) on a stage both CTAs' consumers release, A
+    stays a plain load; the empty barriers count 2 consumers x 2 CTAs; each release arrives on
+    both CTAs' barriers through mapa'd shared::cluster addresses; the barrier inits are fenced
+    for the cluster and a cluster barrier follows them and ends the kernel. The launch carries
+    cluster dims (2, 1, 1), as TVM's host code launches it."""
+    op = Gemm(4096, 4096, 4096, space="v3")
+    low = lowered(op, CLUSTER_2X1)
+    assert low.cluster == (2, 1, 1) and low.grid == (132, 1, 1)
+    assert low.tensor_maps["B_map"]["box"] == [64, 128]
+    assert low.tensor_maps["A_map"]["box"] == [64, 128]
+    src = low.source
+    body = src[src.index('extern "C" __global__ void __launch_bounds__(384) main_kernel('):]
+    assert body.count("_multicast__cluster(") == 1 and "(ushort)3)" in body
+    assert body.count("bulk_tensor_2d_shared__cluster_global_mbarrier__complete_tx__bytes(") == 1
+    assert "mbarrier_wait_acquire_cluster(" in body
+    assert "(&(empty_ptr[0]))), (uint)4)" in body  # 2 consumers x 2 CTAs
+    assert "mapa_u32_shared__cluster_u32(" in body
+    assert "arrive_release_cluster_shared__cluster_b64(" in body
+    assert "fence_mbarrier_init_mbarrier_init_release_cluster()" in body
+    assert body.count("tvm_builtin_cuda_cluster_sync()") == 2
+    assert body.rstrip().endswith("tvm_builtin_cuda_cluster_sync();\n}")
+    a12 = lowered(op, {**CLUSTER_2X1, "cluster": "1x2"})
+    assert a12.tensor_maps["A_map"]["box"] == [64, 64] and a12.tensor_maps["B_map"]["box"] == \
+        [64, 256]
+    plain = lowered(op, BEST_4096)
+    body = plain.source.split("main_kernel(")[-1]
+    assert plain.cluster == (1, 1, 1) and "multicast" not in body and "mapa" not in body
+    assert "cluster_sync" not in body and "acquire_cluster" not in body
+
+
+def test_the_cluster_launch_reaches_the_runner_task():
+    """The builder's result carries the cluster dims to the worker's task (and a result built
+    before clusters reads as (1, 1, 1))."""
+    from bocast.measure.builder import BuildResult, _from_dict
+    from bocast.measure.runner import kernel_task
+    from bocast.measure.status import Status
+
+    op = Gemm(*SMALL, space="v3")
+    b = BuildResult(key="k", status=Status.OK, kernel="main_kernel", grid=(8, 1, 1),
+                    args=("A_map", "B_map", "C"), cluster=(2, 1, 1), cubin=b"x")
+    assert kernel_task(op, b, seed=0, repeats=1, warmup_ms=1)["cluster"] == (2, 1, 1)
+    assert _from_dict(b.to_dict()).cluster == (2, 1, 1)
+    old = b.to_dict()
+    del old["cluster"]
+    assert _from_dict(old).cluster == (1, 1, 1)
+
+
+def test_a_cluster_launch_config_is_cuLaunchKernelEx_s():
+    """cuLaunchKernelEx's CUlaunchConfig and CUlaunchAttribute as cuda.h lays them out (56 and
+    72 bytes; the stream at 32, the attributes at 40, their count at 48; the value at 8), with
+    one CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (4) attribute holding the cluster dims."""
+    import ctypes
+
+    from bocast.measure.gpu_worker import LaunchAttribute, LaunchConfig, launch_config
+
+    assert ctypes.sizeof(LaunchConfig) == 56 and ctypes.sizeof(LaunchAttribute) == 72
+    assert (LaunchConfig.hStream.offset, LaunchConfig.attrs.offset,
+            LaunchConfig.numAttrs.offset) == (32, 40, 48)
+    assert LaunchAttribute.value.offset == 8
+    config, attrs = launch_config((132, 1, 1), (384, 1, 1), 196608, 0xBEEF, (2, 1, 1))
+    assert (config.gridDimX, config.blockDimX, config.sharedMemBytes) == (132, 384, 196608)
+    assert config.hStream == 0xBEEF and config.numAttrs == 1
+    assert ctypes.addressof(config.attrs.contents) == ctypes.addressof(attrs)
+    raw = ctypes.string_at(ctypes.addressof(attrs), 20)
+    assert raw[:4] == (4).to_bytes(4, "little")
+    assert raw[8:20] == b"".join(x.to_bytes(4, "little") for x in (2, 1, 1))
+
+
+def test_a_cluster_kernel_launches_with_cuLaunchKernelEx(monkeypatch):
+    """Kernel.launch (no GPU: a stand-in driver records the calls): a kernel with cluster dims
+    goes through cuLaunchKernelEx with one cluster attribute and the parameters cuLaunchKernel
+    would get; a kernel without through cuLaunchKernel, as before."""
+    import ctypes
+
+    from bocast.measure import gpu_worker
+    from bocast.measure.gpu_worker import Kernel, LaunchConfig
+
+    calls = []
+
+    class Driver:
+        def cuLaunchKernelEx(self, config, func, params, extra):
+            cfg = ctypes.cast(config, ctypes.POINTER(LaunchConfig)).contents
+            attr = cfg.attrs[0]
+            calls.append(("ex", (cfg.gridDimX, cfg.blockDimX, cfg.sharedMemBytes, cfg.hStream,
+                                 cfg.numAttrs, attr.id, attr.value.clusterDim.x,
+                                 attr.value.clusterDim.y, attr.value.clusterDim.z),
+                          ctypes.c_void_p.from_address(params[0]).value))
+            return 0
+
+        def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+            calls.append(("plain", (gx.value, bx.value, smem.value), None))
+            return 0
+
+    monkeypatch.setattr(gpu_worker, "_CU", Driver())
+    kernel = Kernel.__new__(Kernel)
+    kernel.func, kernel.grid, kernel.block, kernel.dynamic_smem = None, (8, 1, 1), (384, 1, 1), 4096
+    kernel.cluster = (2, 1, 1)
+    kernel.launch([0xABC0], 0x77)
+    assert calls == [("ex", (8, 384, 4096, 0x77, 1, 4, 2, 1, 1), 0xABC0)]
+    kernel.cluster = (1, 1, 1)
+    kernel.launch([0xABC0], 0x77)
+    assert calls[1] == ("plain", (8, 384, 4096), None)
+
+
+#: cluster kernels the GPU ladder times (experiments/hopper_ladder.py rows 10*)
+CLUSTER_CONFIGS = [CLUSTER_2X1, CLUSTER_2X1 | {"epilogue": "tma"},
+                   CLUSTER_2X1 | {"persistent": "off"}, CLUSTER_2X1 | {"cluster": "1x2"},
+                   CLUSTER_2X1 | {"bn": 128, "stages": 6, "inflight": 1},
+                   CLUSTER_2X1 | {"arrangement": "pingpong", "bn": 128, "stages": 6,
+                                  "raster": 8}]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (1000, 1024, 1000)])
+def test_cluster_kernels_build_for_sm_90a_without_spills(shape):
+    """Cluster kernels through the builder (TVM's launch checked against the template's, the
+    cluster dims in the result): each builds for sm_90a within the registers, without spills,
+    a stack frame or serialized wgmma."""
+    from bocast.measure.builder import build_task
+
+    op = Gemm(*shape, space="v3")
+    for config in CLUSTER_CONFIGS:
+        config = {**config, "raster": 1 if shape[0] % 1024 else config["raster"]}
+        if op.space.validate(config):
+            assert shape[0] % 1024 and config["cluster"] == "1x2", config  # ragged M, A shared
+            continue
+        res = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+        assert res["status"] == "ok", (config, res["error"])
+        f = res["features"]
+        assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
+        assert f.get("stack_bytes", 0) == 0 and not f.get("wgmma_serialized"), (config, f)
+        assert tuple(res["cluster"]) == (2, 1, 1)
+
+
+def test_the_cluster_ladder_rows_are_what_match_selects():
+    """MATCH='^8 |^9 |^10|cluster' (a regex searched in each row's name, as the ladder's build
+    does) selects every cluster row of the ladder and, for comparison, rows 8 and 9 and the
+    1x1 kernels named beside the cluster rows at the other shapes: issue 24's three large
+    GEMM shapes with a 2x1 cluster, persistent and not, and a ragged GEMM and a bmm."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "experiments" / "hopper_ladder.py"
+    spec = importlib.util.spec_from_file_location("hopper_ladder", path)
+    ladder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ladder)
+    match = re.compile("^8 |^9 |^10|cluster")
+    picked, clustered = [], set()
+    for (name_op, shape, _space), variants in ladder.SHAPES.items():
+        for name, change in variants:
+            config = {**ladder.BASE, **change}
+            if config.get("cluster", "1x1") != "1x1":
+                clustered.add((name_op, tuple(shape), name))
+            if match.search(name):
+                picked.append((name_op, tuple(shape), name, config))
+    assert clustered <= {(op, shape, name) for op, shape, name, _ in picked}
+    one = [(op, shape, name) for op, shape, name, c in picked if c.get("cluster", "1x1") == "1x1"]
+    assert {name.split()[0] for op, shape, name in one if shape == (4096, 4096, 4096)} == \
+        {"8", "9"}
+    for shape in ((4096, 4096, 4096), (2048, 8192, 1024), (4096, 4096, 14336)):
+        mine = [c for op, s, _, c in picked if s == shape]
+        assert {c.get("cluster", "1x1") for c in mine} >= {"1x1", "2x1", "1x2"}
+        assert {c["persistent"] for c in mine if c.get("cluster") == "2x1"} == {"on", "off"}
+    assert any(op == "bmm" for op, *_ in clustered)
+    assert ("gemm", (1000, 1024, 1000)) in {(op, shape) for op, shape, _ in clustered}
+    assert len(picked) <= 30  # a small file (each row holds its cubin)
+
+
+def test_the_lowering_refuses_a_launch_tvm_would_not_make():
+    """lower_tirx checks the template's launch (grid, block, cluster, dynamic shared memory: what
+    the runner launches) against TVM's host code (what an export's kernel.so launches): a
+    cluster kernel whose TirxKernel forgot its cluster is refused, naming both."""
+    import dataclasses
+
+    from bocast.tensorcore import lower_tirx, source_only
+
+    source_only()
+    op = Gemm(*SMALL, space="v3")
+    config = CLUSTER_2X1 | {"bn": 128, "raster": 1}
+    kernel = op.apply(config)
+    assert kernel.cluster == (2, 1, 1)
+    with pytest.raises(RuntimeError, match=r"'cluster': \(1, 1, 1\).*'cluster': \(2, 1, 1\)"):
+        lower_tirx(dataclasses.replace(kernel, cluster=(1, 1, 1)),
+                   target_overrides=op.build_options(config)["target"])
+
+
+@needs_nvcc
+def test_a_cluster_record_exports_with_its_cluster_launch(tmp_path):
+    """Export of a cluster kernel: kernel.json says the cluster dims the runner launched it
+    with (kernel.so's TVM host code launches it with the same, lower_tirx checked)."""
+    import bocast
+
+    workload = {"op": "gemm", "shape": list(SMALL), "space": "v3"}
+    config = CLUSTER_2X1 | {"bn": 128, "raster": 1}
+    path = str(tmp_path / "s.db")
+    with bocast.create_study(workload=workload, strategy="random", store=path) as study:
+        study.tell(config, tflops=10.0, latency_ms=0.0067, repeats=10)
+    kernel = bocast.export(path, out=tmp_path / "k")
+    assert kernel.meta["kernel"]["cluster"] == [2, 1, 1]
+    assert kernel.meta["kernel"]["grid"] == [8, 1, 1]
+    assert "multicast::cluster" in (tmp_path / "k" / "kernel.cu").read_text()
