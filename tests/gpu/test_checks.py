@@ -21,9 +21,10 @@ def _module(name, *args, timeout=600):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # tests/test_records.py checks the same in the default suite
 def test_a_killed_measure_resumes_without_losing_or_repeating_a_row(tmp_path):
-    """SIGKILL of ``bocast measure`` (the stand-in runner) after 8 rows, then the same
-    command: every finished row kept, none measured twice, the sample completed."""
+    """The device's resume check on the stand-in: SIGKILL of ``bocast measure`` after 8 rows,
+    then the same command: every finished row kept, none measured twice, the sample done."""
     proc = _module("resume_demo", "--store", str(tmp_path / "r.db"), "--runner", "standin",
                    "--shape", "256,256,256", "--sample", "24", "--kill-at", "8")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
