@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# On the GPU machine (carry .devbundle): space v3 against v2 on GEMM shapes v3 could not take
-# before it had ragged extents (M below a tile, K not a multiple of the k block, extents not
-# multiples of the tiles). Per shape, space and seed: `bocast tune gemm --shape S --space V`,
+# On the GPU machine (carry .devbundle): space v3 against v2, first on GEMM shapes v3 could not
+# take before it had ragged extents (M below a tile, K not a multiple of the k block, extents
+# not multiples of the tiles), then on conv2d (OP=conv2d). Per shape, space and seed:
+# `bocast tune OP --shape S --space V`,
 # cold (warm_start none), BO, TRIALS trials, batch 16, each in an empty records library; the
 # vendor reference timed by each run. Summary table last.
 #   SHAPES="32,4096,4096 32,2048,1000 1000,1000,1000" SEEDS="0" TRIALS=64 \
@@ -10,16 +11,16 @@ set -uo pipefail
 source .devbundle/unpack.sh
 export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
 export SHAPES=${SHAPES:-"32,4096,4096 32,2048,1000 1000,1000,1000"} SEEDS=${SEEDS:-0}
-export TRIALS=${TRIALS:-64}
+export TRIALS=${TRIALS:-64} OP=${OP:-gemm} SPACES=${SPACES:-"v3 v2"}
 run_all() {
-  for seed in $SEEDS; do for shape in $SHAPES; do for space in v3 v2; do
-    out=runs/v3_vs_v2/gemm_${shape//,/x}/${space}_s${seed}
+  for seed in $SEEDS; do for shape in $SHAPES; do for space in $SPACES; do
+    out=runs/v3_vs_v2/${OP}_${shape//,/x}/${space}_s${seed}
     mkdir -p "$out"
     t0=$(date +%s)
-    BOCAST_RECORDS=$(mktemp -d) python3 -m bocast.cli tune gemm --shape "$shape" --space "$space" \
+    BOCAST_RECORDS=$(mktemp -d) python3 -m bocast.cli tune "$OP" --shape "$shape" --space "$space" \
       --seed "$seed" --trials "$TRIALS" --warm-start none --output "$out" --json \
       > "$out/tune.log" 2>&1
-    echo "gemm $shape $space seed $seed: exit $? in $(( $(date +%s) - t0 )) s"
+    echo "$OP $shape $space seed $seed: exit $? in $(( $(date +%s) - t0 )) s"
   done; done; done
 }
 export -f run_all
@@ -33,7 +34,7 @@ for log in sorted(glob.glob("runs/v3_vs_v2/*/*/tune.log")):
     if not lines:
         print(f"| {log} | no summary | | | | | | |"); continue
     s = json.loads(lines[-1]); parts = log.split("/")
-    print(f"| {parts[2][5:]} | {parts[3].split('_')[0]} | {parts[3].split('_s')[1]} | "
+    print(f"| {parts[2]} | {parts[3].split('_')[0]} | {parts[3].split('_s')[1]} | "
           f"{s.get('trials')} | {s.get('best_tflops') or 0:.1f} | "
           f"{s.get('reference_tflops') or 0:.1f} | {s.get('best_vs_reference') or 0:.3f} | "
           f"{s.get('status')} |")
