@@ -669,7 +669,7 @@ def dataset_configs(df, knob_columns: Iterable[str], space) -> list[dict[str, An
     """Configurations of a dataset's rows, rebuilt from its knob columns. A value that is not
     one a knob can take as read (a fraction where an integer belongs, a missing column) raises
     ValueError naming the row (1 = the first under the header) and the knob."""
-    from bocast.space import Split
+    from bocast.knobs import Split
 
     out = []
     cols = list(knob_columns)

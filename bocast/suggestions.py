@@ -30,7 +30,8 @@ import numpy as np
 
 from bocast import library
 from bocast.candidates import Candidates, SpaceCandidates
-from bocast.space import Config, Space
+from bocast.knobs import Config
+from bocast.space import Space
 
 #: uniform samples of the target's space scored besides the best source rows
 POOL = 4096

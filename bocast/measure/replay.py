@@ -15,6 +15,7 @@ from typing import Any
 from bocast import interrupt
 from bocast.candidates import TableCandidates
 from bocast.errors import InputError
+from bocast.knobs import Config
 from bocast.measure.status import Status
 from bocast.operator import Operator, canonical_workload
 from bocast.records import (
@@ -27,7 +28,7 @@ from bocast.records import (
     dataset_csv,
     measured_values,
 )
-from bocast.space import Config, Space
+from bocast.space import Space
 
 #: columns read as numbers (the others: status and stage, text)
 NUMERIC = tuple(c for c in DATASET_COLUMNS if c not in ("status", "stage"))
