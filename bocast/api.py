@@ -53,7 +53,7 @@ def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
     anything runs or is written; errors of a file start with the file's name."""
     from bocast import comparison as cmp
     from bocast.config import in_file
-    from bocast.records import dataset_files
+    from bocast.datasets import dataset_files
     from bocast.schema import check_outputs, check_writable
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
@@ -256,7 +256,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
     from bocast import config as cfgmod
     from bocast import identity, library
     from bocast.candidates import SpaceCandidates
-    from bocast.records import dataset_files
+    from bocast.datasets import dataset_files
     from bocast.schema import check_outputs
     from bocast.strategies import make_strategy
 
@@ -310,7 +310,7 @@ def _warm_start(cfg: TuneConfig, op, dataset, store_path: str, folder: str):
     run keeps the sources its store's identity names."""
     from bocast import library
     from bocast.bo.transfer import AUTO
-    from bocast.records import Store
+    from bocast.store import Store
     from bocast.strategies import strategy_class
 
     if "warm_start" not in strategy_class(cfg.strategy).options.names \
@@ -468,8 +468,8 @@ class TuneRun:
 def load(store_path: str | os.PathLike):
     """The records of a store as a pandas DataFrame: one column per knob (split knobs as
     ``name_0 .. name_k``), then status, latencies, TFLOPS, static features."""
-    from bocast.records import StoreError
-    from bocast.records import load as load_records
+    from bocast.store import StoreError
+    from bocast.store import load as load_records
 
     if not isinstance(store_path, (str, os.PathLike)):
         raise StoreError(f"load: expected the path of a record store, got {store_path!r}")
@@ -552,7 +552,7 @@ class Study:
                 status: str | Status = "ok", **fields: Any) -> Record:
         """:meth:`tell` but the strategy's: checked, stored and kept."""
         from bocast.measure.status import Status
-        from bocast.records import Record, check_record
+        from bocast.record import Record, check_record
         from bocast.space import Space
 
         try:
@@ -616,14 +616,14 @@ class Study:
     @property
     def best(self) -> Record | None:
         """The told trial of highest TFLOPS among the successful ones."""
-        from bocast.records import best_record
+        from bocast.record import best_record
 
         return best_record(self.records)
 
     @property
     def trials(self):
         """Every told trial (resumed ones first) as a DataFrame, the columns of :func:`load`."""
-        from bocast.records import frame
+        from bocast.store import frame
 
         return frame(self.records)
 

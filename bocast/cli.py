@@ -106,7 +106,7 @@ def cmd_space(args) -> int:
     if args.check_build and args.sample:
         _need_compiler("--check-build")
     allowed = _restriction(args, op)
-    from bocast.records import atomic_write
+    from bocast.files import atomic_write
 
     lines = [f"{op.name} {op.workload}", f"{len(space.knobs)} knobs, "
              f"{len(space.constraints)} known constraints, "
@@ -247,7 +247,7 @@ def _check_store(args, op, allowed, subspace: dict | None) -> None:
     """An existing ``--store`` opens (a sound bocast store of this workload) and, for a table,
     holds none of another sub-space; only read (the run creates or writes it once its runner
     has started)."""
-    from bocast.records import Store
+    from bocast.store import Store
 
     if not (os.path.isfile(args.store) and os.path.getsize(args.store) > 0):
         return
@@ -294,7 +294,7 @@ def cmd_measure(args) -> int:
         _need_compiler("bocast measure --runner rpc")
     check_writable(args.store, "--store")
     if args.export:
-        from bocast.records import dataset_files
+        from bocast.datasets import dataset_files
 
         for path in dataset_files(args.export):
             check_writable(path, "--export")

@@ -314,7 +314,7 @@ def _replay_run(job) -> dict[str, Any]:
     returns its curve."""
     from bocast.measure.replay import ReplayDataset, ReplayMeasurer
     from bocast.operator import from_workload
-    from bocast.records import Store
+    from bocast.store import Store
     from bocast.strategies import make_strategy
     from bocast.tuner import Trajectory, Tuner, best_so_far, first_reaching
 
@@ -431,7 +431,7 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
     from bocast.measure.engine import Measurer
     from bocast.measure.parts import make_builder, make_runner
     from bocast.operator import from_workload
-    from bocast.records import Store
+    from bocast.store import Store
     from bocast.strategies import make_strategy
     from bocast.tuner import Tuner, run_interleaved
 
@@ -520,7 +520,7 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
 def _read_live(op, plan) -> tuple[list[dict], dict[str, Any]]:
     """The runs of a live comparison from their record stores, without a GPU: the device and
     the reference are those the stores recorded."""
-    from bocast.records import Store
+    from bocast.store import Store
 
     runs, missing, device, reference = [], [], None, None
     for s, seed, path, trials in plan:
@@ -541,7 +541,7 @@ def _read_live(op, plan) -> tuple[list[dict], dict[str, Any]]:
 
 def _finished_run(op, s, seed: int, path: str, trials: int) -> dict | None:
     """The curve of a run whose store holds all its trials; None if it is absent or short."""
-    from bocast.records import Store
+    from bocast.store import Store
     from bocast.tuner import Trajectory, best_so_far
 
     if not os.path.exists(path):
@@ -592,7 +592,7 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
     written (a caller that writes several comparisons; else it is taken here)."""
     from scipy.stats import mannwhitneyu
 
-    from bocast.records import provenance
+    from bocast.provenance import provenance
     from bocast.tuner import first_reaching
 
     labels = [s["label"] for s in cfg.strategies]
@@ -665,7 +665,7 @@ def _write_outputs(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]
 def _write_files(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None:
     import csv
 
-    from bocast.records import atomic_write
+    from bocast.files import atomic_write
 
     os.makedirs(os.path.dirname(cfg.results) or ".", exist_ok=True)
     with atomic_write(cfg.results + ".csv", newline="") as f:
@@ -804,7 +804,7 @@ def _plot(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None
     ax.grid(alpha=0.3)
     fig.tight_layout()
     save_png(fig, cfg.results + ".png")
-    from bocast.records import atomic_write
+    from bocast.files import atomic_write
 
     with atomic_write(cfg.results + ".pdf", "wb") as f:
         fig.savefig(f, format="pdf")
@@ -821,7 +821,7 @@ def save_png(fig, path: str) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     image = Image.open(buf).convert("RGB").quantize(colors=256, method=Image.Quantize.FASTOCTREE)
-    from bocast.records import atomic_write
+    from bocast.files import atomic_write
 
     with atomic_write(path, "wb") as f:
         image.save(f, format="PNG", optimize=True)

@@ -104,7 +104,7 @@ class Entry:
 
 def _store_entry(path: str, *, stats: bool) -> Entry:
     """The entry of a store, after the checks every command makes (StoreError if unsound)."""
-    from bocast.records import _check_existing, _read_only
+    from bocast.store import _check_existing, _read_only
 
     workload = _check_existing(path)
     conn = _read_only(path)
@@ -142,7 +142,7 @@ def _dataset_entry(prefix: str, *, stats: bool) -> Entry:
     entry = Entry(prefix, meta["workload"], (meta.get("device") or {}).get("gpu"),
                   int(meta.get("rows") or 0), shipped=True)
     if stats:
-        from bocast.records import load_dataset
+        from bocast.datasets import load_dataset
 
         df, _ = load_dataset(prefix)
         ok = df[df["status"] == "ok"]
@@ -165,7 +165,7 @@ def scan(records: str | None = None, *, shipped: bool = True, stores: bool = Tru
     """(every entry of the library, one line per file skipped). ``records``: the folder
     (:func:`directory`'s result); ``shipped``, ``stores``: which part of it;
     ``stats``: count a dataset's ok rows and best (reads it)."""
-    from bocast.records import StoreError
+    from bocast.store import StoreError
 
     entries, skipped = [], []
     for prefix in shipped_datasets() if shipped else []:
@@ -201,7 +201,7 @@ def _copy_name(path: str) -> str:
     """The library's name for a store's copy: its workload, GPU and first row, so the same
     store (grown or not) always has the same name."""
     from bocast.operator import canonical_workload
-    from bocast.records import _read_only
+    from bocast.store import _read_only
 
     entry = _store_entry(path, stats=False)
     conn = _read_only(path)
@@ -221,7 +221,7 @@ def add(store: str, records: str | None = None) -> tuple[str, str]:
     "updated" (it had grown) or "already there"). A LibraryError says why not (not a sound
     store, no records)."""
     from bocast import interrupt
-    from bocast.records import StoreError, _read_only
+    from bocast.store import StoreError, _read_only
 
     folder = records or directory()
     try:

@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from bocast import interrupt
 from bocast.knobs import Config
-from bocast.records import Record, best_record
+from bocast.record import Record, best_record
 from bocast.space import Space
 from bocast.strategies.base import Strategy
 

@@ -14,7 +14,7 @@ import bocast
 from bocast import library
 from bocast.bo.transfer import AUTO, incompatibility
 from bocast.operator import get_operator, make
-from bocast.records import Store
+from bocast.store import Store
 
 QUICK = {"runner": "standin", "strategy": "random", "trials": 8, "batch_size": 8}
 T1024 = "experiments/data/exhaustive/gemm_1024_1024_1024_v2"

@@ -22,8 +22,10 @@ from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.runner import Runner, RunResult
 from bocast.measure.status import Status
 from bocast.operator import Operator
-from bocast.records import FEATURES, RUN_FIELDS, Record, Store, provenance
+from bocast.provenance import provenance
+from bocast.record import FEATURES, RUN_FIELDS, Record
 from bocast.space import Space
+from bocast.store import Store
 
 
 class Measurer:

@@ -311,7 +311,7 @@ def run_server(args) -> int:
         return 3
     listen = _bind(args.host, args.port, args.port_end)
     port = listen.getsockname()[1]
-    from bocast.records import git_sha
+    from bocast.provenance import git_sha
 
     service.info.update({
         "protocol": PROTOCOL, "host": socket.gethostname(), "addr": args.custom_addr,

@@ -379,7 +379,7 @@ def test_records_name_the_host_and_gpu_that_measured_them(cluster, tmp_path):
     import sqlite3
 
     from bocast.measure.engine import Measurer
-    from bocast.records import Store
+    from bocast.store import Store
 
     cluster.wait_free()
     path = str(tmp_path / "r.db")
@@ -460,7 +460,7 @@ def _through_cluster(cluster) -> str:
 def test_bocast_tune_through_rpc_builds_here_and_records_the_servers(cluster, tmp_path):
     """The whole command: nvcc builds on this host, stand-in servers time (needs nvcc)."""
     from bocast import cli
-    from bocast.records import Store
+    from bocast.store import Store
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("workload: {op: gemm, shape: [256, 256, 256]}\nstrategy: {name: random}\n"
@@ -489,7 +489,7 @@ def test_compare_config_with_runner_rpc():
 def test_bocast_compare_through_rpc_records_every_run_once(cluster, tmp_path):
     """A live comparison whose kernels are timed by the servers (nvcc builds here)."""
     from bocast import cli
-    from bocast.records import Store
+    from bocast.store import Store
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("name: c\nworkload: {op: gemm, shape: [256, 256, 256]}\nrunner: rpc\n"
