@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "bocast"
 
 #: function-local imports of bocast modules per module, 2026-11-25 (162 in all)
 LAZY = {
-    "bocast.api": 26, "bocast.bo.transfer": 7, "bocast.cli": 22, "bocast.comparison.config": 6,
+    "bocast.api": 26, "bocast.bo.transfer": 7, "bocast.cli": 1, "bocast.cli.common": 4,
+    "bocast.cli.run_commands": 8, "bocast.cli.space_commands": 8, "bocast.comparison.config": 6,
     "bocast.comparison.outputs": 3, "bocast.comparison.running": 17,
     "bocast.comparison.summary": 2, "bocast.config": 4, "bocast.datasets": 1, "bocast.identity": 4,
     "bocast.kernel": 11, "bocast.library": 12, "bocast.measure.builder": 2,
