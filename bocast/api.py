@@ -252,9 +252,9 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
     this run, :mod:`bocast.identity`), only reading: nothing is written or created until
     :meth:`TuneRun.execute` has started the runner. Errors of a file's configuration start with
     the file's name (as the command prints them). ``warm_start: auto`` (the default) is
-    resolved here (:func:`bocast.library.resolve`; ``records``: the library's folder)."""
+    resolved here (:func:`bocast.warm_sources.resolve`; ``records``: the library's folder)."""
     from bocast import config as cfgmod
-    from bocast import identity, library
+    from bocast import identity, library, warm_sources
     from bocast.candidates import SpaceCandidates
     from bocast.datasets import dataset_files
     from bocast.schema import check_outputs
@@ -283,7 +283,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
         folder = library.directory(records, cfg.records)
         warm = _warm_start(cfg, op, dataset, store_path, folder)
         options = cfg.strategy_options if warm is None else \
-            library.warm_options(cfg.strategy, cfg.strategy_options, warm.sources)
+            warm_sources.warm_options(cfg.strategy, cfg.strategy_options, warm.sources)
         strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **options)
         ident = identity.run_identity(
             strategy=cfg.strategy, options=_identity_options(cfg.strategy_options, options),
@@ -300,15 +300,15 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
 
 def _identity_options(given: dict[str, Any], used: dict[str, Any]) -> dict[str, Any]:
     """The options a run's identity names: those given, and those ``warm_start: auto`` set
-    (:func:`bocast.library.warm_options`); the sources are named apart (``warm_start``)."""
+    (:func:`bocast.warm_sources.warm_options`); the sources are named apart (``warm_start``)."""
     return {**given, **{k: v for k, v in used.items() if k not in given and k != "warm_start"}}
 
 
 def _warm_start(cfg: TuneConfig, op, dataset, store_path: str, folder: str):
-    """The run's warm-start sources (:class:`bocast.library.Choice`) when its strategy has the
+    """The run's warm-start sources (:class:`bocast.warm_sources.Choice`) when its strategy has the
     option and it is ``auto``; None otherwise (a list or ``none``: used as given). A resumed
     run keeps the sources its store's identity names."""
-    from bocast import library
+    from bocast import library, warm_sources
     from bocast.bo.transfer import AUTO
     from bocast.store import Store
     from bocast.strategies import strategy_class
@@ -321,11 +321,11 @@ def _warm_start(cfg: TuneConfig, op, dataset, store_path: str, folder: str):
             held = (store.get_meta("run") or {}).get("resolved", {}).get("warm_start")
         if isinstance(held, list):
             paths = [library.local(p) for p in held]
-            return library.Choice(paths, [
+            return warm_sources.Choice(paths, [
                 "warm start: as this run began, from " + (", ".join(held) or "nothing (cold)")])
-    return library.resolve(AUTO, op, runner=cfg.runner, dataset=cfg.dataset, store=store_path,
+    return warm_sources.resolve(AUTO, op, runner=cfg.runner, dataset=cfg.dataset, store=store_path,
                            records=folder,
-                           gpu=library.run_gpu(cfg.runner, dataset=dataset, rpc=cfg.rpc))
+                           gpu=warm_sources.run_gpu(cfg.runner, dataset=dataset, rpc=cfg.rpc))
 
 
 

@@ -34,7 +34,7 @@ def run_identity(*, strategy: str, options: Mapping[str, Any], seed: int,
     """The identity of one run (JSON-plain, keys sorted). ``options``: as the configuration
     gave them; a strategy that is not registered (MetaSchedule) resolves to those.
     ``batch_size`` None: an ask/tell study, whose caller picks each batch. ``warm_start``: the
-    sources an ``auto`` warm start resolved to (:func:`bocast.library.resolve`); resolved, the
+    sources an ``auto`` warm start resolved to (:func:`bocast.warm_sources.resolve`); resolved, the
     option is always the list of sources the run uses ([]: a cold start), so the identity names
     them and a cold run of before ``auto`` existed (``[]``) is the same run as one of ``none``."""
     from bocast.bo.transfer import source_paths

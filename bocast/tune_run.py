@@ -29,7 +29,7 @@ class TuneRun:
     strategy: Strategy
     store_path: str
     identity: dict[str, Any]
-    warm: Any = None  # bocast.library.Choice of warm_start: auto (None: the option as given)
+    warm: Any = None  # bocast.warm_sources.Choice of warm_start: auto (None: the option as given)
     records: str = ""  # the records library's folder
 
     @property

@@ -170,11 +170,11 @@ def parse(raw: Any, where: str) -> CompareConfig:
 
 def _resolve_auto(strategies: list[dict[str, Any]], workload: dict[str, Any],
                   dataset: str) -> None:
-    """Replay entries with ``warm_start: auto`` get the sources :func:`bocast.library.resolve`
+    """Replay entries with ``warm_start: auto`` get the sources :func:`bocast.warm_sources.resolve`
     picks for replay (shipped datasets of other workloads: the repository's, never this
     machine's library) and the strategy's warm defaults, so a replay comparison can show what
     ``bocast tune``'s default does on a table the library does not hold."""
-    from bocast import library
+    from bocast import warm_sources
     from bocast.bo.transfer import AUTO
     from bocast.operator import WorkloadError, from_workload
 
@@ -185,9 +185,9 @@ def _resolve_auto(strategies: list[dict[str, Any]], workload: dict[str, Any],
         op, gpu = from_workload(workload), _dataset_gpu(dataset)
     except (WorkloadError, OSError, ValueError, AttributeError):
         return  # validate() names what is wrong with the workload or the dataset
-    sources = library.resolve(AUTO, op, runner="replay", gpu=gpu, dataset=dataset).sources
+    sources = warm_sources.resolve(AUTO, op, runner="replay", gpu=gpu, dataset=dataset).sources
     for s in auto:
-        s.update(library.warm_options(s["name"], s, sources))
+        s.update(warm_sources.warm_options(s["name"], s, sources))
 
 
 def _seeds(seeds: Any, where: str) -> list[int]:
