@@ -54,7 +54,7 @@ def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
     from bocast import comparison as cmp
     from bocast.config import in_file
     from bocast.datasets import dataset_files
-    from bocast.schema import check_outputs, check_writable
+    from bocast.locations import check_outputs, check_writable
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
     try:
@@ -257,7 +257,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
     from bocast import identity, library, warm_sources
     from bocast.candidates import SpaceCandidates
     from bocast.datasets import dataset_files
-    from bocast.schema import check_outputs
+    from bocast.locations import check_outputs
     from bocast.strategies import make_strategy
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None

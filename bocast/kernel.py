@@ -40,10 +40,10 @@ def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | st
     ``any_status``. Needs TVM, nvcc and a C compiler, no GPU; writes the whole folder or
     nothing."""
     from bocast.api import need_compiler
+    from bocast.locations import check_writable
     from bocast.measure.builder import build_one
     from bocast.measure.nvcc import compile_cubin
     from bocast.operator import from_workload
-    from bocast.schema import check_writable
     from bocast.store import Store
 
     store, out = os.fspath(store), os.fspath(out)

@@ -28,8 +28,8 @@ from bocast.cli.common import (
     _restriction,
     _table_of,
 )
+from bocast.locations import check_outputs, check_writable
 from bocast.progress import Progress, say
-from bocast.schema import check_outputs, check_writable
 from bocast.space import MAX_ENUMERATION, Space
 from bocast.strategies.listed import Listed
 from bocast.tuner import Tuner
