@@ -129,8 +129,9 @@ def check_record(record: Record) -> None:
     hold: every measured value None or a finite number of its type (not a bool), latencies
     above zero and no other value below it, TFLOPS above zero and at most :data:`MAX_TFLOPS`
     for status ok and absent for a failure, ``features`` a mapping of known names to such
-    numbers, the text fields text. Every writer of a record calls it (:meth:`Store.append`, a
-    replay dataset as it is opened), so a row that is written can always be read back."""
+    numbers, the text fields text. Every writer of a record calls it
+    (:meth:`bocast.store.Store.append`, a replay dataset as it is opened), so a row that is
+    written can always be read back."""
     from bocast.measure.status import Status
 
     if not isinstance(record.status, Status):
