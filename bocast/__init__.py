@@ -3,15 +3,17 @@
 The Python API (:mod:`bocast.api`): :func:`tune` runs a tune configuration as ``bocast tune``
 does, :func:`suggest` ranks a new shape's configurations from the records library with no
 measurement, :func:`load` reads a record store into a DataFrame, :func:`create_study` gives ask/tell
-for a measurement loop of one's own; :func:`export` writes a record's kernel to a folder and
-:func:`load_kernel` loads it to call on torch tensors (:mod:`bocast.kernel`). :class:`Workload`,
-:class:`Budget`, :class:`RunnerOptions` and each strategy's options (``bocast.strategies.
-BOOptions``, ...) are typed forms of a configuration's mappings (:mod:`bocast.schema`)."""
+for a measurement loop of one's own (:mod:`bocast.study`); :func:`export` writes a record's kernel
+to a folder and :func:`load_kernel` loads it to call on torch tensors (:mod:`bocast.kernel`).
+:class:`Workload`, :class:`Budget`, :class:`RunnerOptions` and each strategy's options
+(``bocast.strategies.BOOptions``, ...) are typed forms of a configuration's mappings
+(:mod:`bocast.schema`)."""
 
-from bocast.api import Study, TuneResult, compare, create_study, load, suggest, tune
+from bocast.api import TuneResult, compare, load, suggest, tune
 from bocast.errors import InputError
 from bocast.kernel import Kernel, export, load_kernel
 from bocast.schema import Budget, RunnerOptions, Workload
+from bocast.study import Study, create_study
 
 __version__ = "0.1.0"
 __all__ = ["Budget", "InputError", "Kernel", "RunnerOptions", "Study", "TuneResult", "Workload",

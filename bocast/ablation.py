@@ -39,6 +39,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from bocast import comparison as compare
+from bocast.comparison.running import _replay_run
 from bocast.config import read_yaml
 from bocast.records import load_dataset, provenance
 from bocast.schema import ConfigError
@@ -83,7 +84,7 @@ def _job(job):
             return {**json.load(f), "cached": True}
     # the run's record store sits next to its cache; an interrupted run resumes from it
     store = cache[: -len(".json")] + ".db"
-    run = compare._replay_run((cfg, s, seed, store, s.get("trials", cfg.trials)))
+    run = _replay_run((cfg, s, seed, store, s.get("trials", cfg.trials)))
     run = {k: run[k] for k in ("label", "seed", "curve", "trials_to_95pct", "optimum",
                                "reference", "reference_what", "seconds", "proposal_s")}
     with open(cache, "w") as f:

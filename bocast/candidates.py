@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bocast.space import Config, Space
+from bocast.knobs import Config
+from bocast.space import Space
 
 
 class Candidates(ABC):

@@ -26,6 +26,7 @@ import yaml
 
 from bocast import schema
 from bocast.errors import InputError
+from bocast.locations import check_writable
 from bocast.measure.parts import RUNNER_KINDS, runner_kind
 from bocast.schema import ConfigError, Field, Section
 
@@ -118,9 +119,9 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
     base = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
     resolve = resolver(base)
     output = resolve(top["output"])
-    schema.check_writable(output, "output", directory=True)
+    check_writable(output, "output", directory=True)
     if top["store"]:
-        schema.check_writable(resolve(top["store"]), "store")
+        check_writable(resolve(top["store"]), "store")
     # the strategy last: its options are its module's, and a strategy's module may import
     # torch (seconds), which the refusal of any other field should not wait for
     name, _ = strategy_entry(top["strategy"], "strategy.")

@@ -26,8 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bocast.knobs import Config
 from bocast.schema import Field
-from bocast.space import Config, Space
+from bocast.space import Space
 
 KINDS = ("knobs", "derived")
 #: the ``features`` option of the strategies that fit a model (bo, cga): what the model sees

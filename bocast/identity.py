@@ -23,7 +23,7 @@ from bocast.measure.parts import runner_kind
 from bocast.schema import ConfigError
 
 if TYPE_CHECKING:
-    from bocast.records import Store
+    from bocast.store import Store
 
 RESOLVED = "resolved"
 
@@ -34,7 +34,7 @@ def run_identity(*, strategy: str, options: Mapping[str, Any], seed: int,
     """The identity of one run (JSON-plain, keys sorted). ``options``: as the configuration
     gave them; a strategy that is not registered (MetaSchedule) resolves to those.
     ``batch_size`` None: an ask/tell study, whose caller picks each batch. ``warm_start``: the
-    sources an ``auto`` warm start resolved to (:func:`bocast.library.resolve`); resolved, the
+    sources an ``auto`` warm start resolved to (:func:`bocast.warm_sources.resolve`); resolved, the
     option is always the list of sources the run uses ([]: a cold start), so the identity names
     them and a cold run of before ``auto`` existed (``[]``) is the same run as one of ``none``."""
     from bocast.bo.transfer import source_paths
@@ -103,7 +103,7 @@ def check_path(path: str, workload: Mapping[str, Any], ident: dict[str, Any]) ->
     """The checks of :func:`open_store` on the store at ``path`` if there is one, only
     reading: nothing is written to it or created beside it (a run checked before it can
     start)."""
-    from bocast.records import Store
+    from bocast.store import Store
 
     if os.path.exists(path) and os.path.getsize(path) > 0:
         with Store.open(path, workload) as store:
@@ -113,7 +113,7 @@ def check_path(path: str, workload: Mapping[str, Any], ident: dict[str, Any]) ->
 def open_store(path: str, workload: Mapping[str, Any], ident: dict[str, Any]) -> Store:
     """The record store at ``path`` (created if missing), checked with :func:`check`; closed
     again, and the error raised, if it holds another run."""
-    from bocast.records import Store
+    from bocast.store import Store
 
     store = Store(path, workload)
     try:

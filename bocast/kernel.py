@@ -40,11 +40,11 @@ def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | st
     ``any_status``. Needs TVM, nvcc and a C compiler, no GPU; writes the whole folder or
     nothing."""
     from bocast.api import need_compiler
+    from bocast.locations import check_writable
     from bocast.measure.builder import build_one
     from bocast.measure.nvcc import compile_cubin
     from bocast.operator import from_workload
-    from bocast.records import Store
-    from bocast.schema import check_writable
+    from bocast.store import Store
 
     store, out = os.fspath(store), os.fspath(out)
     check_writable(out, "out", directory=True)
@@ -128,7 +128,7 @@ def _cuda_compile(answer: Callable[[str, Any], bytes | None]):
 def _meta(store, row_id, session, rec, built, op, reference, subspace,
           sessions) -> dict[str, Any]:
     from bocast.measure.nvcc import NVCC_FLAGS, nvcc_version
-    from bocast.records import provenance
+    from bocast.provenance import provenance
     from bocast.tensorcore import SM90_TARGET
 
     res, low = built.result, built.lowered

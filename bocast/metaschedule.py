@@ -26,7 +26,9 @@ from bocast.measure.engine import to_record
 from bocast.measure.runner import Runner
 from bocast.measure.status import Status
 from bocast.operator import Operator
-from bocast.records import Record, Store, provenance
+from bocast.provenance import provenance
+from bocast.record import Record
+from bocast.store import Store
 from bocast.tensorcore import SM90_TARGET
 from bocast.tuner import Trajectory, best_so_far
 

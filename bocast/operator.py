@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from bocast.errors import InputError
+from bocast.knobs import MAX_EXTENT, Config
 from bocast.registry import lookup
-from bocast.space import MAX_EXTENT, Config, Space
+from bocast.space import Space
 
 _REGISTRY: dict[str, type[Operator]] = {}
 

@@ -27,7 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bocast.space import Config, Space, SpaceError, Split, Value
+from bocast.knobs import Config, SpaceError, Split, Value
+from bocast.space import Space
 
 _TOP = {"name", "description", "workload", "fix", "feasible"}
 

@@ -2,7 +2,7 @@
 
 A new shape's best configurations as the library's records of the same schedule predict them,
 on a machine without a GPU, or as the first batch on one. The sources are those ``warm_start:
-auto`` would pick (:func:`bocast.library.choose`); their model is the warm start's source model
+auto`` would pick (:func:`bocast.warm_sources.choose`); their model is the warm start's source model
 (:class:`bocast.bo.transfer.SourceModel`: a GP on the sources' log TFLOPS, z-scored within each
 source workload, in the target's model inputs). It scores a uniform sample of the target's
 feasible configurations plus the best source rows the target holds and their one-knob
@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from bocast import library
+from bocast import library, warm_sources
 from bocast.candidates import Candidates, SpaceCandidates
-from bocast.space import Config, Space
+from bocast.knobs import Config
+from bocast.space import Space
 
 #: uniform samples of the target's space scored besides the best source rows
 POOL = 4096
@@ -79,7 +80,7 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
     ``gpu``: only records of this GPU model (None: every GPU's, named in the notes);
     ``records``: the library's folder; ``candidates``: the configurations to choose among (a
     replay table's; default the whole feasible space); ``exclude``, ``other_workloads``,
-    ``shipped_only``: as :func:`bocast.library.choose` (held-out evaluation: the table's own
+    ``shipped_only``: as :func:`bocast.warm_sources.choose` (held-out evaluation: the table's own
     dataset, no record of its workload). Raises :class:`bocast.library.LibraryError` when the
     library holds no record of the same schedule."""
     from bocast.bo.transfer import interleave, source_model
@@ -87,7 +88,7 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
 
     if not (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 1000):
         raise library.LibraryError(f"k: expected an integer from 1 to 1000, got {k!r}")
-    choice = library.choose(target_op, gpu=gpu, records=records, exclude=exclude,
+    choice = warm_sources.choose(target_op, gpu=gpu, records=records, exclude=exclude,
                             other_workloads=other_workloads, shipped_only=shipped_only)
     if not choice.sources:
         raise library.LibraryError(

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from bocast import interrupt
-from bocast.records import Record, best_record
-from bocast.space import Config, Space
+from bocast.knobs import Config
+from bocast.record import Record, best_record
+from bocast.space import Space
 from bocast.strategies.base import Strategy
 
 

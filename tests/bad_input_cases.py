@@ -95,7 +95,7 @@ DROP = object()
 
 def _dataset(tmp: str, edit_rows=None, edit_meta=None, raw_bytes=None) -> None:
     """A copy of the recorded dataset under {tmp}/ds, edited; the tune config points at it."""
-    from bocast.records import dataset_csv
+    from bocast.datasets import dataset_csv
 
     src = os.path.join(DATA, DATASET)
     with lzma.open(dataset_csv(src), "rt") as f:
@@ -188,7 +188,7 @@ def other_run_store(tmp: str) -> None:
     op = compare.validate(cfg)[0]
     s, seed, path, _ = compare.plan(cfg)[0]
     os.makedirs(os.path.dirname(path))
-    from bocast.records import Store
+    from bocast.store import Store
 
     with Store(path, op.workload) as store:
         store.set_meta("run", compare.run_identity(cfg, s, seed))
@@ -199,7 +199,7 @@ def other_tune_store(tmp: str) -> None:
     """out/records.db holding a tune run of another strategy and seed than c.yaml's."""
     from bocast import identity
     from bocast.operator import from_workload
-    from bocast.records import Store
+    from bocast.store import Store
 
     tune_cfg()(tmp)
     os.makedirs(os.path.join(tmp, "out"))
@@ -228,7 +228,7 @@ def subspace_file(**change) -> Callable[[str], None]:
 def other_subspace_store(tmp: str) -> None:
     """{tmp}/s.db: a table of another sub-space of the same workload."""
     from bocast.operator import from_workload
-    from bocast.records import Store
+    from bocast.store import Store
 
     subspace_file()(tmp)
     op = from_workload(SUB_WORKLOAD)

@@ -13,8 +13,9 @@ import yaml
 
 import bocast
 from bocast.errors import InputError
-from bocast.records import RecordError, StoreError
+from bocast.record import RecordError
 from bocast.schema import Budget, ConfigError, Workload
+from bocast.store import StoreError
 from tests.bad_input_cases import (
     ROOT,
     TUNE,

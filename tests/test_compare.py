@@ -39,7 +39,7 @@ def test_compare_writes_tables_plot_records_and_json(tmp_path):
     import csv
 
     from bocast.operator import from_workload
-    from bocast.records import Store
+    from bocast.store import Store
     from bocast.tuner import best_so_far
 
     proc = compare(tmp_path, GOOD)
@@ -130,7 +130,7 @@ def test_live_compare_interleaves_runs_and_resumes(tmp_path):
     from bocast import comparison as cmp
     from bocast.measure.builder import Builder
     from bocast.measure.standin import StandinRunner
-    from bocast.records import Store
+    from bocast.store import Store
 
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({**LIVE, "output": str(tmp_path / "runs"),

@@ -10,8 +10,8 @@ import yaml
 
 import bocast
 from bocast import identity
-from bocast.records import Store
 from bocast.schema import ConfigError
+from bocast.store import Store
 from bocast.strategies import strategy_class
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

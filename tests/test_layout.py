@@ -11,15 +11,19 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "bocast"
 
-#: function-local imports of bocast modules per module, 2026-11-25 (162 in all)
+#: function-local imports of bocast modules per module, 2026-11-26 (161 in all; issue 27 moved the
+#: counts of the modules it split to their parts)
 LAZY = {
-    "bocast.api": 47, "bocast.bo.transfer": 7, "bocast.cli": 22, "bocast.comparison": 28,
-    "bocast.config": 4, "bocast.identity": 4, "bocast.kernel": 11, "bocast.library": 12,
-    "bocast.measure.builder": 2, "bocast.measure.gpu_worker": 1, "bocast.measure.parts": 4,
-    "bocast.measure.rpc_server": 1, "bocast.metaschedule": 1, "bocast.records": 2,
-    "bocast.schema": 1, "bocast.spaces._pipelined_matmul": 1, "bocast.strategies.base": 3,
-    "bocast.strategies.bo": 5, "bocast.strategies.ga": 1, "bocast.subspace": 2,
-    "bocast.suggestions": 3,
+    "bocast.api": 26, "bocast.bo.transfer": 7, "bocast.cli": 1, "bocast.cli.common": 4,
+    "bocast.cli.run_commands": 8, "bocast.cli.space_commands": 8, "bocast.comparison.config": 6,
+    "bocast.comparison.outputs": 3, "bocast.comparison.running": 17,
+    "bocast.comparison.summary": 2, "bocast.config": 4, "bocast.datasets": 1, "bocast.identity": 4,
+    "bocast.kernel": 11, "bocast.library": 7, "bocast.measure.builder": 2,
+    "bocast.measure.gpu_worker": 1, "bocast.measure.parts": 4, "bocast.measure.rpc_service": 1,
+    "bocast.metaschedule": 1, "bocast.record": 1, "bocast.schema": 1,
+    "bocast.spaces._pipelined_matmul": 1, "bocast.strategies.base": 3, "bocast.strategies.bo": 5,
+    "bocast.strategies.ga": 1, "bocast.study": 11, "bocast.subspace": 2, "bocast.suggestions": 3,
+    "bocast.tune_run": 10, "bocast.warm_sources": 5,
 }
 
 
@@ -88,3 +92,26 @@ def test_no_new_function_local_imports_of_our_own_modules():
     _, _, local = _graph()
     over = {m: (n, LAZY.get(m, 0)) for m, n in local.items() if n > LAZY.get(m, 0)}
     assert not over, f"function-local bocast imports over the documented counts: {over}"
+
+
+#: issue 27: a module is at most this many lines (``wc -l``)
+MAX_LINES = 400
+#: modules allowed over MAX_LINES, each with why
+LONG = {
+    "bocast.spaces._hopper_matmul": "space v3's TIRx kernel template, changed by the Hopper work "
+                                    "in progress; split once that settles",
+    "bocast.spaces._hopper_conv": "conv2d's v3 kernel repeats the GEMM template's body (written "
+                                  "beside the cluster change); the two bodies become one kernel "
+                                  "generator with the template's split",
+}
+#: left out for now: another change is refactoring them (bocast/bo/transfer.py included)
+ELSEWHERE = ("bocast.bo", "bocast.strategies")
+
+
+def test_modules_are_at_most_400_lines():
+    sizes = {m: p.read_text(encoding="utf-8").count("\n") for m, p in _modules().items()
+             if not any(m == e or m.startswith(e + ".") for e in ELSEWHERE)}
+    over = {m: n for m, n in sizes.items() if n > MAX_LINES and m not in LONG}
+    assert not over, f"modules over {MAX_LINES} lines: {over}"
+    fixed = [m for m in LONG if sizes.get(m, 0) <= MAX_LINES]
+    assert not fixed, f"no longer over {MAX_LINES} lines: drop them from LONG: {fixed}"

@@ -11,10 +11,10 @@ import sqlite3
 import pytest
 
 import bocast
-from bocast import library
+from bocast import library, warm_sources
 from bocast.bo.transfer import AUTO, incompatibility
 from bocast.operator import get_operator, make
-from bocast.records import Store
+from bocast.store import Store
 
 QUICK = {"runner": "standin", "strategy": "random", "trials": 8, "batch_size": 8}
 T1024 = "experiments/data/exhaustive/gemm_1024_1024_1024_v2"
@@ -91,17 +91,17 @@ def test_auto_chooses_the_same_schedule_on_the_same_gpu(standin_store, tmp_path)
     mine, _ = library.add(store, str(folder))
     _regpu(mine, str(folder / "a100.db"), "NVIDIA A100-SXM4-80GB")
     target = make("gemm", (512, 256, 256))
-    choice = library.resolve(AUTO, target, runner="standin", gpu=STANDIN, records=str(folder))
+    choice = warm_sources.resolve(AUTO, target, runner="standin", gpu=STANDIN, records=str(folder))
     assert choice.sources == [mine]  # not the A100's copy, nor an H100 dataset
     assert any("other GPU models left out" in n and "A100" in n for n in choice.notes)
     # on the A100 only its records; where the GPU is not known, both, and it says so
-    a100 = library.choose(target, gpu="NVIDIA A100-SXM4-80GB", records=str(folder))
+    a100 = warm_sources.choose(target, gpu="NVIDIA A100-SXM4-80GB", records=str(folder))
     assert a100.sources == [str(folder / "a100.db")]
-    unknown = library.choose(target, gpu=None, records=str(folder))
+    unknown = warm_sources.choose(target, gpu=None, records=str(folder))
     # one source per workload: the stand-in's or the A100's copy, and two H100 datasets
     assert len(unknown.sources) == 3 and any("not known" in n for n in unknown.notes)
     # never the run's own store (nor its library copy)
-    own = library.resolve(AUTO, target, runner="standin", gpu=STANDIN, records=str(folder),
+    own = warm_sources.resolve(AUTO, target, runner="standin", gpu=STANDIN, records=str(folder),
                           store=store)
     assert own.sources == [] and "a cold start" in own.notes[-1]
 
@@ -109,14 +109,14 @@ def test_auto_chooses_the_same_schedule_on_the_same_gpu(standin_store, tmp_path)
 def test_records_of_one_space_never_seed_another():
     v2, v3 = make("gemm", (4096, 4096, 4096), space="v2"), make("gemm", (1024,) * 3, space="v3")
     assert incompatibility(v2.workload, v3)[0] is not None
-    choice = library.choose(v3, gpu="NVIDIA H100 80GB HBM3", other_workloads=True,
+    choice = warm_sources.choose(v3, gpu="NVIDIA H100 80GB HBM3", other_workloads=True,
                             shipped_only=True)
     # the other v3 workloads only (each once: its exhaustive table has more rows than the
     # uniform 4096^3 v3 dataset), never v2's records nor the target's own 1024^3 v3 tables
     assert choice.sources == [os.path.join(library.SHIPPED, "exhaustive", t) for t in
                               ("gemm_2048_8192_1024_v3", "gemm_4096_4096_4096_v3")]
     v1 = make("gemm", (1024,) * 3, space="v1")
-    picked = library.choose(v1, gpu="NVIDIA H100 80GB HBM3", shipped_only=True,
+    picked = warm_sources.choose(v1, gpu="NVIDIA H100 80GB HBM3", shipped_only=True,
                             other_workloads=True).sources
     assert picked and all("_v2" not in p and "_v3" not in p for p in picked)
 
@@ -124,13 +124,13 @@ def test_records_of_one_space_never_seed_another():
 def test_replay_auto_never_uses_its_own_table_nor_a_machines_library(standin_store):
     _, folder = standin_store
     op = get_operator("gemm").from_args((1024, 1024, 1024))
-    choice = library.resolve(AUTO, op, runner="replay", gpu="NVIDIA H100 80GB HBM3",
+    choice = warm_sources.resolve(AUTO, op, runner="replay", gpu="NVIDIA H100 80GB HBM3",
                              dataset=T1024, records=folder)
     names = [library.portable(p) for p in choice.sources]
     assert names == ["experiments/data/exhaustive/gemm_2048_8192_1024_v2",
                      "experiments/data/exhaustive/gemm_4096_4096_4096_v2",
                      "experiments/data/exhaustive/conv2d_16_14_14_256_256_3_3_1_1_1_v2"]
-    assert library.resolve("none", op, runner="replay", gpu=None).sources == []
+    assert warm_sources.resolve("none", op, runner="replay", gpu=None).sources == []
 
 
 def test_one_command_replay_names_its_sources(tmp_path, bocast_cli):
@@ -211,10 +211,10 @@ def test_warm_defaults_apply_only_to_a_warm_run_and_never_over_a_given_option(mo
 
     monkeypatch.setattr(strategy_class("bo"), "warm_defaults", {"warm_start_share": 0.5,
                                                                  "y_transform": "relative"})
-    got = library.warm_options("bo", {"y_transform": "log"}, ["a", "b"])
+    got = warm_sources.warm_options("bo", {"y_transform": "log"}, ["a", "b"])
     assert got == {"warm_start_share": 0.5, "y_transform": "log", "warm_start": ["a", "b"]}
-    assert library.warm_options("bo", {}, []) == {"warm_start": []}
+    assert warm_sources.warm_options("bo", {}, []) == {"warm_start": []}
     # warm_start_top says how the first batch starts: the share is not added beside it
-    assert library.warm_options("bo", {"warm_start_top": 16}, ["a"]) == {
+    assert warm_sources.warm_options("bo", {"warm_start_top": 16}, ["a"]) == {
         "warm_start_top": 16, "warm_start": ["a"]}
-    assert library.warm_options("cga", {}, ["a"]) == {"warm_start": ["a"]}
+    assert warm_sources.warm_options("cga", {}, ["a"]) == {"warm_start": ["a"]}

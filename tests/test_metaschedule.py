@@ -20,7 +20,7 @@ from bocast.measure.builder import Builder
 from bocast.measure.standin import StandinRunner
 from bocast.measure.status import Status
 from bocast.operator import get_operator
-from bocast.records import Store
+from bocast.store import Store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,7 +40,7 @@ lower(mma.apply(MMA_64).mod, pass_config=options["pass_config"],
 from bocast import metaschedule
 from bocast.measure.builder import Builder
 from bocast.measure.standin import StandinRunner
-from bocast.records import Store
+from bocast.store import Store
 
 op = get_operator("gemm").from_args((128, 128, 128))
 with Builder(workers=2, compile=False) as builder, StandinRunner() as runner, \

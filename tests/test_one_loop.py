@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import bocast
-from bocast.records import Store
+from bocast.store import Store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: wall-clock columns (the others must match): when a row was written, its session, and on the

@@ -13,21 +13,13 @@ import time
 
 import pytest
 
+from bocast.datasets import dataset_configs, export_dataset, load_dataset
 from bocast.measure.replay import ReplayDataset
 from bocast.measure.status import Status
 from bocast.operator import get_operator
-from bocast.records import (
-    FEATURES,
-    MEASURED,
-    Record,
-    Store,
-    StoreError,
-    dataset_configs,
-    export_dataset,
-    load,
-    load_dataset,
-)
+from bocast.record import FEATURES, MEASURED, Record
 from bocast.space import Space
+from bocast.store import Store, StoreError, load
 
 OP = get_operator("gemm").from_args((64, 64, 64))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -254,7 +246,7 @@ def test_sigkill_and_resume_loses_nothing_and_repeats_nothing(tmp_path):
 
 
 def test_atomic_write_gives_results_the_mode_open_would(tmp_path):
-    from bocast.records import atomic_write
+    from bocast.files import atomic_write
 
     old = os.umask(0o027)
     try:

@@ -23,8 +23,8 @@ from bocast import api
 from bocast.interrupt import Interrupted
 from bocast.measure.replay import ReplayDataset, ReplayMeasurer
 from bocast.operator import get_operator
-from bocast.records import Store
 from bocast.space import Space
+from bocast.store import Store
 from bocast.strategies import make_strategy, strategies
 from bocast.tuner import Tuner, run_interleaved
 

@@ -8,7 +8,7 @@ import pytest
 
 from bocast import comparison
 from bocast.config import load, read_yaml
-from bocast.records import dataset_csv
+from bocast.datasets import dataset_csv
 
 
 def _ablation():

@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bocast.space import (
+from bocast.knobs import (
     Categorical,
     Constraint,
     Ordinal,
     PowerOfTwo,
-    Space,
     SpaceError,
     Split,
     factorizations,
 )
+from bocast.space import Space
 
 
 def toy_space() -> Space:
@@ -166,7 +166,7 @@ def test_definition_errors():
 def test_factorizations_of_huge_extents_are_instant_and_bounded():
     import time
 
-    from bocast.space import MAX_EXTENT
+    from bocast.knobs import MAX_EXTENT
 
     t = time.perf_counter()
     assert factorizations(MAX_EXTENT, 3) == ((1, 1, MAX_EXTENT), (1, MAX_EXTENT, 1),

@@ -9,12 +9,14 @@ import sys
 import pytest
 
 from bocast.candidates import SpaceCandidates
+from bocast.datasets import load_dataset
+from bocast.knobs import SpaceError
 from bocast.measure.builder import BuildResult
 from bocast.measure.engine import Measurer
 from bocast.measure.status import Status
 from bocast.operator import from_workload, get_operator
-from bocast.records import Store, load_dataset
-from bocast.space import Space, SpaceError
+from bocast.space import Space
+from bocast.store import Store
 from bocast.strategies.listed import Listed
 from bocast.subspace import SubspaceError, allowed_values, load, parse_fix_args
 from bocast.tuner import Tuner

@@ -20,11 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bocast.knobs import Config
 from bocast.measure.nvcc import compile_cubin, why_no_compiler
 from bocast.measure.pool import TaskFailure, TimedPool
 from bocast.measure.status import Status, tail
 from bocast.operator import Operator, from_workload
-from bocast.space import Config, Space
+from bocast.space import Space
 
 
 @dataclass

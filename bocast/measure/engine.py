@@ -17,12 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from bocast.knobs import Config
 from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.runner import Runner, RunResult
 from bocast.measure.status import Status
 from bocast.operator import Operator
-from bocast.records import FEATURES, RUN_FIELDS, Record, Store, provenance
-from bocast.space import Config, Space
+from bocast.provenance import provenance
+from bocast.record import FEATURES, RUN_FIELDS, Record
+from bocast.space import Space
+from bocast.store import Store
 
 
 class Measurer:

@@ -14,20 +14,13 @@ from typing import Any
 
 from bocast import interrupt
 from bocast.candidates import TableCandidates
+from bocast.datasets import DATASET_COLUMNS, dataset_configs, dataset_csv
 from bocast.errors import InputError
+from bocast.knobs import Config
 from bocast.measure.status import Status
 from bocast.operator import Operator, canonical_workload
-from bocast.records import (
-    DATASET_COLUMNS,
-    OPTIONAL,
-    Record,
-    RecordError,
-    check_record,
-    dataset_configs,
-    dataset_csv,
-    measured_values,
-)
-from bocast.space import Config, Space
+from bocast.record import OPTIONAL, Record, RecordError, check_record, measured_values
+from bocast.space import Space
 
 #: columns read as numbers (the others: status and stage, text)
 NUMERIC = tuple(c for c in DATASET_COLUMNS if c not in ("status", "stage"))
@@ -41,7 +34,7 @@ class ReplayDataset:
     """A recorded dataset, checked whole when it is opened (a bad row would otherwise surface
     as a traceback at the trial that first reads it): files readable, its workload the
     operator's, the columns present, every value of the right type, every status known, every
-    row a record that :func:`bocast.records.check_record` accepts (the check of every record
+    row a record that :func:`bocast.record.check_record` accepts (the check of every record
     written: an ``ok`` row's TFLOPS positive and possible, ...), every configuration
     structurally valid and unique. An
     error names the file and, for a value, the data row (1 = the first under the header)."""

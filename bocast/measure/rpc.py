@@ -37,14 +37,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from bocast.measure import rpc_auth as auth
-from bocast.measure import rpc_tracker as trk
+from bocast.measure import rpc_protocol as proto
 from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure
-from bocast.measure.rpc_server import PROTOCOL
+from bocast.measure.rpc_batch import _Batch, _Call, _Session
+from bocast.measure.rpc_service import PROTOCOL
 from bocast.measure.runner import OnResult, Runner, RunResult, WorkerRunner, kernel_task
 from bocast.measure.status import Status
 from bocast.operator import Operator
@@ -69,7 +69,7 @@ def parse_options(raw: Any) -> dict[str, Any]:
     for name in ("tracker", "key"):
         if not isinstance(out.get(name), str) or not out[name]:
             raise ValueError(f"rpc.{name}: missing (tracker: HOST:PORT, key: the servers' key)")
-    trk.parse_addr(out["tracker"])
+    proto.parse_addr(out["tracker"])
     if out.get("token_file") is not None and not isinstance(out["token_file"], str):
         raise ValueError(f"rpc.token_file: expected a file name, got {out['token_file']!r}")
     if out.get("gpu_model") is not None and not isinstance(out["gpu_model"], str):
@@ -95,82 +95,6 @@ def server_name(info: Mapping[str, Any]) -> str:
     return f"{info.get('host')}:{info.get('port')}{gpu}"
 
 
-# --------------------------------------------------------------------------- one batch
-
-
-@dataclass
-class _Call:
-    task: dict[str, Any]   # the worker task, without its cubin
-    cubin: bytes
-    timeout_s: float
-
-
-@dataclass(eq=False)
-class _Session:
-    """One thread holding (or waiting for) one server during one batch."""
-
-    phase: str = "tracker"      # tracker | connect | run | done
-    since: float = field(default_factory=time.monotonic)
-    deadline: float | None = None
-    current: int | None = None
-    server: str = ""
-    abandoned: bool = False     # declared hung: whatever it answers later is dropped
-    refused: bool = False       # a server of another GPU model, held idle until the batch ends
-
-
-class _Batch:
-    """The queue of one :meth:`RpcRunner.run` and the sessions working on it."""
-
-    def __init__(self, calls: list[_Call]):
-        self.calls = calls
-        self.todo = collections.deque(range(len(calls)))
-        self.attempts = [0] * len(calls)
-        self.lost_on: list[list[str]] = [[] for _ in calls]
-        self.done = [False] * len(calls)
-        self.answers: queue.Queue = queue.Queue()
-        self.lock = threading.Lock()
-        self.finished = threading.Event()
-        self.sessions: list[_Session] = []
-        self.last_server_s = time.monotonic()  # when a session last held a server
-        self.notes: list[str] = []
-        self.fatal: str | None = None  # why no server can ever be had (the token disagrees)
-
-    def take(self, s: _Session, slack_s: float) -> int | None:
-        with self.lock:
-            while self.todo:
-                i = self.todo.popleft()
-                if not self.done[i]:
-                    s.current, s.phase, s.since = i, "run", time.monotonic()
-                    s.deadline = s.since + self.calls[i].timeout_s + slack_s
-                    return i
-            s.current, s.deadline = None, None
-            return None
-
-    def lost(self, s: _Session, why: str, max_attempts: int) -> None:
-        """``s``'s server is gone: its kernel goes back to the queue (or, after too many lost
-        servers, is answered as a runtime error)."""
-        with self.lock:
-            i, s.current = s.current, None
-            if i is None or self.done[i]:
-                return
-            self.attempts[i] += 1
-            self.lost_on[i].append(s.server)
-            if self.attempts[i] >= max_attempts:
-                self.answers.put((i, None, {"_failure": {
-                    "kind": "server-lost",
-                    "detail": f"{self.attempts[i]} servers lost while running it: {why}",
-                    "seconds": 0.0}}))
-            else:
-                self.todo.appendleft(i)
-
-    def answer(self, s: _Session, i: int, info: dict, raw: dict) -> None:
-        with self.lock:
-            if s.abandoned:
-                return
-            s.current, s.deadline = None, None
-        self.answers.put((i, info, raw))
-
-
 # ------------------------------------------------------------------------------ the runner
 
 
@@ -185,7 +109,7 @@ class RpcRunner(Runner):
                  slack_s: float = 120.0, connect_timeout_s: float = 30.0,
                  server_wait_s: float = 600.0, max_attempts: int = 3, priority: int = 1,
                  token_file: str | None = None, log: Callable[[str], None] | None = None):
-        self.tracker, self.key = trk.parse_addr(tracker), key
+        self.tracker, self.key = proto.parse_addr(tracker), key
         try:
             self.token = auth.load_token(token_file)
             auth.require(self.token, {"rpc tracker": self.tracker[0]})
@@ -241,8 +165,8 @@ class RpcRunner(Runner):
         """The servers registered under the key now; pins the runner to their GPU model."""
         try:
             infos = [s.get("bocast") or {}
-                     for s in trk.servers(self.tracker, self.key, self.token)]
-        except trk.TrackerError as e:
+                     for s in proto.servers(self.tracker, self.key, self.token)]
+        except proto.TrackerError as e:
             raise RpcUnavailable(str(e)) from None
         if not infos:
             raise RpcUnavailable(f"no server registered under key {self.key!r} at "
@@ -265,10 +189,10 @@ class RpcRunner(Runner):
         if self.sessions:
             return max(1, min(n, self.sessions))
         try:
-            registered = len(trk.servers(self.tracker, self.key, self.token))
-        except trk.TrackerAuthError as e:
+            registered = len(proto.servers(self.tracker, self.key, self.token))
+        except proto.TrackerAuthError as e:
             raise RpcUnavailable(str(e)) from None
-        except trk.TrackerError:
+        except proto.TrackerError:
             registered = 1
         return max(1, min(n, registered))
 
@@ -407,16 +331,16 @@ class RpcRunner(Runner):
                         return None
                 if req is None:
                     try:
-                        req = trk.Request(self.tracker, self.key, self.priority, self.token)
-                    except trk.TrackerAuthError as e:
+                        req = proto.Request(self.tracker, self.key, self.priority, self.token)
+                    except proto.TrackerAuthError as e:
                         batch.fatal = str(e)  # retrying cannot help: the batch fails now
                         return None
-                    except trk.TrackerError:
+                    except proto.TrackerError:
                         time.sleep(1.0)  # the tracker may be restarting; the batch times out
                         continue
                 try:
                     got = req.poll(0.5)
-                except (OSError, ConnectionError, ValueError, trk.TrackerError):
+                except (OSError, ConnectionError, ValueError, proto.TrackerError):
                     req.close()
                     req = None
                     continue

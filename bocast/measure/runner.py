@@ -18,12 +18,12 @@ from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure, TimedPool
 from bocast.measure.status import Status, tail
 from bocast.operator import Operator
-from bocast.records import RUN_FIELDS, Measurement
+from bocast.record import RUN_FIELDS, Measurement
 
 
 @dataclass
 class RunResult(Measurement):
-    """A runner's answer for one kernel: its :class:`~bocast.records.Measurement` (keyword
+    """A runner's answer for one kernel: its :class:`~bocast.record.Measurement` (keyword
     arguments), the status, and ``extra`` details (``number``, ``method``; rpc:
     ``measured_on``)."""
 

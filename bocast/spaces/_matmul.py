@@ -31,8 +31,9 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
+from bocast.knobs import MAX_EXTENT, Categorical, Constraint
 from bocast.operator import Operator, WorkloadError, check_tensor
-from bocast.space import MAX_EXTENT, Categorical, Constraint, Space
+from bocast.space import Space
 
 DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "float16")}
 GRID_Y_LIMIT = 65535

@@ -53,7 +53,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bocast.space import Categorical, Constraint, Knob, Ordinal, PowerOfTwo, Space, Split
+from bocast.knobs import Categorical, Constraint, Knob, Ordinal, PowerOfTwo, Split
+from bocast.space import Space
 from bocast.tensorcore import mma_intrin, wmma_intrin
 
 from . import _matmul as mm

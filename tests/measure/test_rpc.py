@@ -15,6 +15,7 @@ import time
 import pytest
 
 from bocast.measure import rpc_auth as auth
+from bocast.measure import rpc_protocol as proto
 from bocast.measure import rpc_tracker as trk
 from bocast.measure.builder import BuildResult
 from bocast.measure.rpc import RpcRunner, RpcUnavailable, parse_options
@@ -60,14 +61,14 @@ class Cluster:
             start_new_session=True)
 
     def servers(self) -> list[dict]:
-        return [s["bocast"] for s in trk.servers(self.tracker.addr, self.key, self.token)]
+        return [s["bocast"] for s in proto.servers(self.tracker.addr, self.key, self.token)]
 
     def wait_free(self, n: int | None = None, timeout_s: float = 120.0) -> list[dict]:
         """Block until ``n`` (default: all) servers are registered and free (no session open)."""
         n = self.n if n is None else n
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
-            queue = trk.summary(self.tracker.addr, token=self.token)["queue_info"]
+            queue = proto.summary(self.tracker.addr, token=self.token)["queue_info"]
             if queue.get(self.key, {}).get("free", 0) >= n and len(self.servers()) >= n:
                 return self.servers()
             assert self.serve.poll() is None, "serve exited"
@@ -124,40 +125,42 @@ def servers_of(results) -> collections.Counter:
 def test_protocol_constants_are_tvms():
     from tvm.rpc import base
 
-    assert (trk.TRACKER_MAGIC, trk.RPC_MAGIC, trk.RPC_CODE_SUCCESS, trk.RPC_CODE_MISMATCH) == (
-        base.RPC_TRACKER_MAGIC, base.RPC_MAGIC, base.RPC_CODE_SUCCESS, base.RPC_CODE_MISMATCH)
+    assert (proto.TRACKER_MAGIC, proto.RPC_MAGIC, proto.RPC_CODE_SUCCESS,
+            proto.RPC_CODE_MISMATCH) == (base.RPC_TRACKER_MAGIC, base.RPC_MAGIC,
+                                         base.RPC_CODE_SUCCESS, base.RPC_CODE_MISMATCH)
     c = base.TrackerCode
-    assert (trk.FAIL, trk.SUCCESS, trk.PING, trk.STOP, trk.PUT, trk.REQUEST, trk.UPDATE_INFO,
-            trk.SUMMARY, trk.PENDING) == (c.FAIL, c.SUCCESS, c.PING, c.STOP, c.PUT, c.REQUEST,
-                                          c.UPDATE_INFO, c.SUMMARY, c.GET_PENDING_MATCHKEYS)
+    assert (proto.FAIL, proto.SUCCESS, proto.PING, proto.STOP, proto.PUT, proto.REQUEST,
+            proto.UPDATE_INFO, proto.SUMMARY, proto.PENDING) == (
+        c.FAIL, c.SUCCESS, c.PING, c.STOP, c.PUT, c.REQUEST, c.UPDATE_INFO, c.SUMMARY,
+        c.GET_PENDING_MATCHKEYS)
 
 
 def test_tracker_hands_out_the_longest_waiting_server_and_forgets_dead_ones():
     with trk.Tracker("127.0.0.1", 0, 1) as tracker:
         servers = []
         for port in (1001, 1002, 1003):
-            s = trk.connect(tracker.addr)
-            trk.send_msg(s, [trk.UPDATE_INFO, {"key": "server:k", "addr": [None, port]}])
-            assert trk.recv_msg(s) == trk.SUCCESS
-            trk.send_msg(s, [trk.PUT, "k", [port, f"k:m{port}"], None])
-            assert trk.recv_msg(s) == trk.SUCCESS
+            s = proto.connect(tracker.addr)
+            proto.send_msg(s, [proto.UPDATE_INFO, {"key": "server:k", "addr": [None, port]}])
+            assert proto.recv_msg(s) == proto.SUCCESS
+            proto.send_msg(s, [proto.PUT, "k", [port, f"k:m{port}"], None])
+            assert proto.recv_msg(s) == proto.SUCCESS
             servers.append(s)
         servers[0].close()  # died: must never be handed out
         time.sleep(0.3)
-        assert trk.summary(tracker.addr)["queue_info"]["k"] == {"free": 2, "pending": 0}
+        assert proto.summary(tracker.addr)["queue_info"]["k"] == {"free": 2, "pending": 0}
         # one request after the other: two opened at once may reach the tracker in either order
-        first = trk.Request(tracker.addr, "k", 0)
+        first = proto.Request(tracker.addr, "k", 0)
         assert first.poll(2.0) == ("127.0.0.1", 1002, "k:m1002")
-        second = trk.Request(tracker.addr, "k", 0)
+        second = proto.Request(tracker.addr, "k", 0)
         assert second.poll(2.0) == ("127.0.0.1", 1003, "k:m1003")
-        low = trk.Request(tracker.addr, "k", priority=0)
+        low = proto.Request(tracker.addr, "k", priority=0)
         time.sleep(0.2)
-        high = trk.Request(tracker.addr, "k", priority=5)
+        high = proto.Request(tracker.addr, "k", priority=5)
         assert low.poll(0.3) is None and high.poll(0.3) is None  # nothing free: both wait
-        trk.send_msg(servers[1], [trk.PENDING])
-        assert trk.recv_msg(servers[1]) == []  # its offer was taken
-        trk.send_msg(servers[1], [trk.PUT, "k", [1002, "k:again"], None])
-        assert trk.recv_msg(servers[1]) == trk.SUCCESS
+        proto.send_msg(servers[1], [proto.PENDING])
+        assert proto.recv_msg(servers[1]) == []  # its offer was taken
+        proto.send_msg(servers[1], [proto.PUT, "k", [1002, "k:again"], None])
+        assert proto.recv_msg(servers[1]) == proto.SUCCESS
         assert high.poll(2.0) == ("127.0.0.1", 1002, "k:again")  # priority before arrival
         assert low.poll(0.3) is None
         for s in (first, second, low, high, *servers[1:]):
@@ -237,7 +240,7 @@ def test_a_client_that_stops_calling_frees_its_server(cluster):
     cluster.wait_free()
     sess = rpc.connect_tracker(*cluster.tracker.addr).request(KEY)
     time.sleep(0.5)
-    assert trk.summary(cluster.tracker.addr)["queue_info"][KEY]["free"] == SERVERS - 1
+    assert proto.summary(cluster.tracker.addr)["queue_info"][KEY]["free"] == SERVERS - 1
     t0 = time.monotonic()
     cluster.wait_free(timeout_s=30)  # the server ends the idle session after 4 s
     assert time.monotonic() - t0 > 2
@@ -347,7 +350,7 @@ def test_servers_and_runner_work_with_tvms_own_tracker():
          "0", "--worker", "standin"], env={**env, "BOCAST_STANDIN_SLEEP": "0.1"},
         start_new_session=True)
     try:
-        trk.wait_for_servers(("127.0.0.1", port), "tvmtracker", 2, 120)
+        proto.wait_for_servers(("127.0.0.1", port), "tvmtracker", 2, 120)
         runner = RpcRunner(("127.0.0.1", port), "tvmtracker", timeout_s=5, slack_s=30,
                            server_wait_s=60, log=lambda m: None)
         results = runner.run(OP, builds(12, "tvm"))
@@ -376,7 +379,7 @@ def test_records_name_the_host_and_gpu_that_measured_them(cluster, tmp_path):
     import sqlite3
 
     from bocast.measure.engine import Measurer
-    from bocast.records import Store
+    from bocast.store import Store
 
     cluster.wait_free()
     path = str(tmp_path / "r.db")
@@ -457,7 +460,7 @@ def _through_cluster(cluster) -> str:
 def test_bocast_tune_through_rpc_builds_here_and_records_the_servers(cluster, tmp_path):
     """The whole command: nvcc builds on this host, stand-in servers time (needs nvcc)."""
     from bocast import cli
-    from bocast.records import Store
+    from bocast.store import Store
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("workload: {op: gemm, shape: [256, 256, 256]}\nstrategy: {name: random}\n"
@@ -486,7 +489,7 @@ def test_compare_config_with_runner_rpc():
 def test_bocast_compare_through_rpc_records_every_run_once(cluster, tmp_path):
     """A live comparison whose kernels are timed by the servers (nvcc builds here)."""
     from bocast import cli
-    from bocast.records import Store
+    from bocast.store import Store
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("name: c\nworkload: {op: gemm, shape: [256, 256, 256]}\nrunner: rpc\n"

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from bocast.measure import rpc_auth as auth
+from bocast.measure import rpc_protocol as proto
 from bocast.measure import rpc_tracker as trk
 from bocast.measure.rpc import RpcRunner, RpcUnavailable
 from bocast.measure.standin import StandinRunner
@@ -116,18 +117,18 @@ def test_authenticated_fleet_measures_what_the_local_runner_does(fleet):
 def test_clients_without_the_token_are_refused(fleet, tmp_path):
     fleet.wait_free()
     addr = fleet.tracker.addr
-    with pytest.raises(trk.TrackerAuthError, match="requires the fleet's token"):
-        trk.summary(addr)
-    with pytest.raises(trk.TrackerAuthError, match="refused this side's token"):
-        trk.summary(addr, token=OTHER)
+    with pytest.raises(proto.TrackerAuthError, match="requires the fleet's token"):
+        proto.summary(addr)
+    with pytest.raises(proto.TrackerAuthError, match="refused this side's token"):
+        proto.summary(addr, token=OTHER)
     # a raw peer that skips the proof and asks for a server is cut off before any command
     with socket.create_connection(addr, timeout=10) as s:
-        s.sendall(struct.pack("<i", trk.TRACKER_MAGIC))
-        assert struct.unpack("<i", trk.recv_exact(s, 4))[0] == trk.AUTH_MAGIC
-        trk.recv_msg(s)  # the tracker's nonce
-        trk.send_msg(s, [trk.REQUEST, KEY, "", 1])
+        s.sendall(struct.pack("<i", proto.TRACKER_MAGIC))
+        assert struct.unpack("<i", proto.recv_exact(s, 4))[0] == proto.AUTH_MAGIC
+        proto.recv_msg(s)  # the tracker's nonce
+        proto.send_msg(s, [proto.REQUEST, KEY, "", 1])
         with pytest.raises(ConnectionError):
-            trk.recv_msg(s)
+            proto.recv_msg(s)
     # TVM's own client knows no token: refused at the magic
     from tvm import rpc
 
@@ -150,7 +151,7 @@ def test_a_granted_matchkey_alone_opens_no_session(fleet):
 
     fleet.wait_free()
     for word in ("", auth.session_word(OTHER, "x")[0]):
-        req = trk.Request(fleet.tracker.addr, KEY, token=TOKEN)
+        req = proto.Request(fleet.tracker.addr, KEY, token=TOKEN)
         try:
             got = None
             for _ in range(50):
@@ -171,23 +172,23 @@ def test_fake_servers_are_refused(fleet, tmp_path):
     fleet.wait_free()
     addr = fleet.tracker.addr
     for token in (None, OTHER):
-        with pytest.raises(trk.TrackerAuthError):
-            trk.connect(addr, token=token)
+        with pytest.raises(proto.TrackerAuthError):
+            proto.connect(addr, token=token)
     with socket.create_connection(addr, timeout=10) as s:  # skips the proof, PUTs at once
-        s.sendall(struct.pack("<i", trk.TRACKER_MAGIC))
-        trk.recv_exact(s, 4)
-        trk.recv_msg(s)
-        trk.send_msg(s, [trk.PUT, KEY, [1, KEY + ":fake"], "127.0.0.1"])
+        s.sendall(struct.pack("<i", proto.TRACKER_MAGIC))
+        proto.recv_exact(s, 4)
+        proto.recv_msg(s)
+        proto.send_msg(s, [proto.PUT, KEY, [1, KEY + ":fake"], "127.0.0.1"])
         with pytest.raises(ConnectionError):
-            trk.recv_msg(s)
+            proto.recv_msg(s)
     assert len(fleet.servers()) == SERVERS
-    assert trk.summary(addr, token=TOKEN)["queue_info"][KEY]["free"] == SERVERS
+    assert proto.summary(addr, token=TOKEN)["queue_info"][KEY]["free"] == SERVERS
 
     rogue = _RogueServer()
-    link = trk.connect(addr, token=TOKEN)  # the registration the rogue should not have
+    link = proto.connect(addr, token=TOKEN)  # the registration the rogue should not have
     try:
-        trk.send_msg(link, [trk.PUT, KEY, [rogue.port, KEY + ":rogue"], "127.0.0.1"])
-        assert trk.recv_msg(link) == trk.SUCCESS
+        proto.send_msg(link, [proto.PUT, KEY, [rogue.port, KEY + ":rogue"], "127.0.0.1"])
+        assert proto.recv_msg(link) == proto.SUCCESS
         runner = fleet.runner(sessions=SERVERS + 1)
         results = runner.run(OP, builds(12, "rogue"))
         assert rogue.sessions >= 1  # it was handed out, and connected to
@@ -233,11 +234,11 @@ class _RogueServer:
             except OSError:
                 continue
             conn.settimeout(10)
-            trk.recv_exact(conn, 4)
-            (n,) = struct.unpack("<i", trk.recv_exact(conn, 4))
-            trk.recv_exact(conn, n)  # whatever key and proof: accepted
+            proto.recv_exact(conn, 4)
+            (n,) = struct.unpack("<i", proto.recv_exact(conn, 4))
+            proto.recv_exact(conn, n)  # whatever key and proof: accepted
             reply = b"server:" + KEY.encode()
-            conn.sendall(struct.pack("<ii", trk.RPC_CODE_SUCCESS, len(reply)) + reply)
+            conn.sendall(struct.pack("<ii", proto.RPC_CODE_SUCCESS, len(reply)) + reply)
             conn.settimeout(None)
             self.sessions += 1
             with contextlib.suppress(Exception):  # the client closing is the session's end

@@ -8,9 +8,10 @@ import sys
 import numpy as np
 import pytest
 
+from bocast.knobs import Split
 from bocast.measure.nvcc import why_no_compiler
 from bocast.operator import WorkloadError, get_operator
-from bocast.space import Space, Split
+from bocast.space import Space
 
 Gemm = get_operator("gemm")
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))

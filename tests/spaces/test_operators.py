@@ -12,9 +12,10 @@ import sys
 import numpy as np
 import pytest
 
+from bocast.knobs import Split
 from bocast.measure.nvcc import why_no_compiler
 from bocast.operator import WorkloadError, from_workload, get_operator
-from bocast.space import Space, Split
+from bocast.space import Space
 from tests.spaces.test_gemm import check_shared_memory_model, only_violator
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))

@@ -7,7 +7,7 @@ from bocast.candidates import SpaceCandidates
 from bocast.measure.replay import ReplayDataset, ReplayMeasurer
 from bocast.measure.status import Status
 from bocast.operator import get_operator
-from bocast.records import Record
+from bocast.record import Record
 from bocast.space import Space
 from bocast.strategies import StrategyError, make_strategy, strategies
 from bocast.tuner import Tuner, run_interleaved

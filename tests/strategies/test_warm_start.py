@@ -9,9 +9,9 @@ import pytest
 
 from bocast.bo.transfer import translate
 from bocast.candidates import SpaceCandidates, TableCandidates
+from bocast.datasets import load_dataset
 from bocast.measure.replay import ReplayDataset, ReplayMeasurer
 from bocast.operator import get_operator
-from bocast.records import load_dataset
 from bocast.space import Space
 from bocast.strategies import StrategyError, make_strategy
 from bocast.tuner import Tuner
@@ -120,7 +120,7 @@ def test_bad_sources_name_the_problem(target, paths, message, strategy):
 
 
 def test_a_source_without_ok_rows_is_refused(target, tmp_path):
-    # a failure has no timing (bocast.records.check_record refuses a failed row with TFLOPS)
+    # a failure has no timing (bocast.record.check_record refuses a failed row with TFLOPS)
     src = subset(T4096, str(tmp_path / "failed"), range(5), status="build_error",
                  tflops=float("nan"))
     with pytest.raises(StrategyError, match=re.escape(f"{src} has no successful (ok) rows")):

@@ -1,0 +1,67 @@
+"""The ``bocast`` command.
+
+Every subcommand prints a human summary on stdout; with ``--json`` its last line is one JSON
+object, and stdout holds nothing else. Progress and status lines go to stderr (a bar on a
+terminal, a line every few seconds elsewhere).
+
+Every option and configuration field is checked before any work (``bocast.schema``): bad input
+ends with one line ``bocast: error: ...`` and exit code 2, and leaves nothing behind. SIGINT or
+SIGTERM ends a command with one line and exit code 130; every finished record is kept and the
+same command resumes from it. ``--debug`` (or ``BOCAST_DEBUG=1``) adds the traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Sequence
+
+from bocast import interrupt
+from bocast.cli.parser import build_parser
+from bocast.cli.run_commands import cmd_serve
+from bocast.errors import InputError
+
+# the commands live in the package's modules (common, space_commands, run_commands, parser);
+# build_parser is named here as well, where it was defined when the package was one module
+__all__ = ["build_parser", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from bocast.measure.rpc import RpcUnavailable
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:  # its options are rpc_server's, which argparse cannot forward
+        return cmd_serve(argv[1:])
+    args = build_parser().parse_args(argv)
+    debug = bool(getattr(args, "debug", False) or os.environ.get("BOCAST_DEBUG"))
+    before = {s: signal.getsignal(s) for s in interrupt.SIGNALS}
+    interrupt.install()
+    try:
+        return args.func(args)
+    except (interrupt.Interrupted, KeyboardInterrupt) as e:
+        name = str(e) if isinstance(e, interrupt.Interrupted) else "SIGINT"
+        _fail(f"bocast: interrupted ({name}): every finished record is kept; the same command "
+              "resumes", debug)
+        return 130
+    except (InputError, OSError, RpcUnavailable) as e:  # OSError: a file it could not read/write
+        _fail(f"bocast: error: {_one_line(e)}", debug)
+        return 2
+    except Exception as e:  # noqa: BLE001 - a bug: say so in one line, traceback on request
+        _fail(f"bocast: internal error: {type(e).__name__}: {_one_line(e)} (a bug; --debug or "
+              "BOCAST_DEBUG=1 shows the traceback)", debug)
+        return 1
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:1000]
+
+
+def _fail(line: str, debug: bool) -> None:
+    if debug:
+        traceback.print_exc()
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,7 @@
+"""``python -m bocast.cli``: the ``bocast`` command."""
+
+import sys
+
+from bocast.cli import main
+
+sys.exit(main())

@@ -1,0 +1,100 @@
+"""What the commands share: the one-line :class:`UsageError`, the summary printer (``--json``),
+the operator a command line names, the GPU and compiler checks, and the knob restriction of
+``--fix`` or ``--subspace`` (``bocast space`` and ``bocast measure``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bocast.errors import InputError
+from bocast.operator import from_workload, get_operator, make, parse_shape
+
+T0 = time.perf_counter()
+
+
+class UsageError(InputError):
+    """Bad input: reported in one line, exit code 2."""
+
+
+def _emit(args, summary: dict[str, Any], lines: Sequence[str]) -> None:
+    for line in lines:
+        print(line)
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+
+
+def _operator_from(args):
+    """The operator named on the command line, or the one of ``--subspace``'s file."""
+    if getattr(args, "subspace", None) is not None:
+        from bocast.subspace import load
+
+        given = [flag for flag, v in (("operator", args.op), ("--shape", args.shape),
+                                      ("--dtype", args.dtype), ("--layout", args.layout),
+                                      ("--space", args.space)) if v is not None]
+        if given:
+            raise UsageError(f"--subspace names its own workload: give no {', '.join(given)} "
+                             "with it")
+        try:
+            args.loaded_subspace = load(args.subspace)
+        except InputError as e:
+            raise UsageError(f"--subspace: {e}") from None
+        return from_workload(args.loaded_subspace.workload)
+    if args.op is None:
+        raise UsageError("name an operator (or give --subspace FILE)")
+    shape = parse_shape(args.shape) if args.shape is not None else None
+    options = {k: getattr(args, k) for k in ("dtype", "layout", "space")
+               if getattr(args, k) is not None}
+    get_operator(args.op)  # an unknown operator is named before its shape
+    return make(args.op, shape, **options)
+
+
+def _need_compiler(what: str) -> None:
+    from bocast.api import need_compiler
+
+    need_compiler(what)
+
+
+def _need_gpu(what: str, alternative: str) -> None:
+    from bocast.api import need_gpu
+
+    need_gpu(what, alternative)
+
+
+def _restriction(args, op) -> dict | None:
+    """The knob restriction of ``--subspace`` or ``--fix`` (None: the whole space)."""
+    from bocast.subspace import parse_fix_args
+
+    sub = getattr(args, "loaded_subspace", None)
+    if sub is not None:
+        if args.fix:
+            raise UsageError("--fix and --subspace: put the fixed knobs in the file")
+        return sub.allowed
+    return parse_fix_args(op.space, args.fix) if args.fix else None
+
+
+def _table_of(args, allowed) -> dict[str, Any]:
+    """What identifies an exhaustive table in its store (its ``feasible`` count aside)."""
+    if args.subspace is not None:
+        return args.loaded_subspace.describe()
+    return {"name": "", "allowed": _jsonable_allowed(allowed or {})}
+
+
+
+def _check_size(args, n: int) -> None:
+    """A sub-space file's ``feasible`` against the count of its configurations."""
+    sub = getattr(args, "loaded_subspace", None)
+    if sub is not None and sub.expected is not None and n != sub.expected:
+        raise UsageError(f"--subspace: {args.subspace}: the sub-space has {n} feasible "
+                         f"configurations, the file says {sub.expected} (the space changed?)")
+
+
+def _jsonable_allowed(allowed: dict) -> dict:
+    return {k: [list(v) if isinstance(v, tuple) else v for v in vals]
+            for k, vals in allowed.items()}
+
+
+def _fixed_text(allowed: dict) -> str:
+    return ", ".join(f"{k}={'|'.join(map(str, v))}" for k, v in allowed.items()) or "no knob fixed"

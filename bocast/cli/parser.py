@@ -1,0 +1,229 @@
+"""The ``bocast`` argument parser: one subcommand per command, every option checked by its
+:mod:`bocast.schema` field, argparse's errors in the one-line form of every other bad input."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from bocast import schema
+from bocast.cli.run_commands import (
+    cmd_compare,
+    cmd_export,
+    cmd_ops,
+    cmd_records,
+    cmd_serve,
+    cmd_suggest,
+    cmd_tune,
+)
+from bocast.cli.space_commands import cmd_measure, cmd_space
+from bocast.measure.parts import RUNNER_KINDS, runner_kind
+from bocast.operator import operators
+
+# ------------------------------------------------------------------------------ parser
+
+
+def _add_workload_args(p: argparse.ArgumentParser, *, subspace: bool = False) -> None:
+    if subspace:
+        p.add_argument("op", nargs="?", help=f"operator: {', '.join(operators())} (none with "
+                                             "--subspace)")
+        p.add_argument("--subspace", help="a sub-space file (experiments/exhaustive/*.yaml): its "
+                                          "workload and fixed knobs")
+        p.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
+                       help="restrict a knob to a value (repeat a knob for several values; a "
+                            "split's value is its factors, comma-separated)")
+    else:
+        p.add_argument("op", help=f"operator: {', '.join(operators())}")
+    p.add_argument("--shape", help="extents, comma-separated (per operator; see `bocast ops`)")
+    p.add_argument("--dtype", help="input:output types, e.g. fp16:fp32 (default) or fp16:fp16")
+    p.add_argument("--layout", help="operand layout where the operator has one (gemm: NT or NN)")
+    p.add_argument("--space", help="schedule space generation: v2 (default; pipelined), v3 "
+                                   "(GEMM only: Hopper TMA + wgmma, sm_90a) or v1 (Heron's WMMA "
+                                   "knobs, the space of the v1 datasets)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the one-line error of every other bad input (usage is in --help)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _opt(p: argparse._ActionsContainer, flag: str, field: schema.Field, default: Any = None,
+         **kwargs) -> None:
+    """A command-line option checked by its schema field (type, range; default and help)."""
+    default = field.default if default is None and not field.required else default
+    p.add_argument(flag, type=field.parse, default=default, metavar=field.kind.__name__.upper(),
+                   help=f"{field.doc} ({field.expected(cli=True, storage_limits=False)}"
+                        + (f"; default {default})" if default is not None else ")"), **kwargs)
+
+
+def _flag(p: argparse.ArgumentParser, flag: str, field: schema.Field) -> None:
+    """A boolean schema field as a command-line switch (off unless given)."""
+    assert field.kind is bool and field.default is False
+    p.add_argument(flag, action="store_true", help=field.doc)
+
+
+def build_parser() -> argparse.ArgumentParser:
+
+    parser = _Parser(prog="bocast", description=(
+        "Tune Tensor Core kernels with Bayesian optimisation: `bocast tune gemm --shape "
+        "4096,4096,4096` (live), `--runner replay` (recorded data, no GPU), `bocast suggest` "
+        "(no measurement), `bocast compare` (strategies over seeds). `bocast COMMAND --help` "
+        "for each."))
+    common = _Parser(add_help=False)
+    common.add_argument("--json", action="store_true", help="last line: one JSON summary")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks (also BOCAST_DEBUG=1)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("space", parents=[common],
+                       help="inspect, sample and statically build a schedule space")
+    _add_workload_args(p, subspace=True)
+    _opt(p, "--sample", schema.SAMPLE)
+    _opt(p, "--seed", schema.SEED)
+    p.add_argument("--describe", action="store_true", help="list knobs and known constraints")
+    p.add_argument("--size", action="store_true", help="estimate the size of the feasible set")
+    _opt(p, "--size-draws", schema.SIZE_DRAWS)
+    p.add_argument("--check-build", action="store_true",
+                   help="apply, lower and compile every sample with nvcc for sm_90")
+    _opt(p, "--workers", schema.WORKERS)
+    _opt(p, "--build-timeout", schema.BUILD_TIMEOUT)
+    _flag(p, "--reject-spills", schema.REJECT_SPILLS)
+    p.add_argument("--out", help="write the sampled configurations as JSON lines")
+    p.add_argument("--out-builds", help="write per-configuration build results as JSON lines")
+    _add_force(p, "--out and --out-builds")
+    p.set_defaults(func=cmd_space)
+
+    p = sub.add_parser("measure", parents=[common],
+                       help="measure uniformly sampled configurations, or every feasible one of "
+                            "a sub-space, into a store")
+    _add_workload_args(p, subspace=True)
+    _opt(p, "--sample", dataclasses.replace(schema.SAMPLE, min=1, default=None, nullable=True,
+                                            doc="configurations to sample (or --all)"))
+    p.add_argument("--all", action="store_true",
+                   help="every feasible configuration (of the sub-space of --fix or --subspace)")
+    _opt(p, "--max-seconds", schema.MAX_SECONDS)
+    _opt(p, "--seed", schema.SEED)
+    p.add_argument("--store", required=True, help="record store (SQLite); resumed if it exists")
+    p.add_argument("--runner", default="local", type=runner_kind,
+                   choices=("local", "rpc", "standin"),
+                   help="local (default: this machine's GPU), rpc (GPU servers of a tracker: "
+                        "--tracker, --key) or standin (synthetic timings on the CPU, tests)")
+    _add_rpc_args(p)
+    _opt(p, "--batch", schema.Field("batch", int, 64, min=1, max=10_000,
+                                    doc="configurations built per batch"))
+    _opt(p, "--workers", schema.WORKERS)
+    _opt(p, "--build-timeout", schema.BUILD_TIMEOUT)
+    _flag(p, "--reject-spills", schema.REJECT_SPILLS)
+    _opt(p, "--run-timeout", schema.RUN_TIMEOUT)
+    _opt(p, "--repeats", schema.REPEATS)
+    p.add_argument("--reference-again", action="store_true", help="re-time the reference")
+    p.add_argument("--export", help="write a compact dataset: PREFIX.csv.xz and PREFIX.json")
+    _add_force(p, "--export's dataset")
+    _opt(p, "--progress-every", schema.PROGRESS_EVERY)
+    p.set_defaults(func=cmd_measure)
+
+    p = sub.add_parser("tune", parents=[common],
+                       help="run one experiment configuration (YAML), or tune an operator's "
+                            "shape: bocast tune gemm --shape 4096,4096,4096")
+    p.add_argument("config", help="experiment configuration file, or an operator "
+                                  f"({', '.join(operators())})")
+    p.add_argument("--runner", choices=list(RUNNER_KINDS), type=runner_kind,
+                   help="override the config's runner (an operator: default local, this "
+                        "machine's GPU; standin: synthetic timings on the CPU, tests)")
+    _add_rpc_args(p)
+    p.add_argument("--gpu-model", help="rpc: measure only on GPUs of this name (or 'any')")
+    p.add_argument("--records", help="the records library's folder (default $BOCAST_RECORDS, "
+                                     "else ~/.cache/bocast/records)")
+    g = p.add_argument_group("an operator instead of a configuration file")
+    g.add_argument("--shape", help="extents, comma-separated (see `bocast ops`)")
+    g.add_argument("--dtype", help="input:output types (default fp16:fp32)")
+    g.add_argument("--layout", help="operand layout (gemm: NT or NN)")
+    g.add_argument("--space", help="schedule space: v2 (default), v1 or v3 (Hopper, GEMM)")
+    g.add_argument("--strategy", help="bo (default), cga, random, ...")
+    _opt(g, "--trials", schema.Field("trials", int, None, min=1, max=10_000_000,
+                                     nullable=True, doc="trials (default 64)"))
+    _opt(g, "--seed", schema.Field("seed", int, None, min=0, max=2**32 - 1, nullable=True,
+                                   doc="seed (default 0)"))
+    _opt(g, "--batch-size", schema.Field("batch_size", int, None, min=1, max=100_000,
+                                         nullable=True, doc="batch size (default 16)"))
+    g.add_argument("--dataset", help="replay: a recorded dataset (default: the shipped one of "
+                                     "the workload)")
+    g.add_argument("--output", help="folder of records.db and summary.json (default "
+                                    "runs/OP_SHAPE_SPACE_STRATEGY_sSEED)")
+    g.add_argument("--store", help="the record store (default OUTPUT/records.db)")
+    g.add_argument("--warm-start", help="auto (default: from the records library), none, or "
+                                        "sources, comma-separated")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any configuration field (strategy.acquisition=ts, budget.seconds=600, "
+                        "runner_options.repeats=20, ...); repeat for several")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("records", parents=[common],
+                       help="the records library: list it, add or remove a store")
+    p.add_argument("action", nargs="?", default="list", choices=("list", "add", "remove"))
+    p.add_argument("store", nargs="?", help="add: a record store; remove: a library store's "
+                                            "name (as listed) or path")
+    p.add_argument("--records", help="the library's folder (default $BOCAST_RECORDS, else "
+                                     "~/.cache/bocast/records)")
+    p.set_defaults(func=cmd_records)
+
+    p = sub.add_parser("suggest", parents=[common],
+                       help="a new shape's best configurations as the records library ranks "
+                            "them, no GPU, no measurement")
+    _add_workload_args(p)
+    _opt(p, "--top", schema.Field("top", int, 8, min=1, max=1000,
+                                  doc="how many configurations"))
+    p.add_argument("--gpu-model", help="only records of this GPU model (default: every GPU's, "
+                                       "named)")
+    p.add_argument("--records", help="the records library's folder (default $BOCAST_RECORDS, "
+                                     "else ~/.cache/bocast/records)")
+    p.set_defaults(func=cmd_suggest)
+
+    p = sub.add_parser("compare", parents=[common],
+                       help="strategies x seeds on one workload (replay or live)")
+    p.add_argument("config", help="comparison configuration file")
+    p.add_argument("--only", help="live: run only these strategy labels (comma-separated); "
+                   "the results are written once every run of the comparison has finished")
+    p.add_argument("--summarize", action="store_true",
+                   help="live: run nothing, write the results from the finished record stores "
+                        "(needs no GPU)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("serve", help="RPC tracker and one GPU server per GPU for runner rpc "
+                                     "(`bocast serve --help` lists the options)",
+                       add_help=False)
+    p.add_argument("serve_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=lambda args: cmd_serve(args.serve_args))
+
+    p = sub.add_parser("export", parents=[common],
+                       help="rebuild one record's kernel: TVMScript, CUDA, cubin, TVM library "
+                            "and kernel.json (load it with bocast.load_kernel)")
+    p.add_argument("store", help="record store (SQLite), read only")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--best", action="store_true", help="the ok record of highest TFLOPS")
+    _opt(which, "--id", schema.Field("id", int, None, min=1, max=2**63 - 1, nullable=True,
+                                     doc="the record of this row id"))
+    which.add_argument("--key", help="the record of this configuration key (its JSON)")
+    p.add_argument("--out", required=True, help="folder to write (new or empty)")
+    p.add_argument("--any-status", action="store_true",
+                   help="export a record whose status is not ok (it must still build)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("ops", parents=[common], help="list the operators and their shape syntax")
+    p.set_defaults(func=cmd_ops)
+    return parser
+
+
+def _add_force(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--force", action="store_true",
+                   help=f"replace {what} if it exists (an output that is an input is refused "
+                        "even so)")
+
+
+def _add_rpc_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tracker", help="rpc: the tracker, HOST:PORT (see `bocast serve`)")
+    p.add_argument("--key", help="rpc: the key the GPU servers registered under")

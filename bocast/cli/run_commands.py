@@ -1,0 +1,218 @@
+"""The commands that run or read whole runs: ``bocast tune`` (a configuration file, or an
+operator's shape with flags), ``compare``, ``suggest``, ``records`` (the records library),
+``export`` (a record's kernel), ``ops`` and ``serve`` (the RPC tracker and GPU servers)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from bocast.cli.common import UsageError, _emit, _operator_from
+from bocast.errors import InputError
+from bocast.operator import get_operator, operators, parse_shape
+from bocast.progress import say
+
+# --------------------------------------------------------------------------------- tune
+
+
+#: ``bocast tune OP`` flags: (flag, setting of api.quick_config)
+QUICK_FLAGS = (("--shape", "shape"), ("--dtype", "dtype"), ("--layout", "layout"),
+               ("--space", "space"), ("--strategy", "strategy"), ("--trials", "trials"),
+               ("--seed", "seed"), ("--batch-size", "batch_size"), ("--dataset", "dataset"),
+               ("--output", "output"), ("--store", "store"), ("--warm-start", "warm_start"))
+
+
+def _quick_config(args) -> dict[str, Any]:
+    """The configuration of ``bocast tune OP --shape ... [--set key=value]``."""
+    import yaml
+
+    from bocast import api
+
+    settings: dict[str, Any] = {}
+    for _, name in QUICK_FLAGS:
+        value = getattr(args, name)
+        if value is not None and name != "shape":
+            settings[name] = value
+    if isinstance(settings.get("warm_start"), str) and settings["warm_start"] not in (
+            "auto", "none"):
+        settings["warm_start"] = [p for p in settings["warm_start"].split(",") if p]
+    for item in args.set:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set: expected KEY=VALUE, got {item!r}")
+        try:
+            settings[key] = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError:
+            settings[key] = text
+    shape = parse_shape(args.shape) if args.shape is not None else None
+    get_operator(args.config)
+    return api.quick_config(args.config, shape, runner=args.runner, **settings)
+
+
+def cmd_tune(args) -> int:
+    from bocast import api
+
+    overrides = {k: v for k, v in (("tracker", args.tracker), ("key", args.key),
+                                   ("gpu_model", args.gpu_model)) if v}
+    quick = args.config in operators() and not os.path.exists(args.config)
+    if not quick:
+        given = [flag for flag, name in QUICK_FLAGS if getattr(args, name) is not None] + \
+            (["--set"] if args.set else [])
+        if given:
+            raise UsageError(f"{', '.join(given)}: only with an operator (bocast tune OP "
+                             f"--shape ...); a configuration file names them itself")
+    try:  # validates everything before writing anything
+        config: Any = _quick_config(args) if quick else args.config
+        run = api.prepare(config, runner=None if quick else args.runner, rpc=overrides,
+                          records=args.records)
+    except InputError as e:
+        raise UsageError(str(e)) from None  # already led by the file's name
+    summary, lines = run.execute(progress=True)
+    _emit(args, {k: summary[k] for k in summary if k != "provenance"}, lines)
+    return 0
+
+
+# ------------------------------------------------------------------------------ records
+
+
+def cmd_records(args) -> int:
+    from bocast import library
+
+    folder = library.directory(args.records)
+    if args.action != "list":
+        if not args.store:
+            raise UsageError(f"records {args.action}: name the store")
+        if args.action == "add":
+            path, what = library.add(args.store, folder)
+            _emit(args, {"action": "add", "path": path, "result": what, "records": folder},
+                  [f"{what}: {path}"])
+        else:
+            path = library.remove(args.store, folder)
+            _emit(args, {"action": "remove", "path": path, "records": folder},
+                  [f"removed {path}"])
+        return 0
+    entries, skipped = library.scan(folder, stats=True)
+    for line in skipped:
+        say(line)
+    rows = [e.describe() for e in entries]
+    lines = [f"records library {folder} ({sum(not e.shipped for e in entries)} stores) and "
+             f"{sum(e.shipped for e in entries)} shipped datasets:",
+             f"{'op':<18} {'shape':<28} {'space':<5} {'gpu':<26} {'rows':>6} {'best':>8}  name"]
+    for r in rows:
+        best = f"{r['best_tflops']:.1f}" if r["best_tflops"] is not None else "-"
+        lines.append(f"{r['op']!s:<18} {'x'.join(map(str, r['shape'] or [])):<28} "
+                     f"{r['space']:<5} {str(r['gpu'] or '?')[:26]:<26} {r['rows']:>6} "
+                     f"{best:>8}  {r['name']}")
+    _emit(args, {"records": folder, "entries": rows, "skipped": skipped}, lines)
+    return 0
+
+
+def cmd_suggest(args) -> int:
+    from bocast import library
+    from bocast.suggestions import suggest
+
+    op = _operator_from(args)
+    got = suggest(op, k=args.top, gpu=args.gpu_model, records=library.directory(args.records))
+    for line in got.notes:
+        say(line)
+    shape = ",".join(map(str, op.workload["shape"]))
+    lines = [f"{op.name} {'x'.join(map(str, op.workload['shape']))} "
+             f"(space {op.workload.get('space', 'v1')}): the {len(got.items)} configurations "
+             "the records library ranks best, no measurement; TFLOPS read on "
+             f"{got.scale}'s distribution (a guess with a one-sd band, not a measurement)",
+             f"{'#':>2} {'from':<10} {'z':>6} {'sd':>5} {'TFLOPS':>8} {'band':>15}  config"]
+    for i, s in enumerate(got.items, 1):
+        lines.append(f"{i:>2} {s.why:<10} {s.z:>6.2f} {s.z_sd:>5.2f} {s.tflops:>8.1f} "
+                     f"{f'{s.low:.0f}-{s.high:.0f}':>15}  {json.dumps(s.config)}")
+    lines.append(f"measure them first: bocast tune {op.name} --shape {shape}"
+                 f"{' --space ' + str(op.workload['space']) if args.space else ''} (its "
+                 "warm start, auto, starts from the same records)")
+    _emit(args, got.summary(), lines)
+    return 0
+
+
+# ------------------------------------------------------------------------------ compare
+
+
+def cmd_compare(args) -> int:
+    from bocast import api
+
+    try:
+        cfg = api.prepare_compare(args.config, summarize=args.summarize)
+    except InputError as e:
+        raise UsageError(str(e)) from None  # already led by the file's name
+    only = [x for x in args.only.split(",") if x] if args.only else None
+    try:
+        summary = api.run_compare(cfg, only=only, summarize=args.summarize, progress=True)
+    except InputError as e:
+        raise UsageError(f"{args.config}: {e}") from None
+    if "missing" in summary:
+        _emit(args, summary, [f"ran {', '.join(only or []) or 'nothing'}; results are written once "
+                              f"these runs have finished too: {', '.join(summary['missing'])}"])
+        return 0
+    with open(cfg.results + ".md") as f:
+        table = f.read()
+    lines = [table, f"wrote {cfg.results}.md/.csv/.json/.png/.pdf "
+             f"and records under {cfg.output} in {summary['seconds']:.0f} s"]
+    keep = ("median_best", "median_trials_to_95pct", "median_best_vs_reference",
+            "median_trials_to_95pct_of_baseline")
+    brief = {"name": cfg.name, "seconds": summary["seconds"], "results": cfg.results,
+             "optimum_tflops": summary["optimum_tflops"], "optimum_kind": summary["optimum_kind"],
+             "reference_tflops": summary["reference_tflops"],
+             "strategies": {lab: {k: s[k] for k in keep if k in s}
+                            for lab, s in summary["strategies"].items()},
+             "mann_whitney_u": summary["mann_whitney_u"]}
+    _emit(args, brief, lines)
+    return 0
+
+
+# ------------------------------------------------------------------------------- export
+
+
+def cmd_export(args) -> int:
+    from bocast.kernel import export
+
+    record = "best" if args.best else args.id if args.id is not None else args.key
+    kernel = export(args.store, out=args.out, record=record, any_status=args.any_status)
+    rec, k = kernel.meta["record"], kernel.meta["kernel"]
+    figures = (f"{rec['tflops']:.1f} TFLOPS, " if rec["tflops"] else "") + \
+        (f"{rec['latency_ms']:.4f} ms, " if rec["latency_ms"] else "")
+    lines = [f"exported record {rec['id']} of {args.store} ({rec['status']}, {figures}"
+             f"timed by {kernel.meta['timing']['runner']}) to {args.out}: "
+             f"{', '.join(sorted(kernel.meta['files']))}, kernel.json",
+             f"{k['name']}: grid {k['grid']}, block {k['block']}"
+             + (f", cluster {k['cluster']}" if k.get("cluster", [1, 1, 1]) != [1, 1, 1] else "")
+             + f", {k['dynamic_smem_bytes']} B "
+             f"dynamic shared memory, {k['features'].get('registers', 0):.0f} registers; "
+             f"arguments {kernel.signature}"]
+    if k["features_match_store"] is False:
+        lines.append("note: ptxas's figures of this build differ from the stored ones "
+                     f"(now {k['features']}, stored {rec['features']}): not the kernel "
+                     "the record timed")
+    _emit(args, {"out": args.out, "id": rec["id"], "key": rec["key"], "status": rec["status"],
+                 "tflops": rec["tflops"], "latency_ms": rec["latency_ms"],
+                 "files": kernel.meta["files"],
+                 "features_match_store": k["features_match_store"]}, lines)
+    return 0
+
+
+
+def cmd_serve(rest: Sequence[str]) -> int:
+    """``bocast serve ARGS`` is ``python -m bocast.measure.rpc_server serve ARGS``, and
+    ``bocast serve tracker ARGS`` starts a tracker alone."""
+    from bocast.measure import rpc_server
+
+    rest = list(rest)
+    return rpc_server.main(rest if rest[:1] == ["tracker"] else ["serve", *rest],
+                           prog="bocast serve")
+
+
+def cmd_ops(args) -> int:
+    ops = operators()
+    lines = [f"{name:<18} {cls.shape_help} (default {cls.default_shape})"
+             for name, cls in ops.items()]
+    _emit(args, {name: {"shape": cls.shape_help, "default": cls.default_shape}
+                 for name, cls in ops.items()}, lines)
+    return 0

@@ -1,0 +1,315 @@
+"""One GPU server process of the RPC runner (started and restarted by the supervisor of
+:mod:`bocast.measure.rpc_server`): it registers with the tracker under a key, accepts one TVM
+RPC session at a time and serves it with TVM's own session loop
+(``tvm.rpc._ffi_api.ServerLoop``, the C++ RPC endpoint), in which a runner calls the remote
+functions ``bocast.rpc.info`` and ``bocast.rpc.run`` (:class:`Service`). Its one measurement
+worker (:class:`~bocast.measure.pool.TimedPool`, the worker of
+:class:`~bocast.measure.runner.GpuRunner`) owns the CUDA context and times each kernel, and
+lives as long as the server, across sessions. The handshake and the tracker registration are
+TVM's protocol; with the fleet's token every session proves it (:mod:`bocast.measure.rpc_auth`).
+"""
+
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from typing import Any
+
+from bocast.measure import rpc_auth as auth
+from bocast.measure import rpc_protocol as proto
+from bocast.measure.pool import TaskFailure, TimedPool
+
+PROTOCOL = 1
+WORKERS = {"gpu": "bocast.measure.gpu_worker:run_task",
+           "standin": "bocast.measure.standin:run_task"}
+
+
+def log(msg: str) -> None:
+    print(time.strftime("%H:%M:%S ") + msg, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------- what a session calls
+
+
+class Service:
+    """The measurement worker of one server and the remote functions that reach it."""
+
+    def __init__(self, worker: str, *, startup_timeout_s: float = 300.0,
+                 token: str | None = None):
+        self.worker = WORKERS.get(worker, worker)
+        self.pool = TimedPool(self.worker, 1, startup_timeout_s=startup_timeout_s)
+        self.info: dict[str, Any] = {}
+        self.token = token
+        self.session: tuple[str, str] | None = None  # (matchkey, client nonce) of the session
+
+    def info_json(self) -> str:
+        """``bocast.rpc.info``: what this server is, and (with a token) its proof that it holds
+        the token and is the server the tracker granted for this session."""
+        info = dict(self.info)
+        if self.token is not None and self.session is not None:
+            info["auth"] = auth.server_proof(self.token, *self.session)
+        return json.dumps(info)
+
+    def call(self, task: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """The worker's answer to ``task``, or ``{"_failure": ...}`` if it never answered."""
+        (raw,) = self.pool.map([task], timeout_s)
+        if isinstance(raw, TaskFailure):
+            return {"_failure": {"kind": raw.kind, "detail": raw.detail, "seconds": raw.seconds}}
+        raw = dict(raw)
+        raw.pop("_restart", None)  # the pool has acted on it already
+        return raw
+
+    def run(self, task_json: str, cubin: bytes, timeout_s: float) -> str:
+        task = json.loads(task_json)
+        if cubin:
+            task["cubin"] = bytes(cubin)
+        try:
+            return json.dumps(self.call(task, float(timeout_s)))
+        except RuntimeError as e:
+            # the worker cannot be restarted (GPU gone, driver broken): this server must leave
+            # the tracker rather than fail every kernel handed to it; the runner re-queues the
+            # kernel, the supervisor restarts the server, which registers again only if its
+            # worker starts
+            log(f"measurement worker cannot be restarted ({e}); exiting")
+            os._exit(4)
+
+    def register(self) -> None:
+        import tvm_ffi
+
+        tvm_ffi.register_global_func("bocast.rpc.info", self.info_json, override=True)
+        tvm_ffi.register_global_func("bocast.rpc.run", self.run, override=True)
+
+
+# ---------------------------------------------------------------------------- the server
+
+
+def _matchkey(key: str) -> str:
+    # unguessable: with a token it is also the server's nonce of the session handshake
+    return key + ":" + auth.nonce()
+
+
+class _TrackerLink:
+    """This server's registration: connected on demand, re-established if the tracker goes
+    away, and a fresh matchkey offered after every session."""
+
+    UNUSED_S = 6.0  # a match handed out but never connected to is offered again after this
+
+    def __init__(self, addr: tuple[str, int], key: str, port: int, custom_addr: str | None,
+                 info: dict[str, Any], token: str | None = None):
+        self.addr, self.key, self.port, self.custom_addr, self.info = addr, key, port, \
+            custom_addr, info
+        self.token = token
+        self.sock: socket.socket | None = None
+        self.matchkey: str | None = None
+        self.taken_since: float | None = None
+        self._complained = 0.0
+
+    def ensure(self) -> bool:
+        if self.sock is not None:
+            return True
+        try:
+            self.sock = proto.connect(self.addr, token=self.token)
+            self.sock.settimeout(30)
+            proto.send_msg(self.sock, [proto.UPDATE_INFO, {"key": "server:" + self.key,
+                                                       "addr": [self.custom_addr, self.port],
+                                                       "bocast": self.info}])
+            if proto.recv_msg(self.sock) != proto.SUCCESS:
+                raise proto.TrackerError("tracker refused UPDATE_INFO")
+            self.offer()
+            log(f"registered under key {self.key!r} at {self.addr[0]}:{self.addr[1]}")
+            return True
+        except (proto.TrackerError, OSError, ConnectionError, ValueError) as e:
+            self.drop()
+            if time.monotonic() - self._complained > 60:
+                log(f"tracker: {e}; retrying")
+                self._complained = time.monotonic()
+            return False
+
+    def _connected(self) -> socket.socket:
+        if self.sock is None:  # dropped: the caller's except drops it, ensure() reconnects
+            raise ConnectionError("not connected to the tracker")
+        return self.sock
+
+    def offer(self) -> None:
+        self.matchkey, self.taken_since = _matchkey(self.key), None
+        sock = self._connected()
+        proto.send_msg(sock, [proto.PUT, self.key, [self.port, self.matchkey], self.custom_addr])
+        if proto.recv_msg(sock) != proto.SUCCESS:
+            raise proto.TrackerError("tracker refused PUT")
+
+    def check(self) -> None:
+        """While idle: offer a new matchkey if the current one was handed to a client that
+        never came (the tracker no longer lists it as pending)."""
+        try:
+            sock = self._connected()
+            proto.send_msg(sock, [proto.PENDING])
+            pending = proto.recv_msg(sock)
+            if self.matchkey in pending:
+                self.taken_since = None
+            elif self.taken_since is None:
+                self.taken_since = time.monotonic()
+            elif time.monotonic() - self.taken_since > self.UNUSED_S:
+                self.offer()
+        except (OSError, ConnectionError, ValueError, proto.TrackerError):
+            self.drop()
+
+    def after_session(self) -> None:
+        try:
+            self.offer()
+        except (OSError, ConnectionError, ValueError, proto.TrackerError):
+            self.drop()
+
+    def drop(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        self.sock, self.matchkey = None, None
+
+
+def _bind(host: str, port: int, port_end: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    for p in range(port, max(port_end, port + 1)):
+        try:
+            sock.bind((host, p))
+            sock.listen(8)
+            return sock
+        except OSError:
+            continue
+    sock.close()
+    raise OSError(f"no free port in [{port}, {port_end}) on {host}")
+
+
+def _handshake(conn: socket.socket, matchkey: str | None, key: str, idle_s: float,
+               token: str | None = None) -> str | None:
+    """TVM's RPC handshake: the client sends ``client:<matchkey>``, the server answers with
+    its own key; a stale or foreign matchkey is refused, and with ``token`` so is a client that
+    does not prove it for this matchkey. Returns the client's nonce ('' without a token), or
+    None if refused."""
+    conn.settimeout(10)
+    try:
+        if struct.unpack("<i", proto.recv_exact(conn, 4))[0] != proto.RPC_MAGIC:
+            return None
+        (n,) = struct.unpack("<i", proto.recv_exact(conn, 4))
+        if not 0 < n < 4096:
+            return None
+        words = proto.recv_exact(conn, n).decode(errors="replace").split()
+        if not words or matchkey is None or words[0] != "client:" + matchkey:
+            conn.sendall(struct.pack("<i", proto.RPC_CODE_MISMATCH))
+            return None
+        client_nonce = "" if token is None else auth.check_session_word(token, matchkey, words)
+        if client_nonce is None:
+            conn.sendall(struct.pack("<i", proto.RPC_CODE_MISMATCH))
+            return None
+        reply = ("server:" + key).encode()
+        conn.sendall(struct.pack("<ii", proto.RPC_CODE_SUCCESS, len(reply)) + reply)
+    except (OSError, ConnectionError, struct.error):
+        return None
+    conn.settimeout(None)
+    # a client that stops calling (stopped, or its host gone) frees the server after idle_s:
+    # the session loop's receive fails and the session ends
+    sec = int(idle_s)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                    struct.pack("ll", sec, int((idle_s - sec) * 1e6)))
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for opt, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)):
+        if hasattr(socket, opt):  # a client host that vanished ends the session in ~2 min
+            conn.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
+    return client_nonce
+
+
+def serve_sessions(listen: socket.socket, link: _TrackerLink, idle_s: float,
+                   service: Service) -> None:
+    """Accept and serve sessions, one at a time, forever."""
+    from tvm.rpc import _ffi_api
+
+    while True:
+        if not link.ensure():
+            time.sleep(2)
+            continue
+        ready, _, _ = select.select([listen], [], [], 2.0)
+        if not ready:
+            link.check()
+            continue
+        conn, peer = listen.accept()
+        matchkey = link.matchkey
+        client_nonce = _handshake(conn, matchkey, link.key, idle_s, service.token)
+        if client_nonce is None or matchkey is None:
+            conn.close()
+            continue
+        t0 = time.monotonic()
+        service.session = (matchkey, client_nonce)
+        try:
+            _ffi_api.ServerLoop(conn.detach())  # returns when the client closes the session
+        except Exception as e:  # noqa: BLE001 - a broken session ends that session only
+            log(f"session from {peer[0]} ended: {str(e).splitlines()[0] if str(e) else e}")
+        finally:
+            service.session = None
+        log(f"session from {peer[0]} done after {time.monotonic() - t0:.1f} s")
+        link.after_session()
+
+
+def _die_with_parent() -> None:
+    """A SIGTERM when the supervisor dies, even by SIGKILL, so that no orphan server stays
+    registered with the tracker (Linux; elsewhere orphans linger until killed)."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(0)
+
+
+def run_server(args) -> int:
+    """The server process (started by the supervisor)."""
+    _die_with_parent()
+    # the supervisor passes the token in the environment; the measurement worker, which runs
+    # the uploaded kernels, need not inherit it
+    token = args.token  # read from the environment by _check_server
+    os.environ.pop(auth.TOKEN_ENV, None)
+    service = Service(args.worker, startup_timeout_s=args.startup_timeout, token=token)
+    try:
+        device = service.call({"kind": "device"}, args.startup_timeout)
+    except RuntimeError as e:  # the worker never started (no GPU, no driver)
+        log(f"measurement worker did not start: {e}")
+        return 3
+    if "_failure" in device:
+        log(f"measurement worker failed on its first task: {device['_failure']['detail']}")
+        return 3
+    listen = _bind(args.host, args.port, args.port_end)
+    port = listen.getsockname()[1]
+    from bocast.provenance import git_sha
+
+    service.info.update({
+        "protocol": PROTOCOL, "host": socket.gethostname(), "addr": args.custom_addr,
+        "port": port, "gpu_index": args.gpu_label, "device": device, "pid": os.getpid(),
+        "worker": service.worker, "restarts": int(os.environ.get("BOCAST_RPC_RESTARTS", "0")),
+        "git_sha": git_sha()})
+    service.register()
+    link = _TrackerLink(proto.parse_addr(args.tracker), args.key, port, args.custom_addr,
+                        service.info, token)
+    log(f"server gpu {args.gpu_label or '-'} ({device.get('gpu')}) listening on port {port}, "
+        f"pid {os.getpid()}")
+
+    def stop(*_):
+        service.pool.close()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    worker = threading.Thread(target=serve_sessions,
+                              args=(listen, link, args.session_idle, service), daemon=True)
+    worker.start()
+    while worker.is_alive():  # the main thread stays in Python, where signals are handled
+        worker.join(1.0)
+    log("session loop died; exiting for the supervisor to restart the server")
+    service.pool.close()
+    return 1

@@ -1,0 +1,155 @@
+"""A checked tune configuration run to its budget (:class:`TuneRun`, made by
+:func:`bocast.api.prepare`): the runner started before the store is written, the loop resumed
+from the store's trials, ``summary.json`` written, a live run's store copied into the records
+library. Everything heavy is imported on first use, as in :mod:`bocast.api`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bocast.errors import InputError
+
+if TYPE_CHECKING:
+    from bocast.config import TuneConfig
+    from bocast.strategies.base import Strategy
+
+
+@dataclass
+class TuneRun:
+    """A checked tune configuration with its strategy and the store it will write
+    (:func:`bocast.api.prepare`)."""
+
+    cfg: TuneConfig
+    op: Any
+    dataset: Any
+    strategy: Strategy
+    store_path: str
+    identity: dict[str, Any]
+    warm: Any = None  # bocast.warm_sources.Choice of warm_start: auto (None: the option as given)
+    records: str = ""  # the records library's folder
+
+    @property
+    def summary_path(self) -> str:
+        if self.cfg.store:
+            return os.path.splitext(self.cfg.store)[0] + ".summary.json"
+        return f"{self.cfg.output}/summary.json"
+
+    @property
+    def warm_start_sources(self) -> list[str]:
+        from bocast import library
+        from bocast.bo.transfer import source_paths
+
+        return [library.portable(p) for p in source_paths(self.strategy.hyper.get("warm_start"))]
+
+    def execute(self, *, progress: bool = True) -> tuple[dict[str, Any], list[str]]:
+        """Run to the budget (resuming the store's trials), write summary.json; return the
+        summary and the command's result lines."""
+        from bocast import identity
+        from bocast.measure.replay import ReplayMeasurer
+        from bocast.progress import Progress, reference_label, say
+        from bocast.records import atomic_write, provenance
+        from bocast.tuner import Tuner
+
+        cfg, op, dataset = self.cfg, self.op, self.dataset
+        note = say if progress else (lambda _: None)
+        closers: list[Any] = []  # runner, store and builder: closed when the run ends
+        ref: dict[str, Any] = {}  # a live run's reference (the vendor library's timing)
+        measurer: ReplayMeasurer | Measurer
+        try:
+            if dataset is None:
+                from bocast.measure.engine import Measurer
+                from bocast.measure.parts import make_builder, make_runner
+
+                ro = cfg.runner_options
+                runner = make_runner(cfg.runner, timeout_s=ro["run_timeout"],
+                                     repeats=ro["repeats"], seed=cfg.seed, rpc=cfg.rpc)
+                closers.append(runner)
+                device = runner.device()
+            # the run can start: only now is its store created (or opened for writing), so a
+            # runner that fails to start leaves no store stamped with this run behind
+            store = identity.open_store(self.store_path, op.workload, self.identity)
+            closers.append(store)
+            previous = store.records()
+            if dataset is not None:
+                measurer = ReplayMeasurer(dataset, store)
+                reference = (dataset.reference or {}).get("tflops")
+                label = reference_label(dataset.reference, recorded=True)
+                note(f"runner: replay of {cfg.dataset} ({len(dataset.configs)} recorded "
+                     "configurations; no GPU is used)")
+            else:
+                ref = store.get_meta("reference") or runner.reference(op)
+                builder = make_builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
+                                       reject_spills=ro["reject_spills"],
+                                       compile=cfg.runner != "standin")
+                closers.append(builder)
+                store.set_meta("reference", ref)
+                reference = ref.get("tflops")
+                label = reference_label(ref)
+                measurer = Measurer(op, store, builder, runner, session_info={
+                    "device": device, "runner": cfg.runner, "config": cfg.raw,
+                    "warm_start_sources": self.warm_start_sources})
+                note(f"runner: live on {device.get('gpu')}; reference {reference:.1f} TFLOPS")
+            for line in self.warm.notes if self.warm is not None else []:
+                note(line)
+            if previous:
+                note(f"resuming: {len(previous)} trials already in {self.store_path}")
+            with (Progress(f"tune {cfg.strategy} seed {cfg.seed}", cfg.trials) if progress
+                  else contextlib.nullcontext()) as meter:
+                tuner = Tuner(self.strategy, measurer, trials=cfg.trials, seconds=cfg.seconds,
+                              batch_size=cfg.batch_size,
+                              optimum=dataset.best_tflops if dataset else None,
+                              reference=reference, reference_label=label, meter=meter)
+                result = tuner.run(previous)
+        finally:
+            for c in closers:
+                c.close()
+            copy = self._to_library(note)
+        sources = self.warm_start_sources
+        summary = {**result.summary(), "config": cfg.path, "config_sha256": cfg.digest,
+                   "strategy": cfg.strategy, "strategy_options": self.strategy.hyper,
+                   "seed": cfg.seed, "runner": cfg.runner, "dataset": cfg.dataset,
+                   "output": cfg.output, "store": self.store_path,
+                   "warm_start_sources": sources, "library_copy": copy,
+                   "export": f"bocast export {self.store_path} --best --out "
+                             f"{os.path.join(os.path.dirname(self.store_path), 'kernel')}",
+                   "provenance": provenance({"warm_start_sources": sources})}
+        with atomic_write(self.summary_path) as f:
+            json.dump(summary, f, indent=1, sort_keys=True, default=str)
+        best = result.best_tflops or 0.0
+        what = (dataset.reference if dataset is not None else ref) or {}
+        lines = [f"{cfg.strategy} ({self.strategy.hyper.get('acquisition', '')}) seed "
+                 f"{cfg.seed}: {result.trials} trials, best {best:.1f} TFLOPS"
+                 + (f" = {best / reference:.2f}x "
+                    + (f"{what['what']}" if what.get("what") else "reference")
+                    + (" (recorded in the dataset)" if dataset is not None else "")
+                    if reference else "")]
+        if result.optimum:
+            lines.append(f"dataset best {result.optimum:.1f} TFLOPS; 95% reached at trial "
+                         f"{result.trials_to(0.95)}")
+        if sources:
+            lines.append(f"warm start from {', '.join(sources)}")
+        lines.append(f"records: {self.store_path}; summary: {self.summary_path}"
+                     + (f"; library copy: {copy}" if copy else ""))
+        lines.append(f"export the best kernel: {summary['export']}")
+        return summary, lines
+
+    def _to_library(self, note) -> str | None:
+        """A live run's store copied into the records library (also when interrupted); a
+        failure is one line, never fatal. None for replay (its rows are a dataset's)."""
+        import sqlite3
+
+        from bocast import library
+
+        if self.cfg.runner == "replay" or not os.path.isfile(self.store_path):
+            return None
+        try:
+            path, what = library.add(self.store_path, self.records)
+        except (InputError, OSError, sqlite3.Error) as e:
+            note(f"records library: not added ({' '.join(str(e).split())[:300]})")
+            return None
+        note(f"records library: {what} {path}")
+        return path
