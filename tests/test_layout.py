@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "bocast"
 
 #: function-local imports of bocast modules per module, 2026-11-25 (162 in all)
 LAZY = {
-    "bocast.api": 47, "bocast.bo.sources": 4, "bocast.bo.transfer": 2, "bocast.cli": 22,
+    "bocast.api": 47, "bocast.bo.sources": 4, "bocast.bo.transfer": 1, "bocast.cli": 22,
     "bocast.comparison": 28,
     "bocast.config": 4, "bocast.identity": 4, "bocast.kernel": 11, "bocast.library": 12,
     "bocast.measure.builder": 2, "bocast.measure.gpu_worker": 1, "bocast.measure.parts": 4,

@@ -111,15 +111,7 @@ class SourceModel:
 
     def mean(self, x: np.ndarray) -> np.ndarray:
         """(m,) source mean at the target's model inputs ``x`` (m, d), z-score units."""
-        import torch
-
-        from bocast.bo.surrogate import DTYPE
-
-        xs = self.surrogate.scale(x[:, self.columns])
-        with torch.no_grad():
-            mean = self.surrogate.mean_const + (self.surrogate._k(self.surrogate.X, xs)
-                                                * self.surrogate.alpha).sum(0)
-        return (self.surrogate.y_mean + self.surrogate.y_std * mean).to(DTYPE).numpy()
+        return self.surrogate.mean(x[:, self.columns]).numpy()
 
     def top(self, n: int) -> list[Config]:
         """The ``n`` best source rows (translated), best first."""
