@@ -2,7 +2,11 @@
 
 Hyperparameters are fitted with BoTorch (``SingleTaskGP`` + ``fit_gpytorch_mll``) on at most
 ``fit_points`` observations (a uniform subset once there are more), warm-started from the
-previous round (a third of the L-BFGS iterations of a cold fit).
+previous round (a third of the L-BFGS iterations of a cold fit). A fit that fails (BoTorch's
+``ModelFittingError`` after its retries, or a linear-algebra error it lets through: see
+:func:`fit_errors`) keeps the hyperparameters it started from (the previous round's, or the
+initial ones), counts in :attr:`Surrogate.fit_failures` and warns (:class:`FitWarning`); any
+other exception propagates.
 
 Predictions then condition on *all* observations with those hyperparameters, through one
 Cholesky factor that this class keeps (the fast path), so that scoring thousands of candidates
@@ -19,7 +23,6 @@ their meaning from one round to the next.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import warnings
@@ -30,6 +33,22 @@ import numpy as np
 import torch
 
 DTYPE = torch.float64
+
+
+class FitWarning(UserWarning):
+    """A GP fit failed: the surrogate kept the hyperparameters the fit started from."""
+
+
+def fit_errors() -> tuple[type[BaseException], ...]:
+    """What a failed hyperparameter fit raises: BoTorch's ``ModelFittingError`` (every attempt
+    of ``fit_gpytorch_mll`` failed), and the numerical errors an attempt raises that BoTorch
+    does not catch (a covariance that is not positive definite, NaNs, a failed factorisation,
+    NaN gradients). Anything else is a bug and propagates."""
+    from botorch.exceptions.errors import ModelFittingError, OptimizationGradientError
+    from gpytorch.utils.errors import NanError, NotPSDError  # linear_operator's
+
+    return (ModelFittingError, OptimizationGradientError, NotPSDError, NanError,
+            torch.linalg.LinAlgError)
 
 
 @dataclass
@@ -54,6 +73,9 @@ class Surrogate:
         self.span = torch.tensor(np.where(hi > lo, hi - lo, 1.0), dtype=DTYPE)
         self.fit_points, self.maxiter, self.seed = fit_points, maxiter, seed
         self.noise_sd_max, self.jitter = noise_sd_max, jitter
+        #: fits that failed (kept their starting hyperparameters), and the last fit's error
+        self.fit_failures = 0
+        self.fit_error: str | None = None
         self._hyper: dict[str, torch.Tensor] | None = None
         self.model: Any = None  # botorch's SingleTaskGP once fitted (botorch is untyped)
 
@@ -77,11 +99,22 @@ class Surrogate:
         mll = ExactMarginalLogLikelihood(model.likelihood, model)
         # from a warm start L-BFGS needs few steps; a cold fit gets the full budget
         maxiter = self.maxiter if self._hyper is None else max(10, self.maxiter // 3)
-        with warnings.catch_warnings():
+        start = copy.deepcopy(model.state_dict())
+        error = None
+        with warnings.catch_warnings():  # BoTorch's warnings about its retries
             warnings.simplefilter("ignore")
-            # a failed fit keeps the previous (or initial) hyperparameters
-            with contextlib.suppress(Exception):
+            try:
                 fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": maxiter}})
+            except fit_errors() as e:
+                error = e
+        self.fit_error = None if error is None else f"{type(error).__name__}: {error}"
+        if error is not None:  # keep the hyperparameters the fit started from
+            model.load_state_dict(start)
+            self.fit_failures += 1
+            kept = "the previous round's" if self._hyper is not None else "the initial"
+            warnings.warn(FitWarning(f"GP fit on {len(sub)} observations failed "
+                                     f"({self.fit_error}); kept {kept} hyperparameters"),
+                          stacklevel=2)
         model.eval()
         # (not the constraints' bounds: a capped noise's bound follows each round's data)
         self._hyper = {k: v.detach().clone() for k, v in model.state_dict().items()

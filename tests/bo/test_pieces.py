@@ -1,7 +1,7 @@
 """BO's hand-written pieces (bocast/bo/) against references: the surrogate's fast posterior
 against exact GP algebra and BoTorch's own posterior (to 1e-6, on random data and a replay fit),
 LogEI against mpmath, the Kriging believer against exact conditioning on fantasies, BE-CBO and
-Thompson sampling on hand-checkable pools, and seeds that reproduce."""
+Thompson sampling on hand-checkable pools, failed fits, and seeds that reproduce."""
 
 import copy
 import math
@@ -13,7 +13,7 @@ import torch
 
 from bocast.bo import acquisition as acq
 from bocast.bo.feasibility import EnsembleClassifier, GPClassifier
-from bocast.bo.surrogate import Surrogate, log_ei
+from bocast.bo.surrogate import FitWarning, Surrogate, log_ei
 
 D = 3
 BOUNDS = np.array([[0.0] * D, [2.0] * D])  # inputs in [0, 2]: scaling to [0, 1] is exercised
@@ -393,3 +393,53 @@ def test_q_log_ei_of_one_point_is_log_ei_and_its_batch_avoids_repeats():
     cannot = flat.clone()
     cannot[picks[0]] = -torch.inf  # the favourite cannot run
     assert picks[0] not in acq.q_log_ei(s, xs, cannot, best, 6, seed=0)
+
+
+# --- a failed fit: the hyperparameters it started from, counted and warned; nothing else caught
+def _failing_fit(monkeypatch, error):
+    """Make BoTorch's fit move the hyperparameters (as a failed optimiser leaves them) and
+    raise ``error``."""
+    import botorch.fit
+
+    def fit(mll, **kw):
+        mll.model.covar_module.lengthscale = 7.0
+        raise error
+
+    monkeypatch.setattr(botorch.fit, "fit_gpytorch_mll", fit)
+
+
+def test_a_failed_fit_keeps_the_previous_hyperparameters_and_says_so(monkeypatch):
+    from botorch.exceptions.errors import ModelFittingError
+
+    x, y = _data(40)
+    s = Surrogate(BOUNDS, maxiter=40, seed=0)
+    s.fit(x[:30], y[:30])
+    assert s.fit_failures == 0 and s.fit_error is None
+    before = {k: v.clone() for k, v in s._hyper.items()}
+    _failing_fit(monkeypatch, ModelFittingError("All attempts to fit the model have failed."))
+    with pytest.warns(FitWarning, match=r"ModelFittingError: All attempts.*kept the previous "
+                                        r"round's hyperparameters"):
+        s.fit(x, y)
+    assert s.fit_failures == 1 and s.fit_error.startswith("ModelFittingError")
+    assert before.keys() == s._hyper.keys()
+    assert all(torch.equal(before[k], s._hyper[k]) for k in before)
+    # the round's posterior: those hyperparameters, conditioned on all 40 rows
+    xp = np.random.default_rng(1).uniform(0, 2, (20, D))
+    mean, var = _reference(_raw_hyper(s), x / 2, y, xp / 2)
+    np.testing.assert_allclose(s.predict(xp).mean.numpy(), mean, rtol=1e-6, atol=1e-6)
+    # a first fit that fails keeps the initial hyperparameters
+    fresh = Surrogate(BOUNDS, maxiter=40, seed=0)
+    with pytest.warns(FitWarning, match="kept the initial hyperparameters"):
+        fresh.fit(x, y)
+    init = Surrogate(BOUNDS)._gp(s.scale(x), torch.as_tensor(y).reshape(-1, 1))
+    assert torch.equal(fresh.kernel.lengthscale, init.covar_module.lengthscale)
+
+
+@pytest.mark.parametrize("error", [ValueError("a bug"), KeyError("raw_noise"), AssertionError()])
+def test_any_other_error_of_a_fit_propagates(monkeypatch, error):
+    x, y = _data(30)
+    s = Surrogate(BOUNDS, maxiter=40, seed=0)
+    _failing_fit(monkeypatch, error)
+    with pytest.raises(type(error)):
+        s.fit(x, y)
+    assert s.fit_failures == 0
