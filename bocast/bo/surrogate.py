@@ -2,10 +2,20 @@
 
 Hyperparameters are fitted with BoTorch (``SingleTaskGP`` + ``fit_gpytorch_mll``) on at most
 ``fit_points`` observations (a uniform subset once there are more), warm-started from the
-previous round (a third of the L-BFGS iterations of a cold fit). Predictions then condition on
-*all* observations with those hyperparameters, through one Cholesky factor that this class
-keeps, so that scoring thousands of candidates and Kriging-believer batch selection cost matrix
-products rather than repeated GP calls.
+previous round (a third of the L-BFGS iterations of a cold fit). A fit that fails (BoTorch's
+``ModelFittingError`` after its retries, or a linear-algebra error it lets through: see
+:func:`fit_errors`) keeps the hyperparameters it started from (the previous round's, or the
+initial ones), counts in :attr:`Surrogate.fit_failures` and warns (:class:`FitWarning`); any
+other exception propagates.
+
+Predictions then condition on *all* observations with those hyperparameters, through one
+Cholesky factor that this class keeps (the fast path), so that scoring thousands of candidates
+and Kriging-believer batch selection cost matrix products rather than repeated GP calls
+(``lab/bench_posterior.py``). The GP is BoTorch's all the same: :meth:`botorch_model`
+is it as a ``SingleTaskGP`` conditioned on every observation, and :meth:`predict`'s mean and
+latent variance are its ``posterior`` (y units) with the noise variance raised by ``jitter``
+(1e-8 of standardised y, added when factoring); with ``jitter=0`` they equal its posterior to
+1e-9 (tests/bo/test_pieces.py checks both to 1e-6, on random data and a replay fit).
 
 Inputs are scaled to [0, 1] with fixed bounds (from the candidate set), so lengthscales keep
 their meaning from one round to the next.
@@ -13,7 +23,7 @@ their meaning from one round to the next.
 
 from __future__ import annotations
 
-import contextlib
+import copy
 import math
 import warnings
 from dataclasses import dataclass
@@ -25,6 +35,22 @@ import torch
 DTYPE = torch.float64
 
 
+class FitWarning(UserWarning):
+    """A GP fit failed: the surrogate kept the hyperparameters the fit started from."""
+
+
+def fit_errors() -> tuple[type[BaseException], ...]:
+    """What a failed hyperparameter fit raises: BoTorch's ``ModelFittingError`` (every attempt
+    of ``fit_gpytorch_mll`` failed), and the numerical errors an attempt raises that BoTorch
+    does not catch (a covariance that is not positive definite, NaNs, a failed factorisation,
+    NaN gradients). Anything else is a bug and propagates."""
+    from botorch.exceptions.errors import ModelFittingError, OptimizationGradientError
+    from gpytorch.utils.errors import NanError, NotPSDError  # linear_operator's
+
+    return (ModelFittingError, OptimizationGradientError, NotPSDError, NanError,
+            torch.linalg.LinAlgError)
+
+
 @dataclass
 class Prediction:
     mean: torch.Tensor  # (m,) in y units
@@ -33,16 +59,23 @@ class Prediction:
 
 class Surrogate:
     def __init__(self, bounds: np.ndarray, *, fit_points: int = 384, maxiter: int = 75,
-                 seed: int = 0, noise_sd_max: float = 0.0):
-        """``noise_sd_max`` > 0 caps the fitted observation noise at that standard deviation
-        of y (log TFLOPS): a stationary kernel that cannot follow a table's steps otherwise
-        explains them as noise (a fitted noise of 0.16, i.e. 16%, on the 1024^3 GEMM table,
-        whose repeats spread by under 1%) and then predicts its best observations ~15% low."""
+                 seed: int = 0, noise_sd_max: float = 0.0, jitter: float = 1e-8):
+        """``bounds``: (2, d), the inputs' lower and upper bounds. ``noise_sd_max`` > 0 caps
+        the fitted observation noise at that standard deviation of y (log TFLOPS): a stationary
+        kernel that cannot follow a table's steps otherwise explains them as noise (a fitted
+        noise of 0.16, i.e. 16%, on the 1024^3 GEMM table, whose repeats spread by under 1%)
+        and then predicts its best observations ~15% low. ``jitter``: added to the noise
+        variance (standardised y) when factoring; 0 makes :meth:`predict` BoTorch's posterior
+        itself, and removing the 1e-8 changed 4 of 36 golden replay trajectories (warm-start
+        ones), so it stays the default."""
         lo, hi = np.asarray(bounds[0], float), np.asarray(bounds[1], float)
         self.lo = torch.tensor(lo, dtype=DTYPE)
         self.span = torch.tensor(np.where(hi > lo, hi - lo, 1.0), dtype=DTYPE)
         self.fit_points, self.maxiter, self.seed = fit_points, maxiter, seed
-        self.noise_sd_max = noise_sd_max
+        self.noise_sd_max, self.jitter = noise_sd_max, jitter
+        #: fits that failed (kept their starting hyperparameters), and the last fit's error
+        self.fit_failures = 0
+        self.fit_error: str | None = None
         self._hyper: dict[str, torch.Tensor] | None = None
         self.model: Any = None  # botorch's SingleTaskGP once fitted (botorch is untyped)
 
@@ -66,11 +99,22 @@ class Surrogate:
         mll = ExactMarginalLogLikelihood(model.likelihood, model)
         # from a warm start L-BFGS needs few steps; a cold fit gets the full budget
         maxiter = self.maxiter if self._hyper is None else max(10, self.maxiter // 3)
-        with warnings.catch_warnings():
+        start = copy.deepcopy(model.state_dict())
+        error = None
+        with warnings.catch_warnings():  # BoTorch's warnings about its retries
             warnings.simplefilter("ignore")
-            # a failed fit keeps the previous (or initial) hyperparameters
-            with contextlib.suppress(Exception):
+            try:
                 fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": maxiter}})
+            except fit_errors() as e:
+                error = e
+        self.fit_error = None if error is None else f"{type(error).__name__}: {error}"
+        if error is not None:  # keep the hyperparameters the fit started from
+            model.load_state_dict(start)
+            self.fit_failures += 1
+            kept = "the previous round's" if self._hyper is not None else "the initial"
+            warnings.warn(FitWarning(f"GP fit on {len(sub)} observations failed "
+                                     f"({self.fit_error}); kept {kept} hyperparameters"),
+                          stacklevel=2)
         model.eval()
         # (not the constraints' bounds: a capped noise's bound follows each round's data)
         self._hyper = {k: v.detach().clone() for k, v in model.state_dict().items()
@@ -95,7 +139,7 @@ class Surrogate:
         self.noise = float(model.likelihood.noise.detach()) * ratio
         with torch.no_grad():
             K = self._k(X, X)
-            K.diagonal().add_(self.noise + 1e-8)
+            K.diagonal().add_(self.noise + self.jitter)
             self.L = _cholesky(K)
             self.alpha = torch.cholesky_solve((ys - self.mean_const).unsqueeze(-1), self.L)
 
@@ -116,14 +160,14 @@ class Surrogate:
         return SingleTaskGP(X, Y, likelihood=likelihood, outcome_transform=Standardize(m=1))
 
     def botorch_model(self) -> Any:
-        """The fitted GP as a BoTorch model conditioned on every observation (for BoTorch's
-        acquisitions): the fitted model itself when it saw them all, else one on all of them
-        with the fitted hyperparameters (in its own standardisation of y, so its posterior
-        differs slightly from :meth:`predict`'s)."""
+        """The surrogate's GP as a BoTorch ``SingleTaskGP`` conditioned on every observation
+        (for BoTorch's acquisitions): the fitted model itself when it was fitted on them all,
+        else a copy of it (the same hyperparameters and standardisation of y) conditioned on
+        all of them. Its ``posterior`` is :meth:`predict`'s (module docstring)."""
         if self._all_data_model is None:
-            model = self._gp(self.X, self.Y)
-            model.load_state_dict(self._hyper, strict=False)
-            model.eval()
+            model = copy.deepcopy(self.model)
+            y, _ = model.outcome_transform(self.Y)  # eval mode: the fitted standardisation
+            model.set_train_data(self.X, y.squeeze(-1), strict=False)
             self._all_data_model = model
         return self._all_data_model
 
@@ -131,11 +175,22 @@ class Surrogate:
         with torch.no_grad():
             return self.kernel(a, b).to_dense() * self.scale2
 
+    def _conditioned(self, Xp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(K(X, Xp): (n, m), posterior mean at ``Xp`` (m, d): (m,), standardised y)."""
+        Ks = self._k(self.X, Xp)
+        return Ks, self.mean_const + (Ks * self.alpha).sum(0)
+
+    def mean(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """(m,) posterior mean at the rows of ``x`` (m, d), y units: :meth:`predict`'s."""
+        with torch.no_grad():
+            _, mean = self._conditioned(self.scale(x))
+        return self.y_mean + self.y_std * mean
+
     def predict(self, x: np.ndarray | torch.Tensor) -> Prediction:
+        """Posterior mean and latent variance at the rows of ``x`` (m, d): each (m,), y units."""
         Xp = self.scale(x)
         with torch.no_grad():
-            Ks = self._k(self.X, Xp)                      # (n, m)
-            mean = self.mean_const + (Ks * self.alpha).sum(0)
+            Ks, mean = self._conditioned(Xp)
             A = torch.linalg.solve_triangular(self.L, Ks, upper=False)
             prior = self.kernel(Xp[:1], Xp[:1]).to_dense()[0, 0] * self.scale2  # stationary
             var = (prior - (A * A).sum(0)).clamp_min(1e-12)
@@ -150,17 +205,23 @@ class Surrogate:
             k = self._k(Xp, Xp[j:j + 1]).squeeze(-1)
             return (k - A.T @ A[:, j]) * self.y_std ** 2
 
-    def joint_samples(self, x: np.ndarray, n: int, generator: torch.Generator) -> torch.Tensor:
-        """``n`` joint posterior samples of the latent function at the rows of ``x``: (n, m)."""
+    def _joint(self, x: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior mean (m,) and latent covariance (m, m) at the rows of ``x`` (m, d), in
+        standardised y."""
         Xp = self.scale(x)
         with torch.no_grad():
-            Ks = self._k(self.X, Xp)
-            mean = self.mean_const + (Ks * self.alpha).sum(0)
+            Ks, mean = self._conditioned(Xp)
             A = torch.linalg.solve_triangular(self.L, Ks, upper=False)
-            cov = self._k(Xp, Xp) - A.T @ A
+            return mean, self._k(Xp, Xp) - A.T @ A
+
+    def joint_samples(self, x: np.ndarray, n: int, generator: torch.Generator) -> torch.Tensor:
+        """``n`` joint posterior samples of the latent function at the rows of ``x`` (m, d):
+        (n, m), y units."""
+        mean, cov = self._joint(x)
+        with torch.no_grad():
             cov.diagonal().add_(1e-8)
             Lc = _cholesky(cov)
-            z = torch.randn(len(Xp), n, dtype=DTYPE, generator=generator)
+            z = torch.randn(len(mean), n, dtype=DTYPE, generator=generator)
             f = mean.unsqueeze(-1) + Lc @ z
         return (self.y_mean + self.y_std * f).T
 

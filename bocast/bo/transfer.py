@@ -1,19 +1,11 @@
 """Warm start from other shapes' records (issue 11, "transfer").
 
-A *source* is a recorded dataset (prefix) or a record store of the target's operator, space,
-dtype and layout on another (or the same) shape, or of another operator that runs the same
-Tensor Core matmul schedule (:func:`same_schedule`: a convolution is an implicit GEMM, a bmm a
-batched one, and space v2 gives each the GEMM's knobs). Its successful rows become one source
-model:
+A *source* is a recorded dataset (prefix) or a record store of the target's operator on
+another (or the same) shape, or of another operator that runs the same Tensor Core matmul
+schedule; reading it, checking it against the target and carrying its configurations into the
+target's space (**translation**) is :mod:`bocast.bo.sources`'. Its successful rows, translated,
+become one source model:
 
-- **Translation.** A source configuration is carried into the target's space by keeping every
-  knob and, in each split, every level but the outermost; the outermost (thread blocks, or
-  k tiles) is recomputed for the target's extent. A 128 x 128 block tile of 4 warps stays that
-  tile; only the grid changes. Rows whose inner levels do not divide the target's extent are
-  dropped. Feasibility in the target is not required: the model only needs the encoding. A
-  choice knob the source's operator lacks (bmm's ``batch_bind`` under GEMM records) takes its
-  first value: a column no source varies is left out of the model (below), so the value says
-  nothing; knobs only the source has are dropped.
 - **Model.** One GP (:class:`~bocast.bo.surrogate.Surrogate`, fixed seed, the same for every
   run) on the translated rows in the target's model inputs, y = log TFLOPS z-scored per source
   workload (shapes run at different speeds; only the ranking transfers). Columns that no
@@ -34,21 +26,24 @@ neither count against the budget nor keep a configuration from being proposed an
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import math
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from bocast.bo.sources import Source, WarmStartError, incompatibility, load_sources
 from bocast.errors import InputError
 from bocast.records import dataset_csv
 from bocast.schema import Field
-from bocast.space import Config, Space, Split
+from bocast.space import Config, Space
+
+#: WarmStartError, incompatibility and load_sources are bocast.bo.sources', re-exported here
+__all__ = ["AUTO", "NONE", "WARM_START_OPTION", "SourceModel", "WarmStartError", "best_rows",
+           "incompatibility", "interleave", "load_sources", "ranked_configs", "source_model",
+           "source_paths"]
 
 #: the choices of ``warm_start`` besides a list of sources
 AUTO, NONE = "auto", "none"
@@ -89,181 +84,6 @@ _CACHE: dict[tuple, Any] = {}
 _CACHE_MAX = 4
 
 
-class WarmStartError(InputError):
-    """A warm-start source that cannot be used."""
-
-
-@dataclass
-class Source:
-    """One source's successful rows, translated: configurations in the target's space."""
-
-    path: str
-    workload: dict[str, Any]
-    configs: list[Config]
-    log_tflops: np.ndarray
-    dropped: int  # ok rows whose splits do not fit the target's extents
-
-
-def _workload(path: str) -> dict[str, Any]:
-    """The workload a dataset (prefix) or a record store (``.db``) was recorded for."""
-    import sqlite3
-
-    from bocast.measure.replay import ReplayError, _read_meta
-
-    if not path.endswith(".db"):
-        try:
-            return _read_meta(path)["workload"]
-        except ReplayError as e:
-            raise WarmStartError(f"warm_start: {e}") from None
-    if not os.path.isfile(path):
-        raise WarmStartError(f"warm_start: record store {path} not found")
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
-        finally:
-            conn.close()
-        if meta.get("format") != "bocast-records":
-            raise ValueError("no bocast format mark")
-        return json.loads(meta["workload"])
-    except (sqlite3.DatabaseError, KeyError, ValueError) as e:
-        raise WarmStartError(f"warm_start: {path} is not a readable bocast record store "
-                             f"({e})") from None
-
-
-def _ok_rows(path: str, op) -> list[tuple[Config, float]]:
-    """(configuration of ``op``'s space, TFLOPS) of every ok row, checked as replay checks a
-    dataset (a store: as a store is opened)."""
-    from bocast.measure.replay import ReplayDataset, ReplayError
-    from bocast.records import Store, StoreError
-
-    try:
-        if not path.endswith(".db"):
-            ds = ReplayDataset(path, op)
-            return [(c, float(r["tflops"])) for c, r in zip(ds.configs, ds.rows)
-                    if r["status"] == "ok"]
-        with Store.open(path, op.workload) as store:  # only read: nothing created
-            return [(op.space.from_json(r.config), float(r.tflops)) for r in store.records()
-                    if r.succeeded]
-    except (ReplayError, StoreError) as e:
-        raise WarmStartError(f"warm_start: {e}") from None
-
-
-def translate(config: Config, target: Space) -> Config | None:
-    """``config`` of a source's space carried into ``target``: splits keep their inner levels
-    and take the outermost from the target's extent, a choice knob the source lacks takes its
-    first value, knobs ``target`` lacks are dropped (None when the inner levels do not divide
-    the extent, or the result is not a structural configuration of ``target``)."""
-    if any(n not in config for n in target.conditioning):
-        return None
-    cond = {n: config[n] for n in target.conditioning}
-    out = {}
-    for k in target.knobs:
-        v = config.get(k.name)
-        if k.name not in config:
-            if isinstance(k, Split):
-                return None
-            out[k.name] = k.domain(cond)[0] if k.is_active(cond) else None
-        elif isinstance(k, Split) and v is not None:
-            inner = math.prod(v[1:])
-            extent = k.extent_for(cond)
-            if extent % inner:
-                return None
-            out[k.name] = (extent // inner, *v[1:])
-        else:
-            out[k.name] = v
-    return None if target.structural_violations(out) else out
-
-
-def load_sources(paths: Sequence[str], target_op) -> list[Source]:
-    """Every source read, checked against the target and translated; a
-    :class:`WarmStartError` names the first that cannot be used."""
-    from bocast.operator import WorkloadError, canonical_workload, from_workload
-
-    out = []
-    for path in paths:
-        workload = _workload(path)
-        got = canonical_workload(workload)
-        problem, src_op = incompatibility(workload, target_op)
-        if problem:
-            raise WarmStartError(f"warm_start: {path} holds records of {problem}")
-        try:
-            src_op = src_op or from_workload(workload)
-        except WorkloadError as e:
-            raise WarmStartError(f"warm_start: {path}: {e}") from None
-        rows = _ok_rows(path, src_op)
-        if not rows:
-            raise WarmStartError(f"warm_start: {path} has no successful (ok) rows")
-        configs, ys = [], []
-        for c, tflops in rows:
-            t = translate(c, target_op.space)
-            if t is not None:
-                configs.append(t)
-                ys.append(math.log(tflops))
-        if not configs:
-            raise WarmStartError(f"warm_start: {path}: none of its {len(rows)} ok rows fits the "
-                                 f"target's shape {list(target_op.workload['shape'])}")
-        out.append(Source(path, got, configs, np.array(ys), len(rows) - len(configs)))
-    return out
-
-
-def incompatibility(workload: Mapping[str, Any], target_op) -> tuple[str | None, Any]:
-    """(why records of ``workload`` cannot be a source for ``target_op``, or None; the
-    source's operator where it had to be built). A source is the same operator on another
-    shape, another operator on the same matmul schedule (:func:`same_schedule`), or the same
-    operator in another space whose knobs map one to one (:func:`same_knobs`): records of one
-    space never seed another otherwise. The one check of explicit and ``auto`` sources."""
-    from bocast.operator import WorkloadError, canonical_workload, from_workload
-
-    got, want = canonical_workload(workload), canonical_workload(target_op.workload)
-    differs = sorted(k for k in set(got) | set(want)
-                     if k != "shape" and got.get(k) != want.get(k))
-    if not differs:
-        return None, None
-    src_op = None
-    if got.get("op") != want.get("op") and got.get("space") == want.get("space"):
-        with contextlib.suppress(WorkloadError):  # it may still run the same schedule
-            src_op = from_workload(workload)
-        if src_op is not None and same_schedule(src_op, target_op):
-            return None, src_op
-    elif differs == ["space"]:
-        with contextlib.suppress(WorkloadError):
-            src_op = from_workload(workload)
-        if src_op is not None and same_knobs(src_op.space, target_op.space):
-            return None, src_op
-    return (f"{_describe(got)}, not of the target's {_describe(want)} ({', '.join(differs)} "
-            "differ); a source must be the same operator on another shape, or another "
-            "operator on the same Tensor Core matmul (space, dtypes, operand layout)"), None
-
-
-def same_knobs(a: Space, b: Space) -> bool:
-    """Whether two spaces' knobs map one to one: the same names, kinds and choices (then a
-    configuration of one is a configuration of the other)."""
-    def knobs(s: Space) -> list:
-        return [(k.name, type(k).__name__, getattr(k, "choices", None),
-                 getattr(k, "parts", None)) for k in s.knobs]
-    return knobs(a) == knobs(b)
-
-
-def same_schedule(a, b) -> bool:
-    """Whether operators ``a`` and ``b`` run the same Tensor Core matmul schedule: both are
-    matmuls of one space (the same split knobs) with the same dtypes and operand layout, so a
-    block tile of one is a block tile of the other."""
-    ma, mb = getattr(a, "matmul", None), getattr(b, "matmul", None)
-    if ma is None or mb is None:
-        return False
-    splits = {k.name for k in b.space.knobs if isinstance(k, Split)}
-    return ((ma.space, ma.in_dtype, ma.acc_dtype, ma.trans_b)
-            == (mb.space, mb.in_dtype, mb.acc_dtype, mb.trans_b)
-            and a.workload.get("dtype") == b.workload.get("dtype")
-            and splits <= {k.name for k in a.space.knobs})
-
-
-def _describe(w: Mapping[str, Any]) -> str:
-    rest = ", ".join(f"{k} {w[k]}" for k in sorted(w) if k not in ("op", "shape"))
-    return f"{w.get('op')} ({rest})"
-
-
 class SourceModel:
     """The sources' GP in the target's model inputs (see the module docstring)."""
 
@@ -291,15 +111,7 @@ class SourceModel:
 
     def mean(self, x: np.ndarray) -> np.ndarray:
         """(m,) source mean at the target's model inputs ``x`` (m, d), z-score units."""
-        import torch
-
-        from bocast.bo.surrogate import DTYPE
-
-        xs = self.surrogate.scale(x[:, self.columns])
-        with torch.no_grad():
-            mean = self.surrogate.mean_const + (self.surrogate._k(self.surrogate.X, xs)
-                                                * self.surrogate.alpha).sum(0)
-        return (self.surrogate.y_mean + self.surrogate.y_std * mean).to(DTYPE).numpy()
+        return self.surrogate.mean(x[:, self.columns]).numpy()
 
     def top(self, n: int) -> list[Config]:
         """The ``n`` best source rows (translated), best first."""

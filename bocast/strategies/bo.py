@@ -6,7 +6,9 @@ the classifier on all attempted ones; build a pool of fresh uniform samples plus
 neighbours of the best configurations so far (never anything already proposed); optionally
 extend it by local search on the acquisition surface; score it with the chosen acquisition
 (``logei``, ``becbo``, ``ts`` or ``qlogei``, see :mod:`bocast.bo.acquisition`); return ``q``
-picks. The first ``n_init`` proposals are uniform samples.
+picks. The first ``n_init`` proposals are uniform samples. A round whose GP fit failed keeps
+the previous round's hyperparameters, warns, and counts in ``last_round``'s ``fit_failures``
+(the run's so far).
 
 Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmark shows a gain):
 
@@ -235,7 +237,8 @@ class BayesOpt(Strategy):
             picks = acq.thompson(self.surrogate, x_pool, pred, clf, n, gen)
         self.last_round = {"pool": len(pool), "observations": len(ok), "best_y": best,
                            "failures_seen": int((labels == 0).sum()),
-                           "local_search_added": len(climbed)}
+                           "local_search_added": len(climbed),
+                           "fit_failures": self.surrogate.fit_failures}
         return [pool[i] for i in picks]
 
     def _first_batch(self, n: int, source: SourceModel) -> list:

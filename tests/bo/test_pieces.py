@@ -1,8 +1,9 @@
-"""BO's hand-written pieces (bocast/bo/) against references: the surrogate's posterior against
-exact GP algebra and BoTorch's own posterior, LogEI against mpmath, the Kriging believer
-against exact conditioning on fantasies, BE-CBO and Thompson sampling on hand-checkable pools,
-and seeds that reproduce."""
+"""BO's hand-written pieces (bocast/bo/) against references: the surrogate's fast posterior
+against exact GP algebra and BoTorch's own posterior (to 1e-6, on random data and a replay fit),
+LogEI against mpmath, the Kriging believer against exact conditioning on fantasies, BE-CBO and
+Thompson sampling on hand-checkable pools, failed fits, and seeds that reproduce."""
 
+import copy
 import math
 
 import mpmath
@@ -12,7 +13,7 @@ import torch
 
 from bocast.bo import acquisition as acq
 from bocast.bo.feasibility import EnsembleClassifier, GPClassifier
-from bocast.bo.surrogate import Surrogate, log_ei
+from bocast.bo.surrogate import FitWarning, Surrogate, log_ei
 
 D = 3
 BOUNDS = np.array([[0.0] * D, [2.0] * D])  # inputs in [0, 2]: scaling to [0, 1] is exercised
@@ -25,9 +26,9 @@ def _data(n, seed=0):
     return x, y
 
 
-def _fitted(n=40, fit_points=384, seed=0):
+def _fitted(n=40, fit_points=384, seed=0, **kw):
     x, y = _data(n, seed)
-    s = Surrogate(BOUNDS, fit_points=fit_points, maxiter=40, seed=seed)
+    s = Surrogate(BOUNDS, fit_points=fit_points, maxiter=40, seed=seed, **kw)
     s.fit(x, y)
     return s, x, y
 
@@ -68,16 +69,110 @@ def test_posterior_matches_exact_gp_algebra(fit_points):
     np.testing.assert_allclose(pred.var.numpy(), var, rtol=1e-4, atol=1e-7)
 
 
-def test_posterior_matches_botorch_when_every_observation_is_fitted():
-    s, x, y = _fitted(40)
-    xp = np.random.default_rng(2).uniform(0, 2, (25, D))
+def _botorch_posterior(s, xp, *, jittered=False):
+    """(mean, latent variance), y units, of BoTorch's posterior of the surrogate's GP
+    (:meth:`Surrogate.botorch_model`) at ``xp``; ``jittered``: of that GP with its noise
+    variance raised by the surrogate's jitter, as the fast path factors it."""
+    from gpytorch.constraints import GreaterThan
+
+    model = s.botorch_model()
+    if jittered:
+        model = copy.deepcopy(model)
+        model.prediction_strategy = None
+        noise = model.likelihood.noise.detach()
+        model.likelihood.noise_covar.register_constraint("raw_noise", GreaterThan(0.0))
+        # the fast path adds the jitter in the all-data standardisation; the model's own is
+        # the fitted subset's, scale2 times smaller in variance
+        model.likelihood.noise = noise + s.jitter / s.scale2
     with torch.no_grad():
-        post = s.model.posterior(s.scale(xp))
+        post = model.posterior(s.scale(xp))
+    return post.mean.squeeze(-1), post.variance.squeeze(-1)
+
+
+# (n, d): few and many observations, few and many inputs; fit_points below n: the
+# hyperparameters fitted on a subset, the posterior conditioned on every row
+POSTERIOR_CASES = [(8, 2, 384), (40, 3, 384), (120, 6, 384), (120, 4, 50), (250, 10, 384)]
+
+
+@pytest.mark.parametrize("noise_sd_max", [0.0, 0.02], ids=["free-noise", "capped-noise"])
+@pytest.mark.parametrize("n, d, fit_points", POSTERIOR_CASES)
+def test_fast_posterior_is_botorchs(n, d, fit_points, noise_sd_max):
+    """The fast path (one Cholesky factor, kept) against BoTorch's ``model.posterior``: with
+    ``jitter=0`` its mean and latent variance are BoTorch's posterior of the fitted GP; with the
+    default jitter (1e-8 on the noise variance), that of the GP with that noise. Both to 1e-6,
+    absolute (y units) and relative (measured: ~1e-10 relative, 1e-12 absolute)."""
+    rng = np.random.default_rng(n + d)
+    x = rng.uniform(0, 2, (n, d))
+    y = np.sin(2 * x[:, 0]) + 0.5 * x[:, 1] ** 2 - x[:, -1] + 0.05 * rng.normal(size=n)
+    xp = np.vstack([rng.uniform(0, 2, (300, d)), x[:20]])  # new rows and observed ones
+    bounds = np.array([[0.0] * d, [2.0] * d])
+    for jitter in (0.0, 1e-8):
+        s = Surrogate(bounds, fit_points=fit_points, maxiter=40, seed=1,
+                      noise_sd_max=noise_sd_max, jitter=jitter)
+        s.fit(x, y)
+        assert (s.model is s.botorch_model()) == (fit_points >= n)
+        pred = s.predict(xp)
+        mean, var = _botorch_posterior(s, xp, jittered=jitter > 0)
+        np.testing.assert_allclose(pred.mean.numpy(), mean.numpy(), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(pred.var.numpy(), var.numpy(), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(s.mean(xp).numpy(), mean.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_default_fast_posterior_is_within_the_jitter_of_the_fitted_gps():
+    """How far the default jitter moves the fast path from BoTorch's posterior of the fitted
+    GP itself: its share of the noise variance (here noise 2.6e-3, standardised y)."""
+    s, x, y = _fitted(40)
+    xp = np.random.default_rng(2).uniform(0, 2, (200, D))
+    mean, var = _botorch_posterior(s, xp)
     pred = s.predict(xp)
-    np.testing.assert_allclose(pred.mean.numpy(), post.mean.squeeze(-1).numpy(), rtol=1e-6,
-                               atol=1e-6)
-    np.testing.assert_allclose(pred.var.numpy(), post.variance.squeeze(-1).numpy(), rtol=1e-4,
-                               atol=1e-7)
+    np.testing.assert_allclose(pred.mean.numpy(), mean.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(pred.var.numpy(), var.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_fast_posterior_of_a_replay_fit_is_botorchs():
+    """On a real fit: BO's GP after 40 trials of replay (relative TFLOPS, noise cap) on the
+    GEMM table, scored on the whole table."""
+    from bocast.measure.replay import ReplayDataset, ReplayMeasurer
+    from bocast.operator import get_operator
+    from bocast.strategies import make_strategy
+    from bocast.strategies.bo import gp_target
+    from bocast.tuner import Tuner
+
+    op = get_operator("gemm").from_args((32, 2048, 1000), space="v1")
+    ds = ReplayDataset("experiments/data/gemm_32_2048_1000", op)
+    bo = make_strategy("bo", ds.candidates(), seed=0, n_init=16, pool_size=512, fit_maxiter=25,
+                       y_transform="relative", noise_sd_max=0.02)
+    res = Tuner(bo, ReplayMeasurer(ds), trials=40, batch_size=8).run()
+    ok = [r for r in res.records if r.ok]
+    x = bo._inputs([bo.config_of(r) for r in ok])
+    y = gp_target(np.array([r.tflops for r in ok]), "relative")
+    xp = bo._inputs(ds.configs)
+    bounds = np.stack([bo.surrogate.lo.numpy(), (bo.surrogate.lo + bo.surrogate.span).numpy()])
+    exact = Surrogate(bounds, maxiter=25, noise_sd_max=0.02, jitter=0.0)
+    exact.fit(x, y)
+    for s in (bo.surrogate, exact):  # BO's own (default jitter); the same data, no jitter
+        pred = s.predict(xp)
+        mean, var = _botorch_posterior(s, xp, jittered=s.jitter > 0)
+        np.testing.assert_allclose(pred.mean.numpy(), mean.numpy(), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(pred.var.numpy(), var.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_joint_posterior_of_the_believer_and_thompson_sampling_is_botorchs():
+    """The posterior covariance the Kriging believer conditions on, and the joint mean and
+    covariance Thompson sampling draws from, against BoTorch's joint posterior."""
+    s, _, _ = _fitted(40, fit_points=25, jitter=0.0)
+    xp = np.random.default_rng(3).uniform(0, 2, (30, D))
+    s.predict(xp)
+    with torch.no_grad():
+        post = s.botorch_model().posterior(s.scale(xp))
+    cov = post.distribution.covariance_matrix
+    for j in (0, 7, 29):
+        np.testing.assert_allclose(s.posterior_cov_with(j).numpy(), cov[:, j].numpy(),
+                                   rtol=1e-6, atol=1e-6)
+    mean, joint = s._joint(xp)  # standardised y
+    np.testing.assert_allclose((s.y_mean + s.y_std * mean).numpy(),
+                               post.mean.squeeze(-1).numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose((joint * s.y_std ** 2).numpy(), cov.numpy(), rtol=1e-6, atol=1e-6)
 
 
 def test_fit_is_reproducible_and_depends_on_the_seed():
@@ -265,21 +360,6 @@ def test_noise_cap_bounds_the_fitted_noise():
     assert abs(float(capped.predict(x[best:best + 1]).mean) - y[best]) < 0.05
 
 
-@pytest.mark.parametrize("fit_points", [384, 25])  # the fitted model itself; one on all rows
-def test_botorch_model_posterior_is_the_surrogates(fit_points):
-    s, x, y = _fitted(40, fit_points=fit_points)
-    xp = np.random.default_rng(7).uniform(0, 2, (15, D))
-    post = s.botorch_model().posterior(s.scale(xp))
-    pred = s.predict(xp)
-    # exact when the hyperparameters were fitted on every row; else the all-rows model
-    # standardises y on all rows, the surrogate re-expresses the subset's scale: close
-    tol = 1e-6 if fit_points >= 40 else 0.05
-    np.testing.assert_allclose(post.mean.squeeze(-1).detach().numpy(), pred.mean.numpy(),
-                               rtol=tol, atol=tol)
-    np.testing.assert_allclose(post.variance.squeeze(-1).detach().numpy(), pred.var.numpy(),
-                               rtol=max(tol, 1e-4), atol=1e-6)
-
-
 def test_q_log_ei_of_one_point_is_log_ei_and_its_batch_avoids_repeats():
     s, x, y = _fitted(30)
     rng = np.random.default_rng(8)
@@ -313,3 +393,53 @@ def test_q_log_ei_of_one_point_is_log_ei_and_its_batch_avoids_repeats():
     cannot = flat.clone()
     cannot[picks[0]] = -torch.inf  # the favourite cannot run
     assert picks[0] not in acq.q_log_ei(s, xs, cannot, best, 6, seed=0)
+
+
+# --- a failed fit: the hyperparameters it started from, counted and warned; nothing else caught
+def _failing_fit(monkeypatch, error):
+    """Make BoTorch's fit move the hyperparameters (as a failed optimiser leaves them) and
+    raise ``error``."""
+    import botorch.fit
+
+    def fit(mll, **kw):
+        mll.model.covar_module.lengthscale = 7.0
+        raise error
+
+    monkeypatch.setattr(botorch.fit, "fit_gpytorch_mll", fit)
+
+
+def test_a_failed_fit_keeps_the_previous_hyperparameters_and_says_so(monkeypatch):
+    from botorch.exceptions.errors import ModelFittingError
+
+    x, y = _data(40)
+    s = Surrogate(BOUNDS, maxiter=40, seed=0)
+    s.fit(x[:30], y[:30])
+    assert s.fit_failures == 0 and s.fit_error is None
+    before = {k: v.clone() for k, v in s._hyper.items()}
+    _failing_fit(monkeypatch, ModelFittingError("All attempts to fit the model have failed."))
+    with pytest.warns(FitWarning, match=r"ModelFittingError: All attempts.*kept the previous "
+                                        r"round's hyperparameters"):
+        s.fit(x, y)
+    assert s.fit_failures == 1 and s.fit_error.startswith("ModelFittingError")
+    assert before.keys() == s._hyper.keys()
+    assert all(torch.equal(before[k], s._hyper[k]) for k in before)
+    # the round's posterior: those hyperparameters, conditioned on all 40 rows
+    xp = np.random.default_rng(1).uniform(0, 2, (20, D))
+    mean, var = _reference(_raw_hyper(s), x / 2, y, xp / 2)
+    np.testing.assert_allclose(s.predict(xp).mean.numpy(), mean, rtol=1e-6, atol=1e-6)
+    # a first fit that fails keeps the initial hyperparameters
+    fresh = Surrogate(BOUNDS, maxiter=40, seed=0)
+    with pytest.warns(FitWarning, match="kept the initial hyperparameters"):
+        fresh.fit(x, y)
+    init = Surrogate(BOUNDS)._gp(s.scale(x), torch.as_tensor(y).reshape(-1, 1))
+    assert torch.equal(fresh.kernel.lengthscale, init.covar_module.lengthscale)
+
+
+@pytest.mark.parametrize("error", [ValueError("a bug"), KeyError("raw_noise"), AssertionError()])
+def test_any_other_error_of_a_fit_propagates(monkeypatch, error):
+    x, y = _data(30)
+    s = Surrogate(BOUNDS, maxiter=40, seed=0)
+    _failing_fit(monkeypatch, error)
+    with pytest.raises(type(error)):
+        s.fit(x, y)
+    assert s.fit_failures == 0

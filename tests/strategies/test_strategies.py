@@ -186,6 +186,40 @@ def test_bo_round_caps_torch_threads_and_restores_them(dataset, monkeypatch):
     assert after == 2
 
 
+def test_a_failed_gp_fit_is_reported_and_anything_else_propagates(dataset, monkeypatch):
+    """A round whose fit fails (BoTorch's ModelFittingError) still proposes, on the previous
+    round's hyperparameters, and says so: a FitWarning and last_round's fit_failures. Any
+    other error of the fit stops the run."""
+    import botorch.fit
+    import torch
+    from botorch.exceptions.errors import ModelFittingError
+
+    from bocast.bo.surrogate import FitWarning
+
+    strategy = make_strategy("bo", dataset.candidates(), seed=0, **FAST)
+    measurer = ReplayMeasurer(dataset)
+    for _ in range(2):  # n_init uniform samples, then a fitted round
+        strategy.tell(measurer.measure(strategy.ask(16)))
+    assert strategy.last_round["fit_failures"] == 0
+    before = dict(strategy.surrogate._hyper)
+
+    def fails(error):
+        def fit(mll, **kw):
+            raise error
+        return fit
+
+    monkeypatch.setattr(botorch.fit, "fit_gpytorch_mll",
+                        fails(ModelFittingError("All attempts to fit the model have failed.")))
+    with pytest.warns(FitWarning, match="kept the previous round's hyperparameters"):
+        picks = strategy.ask(16)
+    assert len(picks) == 16 and strategy.last_round["fit_failures"] == 1
+    assert all(torch.equal(before[k], v) for k, v in strategy.surrogate._hyper.items())
+    strategy.tell(measurer.measure(picks))
+    monkeypatch.setattr(botorch.fit, "fit_gpytorch_mll", fails(ValueError("a bug")))
+    with pytest.raises(ValueError, match="a bug"):
+        strategy.ask(16)
+
+
 @pytest.mark.parametrize("name, h, message", [
     ("nope", {}, "unknown strategy 'nope'"),
     ("bo", {"acquisition": "pi"},

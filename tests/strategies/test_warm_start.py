@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from bocast.bo.transfer import translate
+from bocast.bo.sources import translate
 from bocast.candidates import SpaceCandidates, TableCandidates
 from bocast.datasets import load_dataset
 from bocast.measure.replay import ReplayDataset, ReplayMeasurer
