@@ -75,7 +75,7 @@ WARM_START_OPTION = _WarmStartField(
 
 def source_paths(value) -> list[str]:
     """The sources a strategy uses for its ``warm_start`` option: the list, or none for
-    ``none`` and for an ``auto`` nobody resolved (:func:`bocast.library.resolve` does)."""
+    ``none`` and for an ``auto`` nobody resolved (:func:`bocast.warm_sources.resolve` does)."""
     return list(value) if isinstance(value, list) else []
 
 #: the fitted source models and source rankings of this process, by what they are made of

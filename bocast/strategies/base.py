@@ -33,7 +33,7 @@ class Strategy(ABC):
     #: the hyperparameters a configuration may set: type, range, default (bocast.schema)
     options: ClassVar[Section] = Section((), noun="option")
     #: options that ``warm_start: auto`` sets where it found sources and the run left them
-    #: unset (:func:`bocast.library.warm_options`): the defaults of a warm run, chosen by the
+    #: unset (:func:`bocast.warm_sources.warm_options`): the defaults of a warm run, chosen by the
     #: leave-one-table-out replay (experiments/ablation/loto.yaml); a cold run keeps ``options``'
     warm_defaults: ClassVar[dict[str, Any]] = {}
     #: options that, given, leave ``warm_defaults`` out (they say the same thing another way)
