@@ -5,10 +5,10 @@ Each round: fit the surrogate on the successful measurements and, once failures 
 the classifier on all attempted ones; build a pool of fresh uniform samples plus the feasible
 neighbours of the best configurations so far (never anything already proposed); optionally
 extend it by local search on the acquisition surface; score it with the chosen acquisition
-(``logei``, ``becbo``, ``ts`` or ``qlogei``, see :mod:`bocast.bo.acquisition`); return ``q``
-picks. The first ``n_init`` proposals are uniform samples. A round whose GP fit failed keeps
-the previous round's hyperparameters, warns, and counts in ``last_round``'s ``fit_failures``
-(the run's so far).
+(``logei``, ``becbo``, ``ts`` or ``qlogei``: one registry, :mod:`bocast.bo.acquisition`);
+return ``q`` picks. The first ``n_init`` proposals are uniform samples. A round whose GP fit
+failed keeps the previous round's hyperparameters, warns, and counts in ``last_round``'s
+``fit_failures`` (the run's so far).
 
 Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmark shows a gain):
 
@@ -48,7 +48,6 @@ Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmar
 from __future__ import annotations
 
 import contextlib
-import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -65,7 +64,7 @@ if TYPE_CHECKING:
     import torch
 
     from bocast.bo import acquisition as acq
-    from bocast.bo.feasibility import make_classifier
+    from bocast.bo.feasibility import AlwaysFeasible, make_classifier
     from bocast.bo.surrogate import Surrogate
     from bocast.bo.transfer import SourceModel
 
@@ -75,14 +74,16 @@ def _import_model() -> None:
     This module is also imported for BO's options alone (a configuration's check names them),
     and torch takes 1.5 s to import: a refused option must answer in well under a second
     (issue 25). The one documented lazy import of the strategies."""
-    global torch, acq, make_classifier, Surrogate
+    global torch, acq, AlwaysFeasible, make_classifier, Surrogate
     import torch
 
     from bocast.bo import acquisition as acq
-    from bocast.bo.feasibility import make_classifier
+    from bocast.bo.feasibility import AlwaysFeasible, make_classifier
     from bocast.bo.surrogate import Surrogate
 
 
+#: option ``acquisition``'s choices: bocast.bo.acquisition.ACQUISITIONS' names (that module
+#: imports torch; a check of the options must not)
 ACQUISITIONS = ("logei", "becbo", "ts", "qlogei")
 Y_TRANSFORMS = ("log", "relative")
 
@@ -169,6 +170,7 @@ class BayesOpt(Strategy):
         self.surrogate = Surrogate(bounds, fit_points=self.hyper["fit_points"],
                                    maxiter=self.hyper["fit_maxiter"], seed=seed,
                                    noise_sd_max=self.hyper["noise_sd_max"])
+        self.acquisition = acq.make(self.hyper["acquisition"], self.hyper)
         self.last_round: dict = {}
         self.classifier = None  # the last round's feasibility classifier (for diagnostics)
 
@@ -219,25 +221,13 @@ class BayesOpt(Strategy):
         pool = pool + climbed
         x_pool = self._inputs(pool)
         pred = self.surrogate.predict(x_pool)
-        xs = self.surrogate.scale(x_pool)
-        p_feas, _ = clf.predict(xs)
-        gen = torch.Generator().manual_seed(int(self.rng.integers(2**62)))
-        kind = self.hyper["acquisition"]
-        if kind == "logei":
-            picks = acq.constrained_logei(self.surrogate, pred, p_feas, best, n)
-        elif kind == "becbo":
-            n_fail = int((labels == 0).sum())
-            beta = self.hyper["beta0"] / math.sqrt(1 + n_fail / 10)
-            picks = acq.becbo(self.surrogate, pred, p_feas, clf.optimistic(xs, beta), best, n,
-                              self.hyper["boundary_share"])
-        elif kind == "qlogei":
-            picks = acq.q_log_ei(self.surrogate, xs, torch.log(p_feas.clamp_min(1e-300)), best,
-                                 n, seed=int(torch.randint(2**31, (1,), generator=gen)))
-        else:
-            picks = acq.thompson(self.surrogate, x_pool, pred, clf, n, gen)
+        p_feas, _ = clf.predict(self.surrogate.scale(x_pool))
+        ctx = acq.Context(self.surrogate, x_pool, pred, clf, p_feas, best,
+                          torch.Generator().manual_seed(int(self.rng.integers(2**62))),
+                          failures=int((labels == 0).sum()))
+        picks = self.acquisition.select(ctx, n)
         self.last_round = {"pool": len(pool), "observations": len(ok), "best_y": best,
-                           "failures_seen": int((labels == 0).sum()),
-                           "local_search_added": len(climbed),
+                           "failures_seen": ctx.failures, "local_search_added": len(climbed),
                            "fit_failures": self.surrogate.fit_failures}
         return [pool[i] for i in picks]
 
@@ -268,19 +258,19 @@ class BayesOpt(Strategy):
                            "warm_start_top": len(top)}
         if not pool or n <= 0:
             return top
-        model = source.surrogate
-        pred = model.predict(self.features(pool)[:, source.columns])
-        picks = acq.constrained_logei(model, pred, torch.ones(len(pool), dtype=pred.mean.dtype),
-                                      source.best, n)
+        x = self.features(pool)[:, source.columns]
+        pred = source.surrogate.predict(x)
+        ctx = acq.Context(source.surrogate, x, pred, AlwaysFeasible(),
+                          torch.ones(len(pool), dtype=pred.mean.dtype), source.best,
+                          torch.Generator().manual_seed(0))  # (LogEI draws nothing)
+        picks = acq.LogEI().select(ctx, n)
         return (interleave(top, [pool[i] for i in picks], key=Space.key) if share
                 else top + [pool[i] for i in picks])
 
     def _constrained_log_ei(self, configs: list, clf, best: float) -> np.ndarray:
         x = self._inputs(configs)
-        pred = self.surrogate.predict(x)
         p, _ = clf.predict(self.surrogate.scale(x))
-        return (acq.log_ei(pred.mean, pred.var.sqrt(), best)
-                + torch.log(p.clamp_min(1e-300))).numpy()
+        return acq.constrained_log_ei(self.surrogate.predict(x), p, best).numpy()
 
     def _local_search(self, pool: list, clf, best: float) -> list:
         """Multi-start hill climb on constrained LogEI over one-knob moves; returns the rows it

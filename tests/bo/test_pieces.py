@@ -1,7 +1,8 @@
 """BO's hand-written pieces (bocast/bo/) against references: the surrogate's fast posterior
 against exact GP algebra and BoTorch's own posterior (to 1e-6, on random data and a replay fit),
-LogEI against mpmath, the Kriging believer against exact conditioning on fantasies, BE-CBO and
-Thompson sampling on hand-checkable pools, failed fits, and seeds that reproduce."""
+LogEI against mpmath and BoTorch's LogExpectedImprovement, the Kriging believer against exact
+conditioning on fantasies, BE-CBO and Thompson sampling on hand-checkable pools, the
+acquisition registry, failed fits, and seeds that reproduce."""
 
 import copy
 import math
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from bocast.bo import acquisition as acq
-from bocast.bo.feasibility import EnsembleClassifier, GPClassifier
+from bocast.bo.feasibility import AlwaysFeasible, EnsembleClassifier, GPClassifier
 from bocast.bo.surrogate import FitWarning, Surrogate, log_ei
 
 D = 3
@@ -31,6 +32,13 @@ def _fitted(n=40, fit_points=384, seed=0, **kw):
     s = Surrogate(BOUNDS, fit_points=fit_points, maxiter=40, seed=seed, **kw)
     s.fit(x, y)
     return s, x, y
+
+
+def _ctx(s, xp, *, best, p=None, clf=None, seed=0, failures=0):
+    """An acquisition's context on the pool ``xp`` (m, d) under the fitted surrogate ``s``."""
+    p = torch.ones(len(xp), dtype=torch.float64) if p is None else p
+    return acq.Context(s, xp, s.predict(xp), clf or AlwaysFeasible(), p, best,
+                       torch.Generator().manual_seed(seed), failures)
 
 
 def _raw_hyper(s):
@@ -244,24 +252,48 @@ def test_constrained_logei_first_pick_is_the_argmax_of_log_ei_plus_log_feasibili
     for seed in range(5):
         p = torch.as_tensor(np.random.default_rng(seed).uniform(0.01, 1, 20))
         want = int(torch.argmax(log_ei(pred.mean, sd, best) + torch.log(p)))
-        assert acq.constrained_logei(s, pred, p, best, 1) == [want]
-    free = acq.constrained_logei(s, pred, torch.ones(20, dtype=torch.float64), best, 1)[0]
+        assert acq.LogEI().select(_ctx(s, xp, best=best, p=p), 1) == [want]
+    free = acq.LogEI().select(_ctx(s, xp, best=best), 1)[0]
     p = torch.ones(20, dtype=torch.float64)
     p[free] = 0.0  # the favourite cannot run: another row wins
-    assert acq.constrained_logei(s, pred, p, best, 1)[0] != free
+    assert acq.LogEI().select(_ctx(s, xp, best=best, p=p), 1)[0] != free
+
+
+def test_log_ei_of_the_fast_posterior_is_botorchs_log_expected_improvement():
+    from botorch.acquisition.analytic import LogExpectedImprovement
+
+    s, x, y = _fitted(40, jitter=0.0)
+    xp = np.random.default_rng(11).uniform(0, 2, (200, D))
+    for best in (float(y.max()), float(np.median(y)), float(y.max()) + 1.0):
+        with torch.no_grad():
+            want = LogExpectedImprovement(s.botorch_model(), best_f=best)(
+                s.scale(xp).unsqueeze(-2))
+        got = acq.constrained_log_ei(s.predict(xp), torch.ones(len(xp), dtype=torch.float64),
+                                     best)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+class _Optimistic(AlwaysFeasible):
+    """A classifier whose optimistic bound is given."""
+
+    def __init__(self, p_optimistic):
+        self.p_optimistic = p_optimistic
+
+    def optimistic(self, x, beta):
+        return self.p_optimistic
 
 
 def test_becbo_only_picks_optimistically_feasible_rows_and_never_repeats_one():
     s, x, y = _fitted(30)
     xp = np.random.default_rng(7).uniform(0, 2, (8, D))
-    pred = s.predict(xp)
-    ones = torch.ones(8, dtype=torch.float64)
     p_opt = torch.tensor([1, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 1], dtype=torch.float64)
-    picks = acq.becbo(s, pred, ones, p_opt, float(y.max()), 2, boundary_share=0.5)
+    picks = acq.BECBO(boundary_share=0.5).select(
+        _ctx(s, xp, best=float(y.max()), clf=_Optimistic(p_opt)), 2)
     assert sorted(picks) == [0, 7], "no failure seen (all p >= 0.95): no boundary share"
     # more slots than eligible rows: each row at most once; the rest by optimistic feasibility
     p_opt = torch.tensor([1, 0.2, 0.4, 0.3, 0.2, 0.2, 0.2, 1], dtype=torch.float64)
-    picks = acq.becbo(s, pred, ones, p_opt, float(y.max()), 4, boundary_share=0.25)
+    picks = acq.BECBO(boundary_share=0.25).select(
+        _ctx(s, xp, best=float(y.max()), clf=_Optimistic(p_opt)), 4)
     assert len(picks) == len(set(picks)) == 4
     assert sorted(picks[:2]) == [0, 7] and picks[2:] == [2, 3]
 
@@ -276,8 +308,8 @@ def test_becbo_spends_its_boundary_share_on_uncertain_feasibility():
     xp = np.vstack([base, base])
     pred = s.predict(xp)
     p = torch.tensor([0.99] * 6 + [0.5] * 6, dtype=torch.float64)
-    picks = acq.becbo(s, pred, p, torch.ones(12, dtype=torch.float64), float(y.max()), 4,
-                      boundary_share=0.5)
+    picks = acq.BECBO(boundary_share=0.5).select(
+        _ctx(s, xp, best=float(y.max()), p=p, clf=_Optimistic(torch.ones(12))), 4)
     assert len(picks) == len(set(picks)) == 4
     ei_share, boundary = picks[:2], picks[2:]
     score = log_ei(pred.mean, pred.var.sqrt(), float(y.max())) + torch.log(1 - 2 * (p - 0.5).abs())
@@ -305,7 +337,6 @@ class _Certain:
 def test_thompson_picks_distinct_feasible_rows_and_reproduces_with_its_seed(monkeypatch):
     s, x, y = _fitted(30)
     xp = np.random.default_rng(9).uniform(0, 2, (50, D))
-    pred = s.predict(xp)
     clf = _Certain(50, list(range(0, 50, 2)))  # even rows feasible
     real_sample = s.joint_samples
 
@@ -314,10 +345,11 @@ def test_thompson_picks_distinct_feasible_rows_and_reproduces_with_its_seed(monk
         return real_sample(x_sub, n, gen)
 
     monkeypatch.setattr(s, "joint_samples", joint)
-    picks = acq.thompson(s, xp, pred, clf, 8, torch.Generator().manual_seed(1), screen=16)
+    ts = acq.Thompson(screen=16)
+    picks = ts.select(_ctx(s, xp, best=float(y.max()), clf=clf, seed=1), 8)
     assert len(picks) == len(set(picks)) == 8 and all(i % 2 == 0 for i in picks)
-    again = acq.thompson(s, xp, pred, clf, 8, torch.Generator().manual_seed(1), screen=16)
-    other = acq.thompson(s, xp, pred, clf, 8, torch.Generator().manual_seed(2), screen=16)
+    again = ts.select(_ctx(s, xp, best=float(y.max()), clf=clf, seed=1), 8)
+    other = ts.select(_ctx(s, xp, best=float(y.max()), clf=clf, seed=2), 8)
     assert again == picks and other != picks
 
 
@@ -365,16 +397,14 @@ def test_q_log_ei_of_one_point_is_log_ei_and_its_batch_avoids_repeats():
     rng = np.random.default_rng(8)
     xp = rng.uniform(0, 2, (30, D))
     xp = np.vstack([xp, xp[:5] + 1e-4])  # near-copies: a joint batch gains nothing from both
-    xs = s.scale(xp)
     best = float(y.max())
     pred = s.predict(xp)
     analytic = log_ei(pred.mean, pred.var.sqrt(), best)
-    flat = torch.zeros(len(xp), dtype=torch.float64)
-    first = acq.q_log_ei(s, xs, flat, best, 1, seed=0, samples=4096)
+    first = acq.QLogEI(samples=4096).select(_ctx(s, xp, best=best), 1)
     assert first == [int(torch.argmax(analytic))]
-    picks = acq.q_log_ei(s, xs, flat, best, 6, seed=0)
+    picks = acq.QLogEI().select(_ctx(s, xp, best=best), 6)
     assert len(set(picks)) == 6
-    assert acq.q_log_ei(s, xs, flat, best, 6, seed=0) == picks  # the seed reproduces
+    assert acq.QLogEI().select(_ctx(s, xp, best=best), 6) == picks  # the seed reproduces
     # pool: two rows A and B far apart with about equal posteriors, and a near-copy of A.
     # With A pending, the copy adds nearly nothing to the joint improvement (perfectly
     # correlated); B, nearly independent of A, adds E[(f_B - f_A)+], no small amount
@@ -387,12 +417,30 @@ def test_q_log_ei_of_one_point_is_log_ei_and_its_batch_avoids_repeats():
     ei = log_ei(pred.mean, pred.var.sqrt(), inc)
     if ei[b] > ei[a]:  # A: the first pick; its copy would be the second without X_pending
         a, b = b, a
-    three = s.scale(np.stack([xp[a], xp[a] + 1e-4, xp[b]]))
-    two = acq.q_log_ei(s, three, torch.zeros(3, dtype=torch.float64), inc, 2, seed=0)
+    three = np.stack([xp[a], xp[a] + 1e-4, xp[b]])
+    two = acq.QLogEI().select(_ctx(s, three, best=inc), 2)
     assert two[0] in (0, 1) and two[1] == 2
-    cannot = flat.clone()
-    cannot[picks[0]] = -torch.inf  # the favourite cannot run
-    assert picks[0] not in acq.q_log_ei(s, xs, cannot, best, 6, seed=0)
+    cannot = torch.ones(len(xp), dtype=torch.float64)
+    cannot[picks[0]] = 0.0  # the favourite cannot run
+    assert picks[0] not in acq.QLogEI().select(_ctx(s, xp, best=best, p=cannot), 6)
+
+
+def test_one_registry_names_every_acquisition_of_the_option():
+    from bocast.strategies.bo import ACQUISITIONS, BayesOpt
+
+    assert tuple(acq.ACQUISITIONS) == ACQUISITIONS
+    field = BayesOpt.options["acquisition"]
+    assert tuple(field.choices) == ACQUISITIONS and field.default == "logei"
+    defaults = BayesOpt.options.defaults()
+    s, x, y = _fitted(30)
+    xp = np.random.default_rng(12).uniform(0, 2, (40, D))
+    for name in ACQUISITIONS:
+        a = acq.make(name, defaults)
+        assert isinstance(a, acq.ACQUISITIONS[name]) and isinstance(a, acq.Acquisition)
+        picks = a.select(_ctx(s, xp, best=float(y.max())), 5)
+        assert len(picks) == len(set(picks)) == 5 and all(0 <= i < 40 for i in picks)
+    becbo = acq.make("becbo", {**defaults, "boundary_share": 0.5, "beta0": 3.0})
+    assert (becbo.boundary_share, becbo.beta0) == (0.5, 3.0)
 
 
 # --- a failed fit: the hyperparameters it started from, counted and warned; nothing else caught
