@@ -380,7 +380,7 @@ def test_ragged_gemm_kernels_build_for_sm_90a_without_spills(shape):
         assert f.get("stack_bytes", 0) == 0 and not f.get("wgmma_serialized"), (config, f)
 
 
-#: the tma epilogue at the configurations the GPU ladder times (experiments/hopper_ladder.py)
+#: the tma epilogue at the configurations the GPU ladder times (bocast/hopper_ladder.py)
 TMA_CONFIGS = [BEST_4096 | {"epilogue": "tma"},
                BEST_4096 | {"epilogue": "tma", "bn": 128, "stages": 6, "inflight": 1},
                BEST_4096 | {"epilogue": "tma", "arrangement": "pingpong", "bn": 128,
@@ -528,17 +528,11 @@ def test_launch_parameters_point_at_each_value():
 
 
 def test_every_ladder_row_is_a_configuration_of_its_space():
-    """experiments/hopper_ladder.py's rows (what the GPU run times and checks against torch) are
+    """bocast/hopper_ladder.py's rows (what the GPU run times and checks against torch) are
     inside their spaces, the TMA-store rows, the ragged-extent rows and the conv2d rows included
     (its build refuses a row outside the space only after minutes of building the rows before
     it)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parents[2] / "experiments" / "hopper_ladder.py"
-    spec = importlib.util.spec_from_file_location("hopper_ladder", path)
-    ladder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ladder)
+    from bocast import hopper_ladder as ladder
     epilogues, ragged = set(), set()
     for (name_op, shape, space), variants in ladder.SHAPES.items():
         if space != "v3":
@@ -770,7 +764,7 @@ def test_a_cluster_kernel_launches_with_cuLaunchKernelEx(monkeypatch):
     assert calls[1] == ("plain", (8, 384, 4096), None)
 
 
-#: cluster kernels the GPU ladder times (experiments/hopper_ladder.py rows 10*)
+#: cluster kernels the GPU ladder times (bocast/hopper_ladder.py rows 10*)
 CLUSTER_CONFIGS = [CLUSTER_2X1, CLUSTER_2X1 | {"epilogue": "tma"},
                    CLUSTER_2X1 | {"persistent": "off"}, CLUSTER_2X1 | {"cluster": "1x2"},
                    CLUSTER_2X1 | {"bn": 128, "stages": 6, "inflight": 1},
@@ -805,14 +799,9 @@ def test_the_cluster_ladder_rows_are_what_match_selects():
     does) selects every cluster row of the ladder and, for comparison, rows 8 and 9 and the
     1x1 kernels named beside the cluster rows at the other shapes: issue 24's three large
     GEMM shapes with a 2x1 cluster, persistent and not, and a ragged GEMM and a bmm."""
-    import importlib.util
     import re
-    from pathlib import Path
 
-    path = Path(__file__).parents[2] / "experiments" / "hopper_ladder.py"
-    spec = importlib.util.spec_from_file_location("hopper_ladder", path)
-    ladder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ladder)
+    from bocast import hopper_ladder as ladder
     match = re.compile("^8 |^9 |^10|cluster")
     picked, clustered = [], set()
     for (name_op, shape, _space), variants in ladder.SHAPES.items():

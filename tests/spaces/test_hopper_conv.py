@@ -370,7 +370,7 @@ def test_the_runner_encodes_the_4d_maps_as_described(monkeypatch):
 
 # --------------------------------------------------------------------- static builds
 
-#: per ResNet-like shape, configurations the ladder times (experiments/hopper_ladder.py)
+#: per ResNet-like shape, configurations the ladder times (bocast/hopper_ladder.py)
 BUILDS = {
     C5: [BASE, {**BASE, "bm": 64, "consumers": 1, "tile_w": 2, "stages": 6},
          {**BASE, "epilogue": "tma"}],

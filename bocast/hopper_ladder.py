@@ -1,10 +1,10 @@
 """Space v3's step ladder: named Hopper GEMM, bmm and conv2d kernels, built here, timed on the GPU
 beside the vendor library (cuBLAS; cuDNN for conv2d).
 
-    python experiments/hopper_ladder.py build OUT.json   # TVM + nvcc (sm_90a), no GPU needed
-    ONLY=bmm python experiments/hopper_ladder.py build OUT.json   # one operator's rows
-    MATCH='TMA|ragged' python experiments/hopper_ladder.py build OUT.json   # rows by name (regex)
-    python experiments/hopper_ladder.py run OUT.json RESULT.json [--rounds 5]   # GPU, no TVM
+    python3 -m bocast.hopper_ladder build OUT.json   # TVM + nvcc (sm_90a), no GPU needed
+    ONLY=bmm python3 -m bocast.hopper_ladder build OUT.json   # one operator's rows
+    MATCH='TMA|ragged' python3 -m bocast.hopper_ladder build OUT.json   # rows by name (regex)
+    python3 -m bocast.hopper_ladder run OUT.json RESULT.json [--rounds 5]   # GPU, no TVM
 
 ``build`` writes each kernel's runner task (cubin, launch, tensor maps, ptxas report); ``run``
 times them with the runner's own worker code (CUDA-graph events, correctness against torch, one
@@ -20,7 +20,7 @@ build is ~2.8 MB (93 rows, ~75 s on 2 cores, before the cluster rows); ONLY and 
 smaller one (``ONLY=conv2d``: the conv rows), e.g. the cluster rows beside rows 8 and 9 (their
 1x1 kernels):
 
-    MATCH='^8 |^9 |^10|cluster' python experiments/hopper_ladder.py build ladder_cluster.json
+    MATCH='^8 |^9 |^10|cluster' python3 -m bocast.hopper_ladder build ladder_cluster.json
 
 A cluster kernel launches with cuLaunchKernelEx and its cluster dims (the task's ``cluster``);
 its runs also report ``max_active_clusters`` (cuOccupancyMaxActiveClusters: fewer than the
@@ -39,13 +39,23 @@ import re
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
+
+from bocast.measure import gpu_worker
+from bocast.measure.builder import build_one
+from bocast.measure.pool import TaskFailure, TimedPool
+from bocast.measure.runner import kernel_task
+from bocast.operator import make
+from bocast.tensorcore import source_only
 
 # (name, shape M,N,K, config): the ladder of issue 24 as this template spells it; the first
 # rows have no warp-specialized-free variant (the template always has a producer warpgroup)
 BASE = {"bm": 128, "bn": 256, "bk": 64, "stages": 4, "consumers": 2,
         "arrangement": "cooperative", "regs": "24/240", "inflight": 0, "persistent": "on",
         "raster": 8, "epilogue": "scalar"}
-LADDER = [
+#: (row name, the configuration's changes from BASE), as the ladder lists them
+Rows = list[tuple[str, dict[str, Any]]]
+LADDER: Rows = [
     ("1 one consumer, 64x64 tile, 2 stages, one tile per CTA",
      dict(bm=64, bn=64, stages=2, consumers=1, regs="off", persistent="off", raster=1)),
     ("2 128x128 tile (2 m64 atoms), 4 stages",
@@ -99,7 +109,7 @@ LADDER = [
 ]
 # the other shapes of issue 24 (an LLM-like one: an 8B model's MLP down projection over 4096
 # tokens), each with a few configurations picked by hand before any was timed
-SWEEP = [
+SWEEP: Rows = [
     ("4096^3's live best, raster 8", dict(regs="40/232", raster=8, epilogue="v2")),
     ("4096^3's live best, raster 8, TMA-store epilogue", dict(regs="40/232", raster=8,
                                                               epilogue="tma")),
@@ -121,7 +131,7 @@ SWEEP = [
 ]
 # clusters at the other large shapes of issue 24, each beside its 1x1 kernel (the same
 # configuration as SWEEP's first two rows, named here so that MATCH=cluster builds them)
-CLUSTER = [
+CLUSTER: Rows = [
     ("cluster 1x1: 4096^3's live best, raster 8", dict(regs="40/232", raster=8, epilogue="v2")),
     ("cluster 1x1: 4096^3's live best, raster 8, TMA store",
      dict(regs="40/232", raster=8, epilogue="tma")),
@@ -136,7 +146,7 @@ CLUSTER = [
 ]
 # clusters on ragged extents (M and K; the shared B's N whole: cluster_shared_operand_whole)
 # and on a bmm (pairs inside a batch element): correctness first
-CLUSTER_RAGGED = [
+CLUSTER_RAGGED: Rows = [
     ("cluster 2x1 ragged M, K: coop 128x256, v2", dict(regs="40/232", raster=1, epilogue="v2",
                                                        cluster="2x1")),
     ("cluster 2x1 ragged M, K: coop 128x256, tma", dict(regs="40/232", raster=1,
@@ -145,7 +155,7 @@ CLUSTER_RAGGED = [
      dict(arrangement="pingpong", bn=128, stages=6, raster=1, cluster="2x1")),
 ]
 # (40/232: with a 24-register producer the non-persistent one spills 8 bytes, 1x1 does not)
-CLUSTER_BMM = [
+CLUSTER_BMM: Rows = [
     ("bmm cluster 2x1: coop 128x128, 2 st, persistent", dict(bn=128, stages=2, raster=1,
                                                             regs="40/232", epilogue="v2",
                                                             cluster="2x1")),
@@ -157,7 +167,7 @@ CLUSTER_BMM = [
 # kernel of the shape measured in the same run: v2's exhaustive-table optimum at 12x512x512x64
 # (issue 24's bmm target), and cold v2 BO's best live run at 32x1024x1024x128 (issue 26's new
 # shape, seed 1 of experiments/device/warm_default.sh)
-BMM = [
+BMM: Rows = [
     ("bmm coop 128x128, 2 st, one tile per CTA", dict(bn=128, stages=2, persistent="off",
                                                      raster=1, epilogue="v2")),
     ("bmm coop 128x128, 2 st, persistent", dict(bn=128, stages=2, raster=1, epilogue="v2")),
@@ -175,7 +185,7 @@ BMM = [
 # ragged extents (M, N or K not a multiple of the tile): correctness first (every run is checked
 # against torch; the NaN-poisoned output catches unwritten elements), each epilogue at a few
 # tile shapes; raster 1 where ceil(M / BM) is odd or small
-RAGGED = [
+RAGGED: Rows = [
     ("ragged coop 128x256, 4 st, v2", dict(regs="40/232", raster=1, epilogue="v2")),
     ("ragged coop 128x256, 4 st, scalar", dict(regs="40/232", raster=1)),
     ("ragged coop 128x256, 4 st, tma", dict(regs="40/232", raster=1, epilogue="tma")),
@@ -189,9 +199,9 @@ RAGGED = [
                                                  epilogue="tma")),
 ]
 # odd N: only the scalar stores (v2_stores_need_even_n, tma_store_needs_n_multiple_of_4)
-RAGGED_ODD_N = [row for row in RAGGED if row[1].get("epilogue", "scalar") == "scalar"]
+RAGGED_ODD_N: Rows = [row for row in RAGGED if row[1].get("epilogue", "scalar") == "scalar"]
 # a bmm's K may be ragged (its M and N not: bmm_tiles_within_batch)
-BMM_RAGGED_K = [
+BMM_RAGGED_K: Rows = [
     ("bmm ragged K coop 128x128, 2 st, v2", dict(bn=128, stages=2, raster=1, epilogue="v2")),
     ("bmm ragged K coop 128x128, 2 st, tma", dict(bn=128, stages=2, raster=1, epilogue="tma")),
 ]
@@ -201,7 +211,7 @@ BMM_RAGGED_K = [
 # correctness rows: a 1x1, a dilated conv2d, boxes wholly out of bounds (tile_w 1 at the left
 # edge), ragged pixel tiles with the tma epilogue
 CONV = dict(bn=128, regs="40/232", raster=1, epilogue="v2")
-CONV_C5 = [
+CONV_C5: Rows = [
     ("conv C5 coop 128x128, 16x2x4 pixels, 4 st", dict(CONV, tile_w=4, tile_h=2)),
     ("conv C5 1 consumer 64x128, 16x2x2 pixels (exact), 6 st",
      dict(CONV, bm=64, consumers=1, stages=6, tile_w=2, tile_h=2)),
@@ -210,14 +220,14 @@ CONV_C5 = [
     ("conv C5 coop 128x128, 16x8x1 pixels (boxes wholly out of bounds), tma",
      dict(CONV, tile_w=1, tile_h=8, epilogue="tma")),
 ]
-CONV_C3 = [
+CONV_C3: Rows = [
     ("conv C3 coop 128x128, 8x4x4 pixels, 4 st", dict(CONV, tile_w=4, tile_h=4)),
     ("conv C3 1 consumer 64x128, 4x4x4 pixels, 6 st",
      dict(CONV, bm=64, consumers=1, stages=6, tile_w=4, tile_h=4)),
     ("conv C3 coop 128x64, 8x4x4 pixels, 6 st, tma",
      dict(CONV, bn=64, stages=6, tile_w=4, tile_h=4, epilogue="tma")),
 ]
-CONV_C1 = [
+CONV_C1: Rows = [
     ("conv C1 coop 128x64, 2x8x8 pixels, 6 st", dict(CONV, bn=64, stages=6, tile_w=8,
                                                      tile_h=8)),
     ("conv C1 coop 256x64, 4x8x8 pixels, 4 st, tma",
@@ -225,11 +235,11 @@ CONV_C1 = [
     ("conv C1 ping-pong 128x64, 2x8x8 pixels, 6 st",
      dict(CONV, bn=64, stages=6, arrangement="pingpong", tile_w=8, tile_h=8)),
 ]
-CONV_1X1 = [("conv 1x1 1 consumer 64x128, 16x2x2 pixels, 4 st",
+CONV_1X1: Rows = [("conv 1x1 1 consumer 64x128, 16x2x2 pixels, 4 st",
              dict(CONV, bm=64, consumers=1, tile_w=2, tile_h=2))]
-CONV_DILATED = [("conv dilation 2 coop 128x128, 16x2x4 pixels, 4 st, scalar",
+CONV_DILATED: Rows = [("conv dilation 2 coop 128x128, 16x2x4 pixels, 4 st, scalar",
                  dict(CONV, tile_w=4, tile_h=2, epilogue="scalar"))]
-CONV_RAGGED = [("conv ragged 14x14 coop 128x128, 2x8x8 pixels, tma",
+CONV_RAGGED: Rows = [("conv ragged 14x14 coop 128x128, 2x8x8 pixels, tma",
                 dict(CONV, tile_w=8, tile_h=8, epilogue="tma"))]
 V2_BMM_512 = {"instr": "mma", "tile_i": [16, 1, 2], "tile_j": [8, 2, 2], "tile_k": [2, 2],
               "stages": 2, "async_copy": "on", "frag_pipeline": "off", "smem_layout": "xor",
@@ -240,7 +250,8 @@ V2_BMM_1024 = {"async_copy": "on", "batch_bind": "x", "frag_pipeline": "full",
                "stages": 2, "tile_i": [16, 1, 8], "tile_j": [8, 2, 2], "tile_k": [2, 4],
                "unroll": 512, "vec": 8, "writeback": "direct"}
 # (operator, shape, space) -> variants; a v2 variant is a whole configuration
-SHAPES = {("gemm", (4096, 4096, 4096), "v3"): LADDER,
+SHAPES: dict[tuple[str, tuple[int, ...], str], Rows] = {
+          ("gemm", (4096, 4096, 4096), "v3"): LADDER,
           ("gemm", (1024, 1024, 1024), "v3"): SWEEP,
           ("gemm", (2048, 8192, 1024), "v3"): SWEEP + CLUSTER,
           ("gemm", (4096, 4096, 14336), "v3"): SWEEP + CLUSTER,
@@ -261,11 +272,6 @@ SHAPES = {("gemm", (4096, 4096, 4096), "v3"): LADDER,
 
 
 def build(out: Path) -> None:
-    from bocast.measure.builder import build_one
-    from bocast.measure.runner import kernel_task
-    from bocast.operator import make
-    from bocast.tensorcore import source_only
-
     source_only()
     rows = []
     only = os.environ.get("ONLY")  # an operator: build only its rows
@@ -308,9 +314,6 @@ def _shape_key(row: dict) -> str:
 
 
 def run(src: Path, out: Path, rounds: int) -> None:
-    from bocast.measure import gpu_worker
-    from bocast.measure.pool import TaskFailure, TimedPool
-
     rows = json.loads(src.read_text())
     info = gpu_worker.device_info()
     with TimedPool("bocast.measure.gpu_worker:run_task", 1) as pool:
