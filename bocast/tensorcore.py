@@ -212,6 +212,23 @@ _SIGNATURE = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\)
                         r'(\w+)\(([^)]*)\) \{')
 
 
+def _compile(mod, tgt, pipeline) -> tuple[str, Any]:
+    """``mod`` through ``pipeline`` (TVM's (run, finalize host, finalize device) triple) for
+    ``tgt``, as ``tvm.compile`` does: the host code's TVMScript, taken before finalisation
+    lowers the kernel launch to a packed call, and the runtime module."""
+    import tvm
+    from tvm.tirx.build import split_host_device_mods, tir_to_runtime
+
+    host_target = tvm.target.Target("llvm" if tvm.runtime.enabled("llvm") else "c")
+    mod = tvm.tirx.transform.BindTarget(tgt.with_host(host_target))(mod)
+    run, finalize_host, finalize_device = pipeline
+    host_mod, device_mods = split_host_device_mods(run(mod))
+    host_script = host_mod.script()
+    host_mod = finalize_host()(host_mod)
+    device_mods = {t: finalize_device()(m) for t, m in device_mods.items()}
+    return host_script, tir_to_runtime(host_mod, device_mods, host_target)
+
+
 def lower_tirx(kernel, *, target_overrides: dict | None = None) -> Lowered:
     """Compile a TIRx kernel (space v3's ``TirxKernel``) with TVM's ``tirx`` pipeline (the steps
     of ``tvm.compile(..., tir_pipeline="tirx")``). Its launch (grid, block, cluster, dynamic
@@ -221,17 +238,10 @@ def lower_tirx(kernel, *, target_overrides: dict | None = None) -> Lowered:
     from the CUDA source. TVM hands the source to ``tvm_callback_cuda_compile``: the builder's
     answers with the source (:func:`source_only`), an export's with nvcc's cubin."""
     import tvm
-    from tvm.tirx.build import split_host_device_mods, tir_to_runtime
 
     tgt = tvm.target.Target({"kind": "cuda", **(target_overrides or {})})
-    host_target = tvm.target.Target("llvm" if tvm.runtime.enabled("llvm") else "c")
-    mod = tvm.tirx.transform.BindTarget(tgt.with_host(host_target))(kernel.mod)
-    pipeline, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("tirx")
-    host_mod, device_mods = split_host_device_mods(pipeline(mod))
-    launch = tvm_launch(host_mod.script())
-    host_mod = finalize_host()(host_mod)
-    device_mods = {t: finalize_device()(m) for t, m in device_mods.items()}
-    rt = tir_to_runtime(host_mod, device_mods, host_target)
+    host_script, rt = _compile(kernel.mod, tgt, tvm.tirx.get_tir_pipeline("tirx"))
+    launch = tvm_launch(host_script)
     cluster = tuple(getattr(kernel, "cluster", (1, 1, 1)))
     ours = {"grid": tuple(kernel.grid), "block": tuple(kernel.block), "cluster": cluster,
             "dynamic_smem": int(kernel.dynamic_smem)}
@@ -250,26 +260,39 @@ def lower_tirx(kernel, *, target_overrides: dict | None = None) -> Lowered:
                    tensor_maps=dict(kernel.tensor_maps), cluster=cluster)
 
 
-def tvm_launch(host_script: str) -> dict:
-    """The launch of the one kernel TVM's host code (its TVMScript, before finalisation lowers
-    the launch to a packed call) makes: grid, block, cluster dims (its ``clusterCtaIdx`` tags,
-    which TVM's CUDA runtime passes as cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
-    and dynamic shared memory."""
+def _launch_call(host_script: str) -> tuple[str, list[str], list[str]]:
+    """The one kernel launch of TVM's host code: the kernel's name, the call's arguments (its
+    buffers and handles, then one value per launch parameter) and the launch parameters' tags
+    (``blockIdx.x``, ``threadIdx.x``, ``clusterCtaIdx.x``, ``tirx.use_dyn_shared_memory``)."""
     calls = _CALL.findall(host_script)
     if len(calls) != 1:
         raise RuntimeError(f"expected one kernel launch, TVM generated {len(calls)}")
-    _, arg_text, tag_text = calls[0]
+    kernel, arg_text, tag_text = calls[0]
     args = [a.strip() for a in arg_text.split(", ")]
-    tags = [t.strip().strip('"') for t in tag_text.split(",") if t.strip()]
-    values = [int(re.sub(r"T\.u?int\d+\((\d+)\)", r"\1", a)) for a in args[len(args) - len(tags):]]
-    launch = dict(zip(tags, values))
+    return kernel, args, [t.strip().strip('"') for t in tag_text.split(",") if t.strip()]
 
+
+def _launch_dims(launch: dict[str, int]) -> dict[str, Any]:
+    """Grid, block and cluster dims and dynamic shared memory from the launch parameters."""
     def dims(prefix: str) -> tuple[int, ...]:
         return tuple(launch.get(f"{prefix}.{a}", 1) for a in "xyz")
 
     return {"grid": dims("blockIdx"), "block": dims("threadIdx"),
             "cluster": dims("clusterCtaIdx"),
             "dynamic_smem": launch.get("tirx.use_dyn_shared_memory", 0)}
+
+
+def _int(arg: str) -> int:
+    return int(re.sub(r"T\.u?int\d+\((\d+)\)", r"\1", arg))
+
+
+def tvm_launch(host_script: str) -> dict:
+    """The launch of the one kernel TVM's host code (its TVMScript, before finalisation lowers
+    the launch to a packed call) makes: grid, block, cluster dims (its ``clusterCtaIdx`` tags,
+    which TVM's CUDA runtime passes as cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+    and dynamic shared memory."""
+    _, args, tags = _launch_call(host_script)
+    return _launch_dims(dict(zip(tags, (_int(a) for a in args[len(args) - len(tags):]))))
 
 
 _CALL = re.compile(r'T\.call_ffi_kernel\("(\w+)", (.*?), launch_params=\[([^\]]*)\]')
@@ -281,35 +304,22 @@ def lower(mod, *, pass_config: dict | None = None, target_overrides: dict | None
     host-side launch call so that grid, block and dynamic shared memory are exactly TVM's.
     ``pass_config`` adds to :data:`PASS_CONFIG`; ``target_overrides`` to :data:`SM90_TARGET`."""
     import tvm
-    from tvm.tirx.build import split_host_device_mods, tir_to_runtime
 
     tgt = target(target_overrides)
-    host_target = tvm.target.Target("llvm" if tvm.runtime.enabled("llvm") else "c")
     with tvm.transform.PassContext(config={**PASS_CONFIG, **(pass_config or {})}):
-        mod = tvm.tirx.transform.BindTarget(tgt.with_host(host_target))(mod)
-        pipeline, finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(tgt)
-        host_mod, device_mods = split_host_device_mods(pipeline(mod))
-        host_script = host_mod.script()  # before finalisation lowers the launch to a packed call
-        host_mod = finalize_host()(host_mod)
-        device_mods = {t: finalize_device()(m) for t, m in device_mods.items()}
-        runtime_mod = tir_to_runtime(host_mod, device_mods, host_target)
-    calls = _CALL.findall(host_script)
-    if len(calls) != 1:
-        raise RuntimeError(f"expected one kernel launch, TVM generated {len(calls)}")
-    kernel, arg_text, tags = calls[0]
-    args = [a.strip() for a in arg_text.split(", ")]
-    tags = [t.strip().strip('"') for t in tags.split(",") if t.strip()]
+        host_script, runtime_mod = _compile(mod, tgt, tvm.tirx.get_default_tir_pipeline(tgt))
+    kernel, args, tags = _launch_call(host_script)
     buffers = [a for a in args if a.endswith(".data")]
-    values = [int(re.sub(r"T\.int\d+\((\d+)\)", r"\1", a)) for a in args[len(buffers):]]
+    values = [_int(a) for a in args[len(buffers):]]
     if len(values) != len(tags):
         raise RuntimeError(f"cannot match launch values {values} to {tags}")
-    launch = dict(zip(tags, values))
+    launch = _launch_dims(dict(zip(tags, values)))
     return Lowered(
         source=runtime_mod.imports[0].inspect_source(),
         kernel=kernel,
         args=tuple(re.sub(r"(_\d+)?\.data$", "", b) for b in buffers),
-        grid=tuple(launch.get(f"blockIdx.{a}", 1) for a in "xyz"),
-        block=tuple(launch.get(f"threadIdx.{a}", 1) for a in "xyz"),
-        dynamic_smem=launch.get("tirx.use_dyn_shared_memory", 0),
+        grid=launch["grid"],
+        block=launch["block"],
+        dynamic_smem=launch["dynamic_smem"],
         module=runtime_mod,
     )
