@@ -111,13 +111,9 @@ def check_workload(op) -> None:
 
 
 def knobs(spec) -> list[Knob]:
-    # the conv kernel has no thread-block clusters yet: the GEMM's cluster knob keeps one
-    # value; nor the GEMM's skinny tiles (BN 16, 32: none measured on a convolution)
-    conv_only = {"cluster": Categorical("cluster", ("1x1",), default="1x1",
-                                        doc="no clusters for conv2d yet"),
-                 "bn": Ordinal("bn", (64, 128, 192, 256), doc="CTA tile columns (output "
-                                                              "channels) = the wgmma's N")}
-    return [conv_only.get(k.name, k) for k in hm.knobs(spec)] + [
+    # the conv kernel has no thread-block clusters yet: the GEMM's cluster knob keeps one value
+    return [Categorical("cluster", ("1x1",), default="1x1", doc="no clusters for conv2d yet")
+            if k.name == "cluster" else k for k in hm.knobs(spec)] + [
         Ordinal("tile_w", TILE_CHOICES, doc="pixel tile: output columns (OW) per CTA tile"),
         Ordinal("tile_h", TILE_CHOICES, doc="pixel tile: output rows (OH) per CTA tile; "
                                             "BM / (tile_h x tile_w) images"),

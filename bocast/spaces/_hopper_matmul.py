@@ -89,8 +89,6 @@ EPI_ROWS, EPI_COLS, EPI_BUFFERS = 64, 32, 2
 EPI_BOX_BYTES = EPI_ROWS * EPI_COLS * 4
 EPI_SMEM_PER_CONSUMER = EPI_BUFFERS * EPI_BOX_BYTES
 DTYPE_BYTES = {"float16": 2, "float32": 4}
-#: the wgmma N values the space offers (m64nNk16 takes any multiple of 8 up to 256)
-BN_CHOICES = (16, 32, 64, 128, 192, 256)
 #: thread-block clusters, as (block rows, block columns) of C a cluster's CTAs hold at once: 2x1
 #: pairs two block rows of one block column (they share B's tile), 1x2 two block columns of one
 #: block row (they share A's); launched as a 1-D cluster of 2 CTAs along the grid either way
@@ -124,9 +122,7 @@ def knobs(spec) -> list[Knob]:
     return [
         Ordinal("bm", (64, 128, 192, 256), doc="CTA tile rows (BM = 64 x wgmma atoms x "
                                                "consumers)"),
-        # 16 and 32: a skinny GEMM (M of a few dozen) has few block columns of 64 or more, too
-        # few CTAs to stream B at the memory's rate (32 x 4096 x 4096: 64 tiles of 64)
-        Ordinal("bn", BN_CHOICES, doc="CTA tile columns = the wgmma's N"),
+        Ordinal("bn", (64, 128, 192, 256), doc="CTA tile columns = the wgmma's N"),
         Ordinal("bk", (32, 64), doc="k block per stage (64: 128-byte swizzle, 32: 64-byte)"),
         Ordinal("stages", (2, 3, 4, 5, 6), doc="shared-memory ring of A/B k blocks"),
         Ordinal("consumers", (1, 2), doc="consumer warpgroups"),
@@ -215,11 +211,6 @@ def constraints(spec) -> list[Constraint]:
                    f"the v2 epilogue's 8-byte stores (columns 2j, 2j + 1) need N ({N}) even: "
                    "aligned, and a pair is either inside C's row or past its end",
                    lambda c: (c["epilogue"] != "v2") | (N % 2 == 0)),
-        Constraint("tma_store_needs_bn_multiple_of_64",
-                   f"the tma epilogue stores a tile in boxes of {EPI_COLS} columns through "
-                   f"{EPI_BUFFERS} staging buffers taken in turn from each tile's first box, so "
-                   f"a consumer's boxes a tile are an even count: BN % 64 == 0",
-                   lambda c: (c["epilogue"] != "tma") | (c["bn"] % 64 == 0)),
         Constraint("tma_store_needs_n_multiple_of_4",
                    f"the tma epilogue's tensor map of C needs its row stride, 4 N bytes (N = "
                    f"{N}), a multiple of 16 (cuTensorMapEncodeTiled's global strides)",
@@ -386,8 +377,7 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
     ring = S * (BM + BN) * BK  # fp16 elements of the ring; the tma epilogue's boxes follow it
     epi_bytes = NC * EPI_SMEM_PER_CONSUMER if tma_store else 0
     box_chunks = BN // EPI_COLS  # staging boxes per m64 atom (even: BN is a multiple of 64)
-    assert not tma_store or box_chunks * EPI_COLS == BN and box_chunks % EPI_BUFFERS == 0, \
-        "tma_store_needs_bn_multiple_of_64"
+    assert box_chunks * EPI_COLS == BN and (atoms * box_chunks) % EPI_BUFFERS == 0
     swz = SWIZZLE[BK * 2]
     sbo = 8 * BK * 2 // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
 

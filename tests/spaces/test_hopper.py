@@ -49,9 +49,6 @@ def test_the_best_live_kernel_is_a_configuration_of_the_space():
     ({"regs": "off", "bm": 256, "bn": 128, "consumers": 1}, "accumulators_fit_registers"),
     ({"raster": 16, "bm": 256, "bn": 128, "stages": 3}, None),
     ({"bm": 64, "bn": 128, "consumers": 1, "raster": 16}, None),
-    ({"bn": 32}, None),                                      # skinny tiles: wgmma n32
-    ({"bn": 32, "epilogue": "tma"}, "tma_store_needs_bn_multiple_of_64"),  # one 32-column box
-    ({"bn": 16, "epilogue": "scalar", "cluster": "2x1"}, None),
 ])
 def test_hand_built_violations(change, violated):
     space = Gemm(4096, 4096, 4096, space="v3").space
@@ -361,32 +358,6 @@ def test_sampled_kernels_build_for_sm_90a_without_spills():
         assert f.get("stack_bytes", 0) == 0, (config, f)
         assert set(res["tensor_maps"]) == {"A_map", "B_map"} | (
             {"C_map"} if config["epilogue"] == "tma" else set())
-
-
-#: skinny tiles (BN 16, 32) at the skinny shapes they are for, and inside a 2x1 cluster (half
-#: of B's 16 rows a CTA)
-SKINNY = [((32, 4096, 4096), {"bm": 64, "bn": 16, "consumers": 1, "persistent": "off",
-                              "raster": 1}),
-          ((32, 2048, 1000), {"bm": 64, "bn": 32, "consumers": 1, "raster": 1,
-                              "epilogue": "scalar", "bk": 32, "stages": 6}),
-          ((256, 4096, 4096), {"bn": 16, "raster": 1, "cluster": "2x1"})]
-
-
-@needs_nvcc
-@pytest.mark.parametrize("shape, change", SKINNY)
-def test_skinny_tiles_build_for_sm_90a_without_spills(shape, change):
-    """wgmma m64n16 / m64n32 (the smallest BN): each builds for sm_90a without spills, a stack
-    frame or serialized wgmma."""
-    from bocast.measure.builder import build_task
-
-    op = Gemm(*shape, space="v3")
-    config = BEST_4096 | change
-    assert op.space.validate(config) == [], config
-    res = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
-    assert res["status"] == "ok", (config, res["error"])
-    f = res["features"]
-    assert f.get("spill_stores", 0) == 0 and f.get("stack_bytes", 0) == 0, (config, f)
-    assert not f.get("wgmma_serialized"), (config, f)
 
 
 @needs_nvcc
