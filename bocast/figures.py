@@ -135,7 +135,7 @@ def run_trials(tflops: Sequence[float | None], statuses: Sequence[str], *, title
     x = range(1, len(curve) + 1)
     ax.plot(x, curve, color=PALETTE[0], lw=1.8, drawstyle="steps-post", label="best so far")
     if ok:
-        ax.scatter(*zip(*ok), s=9, color=PALETTE[4], alpha=0.7, lw=0,
+        ax.scatter(*zip(*ok), s=9, color=PALETTE[4], alpha=0.8, lw=0, zorder=3,
                    label=f"measured ({len(ok)} ok)")
     if failed:
         counts = collections.Counter(s for _, s in failed)
