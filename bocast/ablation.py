@@ -20,7 +20,7 @@ reference: the median paired difference in trials to 95% with a bootstrap 95% in
 resamples of seeds), a two-sided Wilcoxon signed-rank test, and Holm's correction over the
 tables for each variant. The analytic baseline is random search without replacement: with K of
 a table's N rows at or above 95% of its best, it needs (N + 1) / (K + 1) trials on average.
-Each table's standard comparison outputs (md, csv, json, png) go into its folder under
+Each table's standard comparison outputs (md, csv, json and the figure) go into its folder under
 ``output`` (beside the run cache, not tracked); the results JSON keeps every variant's per-seed
 figures (in the order of its ``seeds``): trials to 95% for paired tests against any other
 variant, and the best so far at 32, 64, 128 trials and the budget.

@@ -29,10 +29,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bocast import figures
 from bocast.errors import InputError
 from bocast.schema import plain
 from bocast.study import Study, create_study
-from bocast.tune_run import TuneRun
+from bocast.tune_run import TuneRun, figure_prefix
 
 if TYPE_CHECKING:
     from bocast.comparison import CompareConfig
@@ -60,7 +61,8 @@ def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
     try:
         cfg = cmp.load(path) if path is not None else cmp.parse(plain(config), os.getcwd())
         check_writable(cfg.output, "output", directory=True)
-        results = [cfg.results + ext for ext in (".md", ".csv", ".json", ".png", ".pdf")]
+        results = [cfg.results + ext for ext in (".md", ".csv", ".json")] + \
+            figures.paths(cfg.results)
         for out in results:
             check_writable(out, "results")
         # a rerun rewrites its own results (existing=None); it never writes over what it reads
@@ -89,7 +91,8 @@ def compare(config: str | os.PathLike | Mapping[str, Any], *,
             progress: bool = False) -> dict[str, Any]:
     """Run a comparison configuration (a YAML file or a mapping of its fields) exactly as
     ``bocast compare`` does: the same checks first, each run's store under ``output`` (resumed
-    where it exists), the results (.md/.csv/.json/.png/.pdf) at ``results``. ``only``: just these
+    where it exists), the results at ``results`` (.md/.csv/.json, and the figure's
+    .png/.pdf/.svg where matplotlib is installed: ``bocast[plot]``). ``only``: just these
     strategy labels (results once every run has finished); ``summarize``: run nothing, write
     the results of finished stores. Returns the summary (the .json's content; ``missing``
     lists unfinished runs when there are any); ``progress`` prints status lines on stderr."""
@@ -123,17 +126,20 @@ class TuneResult:
     trials: int
     store: str
     summary: dict[str, Any] = field(repr=False)
+    figures: list[str] = field(default_factory=list)  # with plot=True: its .png, .pdf, .svg
 
 
 def tune(config: str | os.PathLike | Mapping[str, Any] | None = None, *,
          runner: str | None = None, progress: bool = False,
-         records: str | os.PathLike | None = None, op: str | None = None,
+         records: str | os.PathLike | None = None, plot: bool = False, op: str | None = None,
          shape: Sequence[int] | None = None, **settings: Any) -> TuneResult:
     """Run one tune configuration (a YAML file or a mapping of the same fields) exactly as
     ``bocast tune`` does: same checks before anything is written, same records.db and
     summary.json in its ``output``, resumed when they exist. ``runner`` overrides the config's
     (as ``--runner``); ``progress`` prints the command's status lines on stderr; ``records``:
-    the records library's folder (:mod:`bocast.library`).
+    the records library's folder (:mod:`bocast.library`); ``plot`` (as ``--plot``): draw the
+    run's figure beside its summary, ``convergence.png/.pdf/.svg`` (best so far and every
+    trial, failures marked, the reference named; needs ``bocast[plot]``, checked first).
 
     Without a configuration, ``op`` and ``shape`` name the workload and ``settings`` any other
     field, as ``bocast tune gemm --shape ...`` (:func:`quick_config`): ``tune(op="gemm",
@@ -144,10 +150,10 @@ def tune(config: str | os.PathLike | Mapping[str, Any] | None = None, *,
         config = quick_config(op, shape, runner=runner, **settings)
     elif op is not None or shape is not None or settings:
         raise InputError("tune: give a configuration or op=/shape=/settings, not both")
-    run = prepare(config, runner=runner, records=records)
+    run = prepare(config, runner=runner, records=records, plot=plot)
     summary, _ = run.execute(progress=progress)
     return TuneResult(summary.get("best_config"), summary.get("best_tflops"), summary["trials"],
-                      run.store_path, summary)
+                      run.store_path, summary, summary.get("figures", []))
 
 
 def suggest(op: str, shape: Sequence[int] | None = None, *, k: int = 8,
@@ -247,12 +253,13 @@ def need_compiler(what: str) -> None:
 
 def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None = None,
             rpc: Mapping[str, Any] | None = None,
-            records: str | os.PathLike | None = None) -> TuneRun:
+            records: str | os.PathLike | None = None, plot: bool = False) -> TuneRun:
     """Check a tune configuration whole, and the store already in its output (which must hold
     this run, :mod:`bocast.identity`), only reading: nothing is written or created until
     :meth:`TuneRun.execute` has started the runner. Errors of a file's configuration start with
     the file's name (as the command prints them). ``warm_start: auto`` (the default) is
-    resolved here (:func:`bocast.warm_sources.resolve`; ``records``: the library's folder)."""
+    resolved here (:func:`bocast.warm_sources.resolve`; ``records``: the library's folder).
+    ``plot``: the run draws its figure (:attr:`TuneRun.figure_prefix`), matplotlib checked here."""
     from bocast import config as cfgmod
     from bocast import identity, library, warm_sources
     from bocast.candidates import SpaceCandidates
@@ -265,8 +272,11 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
         cfg = (cfgmod.parse(plain(config), runner=runner, rpc=rpc)
                if not isinstance(config, (str, os.PathLike))
                else cfgmod.load(os.fspath(config), runner=runner, rpc=rpc))
-        # a resumed run rewrites its own summary (existing=None), never a file it reads
-        check_outputs({"output's summary.json": f"{cfg.output}/summary.json"},
+        if plot:
+            figures.require("plot (the run's figure)")
+        # a resumed run rewrites its own summary and figure (existing=None), never a file it reads
+        check_outputs({"output's summary.json": f"{cfg.output}/summary.json",
+                       **({"figure": figures.paths(figure_prefix(cfg))} if plot else {})},
                       {"configuration file": path or [],
                        "dataset": dataset_files(cfg.dataset) if cfg.dataset else []},
                       existing=None)
@@ -295,7 +305,8 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
         if path is None:
             raise
         raise cfgmod.in_file(e, path) from None
-    return TuneRun(cfg, op, dataset, strategy, store_path, ident, warm=warm, records=folder)
+    return TuneRun(cfg, op, dataset, strategy, store_path, ident, warm=warm, records=folder,
+                   plot=plot)
 
 
 def _identity_options(given: dict[str, Any], used: dict[str, Any]) -> dict[str, Any]:

@@ -8,8 +8,10 @@ the value it took, defaults included, so that a default changed between two sess
 resumed run instead of changing its strategy half-way. A store written before ``resolved``
 existed is compared without it and then records it (the defaults of the session that resumes
 it: what it ran with before is not known). An option added to a strategy after a run began
-does not stop it while left at its default (new options are added switched off). The budget is
-not part of it: a larger budget only adds trials.
+does not stop it while left at its default (new options are added switched off). A strategy's
+model is one of its options, so it is part of the identity too (the CGA's ``cost_model``:
+xgboost or sklearn-gbr, which propose differently). The budget is not part of it: a larger
+budget only adds trials.
 """
 
 from __future__ import annotations

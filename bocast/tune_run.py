@@ -11,11 +11,19 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bocast import figures
 from bocast.errors import InputError
 
 if TYPE_CHECKING:
     from bocast.config import TuneConfig
     from bocast.strategies.base import Strategy
+
+
+def figure_prefix(cfg: TuneConfig) -> str:
+    """A run's figure is this prefix and .png, .pdf, .svg: beside its summary."""
+    if cfg.store:
+        return os.path.splitext(cfg.store)[0] + ".convergence"
+    return f"{cfg.output}/convergence"
 
 
 @dataclass
@@ -31,12 +39,17 @@ class TuneRun:
     identity: dict[str, Any]
     warm: Any = None  # bocast.warm_sources.Choice of warm_start: auto (None: the option as given)
     records: str = ""  # the records library's folder
+    plot: bool = False  # draw the run's figure (figure_prefix.png/.pdf/.svg)
 
     @property
     def summary_path(self) -> str:
         if self.cfg.store:
             return os.path.splitext(self.cfg.store)[0] + ".summary.json"
         return f"{self.cfg.output}/summary.json"
+
+    @property
+    def figure_prefix(self) -> str:
+        return figure_prefix(self.cfg)
 
     @property
     def warm_start_sources(self) -> list[str]:
@@ -58,6 +71,7 @@ class TuneRun:
         note = say if progress else (lambda _: None)
         closers: list[Any] = []  # runner, store and builder: closed when the run ends
         ref: dict[str, Any] = {}  # a live run's reference (the vendor library's timing)
+        device: dict[str, Any] = {}
         measurer: ReplayMeasurer | Measurer
         try:
             if dataset is None:
@@ -109,11 +123,16 @@ class TuneRun:
                 c.close()
             copy = self._to_library(note)
         sources = self.warm_start_sources
+        gpu = (dataset.meta.get("device") or {}).get("gpu") if dataset is not None \
+            else device.get("gpu")
+        drawn = self._draw(result, gpu=gpu, reference=reference, label=label) \
+            if self.plot else []
         summary = {**result.summary(), "config": cfg.path, "config_sha256": cfg.digest,
                    "strategy": cfg.strategy, "strategy_options": self.strategy.hyper,
                    "seed": cfg.seed, "runner": cfg.runner, "dataset": cfg.dataset,
                    "output": cfg.output, "store": self.store_path,
-                   "warm_start_sources": sources, "library_copy": copy,
+                   "warm_start_sources": sources, "library_copy": copy, "gpu": gpu,
+                   **({"figures": drawn} if drawn else {}),
                    "export": f"bocast export {self.store_path} --best --out "
                              f"{os.path.join(os.path.dirname(self.store_path), 'kernel')}",
                    "provenance": provenance({"warm_start_sources": sources})}
@@ -134,8 +153,27 @@ class TuneRun:
             lines.append(f"warm start from {', '.join(sources)}")
         lines.append(f"records: {self.store_path}; summary: {self.summary_path}"
                      + (f"; library copy: {copy}" if copy else ""))
+        if drawn:
+            lines.append(f"figure: {self.figure_prefix}.png/.pdf/.svg")
         lines.append(f"export the best kernel: {summary['export']}")
         return summary, lines
+
+    def _draw(self, result: Any, *, gpu: str | None, reference: float | None,
+              label: str) -> list[str]:
+        """The run's figure (:func:`bocast.figures.run_trials`), titled with the workload, the
+        space, the strategy and seed, the runner and GPU, and the reference's name."""
+        cfg, w = self.cfg, self.op.workload
+        how = "replay" if self.dataset is not None else \
+            "live" if cfg.runner in ("local", "rpc") else cfg.runner
+        title = (f"{self.op.name} {'x'.join(map(str, w['shape']))}, space {w.get('space', 'v1')}, "
+                 f"{w.get('dtype')}\n{cfg.strategy} seed {cfg.seed}, {how} on "
+                 f"{gpu or 'GPU not recorded'}; reference " + (label if reference else "none"))
+        fig = figures.run_trials(
+            [r.tflops for r in result.records], [r.status.value for r in result.records],
+            title=title, reference=reference,
+            reference_label=f"{label} {figures.tflops_text(reference)} TFLOPS" if reference else "",
+            optimum=result.optimum)
+        return figures.save(fig, self.figure_prefix)
 
     def _to_library(self, note) -> str | None:
         """A live run's store copied into the records library (also when interrupted); a

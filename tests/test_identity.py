@@ -147,3 +147,27 @@ def test_a_run_of_the_runner_called_tvm_resumes_as_local():
     rpc = identity.run_identity(strategy="random", options={}, seed=0, batch_size=8,
                                 runner="rpc", dataset=None)
     assert "runner: 'local' there, 'rpc' here" in identity.mismatch(old, rpc)
+
+
+#: a small CGA (the cost model fits after the first batch)
+CGA = {"name": "cga", "pop_size": 16, "generations": 1, "select": 4, "history_topk": 4}
+
+
+def test_the_cgas_cost_model_is_part_of_the_run(tmp_path):
+    """Two runs that differ only in the CGA's cost model never resume into each other (the
+    models propose differently). A store of before the option existed (its identity has no
+    cost_model) resumes at the default, xgboost, and records it: the CGA ran xgboost then
+    wherever xgboost was installed, and it was a dependency."""
+    first = _tune(tmp_path, strategy={**CGA, "cost_model": "sklearn-gbr"}, budget={"trials": 16})
+    with pytest.raises(ConfigError, match="option cost_model: 'sklearn-gbr' there, 'xgboost' here"):
+        _tune(tmp_path, strategy=CGA, budget={"trials": 24})
+    with _store(first.store) as store:
+        assert store.get_meta("run")["resolved"]["cost_model"] == "sklearn-gbr"
+        held = store.get_meta("run")  # as if written before the option existed
+        del held["resolved"]["cost_model"]
+        store.set_meta("run", held)
+    assert _tune(tmp_path, strategy=CGA, budget={"trials": 24}).trials == 24
+    with _store(first.store) as store:
+        assert store.get_meta("run")["resolved"]["cost_model"] == "xgboost"
+    with pytest.raises(ConfigError, match="option cost_model: 'xgboost' there, 'sklearn-gbr'"):
+        _tune(tmp_path, strategy={**CGA, "cost_model": "sklearn-gbr"}, budget={"trials": 32})

@@ -58,7 +58,7 @@ def test_replay_compare_stops_cleanly_and_resumes(tmp_path):
     assert len(rows) == 9 and all(len(r) == 96 and len({x[1] for x in r}) == 96
                                   for r in rows.values())
     assert sorted(os.listdir(tmp_path / "res")) == [f"interrupts.{e}" for e in
-                                                     ("csv", "json", "md", "pdf", "png")]
+                                                     ("csv", "json", "md", "pdf", "png", "svg")]
 
 
 def test_standin_measure_stops_cleanly_and_resumes(tmp_path):

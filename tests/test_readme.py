@@ -32,4 +32,5 @@ def test_readme_quickstart_runs_as_written(tmp_path):
                               text=True, timeout=600)
         assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     assert (tmp_path / "runs" / "quickstart" / "records.db").exists()
+    assert (tmp_path / "runs" / "quickstart" / "convergence.svg").exists()  # tune --plot
     assert (tmp_path / "runs" / "replay_smoke" / "summary.pdf").exists()

@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-model", help="rpc: measure only on GPUs of this name (or 'any')")
     p.add_argument("--records", help="the records library's folder (default $BOCAST_RECORDS, "
                                      "else ~/.cache/bocast/records)")
+    p.add_argument("--plot", action="store_true",
+                   help="also draw the run's figure beside its summary, convergence.png/.pdf/.svg "
+                        "(best so far and every trial; needs pip install 'bocast[plot]')")
     g = p.add_argument_group("an operator instead of a configuration file")
     g.add_argument("--shape", help="extents, comma-separated (see `bocast ops`)")
     g.add_argument("--dtype", help="input:output types (default fp16:fp32)")

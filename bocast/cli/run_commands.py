@@ -9,6 +9,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from bocast import figures
 from bocast.cli.common import UsageError, _emit, _operator_from
 from bocast.errors import InputError
 from bocast.operator import get_operator, operators, parse_shape
@@ -66,7 +67,7 @@ def cmd_tune(args) -> int:
     try:  # validates everything before writing anything
         config: Any = _quick_config(args) if quick else args.config
         run = api.prepare(config, runner=None if quick else args.runner, rpc=overrides,
-                          records=args.records)
+                          records=args.records, plot=args.plot)
     except InputError as e:
         raise UsageError(str(e)) from None  # already led by the file's name
     summary, lines = run.execute(progress=True)
@@ -154,8 +155,10 @@ def cmd_compare(args) -> int:
         return 0
     with open(cfg.results + ".md") as f:
         table = f.read()
-    lines = [table, f"wrote {cfg.results}.md/.csv/.json/.png/.pdf "
-             f"and records under {cfg.output} in {summary['seconds']:.0f} s"]
+    no_figure = figures.missing()
+    lines = [table, f"wrote {cfg.results}.md/.csv/.json"
+             + (f" (no figure: {no_figure}; {figures.INSTALL})" if no_figure else "/.png/.pdf/.svg")
+             + f" and records under {cfg.output} in {summary['seconds']:.0f} s"]
     keep = ("median_best", "median_trials_to_95pct", "median_best_vs_reference",
             "median_trials_to_95pct_of_baseline")
     brief = {"name": cfg.name, "seconds": summary["seconds"], "results": cfg.results,

@@ -16,12 +16,13 @@ budget for all, from one configuration file.
     budgets: [32, 64, 128, 256]   # where best-so-far is reported
     baseline: cga             # the rank tests compare every strategy against this one
     output: runs/compare_gemm1024          # one record store per run (not committed)
-    results: experiments/results/compare_gemm1024   # .csv, .md, .png, .pdf, .json
+    results: experiments/results/compare_gemm1024   # .csv, .md, .json, .png, .pdf, .svg
 
 Every output carries provenance (git SHA, versions, date, config hash). A seed gives every
 strategy the same initial random design (paired comparison). The parts: :mod:`.config` (the
 fields, their checks, the plan of runs), :mod:`.running` (replay and live), :mod:`.summary`
-(statistics and tests), :mod:`.outputs` (the .csv, .json, .md, .png and .pdf).
+(statistics and tests), :mod:`.outputs` (the .csv, .json, .md and the figure:
+.png, .pdf and .svg).
 
 ``runner: local`` compares live on the GPU: one builder and one runner serve every run, the runs
 take turns batch by batch (:func:`bocast.tuner.run_interleaved`: while one batch is timed, the
@@ -52,10 +53,11 @@ from bocast.comparison.config import (
     run_identity,
     validate,
 )
-from bocast.comparison.outputs import PALETTE, STYLES, format_p, save_png
+from bocast.comparison.outputs import format_p
 from bocast.comparison.running import run
 from bocast.comparison.summary import summarize
 from bocast.config import ConfigError
+from bocast.figures import PALETTE, STYLES, save_png  # defined in outputs before bocast.figures
 
 # the package's parts (config, running, summary, outputs) were one module; these names are how
 # the API, scripts and tests reach a comparison

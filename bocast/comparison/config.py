@@ -45,7 +45,7 @@ COMPARE = Section((
     Field("budgets", list, None, nullable=True, doc="trials at which best-so-far is reported"),
     Field("baseline", str, None, nullable=True, doc="label the rank tests compare against"),
     Field("output", str, doc="folder of the runs' record stores"),
-    Field("results", str, doc="path prefix of the .md/.csv/.json/.png/.pdf results"),
+    Field("results", str, doc="path prefix of the .md/.csv/.json/.png/.pdf/.svg results"),
     schema.WORKERS.with_default(None),
     Field("runner_options", dict, None, nullable=True),
     Field("rpc", dict, None, nullable=True,

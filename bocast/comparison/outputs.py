@@ -1,5 +1,6 @@
 """A comparison's result files, each written atomically and all four as one: the per-run
-.csv, the summary .json, the .md table and the convergence figure (.png and .pdf)."""
+.csv, the summary .json, the .md table and the convergence figure (.png, .pdf and .svg; left
+out, and the .md says so, where matplotlib is not installed: :mod:`bocast.figures`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import json
 import os
 from typing import Any
 
-from bocast import interrupt
+from bocast import figures, interrupt
 from bocast.comparison.config import LIVE, CompareConfig, _dataset_gpu
+from bocast.files import atomic_write
 from bocast.progress import reference_label
 
 
@@ -19,8 +21,6 @@ def _write_outputs(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]
 
 def _write_files(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None:
     import csv
-
-    from bocast.files import atomic_write
 
     os.makedirs(os.path.dirname(cfg.results) or ".", exist_ok=True)
     with atomic_write(cfg.results + ".csv", newline="") as f:
@@ -81,10 +81,13 @@ def _write_files(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) 
         for name, t in summary["mann_whitney_u"].items():
             vals = list(t.values())
             lines.append(f"| {name} | {format_p(vals[0])} | {format_p(vals[1])} |")
-    lines += ["", f"![convergence]({os.path.basename(cfg.results)}.png)", ""]
+    no_figure = figures.missing()
+    lines += ["", f"No figure: {no_figure} ({figures.INSTALL})." if no_figure else
+              f"![convergence]({os.path.basename(cfg.results)}.png)", ""]
     with atomic_write(cfg.results + ".md") as f:
         f.write("\n".join(lines))
-    _plot(cfg, runs, summary)
+    if not no_figure:
+        _plot(cfg, runs, summary)
 
 
 def format_p(p: float) -> str:
@@ -99,12 +102,6 @@ def _vendor(summary: dict[str, Any]) -> str:
     return reference_label({"what": summary.get("reference_what")})
 
 
-#: Okabe and Ito's colour-blind-safe palette (blue, orange, green, purple, sky, vermilion,
-#: yellow), and a line style each, so that arms stay apart in grey print as well
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
-STYLES = ("-", "--", "-.", (0, (1, 1)), (0, (5, 1, 1, 1, 1, 1)))
-
-
 def _gpu(cfg: CompareConfig, summary: dict[str, Any]) -> str | None:
     """The GPU the trials were measured on: the live run's, or the replayed dataset's."""
     if cfg.runner in LIVE:
@@ -116,68 +113,24 @@ def _gpu(cfg: CompareConfig, summary: dict[str, Any]) -> str | None:
 
 
 def _plot(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None:
-    """The convergence figure, PNG and PDF: each arm's median best-so-far to the end of its own
-    budget with its interquartile band (edges drawn, so overlapping bands stay readable), the
-    vendor reference (timed in the same run, or the dataset's recorded value in replay) and
-    the 95% line; titled with the workload, the GPU and the reference."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, ax = plt.subplots(figsize=(7, 4.4), dpi=150)
-    for i, s in enumerate(cfg.strategies):
+    """The convergence figure (:func:`bocast.figures.convergence`): each arm to the end of its
+    own budget, over its own seeds; titled with the workload, the GPU and the reference (timed
+    in the same run, or the dataset's recorded value in replay)."""
+    arms = []
+    for s in cfg.strategies:
         n = s.get("trials", cfg.trials)
-        curves = np.array([r["curve"][:n] for r in runs if r["label"] == s["label"]])
-        if not len(curves):
-            continue
-        x = np.arange(1, curves.shape[1] + 1)
-        q1, med, q3 = np.percentile(curves, [25, 50, 75], axis=0)
-        color, style = PALETTE[i % len(PALETTE)], STYLES[i % len(STYLES)]
-        ax.plot(x, med, color=color, ls=style, lw=1.6,
-                label=f"{s['label']} ({len(curves)} seeds)")
-        ax.fill_between(x, q1, q3, color=color, alpha=0.12, lw=0)
-        for edge in (q1, q3):
-            ax.plot(x, edge, color=color, ls=style, lw=0.5, alpha=0.7)
+        arms.append((s["label"], [r["curve"][:n] for r in runs if r["label"] == s["label"]]))
     vendor = _vendor(summary)
-    if summary["reference_tflops"]:
-        how = "recorded in the dataset" if cfg.runner not in LIVE else "same run"
-        ax.axhline(summary["reference_tflops"], color="k", ls=":", lw=1,
-                   label=f"{vendor} {summary['reference_tflops']:.0f} TFLOPS ({how})")
-    ax.axhline(0.95 * summary["optimum_tflops"], color="grey", ls="--", lw=0.8,
-               label=f"95% of the {summary['optimum_kind']}")
-    ax.set_xlabel("trials")
-    ax.set_ylabel("best TFLOPS so far")
+    how = "recorded in the dataset" if cfg.runner not in LIVE else "same run"
     w = cfg.workload
     shape = "x".join(map(str, w.get("shape", [])))
     gpu = _gpu(cfg, summary) or "GPU not recorded"
     mode = "live" if cfg.runner in LIVE else "replay"
-    ax.set_title(f"{w.get('op')} {shape}, space {w.get('space', 'v1')}, {w.get('dtype')}: "
-                 f"{mode} on {gpu}\nmedian and interquartile band over seeds; reference "
-                 f"{vendor}", fontsize=9)
-    ax.legend(fontsize=7.5, loc="lower right")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    save_png(fig, cfg.results + ".png")
-    from bocast.files import atomic_write
-
-    with atomic_write(cfg.results + ".pdf", "wb") as f:
-        fig.savefig(f, format="pdf")
-    plt.close(fig)
-
-
-def save_png(fig, path: str) -> None:
-    """A plot as a 256-colour palette PNG: a third of the size, the same colours (committed
-    results travel with the repository to the GPU machine, under a size limit)."""
-    import io
-
-    from PIL import Image
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    image = Image.open(buf).convert("RGB").quantize(colors=256, method=Image.Quantize.FASTOCTREE)
-    from bocast.files import atomic_write
-
-    with atomic_write(path, "wb") as f:
-        image.save(f, format="PNG", optimize=True)
+    title = (f"{w.get('op')} {shape}, space {w.get('space', 'v1')}, {w.get('dtype')}: {mode} on "
+             f"{gpu}\nmedian and interquartile band over seeds; reference {vendor}")
+    ref = summary["reference_tflops"]
+    fig = figures.convergence(
+        arms, title=title, reference=ref,
+        reference_label=f"{vendor} {figures.tflops_text(ref)} TFLOPS ({how})" if ref else vendor,
+        optimum=summary["optimum_tflops"], optimum_kind=summary["optimum_kind"])
+    figures.save(fig, cfg.results)
