@@ -165,10 +165,10 @@ def suggest(op: str, shape: Sequence[int] | None = None, *, k: int = 8,
     :class:`bocast.suggestions.Suggestions` (``.items``, ``.sources``, ``.summary()``)."""
     from bocast import library
     from bocast import suggestions as suggestion
-    from bocast.operator import get_operator, make
+    from bocast.operator import AUTO_SPACE, get_operator, make
 
-    options = {k: v for k, v in (("dtype", dtype), ("layout", layout), ("space", space))
-               if v is not None}
+    options = {k: v for k, v in (("dtype", dtype), ("layout", layout),
+                                 ("space", space or AUTO_SPACE)) if v is not None}
     get_operator(op)  # an unknown operator is named before its shape
     target = make(op, tuple(shape) if shape is not None else None, **options)
     return suggestion.suggest(target, k=k, gpu=gpu,
@@ -193,7 +193,7 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
     _sSEED`` (with ``store``: the store's folder)."""
     from bocast.config import workload_and_dataset
     from bocast.library import shipped_datasets
-    from bocast.operator import canonical_workload
+    from bocast.operator import AUTO_SPACE, canonical_workload
 
     cfg: dict[str, Any] = {"workload": {"op": op}, "strategy": {},
                            "budget": {"trials": QUICK_DEFAULTS["trials"]}}
@@ -213,6 +213,8 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
             cfg[section][name] = value
         else:
             cfg[key] = value
+    # an operator and a shape, no space named: the workload chooses (bocast.operator.make)
+    cfg["workload"].setdefault("space", AUTO_SPACE)
     target, _ = workload_and_dataset(cfg["workload"], "local", None)  # the workload's own checks
     w = target.workload
     if cfg["runner"] == "replay" and not cfg.get("dataset"):

@@ -65,6 +65,17 @@ class Operator(ABC):
     name: ClassVar[str]
     shape_help: ClassVar[str]
     default_shape: ClassVar[tuple[int, ...] | None] = None
+    #: the space ``space: auto`` chose and why, "v3 (auto: ...)" (:func:`make`); None: named
+    space_choice: str | None = None
+    #: ``space: auto``'s rule for this operator, in words (None: no v3 rule, auto is v2)
+    v3_rule: ClassVar[str | None] = None
+
+    @classmethod
+    def prefers_v3(cls, shape: tuple[int, ...]) -> bool:
+        """Whether space v3 beat v2 at workloads like ``shape`` where it was measured
+        (:attr:`v3_rule` in words); ``space: auto`` takes v3 where this holds and the template
+        accepts the workload."""
+        return False
 
     workload: dict[str, Any]
     space: Space
@@ -159,9 +170,35 @@ def make(name: str, shape: tuple[int, ...] | None = None, **options: Any) -> Ope
     for key, value in options.items():
         if not isinstance(value, str):
             raise WorkloadError(f"{name}: {key} must be a string, got {value!r}")
+    if options.get("space") == AUTO_SPACE:
+        return _auto_space(name, shape, options)
     op = op_cls.from_args(shape, **options)
     for t in op.tensors():
         check_tensor(name, t.name, t.shape)
+    return op
+
+
+#: the space value that lets the workload choose its space generation (:func:`make`)
+AUTO_SPACE = "auto"
+
+
+def _auto_space(name: str, shape: tuple[int, ...] | None, options: dict[str, Any]) -> Operator:
+    """``space: auto``: v3 where the operator's measured rule prefers it (``prefers_v3``) and
+    the template takes the workload, else v2; the choice and its reason in ``space_choice``.
+    The workload records the space chosen, so a store never holds "auto"."""
+    op_cls = get_operator(name)
+    full = tuple(shape) if shape is not None else op_cls.default_shape
+    rule = op_cls.v3_rule
+    why = f"v3 only where {rule}" if rule else "no v3 rule for this operator"
+    if full is not None and op_cls.prefers_v3(full):
+        try:
+            op = make(name, shape, **{**options, "space": "v3"})
+            op.space_choice = f"v3 (auto: {rule})"
+            return op
+        except WorkloadError as e:
+            why = f"v3 does not take this workload: {e}"
+    op = make(name, shape, **{**options, "space": "v2"})
+    op.space_choice = f"v2 (auto: {why})"
     return op
 
 

@@ -73,6 +73,8 @@ class TuneRun:
         ref: dict[str, Any] = {}  # a live run's reference (the vendor library's timing)
         device: dict[str, Any] = {}
         measurer: ReplayMeasurer | Measurer
+        if op.space_choice:  # space auto: which space, and why
+            note(f"space {op.space_choice}; --space names one")
         try:
             if dataset is None:
                 from bocast.measure.engine import Measurer

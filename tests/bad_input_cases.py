@@ -267,8 +267,10 @@ def _ok_row(lines: list[str]) -> int:
 
 TUNE_ARGV = ["tune", "{tmp}/c.yaml"]
 CMP_ARGV = ["compare", "{tmp}/c.yaml"]
-MEASURE = ["measure", "gemm", "--shape", "64,64,64", "--sample", "4", "--runner", "standin",
-           "--store", "{tmp}/new.db"]
+# space v2 named: OP --shape alone lets the shape choose (space auto: v3 at 64^3)
+MEASURE = ["measure", "gemm", "--shape", "64,64,64", "--space", "v2", "--sample", "4",
+           "--runner", "standin", "--store", "{tmp}/new.db"]
+NO_SAMPLE = MEASURE[:6] + MEASURE[8:]  # MEASURE without --sample 4
 MEASURE_SUB = ["measure", "--subspace", "{tmp}/sub.yaml", "--runner", "standin", "--store",
                "{tmp}/new.db"]
 
@@ -348,23 +350,24 @@ def cases() -> list[Case]:
         "argument --max-seconds: expected a number > 0")
     opt("measure --max-seconds inf", MEASURE + ["--max-seconds", "inf"],
         "argument --max-seconds: expected a number > 0")
-    opt("measure without --sample or --all", MEASURE[:4] + MEASURE[6:],
+    opt("measure without --sample or --all", NO_SAMPLE,
         "give --sample N (a uniform sample), or --all / --subspace FILE")
     opt("measure --sample and --all", MEASURE + ["--all"],
         "give --sample N (a uniform sample), or --all / --subspace FILE")
     opt("measure --fix without --all", MEASURE + ["--fix", "stages=2"],
         "--fix restricts --all: give --all too")
-    opt("measure --fix of an unknown knob", MEASURE[:4] + MEASURE[6:] + ["--all", "--fix",
+    opt("measure --fix of an unknown knob", NO_SAMPLE + ["--all", "--fix",
                                                                           "stagez=2"],
         "--fix: unknown knob 'stagez'")
-    opt("measure --fix of a value the knob lacks", MEASURE[:4] + MEASURE[6:] + [
+    opt("measure --fix of a value the knob lacks", NO_SAMPLE + [
         "--all", "--fix", "stages=9"], "--fix 'stages=9': not a value of stages")
-    opt("measure --fix without a value", MEASURE[:4] + MEASURE[6:] + ["--all", "--fix", "stages"],
+    opt("measure --fix without a value", NO_SAMPLE + ["--all", "--fix", "stages"],
         "--fix 'stages': expected KNOB=VALUE")
-    opt("measure --fix split of words", MEASURE[:4] + MEASURE[6:] + [
+    opt("measure --fix split of words", NO_SAMPLE + [
         "--all", "--fix", "tile_k=a,b"], "a split's value is its factors")
     opt("measure --all of a space too large to enumerate",
-        ["measure", "gemm", "--all", "--runner", "standin", "--store", "{tmp}/new.db"],
+        ["measure", "gemm", "--space", "v2", "--all", "--runner", "standin", "--store",
+         "{tmp}/new.db"],
         "more than the 200,000,000 an enumeration may visit: fix more knobs")
     opt("space --fix of a value the knob lacks", ["space", "gemm", "--fix", "stages=9"],
         "--fix 'stages=9': not a value of stages")

@@ -18,6 +18,7 @@ from bocast.store import Store
 
 QUICK = {"runner": "standin", "strategy": "random", "trials": 8, "batch_size": 8}
 T1024 = "experiments/data/exhaustive/gemm_1024_1024_1024_v2"
+T1024_V3 = "experiments/data/exhaustive/gemm_1024_1024_1024_v3"
 STANDIN = "stand-in (no GPU; synthetic timings)"
 
 
@@ -26,8 +27,8 @@ def standin_store(tmp_path_factory):
     """A stand-in run's store of gemm 256^3 (random search, 8 trials), in a library of its own."""
     folder = tmp_path_factory.mktemp("lib")
     out = tmp_path_factory.mktemp("run")
-    result = bocast.tune(op="gemm", shape=(256, 256, 256), output=str(out), records=folder,
-                         **QUICK)
+    result = bocast.tune(op="gemm", shape=(256, 256, 256), space="v2", output=str(out),
+                         records=folder, **QUICK)
     assert result.trials == 8 and result.summary["library_copy"]
     return result.store, str(folder)
 
@@ -139,8 +140,9 @@ def test_one_command_replay_names_its_sources(tmp_path, bocast_cli):
                                 "8", "--output", str(tmp_path / "out"), "--json")
     assert code == 0, err
     summary = json.loads(out.strip().splitlines()[-1])
-    assert summary["trials"] == 8 and summary["dataset"].endswith(T1024)
-    assert summary["warm_start_sources"][0] == "experiments/data/exhaustive/gemm_2048_8192_1024_v2"
+    # no --space: the shape chooses (space auto), v3 at 1024^3, so its v3 table and sources
+    assert summary["trials"] == 8 and summary["dataset"].endswith(T1024_V3)
+    assert summary["warm_start_sources"][0] == "experiments/data/exhaustive/gemm_2048_8192_1024_v3"
     assert summary["export"].startswith("bocast export ")
     assert "warm start (auto) from" in err
     assert "x torch.mm(out_dtype=float32) (cuBLAS, fp32 out) (recorded in the dataset)" in out

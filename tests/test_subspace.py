@@ -87,11 +87,12 @@ def test_bad_fixes_name_the_problem():
         "tile_k": [(16, 4)], "stages": [2, 3], "async_copy": ["on"]}
 
 
-TINY = ["gemm", "--shape", "64,64,64", "--all", "--fix", "async_copy=on", "--fix", "vec=8",
-        "--fix", "unroll=0", "--fix", "raster=1", "--fix", "writeback=direct", "--fix",
-        "frag_pipeline=off", "--fix", "smem_layout=pad8", "--fix", "instr=mma", "--fix",
-        "stages=2", "--fix", "tile_k=2,2", "--fix", "tile_i=1,2,2", "--fix", "tile_j=2,1,2",
-        "--fix", "tile_j=1,2,2", "--fix", "tile_j=1,1,4"]
+TINY = ["gemm", "--shape", "64,64,64", "--space", "v2", "--all",
+        "--fix", "async_copy=on", "--fix", "vec=8", "--fix", "unroll=0", "--fix", "raster=1",
+        "--fix", "writeback=direct", "--fix", "frag_pipeline=off", "--fix", "smem_layout=pad8",
+        "--fix", "instr=mma", "--fix", "stages=2", "--fix", "tile_k=2,2",
+        "--fix", "tile_i=1,2,2", "--fix", "tile_j=2,1,2", "--fix", "tile_j=1,2,2",
+        "--fix", "tile_j=1,1,4"]
 
 
 def _measure(tmp_path, *extra):

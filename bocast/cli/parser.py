@@ -38,9 +38,11 @@ def _add_workload_args(p: argparse.ArgumentParser, *, subspace: bool = False) ->
     p.add_argument("--shape", help="extents, comma-separated (per operator; see `bocast ops`)")
     p.add_argument("--dtype", help="input:output types, e.g. fp16:fp32 (default) or fp16:fp16")
     p.add_argument("--layout", help="operand layout where the operator has one (gemm: NT or NN)")
-    p.add_argument("--space", help="schedule space generation: v2 (default; pipelined), v3 "
-                                   "(GEMM only: Hopper TMA + wgmma, sm_90a) or v1 (Heron's WMMA "
-                                   "knobs, the space of the v1 datasets)")
+    p.add_argument("--space", help="schedule space generation: auto (default: v3 where it beat "
+                                   "v2 at such shapes and takes the workload, else v2), v3 "
+                                   "(Hopper TMA + wgmma, sm_90a: GEMM, bmm, conv2d), v2 "
+                                   "(mma.sync, pipelined) or v1 (Heron's WMMA knobs, the space "
+                                   "of the v1 datasets)")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -53,7 +53,9 @@ def cmd_space(args) -> int:
     allowed = _restriction(args, op)
     from bocast.files import atomic_write
 
-    lines = [f"{op.name} {op.workload}", f"{len(space.knobs)} knobs, "
+    lines = [f"{op.name} {op.workload}"] + ([f"space {op.space_choice}"]
+                                           if op.space_choice else []) + [
+             f"{len(space.knobs)} knobs, "
              f"{len(space.constraints)} known constraints, "
              f"{space.structural_size:,} structural configurations"]
     if args.describe:

@@ -31,6 +31,11 @@ class Bmm(mm.MatmulOperator):
                   "[K,N] with NN)")
     default_shape = (12, 512, 512, 64)
     extents = ("B", "M", "N", "K")
+    v3_rule = mm.AUTO_V3_RULE
+
+    @classmethod
+    def prefers_v3(cls, shape: tuple[int, ...]) -> bool:
+        return len(shape) == len(cls.extents) and min(shape[1:3]) >= mm.AUTO_V3_MIN_MN
 
     def __init__(self, B: int, M: int, N: int, K: int, *, dtype: str = "fp16:fp32",
                  layout: str = "NT", space: str = mm.DEFAULT_SPACE):

@@ -24,3 +24,11 @@ class Conv2d(Conv):
     shape_help = ("N,H,W,C,K,R,S[,stride,pad,dilation] (X[N,H,W,C], W[K,R,S,C], Y[N,OH,OW,K]; "
                   "stride 1, pad 0, dilation 1 when left out)")
     default_shape = (16, 14, 14, 256, 256, 3, 3, 1, 1, 1)
+    #: cold, v3 reached 0.94-1.21 of cuDNN on two ResNet stages where v2 reached 0.26-0.45
+    #: (H200, experiments/results/v3_vs_v2_h200.md); a strided convolution or one with C % 32
+    #: != 0 stays v2's (v3 refuses it)
+    v3_rule = "v3 takes the convolution (stride 1, C % 32 == 0); measured, it beat v2 there"
+
+    @classmethod
+    def prefers_v3(cls, shape: tuple[int, ...]) -> bool:
+        return cls.hopper_v3

@@ -19,6 +19,7 @@ class Conv2dDilated(Conv2d):
     name = "conv2d_dilated"
     min_dilation = 2
     hopper_v3 = False  # space v3 covers dilation as conv2d's own field, not this operator
+    v3_rule = None
     shape_help = ("N,H,W,C,K,R,S,stride,pad,dilation (X[N,H,W,C], W[K,R,S,C], Y[N,OH,OW,K]; "
                   "dilation >= 2)")
     default_shape = (16, 14, 14, 256, 256, 3, 3, 1, 2, 2)

@@ -64,6 +64,11 @@ class Gemm(mm.MatmulOperator):
     shape_help = "M,N,K (C[M,N] = A[M,K] @ B; B is [N,K] with --layout NT, [K,N] with NN)"
     default_shape = (1024, 1024, 1024)
     extents = ("M", "N", "K")
+    v3_rule = mm.AUTO_V3_RULE
+
+    @classmethod
+    def prefers_v3(cls, shape: tuple[int, ...]) -> bool:
+        return len(shape) == len(cls.extents) and min(shape[0:2]) >= mm.AUTO_V3_MIN_MN
 
     def __init__(self, M: int, N: int, K: int, *, dtype: str = "fp16:fp32", layout: str = "NT",
                  space: str = mm.DEFAULT_SPACE):

@@ -380,3 +380,41 @@ def test_a_seed_gives_the_same_samples_as_it_always_did(op, args, space_name, di
     space = get_operator(op).from_args(args, space=space_name).space
     keys = [Space.key(c) for c in space.sample(200, 0)]
     assert hashlib.sha256(json.dumps(keys).encode()).hexdigest() == digest
+
+
+@pytest.mark.parametrize("op_name, shape, options, space, why", [
+    ("gemm", (32, 4096, 4096), {}, "v2", "v3 only where M and N >= 64"),  # v2 won at M = 32
+    ("gemm", (64, 4096, 4096), {}, "v3", "M and N >= 64"),
+    ("gemm", (4096, 32, 4096), {}, "v2", "v3 only where M and N >= 64"),
+    ("gemm", None, {}, "v3", "M and N >= 64"),  # the default shape, 1024^3
+    ("gemm", (1024, 1024, 1024), {"layout": "NN"}, "v2", "needs layout NT"),
+    ("gemm", (1024, 1024, 100), {}, "v2", "K % 8 == 0"),
+    ("bmm", (12, 512, 512, 64), {}, "v3", "M and N >= 64"),
+    ("bmm", (4, 100, 256, 64), {}, "v2", "multiples of 64"),
+    ("conv2d", None, {}, "v3", "stride 1"),
+    ("conv2d", (16, 14, 14, 256, 256, 1, 1, 2, 0, 1), {}, "v2", "stride 1 only"),
+    ("conv2d_dilated", None, {}, "v2", "no v3 rule"),
+    ("gemv", None, {}, "v2", "no v3 rule"),
+])
+def test_space_auto_follows_the_measured_rule_and_says_why(op_name, shape, options, space, why):
+    """``space: auto`` (bocast.operator.make): v3 where the operator's rule prefers it and the
+    template takes the workload, else v2; the workload records the space chosen (never auto)
+    and ``space_choice`` the reason."""
+    from bocast.operator import make as make_op
+
+    op = make_op(op_name, shape, space="auto", **options)
+    assert op.workload["space"] == space and op.space_choice.startswith(f"{space} (auto: ")
+    assert why in op.space_choice
+    named = make_op(op_name, shape, space=space, **options)
+    assert named.workload == op.workload and named.space_choice is None
+
+
+def test_op_and_shape_alone_choose_the_space_and_a_configuration_keeps_v2(tmp_path):
+    """The one-command path (bocast tune OP --shape, bocast.tune(op=, shape=)) names no space:
+    auto; a workload mapping without space (a configuration file's) keeps v2, so a published
+    configuration means what it meant."""
+    from bocast.api import quick_config
+
+    assert quick_config("gemm", (1024, 1024, 1024))["workload"]["space"] == "auto"
+    assert quick_config("gemm", (1024,) * 3, space="v2")["workload"]["space"] == "v2"
+    assert from_workload({"op": "gemm", "shape": [1024] * 3}).workload["space"] == "v2"
