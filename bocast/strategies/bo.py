@@ -142,6 +142,9 @@ class BayesOpt(Strategy):
               doc="warm_start: share of the first batch taken from the best source rows, "
                   "each followed by one of the source model's picks (0: the model's picks "
                   "only; not with warm_start_top)"),
+        Field("warm_start_waves", bool, False,
+              doc="warm_start: the source model also sees each row's waves (log2 CTA tiles "
+                  "over 132 SMs) on its own shape, and the target's on the target's"),
         Field("warm_start_points", int, 1024, min=3, max=100_000,
               doc="warm_start: source rows the source model conditions on (a fixed subset)"),
     ), noun="option")
@@ -181,7 +184,8 @@ class BayesOpt(Strategy):
         try:
             return source_model(paths, target, self.features,
                                 points=self.hyper["warm_start_points"],
-                                maxiter=self.hyper["fit_maxiter"])
+                                maxiter=self.hyper["fit_maxiter"],
+                                waves=self.hyper["warm_start_waves"])
         except WarmStartError as e:
             raise StrategyError(f"strategy {self.name!r}: {e}") from None
 
@@ -190,7 +194,7 @@ class BayesOpt(Strategy):
         x = self.features(configs)
         if self.source is None:
             return x
-        return np.hstack([x, self.source.mean(x)[:, None]])
+        return np.hstack([x, self.source.mean(self.source.inputs(configs))[:, None]])
 
     def _ask(self, n):
         with _torch_threads(self.hyper["threads"]):
@@ -258,7 +262,7 @@ class BayesOpt(Strategy):
                            "warm_start_top": len(top)}
         if not pool or n <= 0:
             return top
-        x = self.features(pool)[:, source.columns]
+        x = source.inputs(pool)[:, source.columns]
         pred = source.surrogate.predict(x)
         ctx = acq.Context(source.surrogate, x, pred, AlwaysFeasible(),
                           torch.ones(len(pool), dtype=pred.mean.dtype), source.best,
