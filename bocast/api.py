@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bocast.errors import InputError
-from bocast.schema import plain
+from bocast.options import plain
 from bocast.study import Study, create_study
 from bocast.tune_run import TuneRun
 

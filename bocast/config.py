@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from bocast import schema
+from bocast import options, schema
 from bocast.errors import InputError
 from bocast.locations import check_writable
 from bocast.measure.parts import RUNNER_KINDS, runner_kind
@@ -111,8 +111,8 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
         runner = runner_kind(runner or raw.get("runner")) or None
     top = TUNE.check({**raw, **({"runner": runner} if runner else {})}
                      if isinstance(raw, Mapping) else raw)
-    budget = schema.BUDGET.check(top["budget"], "budget.")
-    ropts = schema.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
+    budget = options.BUDGET.check(top["budget"], "budget.")
+    ropts = options.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
     if top["runner"] == "replay" and top["dataset"] is None:
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
     rpc_opts = rpc_options(top["runner"], top["rpc"], rpc)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bocast import identity, schema
+from bocast import identity, options, schema
 from bocast.config import (
     WORKLOAD,
     ConfigError,
@@ -98,7 +98,7 @@ def parse(raw: Any, where: str) -> CompareConfig:
     if isinstance(raw, Mapping) and "runner" in raw:
         raw = {**raw, "runner": runner_kind(raw["runner"])}
     top = COMPARE.check(raw)
-    budget = schema.BUDGET.check(top["budget"], "budget.")
+    budget = options.BUDGET.check(top["budget"], "budget.")
     if budget["seconds"] is not None:
         raise ConfigError("budget.seconds: a comparison's runs end by trials, not by time")
     trials = budget["trials"]
@@ -145,7 +145,7 @@ def parse(raw: Any, where: str) -> CompareConfig:
     if runner == "replay" and any(s["name"] == METASCHEDULE for s in strategies):
         raise ConfigError(f"strategies: {METASCHEDULE} proposes its own schedules, which no "
                           "recorded dataset holds; it needs a live runner (local or rpc)")
-    ropts = schema.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
+    ropts = options.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
     baseline = top["baseline"]
     if baseline is not None and baseline not in labels:
         raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")
