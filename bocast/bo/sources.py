@@ -47,27 +47,6 @@ class Source:
     configs: list[Config]
     log_tflops: np.ndarray
     dropped: int  # ok rows whose splits do not fit the target's extents
-    waves: np.ndarray | None = None  # log2 waves of each row on the source's own shape
-
-
-#: SMs of the GPUs the records are measured on (H100 SXM, H200): the unit of :func:`waves`
-SMS = 132
-
-
-def waves(op, configs: Sequence[Config]) -> np.ndarray:
-    """log2 of the CTA tiles of ``configs`` on ``op``'s own shape over :data:`SMS`: how many
-    waves of the grid (persistent: tiles per SM) each configuration runs. v3 derives
-    ``tiles`` (batch included); v1 and v2 count blocks as tile_i[0] x tile_j[0] x batch.
-    Unlike a block tile's edge, it depends on the shape: 128 x 256 tiles give 512 tiles at
-    4096^3 and 32 at 1024^3, a quarter of the SMs."""
-    if not configs:
-        return np.zeros(0)
-    c = op.space.columns(configs)
-    if "tiles" in c:
-        tiles = c["tiles"]
-    else:
-        tiles = c["tile_i"][:, 0] * c["tile_j"][:, 0] * max(int(op.matmul.batch or 1), 1)
-    return np.log2(np.maximum(np.asarray(tiles, dtype=float), 1.0) / SMS)
 
 
 def _workload(path: str) -> dict[str, Any]:
@@ -159,27 +138,17 @@ def load_sources(paths: Sequence[str], target_op) -> list[Source]:
         rows = _ok_rows(path, src_op)
         if not rows:
             raise WarmStartError(f"warm_start: {path} has no successful (ok) rows")
-        configs, ys, kept = [], [], []
+        configs, ys = [], []
         for c, tflops in rows:
             t = translate(c, target_op.space)
             if t is not None:
                 configs.append(t)
                 ys.append(math.log(tflops))
-                kept.append(c)
         if not configs:
             raise WarmStartError(f"warm_start: {path}: none of its {len(rows)} ok rows fits the "
                                  f"target's shape {list(target_op.workload['shape'])}")
-        out.append(Source(path, got, configs, np.array(ys), len(rows) - len(configs),
-                          _waves_or_none(src_op, kept)))
+        out.append(Source(path, got, configs, np.array(ys), len(rows) - len(configs)))
     return out
-
-
-def _waves_or_none(op, configs: Sequence[Config]) -> np.ndarray | None:
-    """:func:`waves` of the rows, or None where the space derives no tiles (not a matmul)."""
-    try:
-        return waves(op, configs)
-    except (KeyError, AttributeError, IndexError):
-        return None
 
 
 def incompatibility(workload: Mapping[str, Any], target_op) -> tuple[str | None, Any]:

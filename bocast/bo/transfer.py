@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 
 from bocast.bo.sources import Source, WarmStartError, incompatibility, load_sources
-from bocast.bo.sources import waves as waves_on
 from bocast.errors import InputError
 from bocast.records import dataset_csv
 from bocast.schema import Field
@@ -88,46 +87,30 @@ _CACHE_MAX = 4
 class SourceModel:
     """The sources' GP in the target's model inputs (see the module docstring)."""
 
-    def __init__(self, sources: Sequence[Source], features, *, points: int, maxiter: int,
-                 waves_of=None):
+    def __init__(self, sources: Sequence[Source], features, *, points: int, maxiter: int):
         from bocast.bo.surrogate import Surrogate
 
         self.sources = list(sources)
-        self.features, self.waves_of = features, waves_of
         self.ranked = _ranked(sources)  # every row, best first (before the subset below)
         configs = [c for s in sources for c in s.configs]
         y = np.concatenate([_zscores(sources, s) for s in sources])
         x = features(configs)
-        b = features.bounds()
-        if waves_of is not None:  # each row's waves on its own shape, the target's on its own
-            if any(s.waves is None for s in sources):
-                raise WarmStartError("warm_start_waves: a source's space derives no tiles")
-            x = np.hstack([x, np.concatenate([s.waves for s in sources])[:, None]])
-            w = waves_of(features.candidates.reference_configs())
-            b = np.hstack([b, [[w.min()], [w.max()]]])
         if len(configs) > points:  # fixed seed: the same model in every run
             keep = np.sort(np.random.default_rng(0).permutation(len(configs))[:points])
             x, y, configs = x[keep], y[keep], [configs[i] for i in keep]
         self.configs, self.y = configs, y
         self.columns = np.flatnonzero(x.max(0) > x.min(0))
+        b = features.bounds()
         lo = np.minimum(b[0], x.min(0))[self.columns]
         hi = np.maximum(b[1], x.max(0))[self.columns]
         self.surrogate = Surrogate(np.stack([lo, hi]), fit_points=384, maxiter=maxiter, seed=0)
         self.surrogate.fit(x[:, self.columns], y)
         self.best = float(y.max())
-        ref = self.mean(self.inputs(features.candidates.reference_configs()))
+        ref = self.mean(features(features.candidates.reference_configs()))
         self.bounds = np.array([ref.min(), ref.max() if ref.max() > ref.min() else ref.min() + 1])
 
-    def inputs(self, configs: Sequence[Config]) -> np.ndarray:
-        """The source model's inputs of target configurations: the target's model inputs, then
-        (``warm_start_waves``) their waves on the target's shape."""
-        x = self.features(configs)
-        if self.waves_of is None:
-            return x
-        return np.hstack([x, self.waves_of(configs)[:, None]])
-
     def mean(self, x: np.ndarray) -> np.ndarray:
-        """(m,) source mean at :meth:`inputs` ``x`` (m, d), z-score units."""
+        """(m,) source mean at the target's model inputs ``x`` (m, d), z-score units."""
         return self.surrogate.mean(x[:, self.columns]).numpy()
 
     def top(self, n: int) -> list[Config]:
@@ -143,17 +126,16 @@ def _zscores(sources: Sequence[Source], s: Source) -> np.ndarray:
 
 
 def source_model(paths: Sequence[str], target_op, features, *, points: int,
-                 maxiter: int, waves: bool = False) -> SourceModel:
+                 maxiter: int) -> SourceModel:
     """The source model of ``paths`` for ``target_op`` (built once per process and reused: it
     depends only on the files, the target and the model inputs, never on a run's seed)."""
     # the model's input bounds and its extra column's come from the candidates
     cands = hashlib.sha1(features.bounds().tobytes())
     for c in features.candidates.reference_configs():
         cands.update(Space.key(c).encode())
-    key = (_files_key(paths, target_op), features.kind, cands.hexdigest(), points, maxiter, waves)
-    waves_of = (lambda configs: waves_on(target_op, configs)) if waves else None
+    key = (_files_key(paths, target_op), features.kind, cands.hexdigest(), points, maxiter)
     return _cached(key, lambda: SourceModel(load_sources(paths, target_op), features,
-                                            points=points, maxiter=maxiter, waves_of=waves_of))
+                                            points=points, maxiter=maxiter))
 
 
 def _files_key(paths: Sequence[str], target_op) -> tuple:

@@ -242,22 +242,3 @@ def test_a_share_of_the_first_batch_alternates_source_rows_and_model_picks(targe
     with pytest.raises(StrategyError, match="warm_start_top and warm_start_share"):
         make_strategy("bo", target.candidates(), seed=0, warm_start=[source], warm_start_top=2,
                       warm_start_share=0.5)
-
-
-def test_waves_count_tiles_on_each_rows_own_shape(target, source):
-    from bocast.bo.sources import SMS, load_sources, waves
-
-    # 128 x 128 blocks: 32 x 32 of them at 4096^3, 8 x 8 at 1024^3
-    assert waves(OP4096, [BEST_4096])[0] == pytest.approx(np.log2(1024 / SMS))
-    t = translate(BEST_4096, OP1024.space)
-    assert waves(OP1024, [t])[0] == pytest.approx(np.log2(64 / SMS))
-    (src,) = load_sources([source], OP1024)  # the source's rows: waves on 4096^3, not 1024^3
-    assert src.waves is not None and len(src.waves) == len(src.configs)
-    assert np.all(src.waves - waves(OP1024, src.configs) == pytest.approx(4.0))
-    # the option: one more source-model input, the target's waves on the target's shape
-    s = make_strategy("bo", target.candidates(), seed=0, warm_start=[source],
-                      warm_start_waves=True, **FAST)
-    x = s.source.inputs(target.configs[:5])
-    assert x.shape[1] == s.features.bounds().shape[1] + 1
-    assert np.allclose(x[:, -1], waves(OP1024, target.configs[:5]))
-    assert len(s.ask(8)) == 8 and s.last_round["warm_start"]
