@@ -211,7 +211,7 @@ class BayesOpt(Strategy):
         x = self.features(configs)
         if self.source is None:
             return x
-        return np.hstack([x, self.source.mean(self.source.inputs(configs))[:, None]])
+        return np.hstack([x, self.source.mean(x)[:, None]])
 
     def _ask(self, n):
         with _torch_threads(self.hyper["threads"]):
@@ -279,7 +279,7 @@ class BayesOpt(Strategy):
                            "warm_start_top": len(top)}
         if not pool or n <= 0:
             return top
-        x = source.inputs(pool)[:, source.columns]
+        x = self.features(pool)[:, source.columns]
         pred = source.surrogate.predict(x)
         ctx = acq.Context(source.surrogate, x, pred, AlwaysFeasible(),
                           torch.ones(len(pool), dtype=pred.mean.dtype), source.best,
