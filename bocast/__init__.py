@@ -7,12 +7,12 @@ for a measurement loop of one's own (:mod:`bocast.study`); :func:`export` writes
 to a folder and :func:`load_kernel` loads it to call on torch tensors (:mod:`bocast.kernel`).
 :class:`Workload`, :class:`Budget`, :class:`RunnerOptions` and each strategy's options
 (``bocast.strategies.BOOptions``, ...) are typed forms of a configuration's mappings
-(:mod:`bocast.schema`)."""
+(:mod:`bocast.options`)."""
 
 from bocast.api import TuneResult, compare, load, suggest, tune
 from bocast.errors import InputError
 from bocast.kernel import Kernel, export, load_kernel
-from bocast.schema import Budget, RunnerOptions, Workload
+from bocast.options import Budget, RunnerOptions, Workload
 from bocast.study import Study, create_study
 
 __version__ = "0.1.0"

@@ -13,8 +13,8 @@ variant also reports, per seed, the trials it needs to reach 95% of the referenc
 the budget (or at ``reference_trials``, where the reference entry runs longer: its ``trials``)
 on the same seed, and the share of seeds that reach it within ``within`` trials.
 
-Per table and variant: trials to 95% of the table's best (censored at budget + 1), best at 64
-and 128 trials over the table's best, and the median proposal time of a model round (rounds
+Per table and variant: trials to 95% of the table's best (censored at budget + 1), best at 16,
+32, 64 and 128 trials over the table's best, and the median proposal time of a model round (rounds
 after the first 32 trials; this machine's CPU, shared with other work while it ran). Against the
 reference: the median paired difference in trials to 95% with a bootstrap 95% interval (10,000
 resamples of seeds), a two-sided Wilcoxon signed-rank test, and Holm's correction over the
@@ -199,6 +199,8 @@ def main(path: str) -> None:
                    "iqr_trials_to_95pct": [float(x) for x in np.percentile(t95[lab], [25, 75])],
                    "reached": int(sum(r["trials_to_95pct"] is not None for r in rs)),
                    "runs": len(rs),
+                   "best_at_16": _median_best(rs, 16, optimum),
+                   "best_at_32": _median_best(rs, 32, optimum),
                    "best_at_64": _median_best(rs, 64, optimum),
                    "best_at_128": _median_best(rs, 128, optimum),
                    "median_round_s": statistics.median(model_rounds) if model_rounds else None,
@@ -253,7 +255,8 @@ def _markdown(res: dict) -> str:
              "Trials to 95% of the table's best: median [IQR] over seeds (budget + 1 when never "
              "reached). Difference: median over seeds of (variant - "
              f"{res['reference']}) in trials to 95%, bootstrap 95% interval; p: two-sided "
-             "Wilcoxon signed-rank, then Holm over the tables. best@64/@128: median best so far "
+             "Wilcoxon signed-rank, then Holm over the tables. best@16/@32/@64/@128: median best "
+             "so far "
              "over the table's best. Round: median proposal seconds of a model round (after the "
              "first 32 trials) on this CPU.", ""]
     within = res.get("within")
@@ -267,9 +270,10 @@ def _markdown(res: dict) -> str:
                   f"{t['optimum']:.1f} TFLOPS; random search without replacement needs "
                   f"{t['random_expected_trials']:.0f} trials on average)", "",
                   "| variant | trials to 95% | reached | difference [95% CI] | p | p (Holm) | "
-                  "best@64 | best@128 | round s |"
+                  "best@16 | best@32 | best@64 | best@128 | round s |"
                   + (f" to reference level | share within {within} |" if within else ""),
-                  "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if within else "")]
+                  "|---|---|---|---|---|---|---|---|---|---|---|"
+                  + ("---|---|" if within else "")]
         for lab, v in t["variants"].items():
             lo, hi = v["iqr_trials_to_95pct"]
             diff = (f"{v['median_diff']:+.0f} [{v['diff_ci95'][0]:+.0f}, {v['diff_ci95'][1]:+.0f}]"
@@ -279,6 +283,7 @@ def _markdown(res: dict) -> str:
             rs = f"{v['median_round_s']:.2f}" if v["median_round_s"] is not None else ""
             lines.append(f"| {lab} | {v['median_trials_to_95pct']:.0f} [{lo:.0f}-{hi:.0f}] | "
                          f"{v['reached']}/{v['runs']} | {diff} | {p} | {ph} | "
+                         f"{_fmt(v.get('best_at_16'))} | {_fmt(v.get('best_at_32'))} | "
                          f"{_fmt(v['best_at_64'])} | {_fmt(v['best_at_128'])} | {rs} |"
                          + (f" {v['median_trials_to_ref_level']:.0f} | "
                             f"{v['share_ref_level_within']:.2f} |" if within else ""))

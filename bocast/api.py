@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from bocast import figures
 from bocast.errors import InputError
-from bocast.schema import plain
+from bocast.options import plain
 from bocast.study import Study, create_study
 from bocast.tune_run import TuneRun, figure_prefix
 

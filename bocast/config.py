@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from bocast import schema
+from bocast import options, schema
 from bocast.errors import InputError
 from bocast.locations import check_writable
 from bocast.measure.parts import RUNNER_KINDS, runner_kind
@@ -34,26 +34,28 @@ __all__ = ["ConfigError", "TuneConfig", "load", "parse", "read_yaml", "workload_
 
 RUNNERS = RUNNER_KINDS  # bocast.measure.parts: local | rpc | replay | standin
 WORKLOAD = Field("workload", dict, doc="op, shape and the operator's options")
+# the fields a tune configuration and a comparison share, with the same check and help
+RUNNER = Field("runner", str, "replay", choices=RUNNERS,
+               doc="local: this machine's GPU; rpc: GPU servers of a tracker; replay: a recorded "
+                   "dataset, no GPU; standin: synthetic timings, tests (tvm and gpu: old names "
+                   "of local)")
+DATASET = Field("dataset", str, None, nullable=True, doc="replay: prefix of a recorded dataset")
+RUNNER_OPTIONS = Field("runner_options", dict, None, nullable=True,
+                       doc="how kernels are built and timed (section `runner_options`)")
+RPC = Field("rpc", dict, None, nullable=True,
+            doc="runner rpc: tracker (host:port), key, ... (bocast.measure.rpc.parse_options)")
 TUNE = Section((
     Field("name", str, "", doc="the run's name (its summary keeps it)"),
     Field("description", str, "", doc="free text, kept in the summary"), WORKLOAD,
     Field("strategy", dict, doc="name: the strategy; every other key is one of its options"),
     schema.BATCH_SIZE, Field("budget", dict, doc="trials, and optionally seconds (below)"),
-    schema.SEED.with_default(schema.REQUIRED),
-    Field("runner", str, "replay", choices=RUNNERS,
-          doc="local: this machine's GPU; rpc: GPU servers of a tracker; replay: a recorded "
-              "dataset, no GPU; standin: synthetic timings, tests (tvm and gpu: old names of "
-              "local)"),
-    Field("dataset", str, None, nullable=True, doc="replay: prefix of a recorded dataset"),
+    schema.SEED.with_default(schema.REQUIRED), RUNNER, DATASET,
     Field("output", str, doc="folder of records.db and summary.json"),
     Field("store", str, None, nullable=True,
           doc="the record store, if not output's records.db (its summary beside it)"),
     Field("records", str, None, nullable=True,
           doc="the records library's folder (bocast.library; $BOCAST_RECORDS wins over it)"),
-    Field("runner_options", dict, None, nullable=True,
-          doc="how kernels are built and timed (below)"),
-    Field("rpc", dict, None, nullable=True,
-          doc="runner rpc: tracker (host:port), key, ... (bocast.measure.rpc.parse_options)"),
+    RUNNER_OPTIONS, RPC,
 ))
 
 
@@ -111,8 +113,8 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
         runner = runner_kind(runner or raw.get("runner")) or None
     top = TUNE.check({**raw, **({"runner": runner} if runner else {})}
                      if isinstance(raw, Mapping) else raw)
-    budget = schema.BUDGET.check(top["budget"], "budget.")
-    ropts = schema.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
+    budget = options.BUDGET.check(top["budget"], "budget.")
+    ropts = options.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
     if top["runner"] == "replay" and top["dataset"] is None:
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
     rpc_opts = rpc_options(top["runner"], top["rpc"], rpc)

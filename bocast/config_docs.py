@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-from bocast import comparison, config, schema
+from bocast import comparison, config, options
 from bocast.schema import REQUIRED, Field, Section
 from bocast.strategies import strategies
 
@@ -57,11 +57,11 @@ def reference() -> str:
                       "and `strategy` are sections below.", config.TUNE)
     lines += _section("`workload`", "What is tuned; the operator checks the shape's length, "
                       "its dtypes and layouts (`bocast ops`, docs/operators.md).",
-                      schema.WORKLOAD)
+                      options.WORKLOAD)
     lines += _section("`budget`", "When a run ends: the first of its limits reached.",
-                      schema.BUDGET)
+                      options.BUDGET)
     lines += _section("`runner_options`", "How kernels are built and timed (live runners).",
-                      schema.RUNNER_OPTIONS)
+                      options.RUNNER_OPTIONS)
     lines += _section("A comparison (`bocast compare FILE`, `bocast.compare`)",
                       "The top level of a comparison file; each entry of `strategies` is a "
                       "strategy's options plus the entry fields below.", comparison.COMPARE)

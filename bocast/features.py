@@ -23,6 +23,7 @@ bounds (:meth:`Features.bounds`) like the knob columns.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -30,7 +31,8 @@ from bocast.knobs import Config
 from bocast.schema import Field
 from bocast.space import Space
 
-KINDS = ("knobs", "derived")
+FeatureKind = Literal["knobs", "derived"]
+KINDS: tuple[str, ...] = get_args(FeatureKind)
 #: the ``features`` option of the strategies that fit a model (bo, cga): what the model sees
 FEATURES_OPTION = Field("features", str, "knobs", choices=KINDS,
                        doc="model inputs: knobs, or knobs + derived quantities (bocast.features)")

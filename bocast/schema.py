@@ -5,9 +5,10 @@ from the command line (:meth:`Field.parse`, an argparse ``type``), with the same
 same message; a :class:`Section` is a mapping of fields (a configuration's ``budget``, its
 ``runner_options``, a strategy's hyperparameters). The CLI, ``bocast tune``, ``bocast compare``
 and the strategies share these definitions, so an option has one range wherever it is given.
-:meth:`Section.dataclass` derives a typed configuration class from a section (:class:`Budget`,
-:class:`RunnerOptions`, :class:`Workload`, ``bocast.strategies.BOOptions``, ...): its fields,
-defaults and checks are the section's, so adding a field to a section adds it there too.
+A typed options class (:mod:`bocast.options`: ``Budget``, ``Workload``,
+``bocast.strategies.BOOptions``, ...) is the one definition of its section: a hand-written
+dataclass whose fields carry their range and help in their metadata (:func:`opt`,
+:func:`about`), from which :meth:`Section.of` derives the section that checks a configuration.
 
 Checking only reads: nothing runs and nothing is written before every field has passed.
 """
@@ -19,9 +20,11 @@ import dataclasses
 import functools
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from bocast.errors import InputError
 
@@ -144,6 +147,10 @@ class Field:
     def with_default(self, default: Any) -> Field:
         return dataclasses.replace(self, default=default)
 
+    def opt(self) -> Any:
+        """This field as a typed options class's field with its default (:func:`about`)."""
+        return _dataclass_field(self.default, about(self))
+
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
@@ -155,6 +162,8 @@ class Section:
 
     fields: tuple[Field, ...]
     noun: str = "field"  # what the messages call a key: "field" (YAML), "option" (strategies)
+    #: the typed options class it was made from (:meth:`of`), if any
+    typed: type | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self):
         names = [f.name for f in self.fields]
@@ -198,92 +207,84 @@ class Section:
         if unknown:
             raise error(f"{where}unknown {self.noun}(s) {unknown}; known: {sorted(self.names)}")
 
-    def dataclass(self, name: str, *, where: str = "", module: str = __name__,
-                  strategy: str | None = None, doc: str = "",
-                  check: Callable[[Any], None] | None = None) -> type[Any]:
-        """A frozen, keyword-only dataclass of this section's fields (their defaults; a choice
-        field is annotated ``Literal[...]``, a nullable one ``... | None``), checked on
-        construction by :meth:`check` with ``where`` before the field, so a bad value raises
-        the ConfigError a configuration file gets; a required field left out raises "missing"
-        as there. ``strategy``: the strategy these are the options of (see
-        :meth:`Options.mapping`); ``check``: what else the object must pass once its fields
-        have (the whole workload's, an operator's rules), called with the object. A keyword
-        that is no field raises the "unknown field" ConfigError of a configuration file, not
-        Python's TypeError. Typed ``Any`` for mypy, which cannot see generated fields."""
-        specs: list[tuple[str, Any, Any]] = []
-        for f in self.fields:
-            kind: Any = Literal[f.choices] if f.choices else Any if f.kind is object else f.kind
-            default = (dataclasses.field(default_factory=functools.partial(copy.deepcopy,
-                                                                            f.default))
-                       if isinstance(f.default, (list, dict)) else f.default)
-            specs.append((f.name, kind | None if f.nullable else kind, default))
-        cls = dataclasses.make_dataclass(
-            name, specs, bases=(Options,), frozen=True, kw_only=True,
-            namespace={"section": self, "where": where, "strategy": strategy,
-                       "extra_check": staticmethod(check) if check else None,
-                       "__module__": module,
-                       "__doc__": doc or f"Typed {where.rstrip('.: ') or 'options'}: "
-                                         f"{', '.join(self.names)} (bocast.schema)."})
-        init: Any = getattr(cls, "__init__")  # noqa: B009 - mypy: no __init__ on an instance
-
-        @functools.wraps(init)
-        def checked_init(obj, *args: Any, **kwargs: Any) -> None:
-            if args:
-                raise ConfigError(f"{where.rstrip('.: ') or name}: give the fields by name "
-                                  f"({', '.join(self.names)}), got {len(args)} positional")
-            self.check_names(kwargs, where, ConfigError)
-            init(obj, **kwargs)
-
-        setattr(cls, "__init__", checked_init)  # noqa: B010 - as above
-        return cls
+    @classmethod
+    def of(cls, typed: type) -> Section:
+        """The section of a typed options class (a dataclass, :class:`bocast.options.Options`):
+        its fields in order, each the :class:`Field` its metadata holds (:func:`about`) or one
+        made from the annotation and the metadata's schema: ``X | None`` is nullable, a
+        ``Literal`` gives the choices, ``list[...]``/``dict[...]`` the kind list/dict and a
+        union of others ``object``. A shared Field must agree with the annotation and default,
+        so the two cannot drift (a TypeError names the field). The messages call a key
+        ``typed.noun``."""
+        if typed in _SECTIONS:
+            return _SECTIONS[typed]
+        hints = typing.get_type_hints(typed)
+        fields = []
+        for f in dataclasses.fields(typed):
+            kind, choices, nullable = _annotated(hints[f.name])
+            default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
+                       else REQUIRED if f.default is dataclasses.MISSING else f.default)
+            spec = f.metadata.get(SCHEMA, {})
+            if isinstance(spec, Field):
+                if (spec.name, spec.kind, spec.choices, spec.nullable, spec.default) != \
+                        (f.name, kind, choices, nullable, default):
+                    raise TypeError(f"{typed.__qualname__}.{f.name}: the annotation or default "
+                                    f"does not match its Field {spec}")
+                fields.append(spec)
+            else:
+                fields.append(Field(f.name, kind, default, choices=choices, nullable=nullable,
+                                    **spec))
+        section = _SECTIONS[typed] = cls(tuple(fields), getattr(typed, "noun", "field"), typed)
+        return section
 
 
-class Options:
-    """The base of :meth:`Section.dataclass`'s classes: the check on construction, and the
-    mapping a configuration file would hold, which the API passes on to the same parsing."""
-
-    section: ClassVar[Section]
-    where: ClassVar[str]
-    strategy: ClassVar[str | None]
-    extra_check: ClassVar[Callable[[Any], None] | None]  # Section.dataclass's ``check``
-
-    def __post_init__(self) -> None:
-        given = {f.name: getattr(self, f.name) for f in self.section.fields}
-        checked = self.section.check({k: v for k, v in given.items() if v is not REQUIRED},
-                                     self.where, ConfigError)
-        for k, v in checked.items():  # an int given for a float field becomes a float
-            object.__setattr__(self, k, v)
-        extra = type(self).extra_check
-        if extra is not None:
-            extra(self)
-
-    def to_dict(self, *, defaults: bool = False) -> dict[str, Any]:
-        """The fields set to other than their defaults (and the required ones), or with
-        ``defaults`` every field."""
-        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in self.section.fields
-                if defaults or f.required or getattr(self, f.name) != f.default}
-
-    def mapping(self) -> dict[str, Any]:
-        """What a configuration holds in this place: :meth:`to_dict`, led by the strategy's
-        ``name`` for a strategy's options."""
-        return {**({"name": self.strategy} if self.strategy else {}), **self.to_dict()}
-
-    def entry(self, **keys: Any) -> dict[str, Any]:
-        """A comparison's strategy entry of these options and ``keys`` (label, trials, seeds,
-        batch_size: checked where the comparison is)."""
-        return {**self.mapping(), **keys}
+_SECTIONS: dict[type, Section] = {}
+#: the key of a typed options class's field metadata that holds the field's schema
+SCHEMA = "bocast.schema"
 
 
-def plain(value: Any) -> Any:
-    """``value`` with every :class:`Options` in it, at any depth of mappings and lists, as its
-    :meth:`Options.mapping`: a typed configuration becomes the one a YAML file gives."""
-    if isinstance(value, Options):
-        return value.mapping()
-    if isinstance(value, Mapping):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
+def _annotated(hint: Any) -> tuple[type, tuple, bool]:
+    """(kind, choices, nullable) of a typed options field's annotation."""
+    args = typing.get_args(hint)
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    nullable = union and type(None) in args
+    rest = tuple(a for a in args if a is not type(None))
+    if nullable and len(rest) == 1:
+        hint, union = rest[0], False
+    if union or hint is Any:  # a value of several types: its owner checks it
+        return object, (), nullable
+    if typing.get_origin(hint) is Literal:
+        choices = typing.get_args(hint)
+        return type(choices[0]), choices, nullable
+    kind = typing.get_origin(hint) or hint
+    if kind not in (int, float, str, bool, list, dict):
+        raise TypeError(f"a typed option cannot be of type {hint!r}")
+    return kind, (), nullable
+
+
+def about(field: Field | None = None, /, **spec: Any) -> dict[str, Any]:
+    """The metadata of a typed options class's field: ``field``, a :class:`Field` shared with
+    other definitions (checked against the class's name, kind and default), or the rest of the
+    field's schema: ``min``, ``max``, ``above``, ``pattern``, ``doc``; the class gives its
+    name, default, kind, choices and nullability (:meth:`Section.of`). A required field is
+    ``x: int = dataclasses.field(metadata=about(doc=...))``: no default, as mypy then sees."""
+    return {SCHEMA: field if field is not None else spec}
+
+
+def opt(default: Any, /, *, min: float | None = None, max: float | None = None,
+        above: float | None = None, pattern: str | None = None, doc: str = "") -> Any:
+    """A typed options class's field with ``default`` (a list or mapping is copied for each
+    object) and the rest of its schema (:func:`about`)."""
+    spec = {k: v for k, v in dict(min=min, max=max, above=above, pattern=pattern).items()
+            if v is not None}
+    return _dataclass_field(default, about(doc=doc, **spec))
+
+
+def _dataclass_field(default: Any, metadata: dict[str, Any]) -> Any:
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=functools.partial(copy.deepcopy, default),
+                                 metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 # --------------------------------------------------------------------------- shared fields
@@ -319,32 +320,3 @@ MAX_SECONDS = Field("max_seconds", float, None, above=0, nullable=True,
 # names files, so no '/', no leading or trailing space, nothing else
 LABEL = Field("label", str, pattern=r"[A-Za-z0-9]([A-Za-z0-9._+ -]*[A-Za-z0-9._+-])?",
               doc="a strategy's name in results and file names")
-
-RUNNER_OPTIONS = Section((REPEATS, RUN_TIMEOUT, BUILD_TIMEOUT, WORKERS, REJECT_SPILLS))
-BUDGET = Section((TRIALS, SECONDS))
-#: a workload's keys as a configuration writes them; what each operator accepts (its shape's
-#: length, its dtypes and layouts) is the operator's check (bocast.operator.from_workload)
-WORKLOAD = Section((
-    Field("op", str, doc="operator name (bocast ops lists them)"),
-    Field("shape", list, doc="the operator's extents, e.g. [M, N, K] for gemm"),
-    Field("dtype", str, None, nullable=True, doc="input:accumulator types"),
-    Field("layout", str, None, nullable=True, doc="gemm, bmm: the layout of B"),
-    Field("space", str, None, nullable=True, doc="schedule-space version (default: newest)"),
-))
-
-Budget = BUDGET.dataclass("Budget", where="budget.")
-RunnerOptions = RUNNER_OPTIONS.dataclass("RunnerOptions", where="runner_options.")
-
-
-def _check_workload(workload: Options) -> None:
-    """A :class:`Workload`, as the operator checks a configuration's (its shape's length, its
-    dtypes and layouts): README promises a typed object is checked as it is built."""
-    from bocast.operator import WorkloadError, from_workload
-
-    try:
-        from_workload(workload.mapping())
-    except WorkloadError as e:
-        raise ConfigError(f"workload: {e}") from None
-
-
-Workload = WORKLOAD.dataclass("Workload", where="workload: ", check=_check_workload)

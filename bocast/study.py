@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from bocast.errors import InputError
-from bocast.schema import Options, plain
+from bocast.options import Options, plain
 
 if TYPE_CHECKING:
     from bocast.measure.status import Status

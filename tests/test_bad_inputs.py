@@ -13,8 +13,9 @@ import yaml
 
 import bocast
 from bocast.errors import InputError
+from bocast.options import Budget, Workload
 from bocast.record import RecordError
-from bocast.schema import Budget, ConfigError, Workload
+from bocast.schema import ConfigError
 from bocast.store import StoreError
 from tests.bad_input_cases import (
     ROOT,

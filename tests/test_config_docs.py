@@ -22,3 +22,13 @@ def test_the_reference_names_every_field_and_strategy_option():
     names = [f.name for f in (*config.TUNE.fields, *comparison.COMPARE.fields)]
     names += [f.name for cls in strategies().values() for f in cls.options.fields]
     assert all(f"| `{n}` |" in text for n in names)
+
+
+def test_every_field_and_option_has_help():
+    from bocast import comparison, config, options
+    from bocast.strategies import strategies
+
+    sections = [config.TUNE, options.WORKLOAD, options.BUDGET, options.RUNNER_OPTIONS,
+                comparison.COMPARE, comparison.ENTRY, *(c.options for c in strategies().values())]
+    undocumented = [f.name for s in sections for f in s.fields if not f.doc.strip()]
+    assert not undocumented, f"fields without a doc (docs/configuration.md): {undocumented}"

@@ -21,7 +21,7 @@ LAZY = {
     "bocast.comparison.summary": 2, "bocast.config": 4, "bocast.datasets": 1, "bocast.identity": 4,
     "bocast.kernel": 11, "bocast.library": 7, "bocast.measure.builder": 2,
     "bocast.measure.gpu_worker": 1, "bocast.measure.parts": 4, "bocast.measure.rpc_service": 1,
-    "bocast.metaschedule": 1, "bocast.record": 1, "bocast.schema": 1,
+    "bocast.metaschedule": 1, "bocast.options": 1, "bocast.record": 1,
     "bocast.spaces._pipelined_matmul": 1, "bocast.strategies.base": 3, "bocast.strategies.bo": 5,
     "bocast.strategies.ga": 1, "bocast.study": 11, "bocast.subspace": 2, "bocast.suggestions": 3,
     "bocast.tune_run": 10, "bocast.warm_sources": 5,

@@ -1,7 +1,10 @@
-"""Typed configuration objects (bocast.schema.Section.dataclass): the same fields, defaults and
-messages as the sections they are made from, and the same runs as the mappings they stand for."""
+"""Typed configuration objects (bocast.options): the same fields, defaults and messages as the
+sections derived from them (bocast.schema.Section.of), and the same runs as the mappings they
+stand for."""
 
+import copy
 import dataclasses
+import pickle
 import subprocess
 import sys
 import typing
@@ -10,7 +13,7 @@ import pytest
 import yaml
 
 import bocast
-from bocast import schema
+from bocast import options, schema
 from bocast.api import prepare_compare
 from bocast.schema import ConfigError
 from bocast.strategies import strategies, typed_options
@@ -18,9 +21,9 @@ from tests.test_api import COMPARE, GOOD, ROOT, SMALL
 
 
 def sections():
-    yield bocast.Budget, schema.BUDGET
-    yield bocast.RunnerOptions, schema.RUNNER_OPTIONS
-    yield bocast.Workload, schema.WORKLOAD
+    yield bocast.Budget, options.BUDGET
+    yield bocast.RunnerOptions, options.RUNNER_OPTIONS
+    yield bocast.Workload, options.WORKLOAD
     for name, cls in strategies().items():
         yield typed_options(name), cls.options
 
@@ -35,7 +38,7 @@ def test_every_field_of_a_section_is_in_its_class_with_its_default(typed, sectio
         want = section[f.name]
         default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
                    else f.default)
-        assert default == want.default or (want.required and default is schema.REQUIRED)
+        assert default == want.default or (want.required and default is dataclasses.MISSING)
         if want.choices:
             assert set(typing.get_args(hints[f.name])) >= set(want.choices)
 
@@ -87,6 +90,23 @@ def test_to_dict_and_values():
         bocast.strategies.BOOptions(warm_start=["a"]).warm_start
     with pytest.raises(AttributeError):
         bocast.strategies.AnnealingOptions  # noqa: B018
+
+
+def test_positional_values_copies_and_pickles():
+    with pytest.raises(ConfigError, match=r"^budget: give the fields by name \(trials, seconds\)"):
+        bocast.Budget(4)
+    budget, bo = bocast.Budget(trials=4), bocast.strategies.BOOptions(warm_start=["a"])
+    assert copy.deepcopy(budget) == budget == pickle.loads(pickle.dumps(budget))
+    assert copy.deepcopy(bo) == bo == pickle.loads(pickle.dumps(bo))
+
+
+def test_a_shared_field_must_agree_with_the_class():
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Bad(options.Options):
+        seed: str = schema.SEED.opt()  # SEED is an integer
+
+    with pytest.raises(TypeError, match="Bad.seed: the annotation or default"):
+        schema.Section.of(Bad)
 
 
 def test_a_typed_tune_config_is_the_same_run_as_the_mapping(tmp_path):

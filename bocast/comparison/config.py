@@ -12,8 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bocast import identity, schema
+from bocast import identity, options, schema
 from bocast.config import (
+    DATASET,
+    RPC,
+    RUNNER,
+    RUNNER_OPTIONS,
     WORKLOAD,
     ConfigError,
     read_yaml,
@@ -22,7 +26,7 @@ from bocast.config import (
     strategy_entry,
     workload_and_dataset,
 )
-from bocast.measure.parts import LIVE_KINDS, RUNNER_KINDS, runner_kind
+from bocast.measure.parts import LIVE_KINDS, runner_kind
 from bocast.schema import Field, Section
 
 #: strategy-entry keys that are not hyperparameters; ``trials`` lets one strategy run longer
@@ -36,25 +40,29 @@ METASCHEDULE = "metaschedule"
 LIVE = LIVE_KINDS
 MAX_SEEDS = 10_000
 COMPARE = Section((
-    Field("name", str), Field("description", str, ""), WORKLOAD,
-    Field("runner", str, "replay", choices=RUNNER_KINDS),
-    Field("dataset", str, None, nullable=True, doc="replay: prefix of a recorded dataset"),
-    Field("strategies", list, doc="entries {name, label, options...}"),
+    Field("name", str, doc="the comparison's name (the title of its results)"),
+    Field("description", str, "", doc="free text (only the configuration's hash sees it)"),
+    WORKLOAD, RUNNER, DATASET,
+    Field("strategies", list, doc="entries {name, label, options...} (below)"),
     Field("seeds", object, doc="a number of seeds (0..n-1) or a list of distinct seeds"),
-    Field("budget", dict), schema.BATCH_SIZE,
+    Field("budget", dict, doc="trials, the same for every strategy (no seconds: a "
+                              "comparison's runs end by trials)"),
+    schema.BATCH_SIZE,
     Field("budgets", list, None, nullable=True, doc="trials at which best-so-far is reported"),
     Field("baseline", str, None, nullable=True, doc="label the rank tests compare against"),
     Field("output", str, doc="folder of the runs' record stores"),
     Field("results", str, doc="path prefix of the .md/.csv/.json/.png/.pdf/.svg results"),
-    schema.WORKERS.with_default(None),
-    Field("runner_options", dict, None, nullable=True),
-    Field("rpc", dict, None, nullable=True,
-          doc="runner rpc: tracker (host:port), key, ... (bocast.measure.rpc.parse_options)"),
+    schema.WORKERS.with_default(None), RUNNER_OPTIONS, RPC,
 ))
 ENTRY = Section((
-    Field("name", str), schema.LABEL.with_default(None),
-    dataclasses.replace(schema.TRIALS, default=None, nullable=True),
-    Field("seeds", object, None),
+    Field("name", str, doc=f"the strategy (its options are the entry's other keys), or "
+                           f"{METASCHEDULE} (live runners only; no options)"),
+    schema.LABEL.with_default(None),
+    dataclasses.replace(schema.TRIALS, default=None, nullable=True,
+                        doc="this entry's trials, at least budget.trials (default: "
+                            "budget.trials)"),
+    Field("seeds", object, None, doc="this entry's seeds, as the comparison's seeds (default: "
+                                     "the comparison's)"),
     dataclasses.replace(schema.BATCH_SIZE, default=None, nullable=True,
                         doc="this entry's batch (default: the comparison's batch_size)"),
 ))
@@ -98,7 +106,7 @@ def parse(raw: Any, where: str) -> CompareConfig:
     if isinstance(raw, Mapping) and "runner" in raw:
         raw = {**raw, "runner": runner_kind(raw["runner"])}
     top = COMPARE.check(raw)
-    budget = schema.BUDGET.check(top["budget"], "budget.")
+    budget = options.BUDGET.check(top["budget"], "budget.")
     if budget["seconds"] is not None:
         raise ConfigError("budget.seconds: a comparison's runs end by trials, not by time")
     trials = budget["trials"]
@@ -145,7 +153,7 @@ def parse(raw: Any, where: str) -> CompareConfig:
     if runner == "replay" and any(s["name"] == METASCHEDULE for s in strategies):
         raise ConfigError(f"strategies: {METASCHEDULE} proposes its own schedules, which no "
                           "recorded dataset holds; it needs a live runner (local or rpc)")
-    ropts = schema.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
+    ropts = options.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
     baseline = top["baseline"]
     if baseline is not None and baseline not in labels:
         raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")

@@ -16,6 +16,7 @@ import numpy as np
 
 from bocast.candidates import Candidates
 from bocast.errors import InputError
+from bocast.options import Options
 from bocast.records import Record
 from bocast.registry import lookup
 from bocast.schema import Section
@@ -30,7 +31,8 @@ class StrategyError(InputError):
 
 class Strategy(ABC):
     name: ClassVar[str]
-    #: the hyperparameters a configuration may set: type, range, default (bocast.schema)
+    #: the hyperparameters a configuration may set: type, range, default; a registered
+    #: strategy's are ``Section.of`` its typed options (a :class:`StrategyOptions`)
     options: ClassVar[Section] = Section((), noun="option")
     #: options that ``warm_start: auto`` sets where it found sources and the run left them
     #: unset (:func:`bocast.warm_sources.warm_options`): the defaults of a warm run, chosen by the
@@ -113,26 +115,33 @@ class Strategy(ABC):
             raise StrategyError(f"{where}{e}") from None
 
 
-def typed_options(name: str) -> type[Any]:
-    """The typed options of strategy ``name``: a frozen dataclass of its :attr:`Strategy.options`
-    (:meth:`bocast.schema.Section.dataclass`), named for it (``bo``: ``BOOptions``, ``random``:
-    ``RandomOptions``) and carrying its name, so a configuration may hold it as its strategy."""
-    if name not in _TYPED:
-        cls = strategy_class(name)
-        _TYPED[name] = cls.options.dataclass(
-            options_class_name(name), where="strategy.", module="bocast.strategies",
-            strategy=name, doc=f"Options of strategy {name!r} ({cls.__module__}.{cls.__name__}).")
-    return _TYPED[name]
+class StrategyOptions(Options):
+    """The base of each strategy's typed options (``BOOptions``, ...): a frozen keyword-only
+    dataclass beside its strategy, whose :meth:`bocast.schema.Section.of` is the strategy's
+    :attr:`Strategy.options`; ``strategy`` is the strategy's name (:func:`register` checks)."""
+
+    where = "strategy."
+    noun = "option"
+
+
+def typed_options(name: str) -> type[StrategyOptions]:
+    """The typed options of strategy ``name`` (``bo``: ``BOOptions``, ``random``:
+    ``RandomOptions``)."""
+    typed = strategy_class(name).options.typed
+    assert typed is not None and issubclass(typed, StrategyOptions)  # register() checked
+    return typed
 
 
 def options_class_name(name: str) -> str:
     return (name.upper() if len(name) <= 3 else name.capitalize()) + "Options"
 
 
-_TYPED: dict[str, type[Any]] = {}
-
-
 def register(cls: type[Strategy]) -> type[Strategy]:
+    typed = cls.options.typed
+    if not (typed and issubclass(typed, StrategyOptions) and typed.strategy == cls.name
+            and typed.__name__ == options_class_name(cls.name)):
+        raise TypeError(f"{cls.__name__}.options: expected Section.of("
+                        f"{options_class_name(cls.name)}), whose strategy is {cls.name!r}")
     _STRATEGIES[cls.name] = cls
     return cls
 

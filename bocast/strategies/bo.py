@@ -48,17 +48,18 @@ Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmar
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
 
 from bocast.bo.transfer import WARM_START_OPTION, source_paths
-from bocast.features import FEATURES_OPTION
+from bocast.features import FEATURES_OPTION, FeatureKind
 from bocast.measure.status import Status
 from bocast.records import best_record
-from bocast.schema import Field, Section
+from bocast.schema import Section, opt
 from bocast.space import Space
-from bocast.strategies.base import Strategy, StrategyError, register
+from bocast.strategies.base import Strategy, StrategyError, StrategyOptions, register
 
 if TYPE_CHECKING:
     import torch
@@ -84,8 +85,73 @@ def _import_model() -> None:
 
 #: option ``acquisition``'s choices: bocast.bo.acquisition.ACQUISITIONS' names (that module
 #: imports torch; a check of the options must not)
-ACQUISITIONS = ("logei", "becbo", "ts", "qlogei")
-Y_TRANSFORMS = ("log", "relative")
+Acquisition = Literal["logei", "becbo", "ts", "qlogei"]
+ACQUISITIONS: tuple[str, ...] = get_args(Acquisition)
+YTransform = Literal["log", "relative"]
+Y_TRANSFORMS: tuple[str, ...] = get_args(YTransform)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BOOptions(StrategyOptions):
+    """Options of strategy ``bo`` (:class:`BayesOpt`; the module docstring says more)."""
+
+    strategy = "bo"
+    acquisition: Acquisition = opt(
+        "logei", doc="how a round picks its batch from the pool: logei (constrained LogEI, "
+                     "Kriging believer), becbo (EI where feasibility is optimistically likely, "
+                     "plus the feasibility boundary), ts (constrained Thompson sampling), qlogei "
+                     "(BoTorch's joint qLogEI) (bocast.bo.acquisition)")
+    n_init: int = opt(32, min=1, max=1_000_000, doc="uniform samples before the model")
+    pool_size: int = opt(4096, min=1, max=1_000_000, doc="fresh samples scored per round")
+    incumbents: int = opt(16, min=0, max=100_000,
+                          doc="best configurations whose neighbours join the pool")
+    classifier: Literal["gp", "ensemble"] = opt(
+        "gp", doc="the feasibility classifier, fitted once failures have been seen: gp (a "
+                  "variational GP classifier) or ensemble (small MLPs, as BE-CBO uses) "
+                  "(bocast.bo.feasibility)")
+    fit_points: int = opt(384, min=3, max=100_000,
+                          doc="observations used to fit hyperparameters")
+    fit_maxiter: int = opt(75, min=1, max=100_000,
+                           doc="iterations of a GP hyperparameter fit (L-BFGS-B; a refit from "
+                               "the last round's hyperparameters gets a third, at least 10)")
+    boundary_share: float = opt(0.25, min=0, max=1,
+                                doc="becbo: share of the batch on the feasibility boundary")
+    beta0: float = opt(2.0, min=0, max=1000,
+                       doc="becbo: initial width of the optimistic feasibility bound")
+    # its matrices (the fit on fit_points observations, then up to 1000 observations x a pool
+    # of ~4500) are too small for the 16 threads of the H100 host, which were slower than 4
+    # (lab/bench_proposal.py)
+    threads: int = opt(4, min=1, max=1024, doc="torch threads for a round, at most")
+    features: FeatureKind = FEATURES_OPTION.opt()
+    y_transform: YTransform = opt(
+        "log", doc="what the GP models: log TFLOPS, or TFLOPS over the best measured so far")
+    noise_sd_max: float = opt(0.0, min=0, max=10,
+                              doc="cap on the GP's observation noise, a standard deviation of "
+                                  "the GP's y (log TFLOPS, or a fraction of the best) (0: "
+                                  "fitted freely)")
+    local_search: int = opt(0, min=0, max=100_000,
+                            doc="starts of the hill climb on the acquisition (0: none)")
+    local_search_steps: int = opt(8, min=1, max=100_000, doc="at most this many moves per start")
+    trust_region: int = opt(0, min=0, max=64,
+                            doc="radius, in one-knob moves, of the region around the best "
+                                "configuration that a round picks from (0: the whole pool; see "
+                                "the module docstring)")
+    trust_region_gain: float = opt(0.0, min=0, max=1,
+                                   doc="trust_region: relative gain over the last counted best "
+                                       "that counts as an improvement (resets the radius)")
+    warm_start: str | list[str] = WARM_START_OPTION.opt()
+    warm_start_top: int = opt(0, min=0, max=100_000,
+                              doc="warm_start: the first batch starts with this many of the best "
+                                  "source rows (as the CGA's warm start), the rest picked on the "
+                                  "source model")
+    warm_start_share: float = opt(0.0, min=0, max=1,
+                                  doc="warm_start: share of the first batch taken from the best "
+                                      "source rows, each followed by one of the source model's "
+                                      "picks (0: the model's picks only; not with "
+                                      "warm_start_top)")
+    warm_start_points: int = opt(1024, min=3, max=100_000,
+                                 doc="warm_start: source rows the source model conditions on "
+                                     "(a fixed subset)")
 
 
 def gp_target(tflops: np.ndarray, transform: str) -> np.ndarray:
@@ -99,52 +165,7 @@ def gp_target(tflops: np.ndarray, transform: str) -> np.ndarray:
 @register
 class BayesOpt(Strategy):
     name = "bo"
-    options = Section((
-        Field("acquisition", str, "logei", choices=ACQUISITIONS),
-        Field("n_init", int, 32, min=1, max=1_000_000, doc="uniform samples before the model"),
-        Field("pool_size", int, 4096, min=1, max=1_000_000,
-              doc="fresh samples scored per round"),
-        Field("incumbents", int, 16, min=0, max=100_000,
-              doc="best configurations whose neighbours join the pool"),
-        Field("classifier", str, "gp", choices=("gp", "ensemble")),
-        Field("fit_points", int, 384, min=3, max=100_000,
-              doc="observations used to fit hyperparameters"),
-        Field("fit_maxiter", int, 75, min=1, max=100_000),
-        Field("boundary_share", float, 0.25, min=0, max=1,
-              doc="becbo: share of the batch on the feasibility boundary"),
-        Field("beta0", float, 2.0, min=0, max=1000,
-              doc="becbo: initial width of the optimistic feasibility bound"),
-        # torch threads for a round, at most: its matrices (the fit on fit_points observations,
-        # then up to 1000 observations x a pool of ~4500) are too small for the 16 threads of
-        # the H100 host, which were slower than 4 (lab/bench_proposal.py)
-        Field("threads", int, 4, min=1, max=1024),
-        FEATURES_OPTION,
-        Field("y_transform", str, "log", choices=Y_TRANSFORMS,
-              doc="what the GP models: log TFLOPS, or TFLOPS over the best measured so far"),
-        Field("noise_sd_max", float, 0.0, min=0, max=10,
-              doc="cap on the GP's observation noise, a standard deviation of the GP's y "
-                  "(log TFLOPS, or a fraction of the best) (0: fitted freely)"),
-        Field("local_search", int, 0, min=0, max=100_000,
-              doc="starts of the hill climb on the acquisition (0: none)"),
-        Field("local_search_steps", int, 8, min=1, max=100_000,
-              doc="at most this many moves per start"),
-        Field("trust_region", int, 0, min=0, max=64,
-              doc="radius, in one-knob moves, of the region around the best configuration "
-                  "that a round picks from (0: the whole pool; see the module docstring)"),
-        Field("trust_region_gain", float, 0.0, min=0, max=1,
-              doc="trust_region: relative gain over the last counted best that counts as "
-                  "an improvement (resets the radius)"),
-        WARM_START_OPTION,
-        Field("warm_start_top", int, 0, min=0, max=100_000,
-              doc="warm_start: the first batch starts with this many of the best source rows "
-                  "(as the CGA's warm start), the rest picked on the source model"),
-        Field("warm_start_share", float, 0.0, min=0, max=1,
-              doc="warm_start: share of the first batch taken from the best source rows, "
-                  "each followed by one of the source model's picks (0: the model's picks "
-                  "only; not with warm_start_top)"),
-        Field("warm_start_points", int, 1024, min=3, max=100_000,
-              doc="warm_start: source rows the source model conditions on (a fixed subset)"),
-    ), noun="option")
+    options = Section.of(BOOptions)
     # a warm run's first batch: half the best source rows, each followed by one of the source
     # model's picks. Leave-one-table-out over 18 tables (experiments/results/loto_b16.md,
     # loto_b32.md): rows alone were 2-26x slower to 95% than the model's picks on the tables

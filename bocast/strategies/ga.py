@@ -18,19 +18,52 @@ a child that breaks a known constraint is replaced by the closest measurable con
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
 import numpy as np
 
 from bocast.bo.transfer import WARM_START_OPTION, best_rows, source_paths
-from bocast.features import FEATURES_OPTION
+from bocast.features import FEATURES_OPTION, FeatureKind
 from bocast.measure.status import Status
-from bocast.schema import Field, Section
+from bocast.schema import Section, opt
 from bocast.space import Config, Space
-from bocast.strategies.base import Strategy, StrategyError, register
+from bocast.strategies.base import Strategy, StrategyError, StrategyOptions, register
 
 #: the CGA's cost models: Heron's (XGBoost), or scikit-learn's gradient boosting
-COST_MODELS = ("xgboost", "sklearn-gbr")
+CostModel = Literal["xgboost", "sklearn-gbr"]
+COST_MODELS: tuple[str, ...] = get_args(CostModel)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CGAOptions(StrategyOptions):
+    """Options of strategy ``cga`` (:class:`ConstrainedGA`)."""
+
+    strategy = "cga"
+    pop_size: int = opt(200, min=1, max=100_000, doc="population per round")
+    generations: int = opt(5, min=0, max=1000, doc="generations per round")
+    select: int = opt(32, min=1, max=100_000, doc="parents selected per generation")
+    history_topk: int = opt(32, min=0, max=100_000,
+                            doc="best measured configurations joining the population")
+    key_ratio: float = opt(0.3, above=0, max=1, doc="share of knobs that are keys")
+    epsilon: float = opt(0.6, min=0, max=1,
+                         doc="share of the batch taken by predicted rank (the rest by roulette)")
+    # the cost model's inputs, BO's option; with derived, a knob's importance for choosing
+    # keys includes its share of the derived columns computed from it
+    features: FeatureKind = FEATURES_OPTION.opt()
+    # the same records BO can start from; here they seed the first round (no model)
+    warm_start: str | list[str] = WARM_START_OPTION.opt()
+    cost_model: CostModel = opt("xgboost", doc="the tree model ranking candidates: Heron's "
+                                               "XGBoost, or scikit-learn's gradient boosting")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GAOptions(StrategyOptions):
+    """Options of strategy ``ga`` (:class:`PlainGA`)."""
+
+    strategy = "ga"
+    elite: int = opt(8, min=1, max=100_000, doc="best configurations always in the pool")
+    mutation: float = opt(0.1, min=0, max=1, doc="per-knob mutation probability")
 
 
 class TreeCostModel:
@@ -90,24 +123,7 @@ class ConstrainedGA(Strategy):
     and mutation re-solve the known constraints, so that every child is feasible."""
 
     name = "cga"
-    options = Section((
-        Field("pop_size", int, 200, min=1, max=100_000, doc="population per round"),
-        Field("generations", int, 5, min=0, max=1000, doc="generations per round"),
-        Field("select", int, 32, min=1, max=100_000, doc="parents selected per generation"),
-        Field("history_topk", int, 32, min=0, max=100_000,
-              doc="best measured configurations joining the population"),
-        Field("key_ratio", float, 0.3, above=0, max=1, doc="share of knobs that are keys"),
-        Field("epsilon", float, 0.6, min=0, max=1,
-              doc="share of the batch taken by predicted rank (the rest by roulette)"),
-        # the cost model's inputs, BO's option; with derived, a knob's importance for choosing
-        # keys includes its share of the derived columns computed from it
-        FEATURES_OPTION,
-        # the same records BO can start from; here they seed the first round (no model)
-        WARM_START_OPTION,
-        Field("cost_model", str, "xgboost", choices=COST_MODELS,
-              doc="the tree model ranking candidates: Heron's XGBoost, or scikit-learn's "
-                  "gradient boosting"),
-    ), noun="option")
+    options = Section.of(CGAOptions)
 
     def __init__(self, candidates, *, seed=0, **hyper):
         super().__init__(candidates, seed=seed, **hyper)
@@ -204,10 +220,7 @@ class PlainGA(Strategy):
     constraint is replaced by the closest measurable configuration."""
 
     name = "ga"
-    options = Section((
-        Field("elite", int, 8, min=1, max=100_000, doc="best configurations always in the pool"),
-        Field("mutation", float, 0.1, min=0, max=1, doc="per-knob mutation probability"),
-    ), noun="option")
+    options = Section.of(GAOptions)
 
     def _ask(self, n):
         ok = [r for r in self.history if r.succeeded]
