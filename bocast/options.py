@@ -117,8 +117,10 @@ class Workload(Options):
         metadata=about(doc="the operator's extents, e.g. [M, N, K] for gemm"))
     dtype: str | None = opt(None, doc="input:accumulator types")
     layout: str | None = opt(None, doc="gemm, bmm: the layout of B")
-    space: str | None = opt(None, doc="schedule-space version: v1, v2 or v3 (null: v2, every "
-                                      "operator's default)")
+    space: str | None = opt(None, doc="schedule-space version: v1, v2, v3, or auto (the shape "
+                                      "chooses: v3 where it beat v2 and takes the workload, "
+                                      "else v2; docs/operators.md) (null: v2, so a file means "
+                                      "what it meant; bocast tune OP --shape defaults to auto)")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -147,7 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--shape", help="extents, comma-separated (see `bocast ops`)")
     g.add_argument("--dtype", help="input:output types (default fp16:fp32)")
     g.add_argument("--layout", help="operand layout (gemm: NT or NN)")
-    g.add_argument("--space", help="schedule space: v2 (default), v1 or v3 (Hopper, GEMM)")
+    g.add_argument("--space", help="schedule space: auto (default: v3 where it beat v2 at such "
+                                   "shapes and takes the workload, else v2), v3 (Hopper: GEMM, "
+                                   "bmm, conv2d), v2 or v1")
     g.add_argument("--strategy", help="bo (default), cga, random, ...")
     _opt(g, "--trials", schema.Field("trials", int, None, min=1, max=10_000_000,
                                      nullable=True, doc="trials (default 64)"))

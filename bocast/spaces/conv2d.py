@@ -11,6 +11,8 @@ order; its other cases: C1 [16,56,56,64,64,3,3,1,1,1], C3 [16,28,28,128,128,3,3,
 stride-2 downsamples C2/C4/C6).
 """
 
+from typing import ClassVar
+
 from bocast.operator import register
 
 from ._conv import Conv
@@ -27,7 +29,8 @@ class Conv2d(Conv):
     #: cold, v3 reached 0.94-1.21 of cuDNN on two ResNet stages where v2 reached 0.26-0.45
     #: (H200, experiments/results/v3_vs_v2_h200.md); a strided convolution or one with C % 32
     #: != 0 stays v2's (v3 refuses it)
-    v3_rule = "v3 takes the convolution (stride 1, C % 32 == 0); measured, it beat v2 there"
+    v3_rule: ClassVar[str | None] = ("v3 takes the convolution (stride 1, C % 32 == 0); "
+                                     "measured, it beat v2 there")
 
     @classmethod
     def prefers_v3(cls, shape: tuple[int, ...]) -> bool:
