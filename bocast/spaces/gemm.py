@@ -6,9 +6,10 @@ tune gemm --shape``, picks v3 where M and N >= 64, see :meth:`Gemm.prefers_v3`).
 shared with every operator that runs as a Tensor Core matmul (bmm, the convolutions, gemv;
 ``_matmul.py``); v3 is the Hopper template of ``_hopper_matmul.py``:
 
-- ``v2`` (the default of a workload that names no space): the pipelined space of ``_pipelined_matmul.py`` (its docstring
-  lists the knobs): ldmatrix + mma.sync or WMMA, cp.async stages, fragment double buffers,
-  XOR-swizzled or padded dynamic shared memory, block rasterisation, CTA tiles up to 256 x 256.
+- ``v2`` (the default of a workload that names no space): the pipelined space of
+  ``_pipelined_matmul.py`` (its docstring lists the knobs): ldmatrix + mma.sync or WMMA,
+  cp.async stages, fragment double buffers, XOR-swizzled or padded dynamic shared memory,
+  block rasterisation, CTA tiles up to 256 x 256.
 - ``v1``: Heron's GEMM knob set (seed 003) brought to TensorIR, ``_wmma_matmul.py``; the
   space of every dataset and result recorded before v2. Its knobs:
 
