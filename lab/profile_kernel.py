@@ -39,6 +39,8 @@ def build(args) -> int:
         pickle.dump({"workload": workload, "config": pick["config"], "cubin": b.cubin,
                      "kernel": b.kernel, "grid": b.grid, "block": b.block, "args": b.args,
                      "dynamic_smem": int(b.features.get("dynamic_smem_bytes", 0)),
+                     # space v3: TMA descriptors to encode at launch, and a cluster launch's dims
+                     "tensor_maps": b.tensor_maps, "cluster": b.cluster,
                      "features": b.features, "recorded_tflops": pick["recorded_tflops"]}, f)
     print(f"kernel {b.kernel} grid {b.grid} block {b.block} features {b.features}")
     print(f"config {pick['config']}")
@@ -48,7 +50,7 @@ def build(args) -> int:
 def launch(args) -> int:
     import torch
 
-    from bocast.measure.gpu_worker import Kernel, make_inputs, rel_error
+    from bocast.measure.gpu_worker import Kernel, kernel_args, make_inputs, rel_error
     from bocast.operator import from_workload
 
     with open(args.kernel, "rb") as f:
@@ -60,8 +62,9 @@ def launch(args) -> int:
     for _ in range(args.launches):
         op.reference_fast(*ins)
     torch.cuda.synchronize()
-    kernel = Kernel(k["cubin"], k["kernel"], k["grid"], k["block"], k["dynamic_smem"])
-    pointers = [inputs[name].data_ptr() for name in k["args"]]
+    kernel = Kernel(k["cubin"], k["kernel"], k["grid"], k["block"], k["dynamic_smem"],
+                    k.get("cluster", (1, 1, 1)))
+    pointers = kernel_args(op, {"args": k["args"], "tensor_maps": k.get("tensor_maps")}, inputs)
     stream = torch.cuda.current_stream().cuda_stream
     for _ in range(args.launches):
         kernel.launch(pointers, stream)
