@@ -26,8 +26,8 @@ and ThunderKittens' H100 GEMM:
       writes into both CTAs' stage s and completes on both CTAs' ``full[s]`` (each expects the
       whole stage's bytes); a stage is overwritten only when the consumers of both CTAs have
       released it (``empty[s]`` counts consumers x 2 arrivals; each release arrives on both
-      CTAs' barriers, the peer's through its ``mapa`` shared::cluster address, with
-      ``.release.cluster``; the producer waits with ``.acquire.cluster``). The barriers' inits
+      CTAs' barriers, the peer's through its ``mapa`` shared::cluster address, CTA-scoped
+      as CUTLASS's ClusterBarrier does; the producer's wait is CTA-scoped too). The barriers' inits
       are fenced for the cluster (``fence.mbarrier_init.release.cluster``) and a cluster
       barrier follows them, before any remote use; a cluster barrier ends the kernel, so no
       CTA exits while its peer may still arrive on its barriers. The launch gives the cluster
@@ -416,10 +416,11 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> TirxKernel:
             peer = T.alloc_buffer((1,), "uint32", scope="local")
             T.ptx.mapa.shared__cluster.u32(
                 peer[0], T.cuda.cvta_generic_to_shared(T.address_of(empty[stage])), T.uint32(lt))
-            # CTA-scoped release, as CUTLASS's ClusterBarrier::arrive(cta_id): the stage's
-            # reads (wgmma, waited for) are done; a .release.cluster arrive also waited for
-            # this thread's earlier global stores to be visible cluster-wide (H200 ncu: the
-            # cluster kernels 40% slower than 1x1, tensor pipe 58% busy against 86%)
+            # CTA-scoped (the default .release.cta), as CUTLASS's ClusterBarrier::arrive:
+            # the stage's wgmma reads are done (waited for), nothing else needs ordering.
+            # With .release.cluster here and .acquire.cluster in the producer's wait, every
+            # cluster kernel ran 20-26% slower than its 1x1 twin (ncu: tensor pipe 58% busy
+            # against 86%); CTA-scoped, they tie (H200, hopper/cluster_scope_*_h200.txt)
             T.ptx.mbarrier.arrive.shared__cluster.b64(peer[0])
 
     @T.prim_func
