@@ -61,7 +61,8 @@ def compare_command(folder: str, seeds: int = 3, trials: int = 96) -> list[str]:
 
 
 def measure_command(folder: str, sample: int = MEASURE_SAMPLE) -> list[str]:
-    return ["measure", "gemm", "--shape", "64,64,64", "--sample", str(sample), "--seed",
+    return ["measure", "gemm", "--shape", "64,64,64", "--space", "v2", "--sample", str(sample),
+            "--seed",
             "7", "--store", os.path.join(folder, "m.db"), "--runner", "standin", "--batch", "4",
             "--workers", "2"]
 

@@ -130,7 +130,7 @@ def test_measure_all_stops_cleanly_and_resumes(tmp_path):
 
     fixes = ["async_copy=on", "vec=8", "unroll=0", "raster=1", "writeback=direct",
              "frag_pipeline=off", "smem_layout=pad8", "instr=mma", "stages=2", "tile_k=2,2"]
-    argv = ["measure", "gemm", "--shape", "64,64,64", "--all",
+    argv = ["measure", "gemm", "--shape", "64,64,64", "--space", "v2", "--all",
             *[a for f in fixes for a in ("--fix", f)], "--store", str(tmp_path / "t.db"),
             "--runner", "standin", "--batch", "4", "--workers", "2", "--json"]
     env = {**ENV, "BOCAST_STANDIN_SLEEP": "0.3"}

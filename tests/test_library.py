@@ -159,13 +159,15 @@ def test_one_command_standin_warm_starts_from_the_library_and_opts_out(standin_s
                                                                        monkeypatch):
     store, folder = standin_store
     monkeypatch.setenv(library.ENV, folder)
-    warm = bocast.tune(op="gemm", shape=(512, 256, 256), output=str(tmp_path / "warm"),
-                       **{**QUICK, "strategy": "cga"})
+    # space v2 named, as the library's store is (op and shape alone: auto, v3 at this shape)
+    warm = bocast.tune(op="gemm", shape=(512, 256, 256), space="v2",
+                       output=str(tmp_path / "warm"), **{**QUICK, "strategy": "cga"})
     copy = os.path.join(folder, [f for f in os.listdir(folder) if "256x256x256" in f][0])
     assert warm.summary["warm_start_sources"] == [copy]
     assert warm.summary["strategy_options"]["warm_start"] == [copy]
-    cold = bocast.tune(op="gemm", shape=(512, 256, 256), output=str(tmp_path / "cold"),
-                       warm_start="none", **{**QUICK, "strategy": "cga"})
+    cold = bocast.tune(op="gemm", shape=(512, 256, 256), space="v2",
+                       output=str(tmp_path / "cold"), warm_start="none",
+                       **{**QUICK, "strategy": "cga"})
     assert cold.summary["warm_start_sources"] == []
     with Store.open(cold.store) as s:
         assert s.get_meta("run")["resolved"]["warm_start"] == []
