@@ -85,7 +85,7 @@ def test_standin_measure_stops_cleanly_and_resumes(tmp_path):
     before = INT.stores(folder)
     (rows,) = before.values()
     assert 3 <= len(rows) < 16 and all(r[2] == "ok" for r in rows)
-    final = INT.run(INT.measure_command(folder, 16), delay=None, env=env)
+    final = INT.run(INT.measure_command(folder, 16), delay=None, env=ENV)  # no sleep: not stopped
     assert final["exit"] == 0, final
     after = INT.stores(folder)
     assert INT.check(before, after) == {"lost": 0, "stores_rewritten": 0, "measured_twice": 0,
@@ -151,8 +151,8 @@ def test_measure_all_stops_cleanly_and_resumes(tmp_path):
     before = INT.stores(str(tmp_path))
     (rows,) = before.values()
     assert 3 <= len(rows) < 36 and all(r[2] == "ok" for r in rows)
-    final = subprocess.run([sys.executable, "-m", "bocast.cli", *argv], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=300)
+    final = subprocess.run([sys.executable, "-m", "bocast.cli", *argv], cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=300)  # no sleep: not stopped
     assert final.returncode == 0, final.stderr
     summary = json.loads(final.stdout.strip().splitlines()[-1])
     assert summary["measured_now"] == 36 - len(rows) and summary["left"] == 0
