@@ -2,8 +2,17 @@
 
 import contextlib
 import io
+import os
 
 import pytest
+
+# torch's OpenMP threads (libgomp) wait for work by spinning: on a 2-core machine shared with
+# other jobs, a torch-heavy test ran 3x slower than on its own (tests/bo/test_pieces.py: 27-30 s
+# beside one busy process, 8.4 s alone) as its two threads spun for each other's core.
+# Passive waiting changes no result, only how an idle thread waits (9.0-11 s beside one busy
+# process; on an idle machine it costs a little: 10.0-11.2 s against 8.4 s). Set before anything
+# loads torch; the commands the tests start inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture

@@ -88,22 +88,20 @@ def test_failures_are_marked_and_counted_by_status():
     assert list(best.get_ydata()) == [3.0, 3.0, 5.0, 5.0, 5.0]
 
 
-def test_the_cli_plots_and_never_writes_over_an_input(tmp_path):
+def test_the_cli_plots_and_never_writes_over_an_input(tmp_path, bocast_cli):
     cfg = {**TUNE, "output": str(tmp_path)}
     path = tmp_path / "convergence.svg"  # a configuration file where the figure would go
     path.write_text(yaml.safe_dump(cfg))
     before = path.read_text()
-    cmd = [sys.executable, "-m", "bocast.cli", "tune", str(path), "--plot"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 2
-    assert "figure: " in proc.stderr and "is also the configuration file" in proc.stderr
+    code, _, err = bocast_cli("tune", str(path), "--plot")
+    assert code == 2
+    assert "figure: " in err and "is also the configuration file" in err
     assert path.read_text() == before and not (tmp_path / "records.db").exists()
     good = tmp_path / "cfg.yaml"
     good.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run([*cmd[:4], str(good), "--plot"], capture_output=True, text=True,
-                          cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    assert f"figure: {tmp_path}/convergence.png/.pdf/.svg" in proc.stdout
+    code, out, err = bocast_cli("tune", str(good), "--plot")
+    assert code == 0, err
+    assert f"figure: {tmp_path}/convergence.png/.pdf/.svg" in out
 
 
 def test_without_matplotlib_a_figure_is_one_error_and_the_rest_works(tmp_path):

@@ -4,6 +4,7 @@ line, exit 130, nothing finished lost or measured twice, no failure recorded for
 build or run, the results written only by the call that finishes. tests/interrupt_harness.py
 does this at 20 random moments each."""
 
+import contextlib
 import json
 import os
 import random
@@ -18,11 +19,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": ROOT}
 
 
-def _wait_for_rows(folder, at_least, proc_timeout=240):
+def _wait_for_rows(folder, at_least, proc, proc_timeout=240):
+    """Until the stores under ``folder`` hold ``at_least`` rows, or ``proc`` has exited (a
+    command refused at once then fails its test in seconds, not after the timeout)."""
     import time
 
     deadline = time.time() + proc_timeout
-    while time.time() < deadline:
+    while time.time() < deadline and proc.poll() is None:
         if sum(len(r) for r in INT.stores(folder).values()) >= at_least:
             return
         time.sleep(0.2)
@@ -72,8 +75,9 @@ def test_standin_measure_stops_cleanly_and_resumes(tmp_path):
     argv = [sys.executable, "-m", "bocast.cli", *INT.measure_command(folder, 16)]
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
-    _wait_for_rows(folder, 3)
-    os.killpg(proc.pid, signal.SIGINT)
+    _wait_for_rows(folder, 3, proc)
+    with contextlib.suppress(ProcessLookupError):  # exited already: asserted below
+        os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("bocast: interrupted (SIGINT)")
@@ -81,7 +85,7 @@ def test_standin_measure_stops_cleanly_and_resumes(tmp_path):
     before = INT.stores(folder)
     (rows,) = before.values()
     assert 3 <= len(rows) < 16 and all(r[2] == "ok" for r in rows)
-    final = INT.run(INT.measure_command(folder, 16), delay=None, env=env)
+    final = INT.run(INT.measure_command(folder, 16), delay=None, env=ENV)  # no sleep: not stopped
     assert final["exit"] == 0, final
     after = INT.stores(folder)
     assert INT.check(before, after) == {"lost": 0, "stores_rewritten": 0, "measured_twice": 0,
@@ -102,7 +106,7 @@ def test_sigterm_stops_a_replay_tune_and_it_resumes(tmp_path):
     argv = [sys.executable, "-m", "bocast.cli", "tune", str(tmp_path / "t.yaml"), "--json"]
     proc = subprocess.Popen(argv, cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    _wait_for_rows(str(tmp_path), 33)
+    _wait_for_rows(str(tmp_path), 33, proc)
     time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)  # to the command alone, as a scheduler would
     out, err = proc.communicate(timeout=120)
@@ -137,8 +141,9 @@ def test_measure_all_stops_cleanly_and_resumes(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "bocast.cli", *argv], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    _wait_for_rows(str(tmp_path), 3)
-    os.killpg(proc.pid, signal.SIGINT)
+    _wait_for_rows(str(tmp_path), 3, proc)
+    with contextlib.suppress(ProcessLookupError):  # exited already: asserted below
+        os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("bocast: interrupted (SIGINT)")
@@ -146,8 +151,8 @@ def test_measure_all_stops_cleanly_and_resumes(tmp_path):
     before = INT.stores(str(tmp_path))
     (rows,) = before.values()
     assert 3 <= len(rows) < 36 and all(r[2] == "ok" for r in rows)
-    final = subprocess.run([sys.executable, "-m", "bocast.cli", *argv], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=300)
+    final = subprocess.run([sys.executable, "-m", "bocast.cli", *argv], cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=300)  # no sleep: not stopped
     assert final.returncode == 0, final.stderr
     summary = json.loads(final.stdout.strip().splitlines()[-1])
     assert summary["measured_now"] == 36 - len(rows) and summary["left"] == 0

@@ -2,18 +2,17 @@
 seed gives the same store, row for row, through ``bocast tune``, ``bocast.tune()`` and one arm
 of ``bocast compare``, on replay and on the live path (with the CPU stand-in runner)."""
 
+import contextlib
 import dataclasses
-import os
-import subprocess
-import sys
+import io
 
 import pytest
 import yaml
 
 import bocast
+from bocast import cli
 from bocast.store import Store
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: wall-clock columns (the others must match): when a row was written, its session, and on the
 #: live path the build's seconds
 CLOCK = {"created", "session"}
@@ -36,10 +35,14 @@ def _rows(path, skip=()):
 
 
 def _cli(*args):
-    proc = subprocess.run([sys.executable, "-m", "bocast.cli", *args], capture_output=True,
-                          text=True, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    return proc
+    """``bocast ARGS`` in this process (bocast.cli.main, as the command runs it): a subprocess
+    would add an interpreter and a second import of torch to each case, and nothing that the
+    stores compared here could show (tests/test_tune_cli.py and tests/test_compare.py run the
+    commands as processes)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(args))
+    assert code == 0, err.getvalue()
 
 
 def _same_store_three_ways(tmp_path, base, strategy, trials, batch, skip):

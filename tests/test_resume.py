@@ -190,17 +190,22 @@ def test_store_not_written_by_this_run_is_told_as_it_is(dataset, tmp_path):
 
 # ------------------------------------------------------------------------------ real signals
 
-# each bocast call of the signal test sleeps this long per replayed record, so that the signal
-# lands inside the run (a replay run of 44 trials takes a fraction of a second)
+# each bocast call of the signal test sleeps this long per measured record, so that the signal
+# lands inside the run (a replay run of 44 trials takes a fraction of a second); the measurer
+# is slowed, not ReplayDataset.record, which opening the dataset also calls for each of its
+# 500 rows (15 s a process)
 DRIVER = """
 import sys, time
 from bocast import cli
 from bocast.measure import replay
-record = replay.ReplayDataset.record
-def slow(self, config, source=""):
-    time.sleep(0.03)
-    return record(self, config, source)
-replay.ReplayDataset.record = slow
+measure = replay.ReplayMeasurer.measure
+def slow(self, configs, **kwargs):
+    out = []
+    for c in configs:
+        time.sleep(0.03)
+        out += measure(self, [c], **kwargs)
+    return out
+replay.ReplayMeasurer.measure = slow
 sys.exit(cli.main(sys.argv[1:]))
 """
 

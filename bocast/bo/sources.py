@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from bocast.datasets import dataset_csv
 from bocast.errors import InputError
 from bocast.records import Store, StoreError
 from bocast.space import Config, Space, Split
@@ -76,6 +77,21 @@ def _workload(path: str) -> dict[str, Any]:
                              f"({e})") from None
 
 
+#: a dataset's ok rows per (its files' paths, modification times and sizes, the source
+#: operator's workload): a process that resolves ``warm_start: auto`` for many targets (an
+#: ablation's or a comparison's configuration: every table or arm ranks the same shipped
+#: datasets) reads and checks each dataset once. A record store is read each time (a live
+#: store grows). The rows are shared: read them, never change them.
+_DATASET_ROWS: dict[tuple, list[tuple[Config, float]]] = {}
+_DATASET_ROWS_MAX = 32
+
+
+def _dataset_key(path: str, op) -> tuple:
+    files = [os.path.abspath(f) for f in (path + ".json", dataset_csv(path))]
+    return (*((f, os.path.getmtime(f), os.path.getsize(f)) if os.path.exists(f) else (f,)
+              for f in files), json.dumps(op.workload, sort_keys=True))
+
+
 def _ok_rows(path: str, op) -> list[tuple[Config, float]]:
     """(configuration of ``op``'s space, TFLOPS) of every ok row, checked as replay checks a
     dataset (a store: as a store is opened)."""
@@ -83,9 +99,14 @@ def _ok_rows(path: str, op) -> list[tuple[Config, float]]:
 
     try:
         if not path.endswith(".db"):
-            ds = ReplayDataset(path, op)
-            return [(c, float(r["tflops"])) for c, r in zip(ds.configs, ds.rows)
-                    if r["status"] == "ok"]
+            key = _dataset_key(path, op)
+            if key not in _DATASET_ROWS:
+                ds = ReplayDataset(path, op)
+                while len(_DATASET_ROWS) >= _DATASET_ROWS_MAX:
+                    _DATASET_ROWS.pop(next(iter(_DATASET_ROWS)))
+                _DATASET_ROWS[key] = [(c, float(r["tflops"])) for c, r in
+                                      zip(ds.configs, ds.rows) if r["status"] == "ok"]
+            return _DATASET_ROWS[key]
         with Store.open(path, op.workload) as store:  # only read: nothing created
             return [(op.space.from_json(r.config), float(r.tflops)) for r in store.records()
                     if r.succeeded]

@@ -32,16 +32,36 @@ def check_shared_memory_model(res, op, config):
         assert planned <= dynamic, (dynamic, planned)
 
 
-def only_violator(space: Space, name: str, seed: int = 0, draws: int = 400_000):
-    """A structural configuration that violates ``name`` and no other known constraint."""
-    rng = np.random.default_rng(seed)
-    for _ in range(draws // 20_000):
-        cols = space._with_derived(space._draw_columns(20_000, rng))
-        bad = space.violations(cols)
-        for i, v in enumerate(bad):
-            if v == [name]:
-                return space._rows(cols, [i])[0]
-    return None
+class Violators:
+    """Structural configurations of ``space`` that violate one known constraint and no other,
+    from uniform draws (chunks of 20,000 from ``seed``, at most ``draws``): each chunk is drawn
+    and checked once and kept, so asking for every constraint costs one pass, not one per
+    constraint."""
+
+    CHUNK = 20_000
+
+    def __init__(self, space: Space, seed: int = 0, draws: int = 400_000):
+        self.space, self.chunks = space, draws // self.CHUNK
+        self._rng = np.random.default_rng(seed)
+        self._seen: list[tuple[dict, dict[str, int]]] = []  # per chunk: cols, name -> first row
+
+    def _chunk(self, i: int) -> tuple[dict, dict[str, int]]:
+        while len(self._seen) <= i:
+            cols = self.space._with_derived(self.space._draw_columns(self.CHUNK, self._rng))
+            first: dict[str, int] = {}
+            for row, v in enumerate(self.space.violations(cols)):
+                if len(v) == 1:
+                    first.setdefault(v[0], row)
+            self._seen.append((cols, first))
+        return self._seen[i]
+
+    def find(self, name: str):
+        """The first such configuration violating ``name`` alone, or None."""
+        for i in range(self.chunks):
+            cols, first = self._chunk(i)
+            if name in first:
+                return self.space._rows(cols, [first[name]])[0]
+        return None
 
 
 SPACES = ["v2", "v1"]
@@ -53,9 +73,10 @@ def test_each_constraint_rejects_a_configuration_built_to_violate_it(space_name)
     # tile (or give odd k-step counts, or few k tiles): each must be violable alone on one shape
     spaces = [Gemm.from_args(s, space=space_name).space
               for s in [(1024, 1024, 1024), (1000, 1002, 1004), (256, 256, 64)]]
+    finders = [Violators(space) for space in spaces]
     for name in spaces[0].constraint_names:
-        for space in spaces:
-            config = only_violator(space, name)
+        for space, finder in zip(spaces, finders):
+            config = finder.find(name)
             if config is not None:
                 assert space.validate(config) == [name]
                 break
