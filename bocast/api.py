@@ -165,12 +165,11 @@ def suggest(op: str, shape: Sequence[int] | None = None, *, k: int = 8,
     :class:`bocast.suggestions.Suggestions` (``.items``, ``.sources``, ``.summary()``)."""
     from bocast import library
     from bocast import suggestions as suggestion
-    from bocast.operator import AUTO_SPACE, get_operator, make
+    from bocast.operator import make_named
 
-    options = {k: v for k, v in (("dtype", dtype), ("layout", layout),
-                                 ("space", space or AUTO_SPACE)) if v is not None}
-    get_operator(op)  # an unknown operator is named before its shape
-    target = make(op, tuple(shape) if shape is not None else None, **options)
+    options = {k: v for k, v in (("dtype", dtype), ("layout", layout), ("space", space))
+               if v is not None}
+    target = make_named(op, tuple(shape) if shape is not None else None, **options)
     return suggestion.suggest(target, k=k, gpu=gpu,
                               records=library.directory(records) if records else None)
 

@@ -182,6 +182,15 @@ def make(name: str, shape: tuple[int, ...] | None = None, **options: Any) -> Ope
 AUTO_SPACE = "auto"
 
 
+def make_named(name: str, shape: tuple[int, ...] | None = None, **options: Any) -> Operator:
+    """The operator a user names by ``name`` and ``shape`` (``bocast space/measure/suggest OP
+    --shape``, :func:`bocast.suggest`): an unknown operator is named before its shape, and the
+    space is ``auto`` unless ``options`` name one (a configuration's workload, read by
+    :func:`from_workload`, keeps the operator's default, v2)."""
+    get_operator(name)
+    return make(name, shape, **{"space": AUTO_SPACE, **options})
+
+
 def _auto_space(name: str, shape: tuple[int, ...] | None, options: dict[str, Any]) -> Operator:
     """``space: auto``: v3 where the operator's measured rule prefers it (``prefers_v3``) and
     the template takes the workload, else v2; the choice and its reason in ``space_choice``.

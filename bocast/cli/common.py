@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bocast.errors import InputError
-from bocast.operator import AUTO_SPACE, from_workload, get_operator, make, parse_shape
+from bocast.operator import from_workload, make_named, parse_shape
 
 T0 = time.perf_counter()
 
@@ -47,9 +47,7 @@ def _operator_from(args):
     shape = parse_shape(args.shape) if args.shape is not None else None
     options = {k: getattr(args, k) for k in ("dtype", "layout", "space")
                if getattr(args, k) is not None}
-    options.setdefault("space", AUTO_SPACE)  # OP --shape: the workload chooses (bocast.operator)
-    get_operator(args.op)  # an unknown operator is named before its shape
-    return make(args.op, shape, **options)
+    return make_named(args.op, shape, **options)
 
 
 def _need_compiler(what: str) -> None:

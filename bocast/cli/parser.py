@@ -45,6 +45,11 @@ def _add_workload_args(p: argparse.ArgumentParser, *, subspace: bool = False) ->
                                    "of the v1 datasets)")
 
 
+def _add_records_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--records", help="the records library's folder (default $BOCAST_RECORDS, "
+                                     "else ~/.cache/bocast/records)")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with the one-line error of every other bad input (usage is in --help)."""
 
@@ -138,8 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "machine's GPU; standin: synthetic timings on the CPU, tests)")
     _add_rpc_args(p)
     p.add_argument("--gpu-model", help="rpc: measure only on GPUs of this name (or 'any')")
-    p.add_argument("--records", help="the records library's folder (default $BOCAST_RECORDS, "
-                                     "else ~/.cache/bocast/records)")
+    _add_records_arg(p)
     p.add_argument("--plot", action="store_true",
                    help="also draw the run's figure beside its summary, convergence.png/.pdf/.svg "
                         "(best so far and every trial; needs pip install 'bocast[plot]')")
@@ -174,8 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", nargs="?", default="list", choices=("list", "add", "remove"))
     p.add_argument("store", nargs="?", help="add: a record store; remove: a library store's "
                                             "name (as listed) or path")
-    p.add_argument("--records", help="the library's folder (default $BOCAST_RECORDS, else "
-                                     "~/.cache/bocast/records)")
+    _add_records_arg(p)
     p.set_defaults(func=cmd_records)
 
     p = sub.add_parser("suggest", parents=[common],
@@ -186,8 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   doc="how many configurations"))
     p.add_argument("--gpu-model", help="only records of this GPU model (default: every GPU's, "
                                        "named)")
-    p.add_argument("--records", help="the records library's folder (default $BOCAST_RECORDS, "
-                                     "else ~/.cache/bocast/records)")
+    _add_records_arg(p)
     p.set_defaults(func=cmd_suggest)
 
     p = sub.add_parser("compare", parents=[common],
