@@ -336,8 +336,9 @@ def _warm_start(cfg: TuneConfig, op, dataset, store_path: str, folder: str):
             return warm_sources.Choice(paths, [
                 "warm start: as this run began, from " + (", ".join(held) or "nothing (cold)")])
     return warm_sources.resolve(AUTO, op, runner=cfg.runner, dataset=cfg.dataset, store=store_path,
-                           records=folder,
-                           gpu=warm_sources.run_gpu(cfg.runner, dataset=dataset, rpc=cfg.rpc))
+                                records=folder,
+                                gpu=warm_sources.run_gpu(cfg.runner, dataset=dataset, rpc=cfg.rpc),
+                                arch=warm_sources.run_architecture(cfg.runner, dataset=dataset))
 
 
 

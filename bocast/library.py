@@ -66,6 +66,7 @@ class Entry:
     best: float | None = None
     shipped: bool = False
     origin: str | None = None  # a library copy: the store it was copied from
+    arch: tuple[str, int] | None = None  # the GPU's (compute capability, SM count), where recorded
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -98,21 +99,39 @@ def _store_entry(path: str, *, stats: bool) -> Entry:
             "SELECT measured_on FROM measurements WHERE measured_on IS NOT NULL LIMIT 1")]
     finally:
         conn.close()
-    return Entry(path, workload, _store_gpu(sessions, placed), int(rows), int(ok or 0),
+    gpu, arch = _store_device(sessions, placed)
+    return Entry(path, workload, gpu, int(rows), int(ok or 0),
                  float(best) if best is not None else None,
-                 origin=json.loads(meta[ORIGIN]) if ORIGIN in meta else None)
+                 origin=json.loads(meta[ORIGIN]) if ORIGIN in meta else None, arch=arch)
 
 
-def _store_gpu(sessions: Iterable[str], placed: Iterable[str]) -> str | None:
+def _store_device(sessions: Iterable[str],
+                  placed: Iterable[str]) -> tuple[str | None, tuple[str, int] | None]:
     """The GPU model a store's records were measured on (its sessions' device, else an rpc
-    record's server); None when it never said (a study's store)."""
+    record's server) and its :func:`architecture`; None when it never said (a study's store)."""
     for text in [*sessions, *placed]:
         with contextlib.suppress(ValueError, TypeError, AttributeError):
             info = json.loads(text)
-            gpu = (info.get("device") or {}).get("gpu") or info.get("gpu") or info.get("model")
+            device = info.get("device") or {}
+            gpu = device.get("gpu") or info.get("gpu") or info.get("model")
             if gpu:
-                return str(gpu)
-    return None
+                return str(gpu), architecture(device or info)
+    return None, None
+
+
+def architecture(device: Any) -> tuple[str, int] | None:
+    """A GPU's (compute capability, SM count) from a recorded device description (a dataset's
+    ``device``, a session's), None where either is missing. Two models alike in both (an H100
+    SXM and an H200) run the same kernels on the same SMs in the same waves; they differ in
+    memory (:mod:`bocast.warm_sources` uses one's records for the other where the library
+    holds none of the run's own model, and says so)."""
+    if not isinstance(device, dict):
+        return None
+    cap, sms = device.get("capability"), device.get("sm_count")
+    try:
+        return (str(cap), int(sms)) if cap and sms else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _dataset_entry(prefix: str, *, stats: bool) -> Entry:
@@ -121,7 +140,7 @@ def _dataset_entry(prefix: str, *, stats: bool) -> Entry:
     if not isinstance(meta, dict) or not isinstance(meta.get("workload"), dict):
         raise ValueError("no workload in its .json")
     entry = Entry(prefix, meta["workload"], (meta.get("device") or {}).get("gpu"),
-                  int(meta.get("rows") or 0), shipped=True)
+                  int(meta.get("rows") or 0), shipped=True, arch=architecture(meta.get("device")))
     if stats:
         from bocast.datasets import load_dataset
 

@@ -4,8 +4,10 @@ library (:mod:`bocast.library`), and the options a warm run takes (:func:`warm_o
 - **Compatible**: the records of the same schedule (:func:`bocast.bo.transfer.incompatibility`:
   the same operator, or another on the same Tensor Core matmul; the same space version unless
   the knobs map one to one; the same dtypes and layout) measured on the run's GPU model.
-  Records of other GPU models are left out and the run says so; where the run's GPU is not
-  known before it starts (rpc without ``gpu_model``), every GPU's records count, named.
+  Where the library holds none of that model, those of another model of the same architecture
+  (compute capability and SM count: an H100 SXM's for an H200) stand in, and the run says so;
+  records of other GPU models are left out and the run says so too. Where the run's GPU is
+  not known before it starts (rpc without ``gpu_model``), every GPU's records count, named.
 - **Never the run's own**: not its dataset, not its own store (nor the library's copy of it);
   a replay run takes only shipped datasets of *other* workloads (so the answer never leaks
   into the search, and a replay result depends on the repository alone, never on a machine's
@@ -47,21 +49,24 @@ def _extents(op) -> tuple[float, ...]:
     return tuple(math.log2(max(int(x), 1)) for x in (mm.batch or 1, mm.M, mm.N, mm.K))
 
 
-def choose(target_op, *, gpu: str | None, records: str | None = None,
-           exclude: Sequence[str] = (), other_workloads: bool = False,
-           shipped_only: bool = False, limit: int = MAX_SOURCES) -> Choice:
+def choose(target_op, *, gpu: str | None, arch: tuple[str, int] | None = None,
+           records: str | None = None, exclude: Sequence[str] = (),
+           other_workloads: bool = False, shipped_only: bool = False,
+           limit: int = MAX_SOURCES) -> Choice:
     """The sources of ``warm_start: auto`` for ``target_op`` (see the module docstring).
-    ``gpu``: the run's GPU model (None: not known); ``exclude``: paths never used (the run's
+    ``gpu``: the run's GPU model (None: not known); ``arch``: its (compute capability, SM
+    count) (:func:`bocast.library.architecture`; None: not known), whose records stand in where
+    the library holds none of the model's own; ``exclude``: paths never used (the run's
     dataset, its store); ``other_workloads``: only records of other workloads (replay);
     ``shipped_only``: only shipped datasets (replay)."""
-    from bocast.bo.transfer import WarmStartError, incompatibility, load_sources
-    from bocast.operator import WorkloadError, canonical_workload, from_workload
+    from bocast.bo.transfer import incompatibility
+    from bocast.operator import canonical_workload
 
     entries, notes = scan(records, stores=not shipped_only)
     never = {os.path.abspath(p) for p in exclude}
     want = canonical_workload(target_op.workload)
-    other_gpu: dict[str, int] = {}
-    ranked = []
+    own: list[Entry] = []
+    alike: list[Entry] = []  # another model of the run's architecture
     for e in entries:
         if os.path.abspath(e.path) in never or (e.origin and os.path.abspath(e.origin) in never):
             continue
@@ -71,31 +76,22 @@ def choose(target_op, *, gpu: str | None, records: str | None = None,
         problem, _ = incompatibility(e.workload, target_op)
         if problem:
             continue
-        if gpu is not None and e.gpu != gpu:
-            other_gpu[e.gpu or "GPU not recorded"] = other_gpu.get(e.gpu or "GPU not recorded",
-                                                                    0) + 1
-            continue
-        try:
-            src = from_workload(e.workload)
-            dist = sum(abs(a - b) for a, b in zip(_extents(src), _extents(target_op)))
-        except (WorkloadError, AttributeError):
-            continue
-        ranked.append(((w.get("op") != want.get("op"), round(dist, 6),
-                        -(e.ok if e.ok is not None else e.rows), e.name), e))
-    ranked.sort(key=lambda t: t[0])
-    chosen: list[Entry] = []
-    seen: set[str] = set()
-    for _, e in ranked:
-        key = json.dumps(canonical_workload(e.workload), sort_keys=True)
-        if len(chosen) >= limit or key in seen:
-            continue
-        try:  # rows that fit the target's extents (and a store still sound when read)
-            load_sources([e.path], target_op)
-        except (WarmStartError, InputError) as err:
-            notes.append(f"warm start: passed over {e.name}: {_one_line(err)}")
-            continue
-        seen.add(key)
-        chosen.append(e)
+        (own if gpu is None or e.gpu == gpu else alike).append(e)
+    chosen = _pick(own, target_op, want, limit, notes)
+    stand_in = [] if chosen or arch is None else \
+        _pick([e for e in alike if e.arch == arch], target_op, want, limit, notes)
+    other_gpu: dict[str, int] = {}
+    for e in alike:  # what the GPU model kept out (not what closer workloads did)
+        if not (stand_in and e.arch == arch):
+            name = e.gpu or "GPU not recorded"
+            other_gpu[name] = other_gpu.get(name, 0) + 1
+    if stand_in:
+        models = ", ".join(sorted({str(e.gpu) for e in stand_in}))
+        notes.append(f"warm start: no records of {gpu} in the library; using those of {models}, "
+                     f"the same architecture (compute capability {arch[0]}, {arch[1]} SMs: the "
+                     f"same kernels in the same waves; memory differs). --warm-start none for a "
+                     f"cold start")
+        chosen = stand_in
     if other_gpu:
         what = ", ".join(f"{n} of {g}" for g, n in sorted(other_gpu.items()))
         notes.append(f"warm start: records of other GPU models left out ({what}); this run's "
@@ -113,13 +109,46 @@ def choose(target_op, *, gpu: str | None, records: str | None = None,
     return Choice([e.path for e in chosen], notes)
 
 
+def _pick(entries: Sequence[Entry], target_op, want: dict[str, Any], limit: int,
+          notes: list[str]) -> list[Entry]:
+    """At most ``limit`` of ``entries``, closest workload first, one per workload, each with
+    rows that fit the target's extents (those without are passed over, with a note)."""
+    from bocast.bo.transfer import WarmStartError, load_sources
+    from bocast.operator import WorkloadError, canonical_workload, from_workload
+
+    ranked = []
+    for e in entries:
+        try:
+            src = from_workload(e.workload)
+            dist = sum(abs(a - b) for a, b in zip(_extents(src), _extents(target_op)))
+        except (WorkloadError, AttributeError):
+            continue
+        ranked.append(((canonical_workload(e.workload).get("op") != want.get("op"),
+                        round(dist, 6), -(e.ok if e.ok is not None else e.rows), e.name), e))
+    ranked.sort(key=lambda t: t[0])
+    chosen: list[Entry] = []
+    seen: set[str] = set()
+    for _, e in ranked:
+        key = json.dumps(canonical_workload(e.workload), sort_keys=True)
+        if len(chosen) >= limit or key in seen:
+            continue
+        try:  # rows that fit the target's extents (and a store still sound when read)
+            load_sources([e.path], target_op)
+        except (WarmStartError, InputError) as err:
+            notes.append(f"warm start: passed over {e.name}: {_one_line(err)}")
+            continue
+        seen.add(key)
+        chosen.append(e)
+    return chosen
+
+
 def _brief(w: dict[str, Any]) -> str:
     return f"{w.get('op')} {'x'.join(map(str, w.get('shape', [])))} {w.get('space', 'v1')}"
 
 
 def resolve(option: Any, target_op, *, runner: str, gpu: str | None,
-            dataset: str | None = None, store: str | None = None,
-            records: str | None = None) -> Choice:
+            arch: tuple[str, int] | None = None, dataset: str | None = None,
+            store: str | None = None, records: str | None = None) -> Choice:
     """The sources of a run's ``warm_start`` option: ``auto`` chosen by :func:`choose` (replay:
     shipped datasets of other workloads only), ``none`` none, a list as it is."""
     from bocast.bo.transfer import AUTO
@@ -129,7 +158,7 @@ def resolve(option: Any, target_op, *, runner: str, gpu: str | None,
         return Choice(list(paths), [f"warm start from {', '.join(paths)}"] if paths else [])
     replay = runner == "replay"
     exclude = [p for p in (dataset, store) if p]
-    return choose(target_op, gpu=gpu, records=records, exclude=exclude,
+    return choose(target_op, gpu=gpu, arch=arch, records=records, exclude=exclude,
                   other_workloads=replay, shipped_only=replay)
 
 
@@ -146,6 +175,33 @@ def warm_options(strategy: str, options: dict[str, Any], sources: Sequence[str])
     extra = cls.warm_defaults if sources and not given else {}
     return {**{k: v for k, v in extra.items() if k not in options}, **options,
             "warm_start": list(sources)}
+
+
+def run_architecture(runner: str, *, dataset=None) -> tuple[str, int] | None:
+    """The (compute capability, SM count) of the GPU a run will measure on, known before it
+    starts (:func:`bocast.library.architecture`): replay, its dataset's; local, the local
+    GPU's (asked in a child process: this one never initialises CUDA); else None (rpc, the
+    stand-in)."""
+    from bocast.library import architecture
+
+    if runner == "replay":
+        return architecture((getattr(dataset, "meta", None) or {}).get("device"))
+    if runner != "local":
+        return None
+    import subprocess
+    import sys
+
+    # the CUDA driver's attributes 75/76 (compute capability major/minor), 16 (SM count)
+    probe = ("import ctypes as c;d=c.CDLL('libcuda.so.1');d.cuInit(0);h=c.c_int();"
+             "d.cuDeviceGet(c.byref(h),0);v=[]\nfor a in (75,76,16):\n x=c.c_int();"
+             "d.cuDeviceGetAttribute(c.byref(x),a,h);v.append(x.value)\nprint(*v)")
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             timeout=30)
+        major, minor, sms = (int(x) for x in out.stdout.split())
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return (f"{major}.{minor}", sms) if sms > 0 else None
 
 
 def run_gpu(runner: str, *, dataset=None, rpc: dict | None = None) -> str | None:
