@@ -27,6 +27,7 @@ neither count against the budget nor keep a configuration from being proposed an
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -161,14 +162,24 @@ def ranked_configs(paths: Sequence[str], target_op) -> list[Config]:
 
 
 def _ranked(sources: Sequence[Source]) -> list[Config]:
-    z = np.concatenate([_zscores(sources, s) for s in sources])
-    configs = [c for s in sources for c in s.configs]
+    """Every source row, best first: the source workloads in turn, in the order given (``auto``
+    gives the nearest first), each's rows by log TFLOPS, each configuration once. In turn, not
+    pooled by z-score: pooled, the most skewed table's best rows come first however far its
+    shape is (a 1024^3 table's small tiles stand further above its mean than a 4096^3 table's
+    best do above its): live on the H200, all eight source rows of the first batch were
+    1024^3's for GEMM 2048x6144x4096 and bmm 32x1024x1024x128
+    (experiments/results/warm_default_live_h200.md)."""
+    groups: dict[str, list[tuple[float, Config]]] = {}
+    for s in sources:
+        rows = groups.setdefault(json.dumps(s.workload, sort_keys=True, default=str), [])
+        rows.extend(zip(s.log_tflops.tolist(), s.configs))
+    queues = [[c for _, c in sorted(rows, key=lambda r: -r[0])] for rows in groups.values()]
     out, seen = [], set()
-    for i in np.argsort(-z, kind="stable"):
-        key = Space.key(configs[i])
-        if key not in seen:
-            seen.add(key)
-            out.append(configs[i])
+    for turn in itertools.zip_longest(*queues):
+        for c in turn:
+            if c is not None and Space.key(c) not in seen:
+                seen.add(Space.key(c))
+                out.append(c)
     return out
 
 

@@ -242,3 +242,19 @@ def test_a_share_of_the_first_batch_alternates_source_rows_and_model_picks(targe
     with pytest.raises(StrategyError, match="warm_start_top and warm_start_share"):
         make_strategy("bo", target.candidates(), seed=0, warm_start=[source], warm_start_top=2,
                       warm_start_share=0.5)
+
+
+def test_the_best_source_rows_take_turns_nearest_source_first():
+    # pooled by z-score, the 1024^3 table's small tiles came first for every target (its best
+    # stand furthest above its mean); in turn, each source's best comes in the order given
+    from bocast.bo.sources import load_sources
+    from bocast.bo.transfer import ranked_configs
+    from bocast.operator import make
+
+    target = make("gemm", (2048, 6144, 4096), space="v3")
+    paths = [f"experiments/data/exhaustive/gemm_{s}_v3" for s in
+             ("4096_4096_4096", "2048_8192_1024", "1024_1024_1024")]
+    bests = [s.configs[int(np.argmax(s.log_tflops))] for s in load_sources(paths, target)]
+    assert len({Space.key(c) for c in bests}) == 3  # three different best rows
+    assert ranked_configs(paths, target)[:3] == bests
+    assert ranked_configs(paths[::-1], target)[:3] == bests[::-1]
