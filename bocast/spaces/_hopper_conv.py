@@ -61,6 +61,8 @@ import numpy as np
 from bocast.operator import WorkloadError
 from bocast.space import Categorical, Constraint, Knob, Ordinal, Space
 
+from . import _hopper_kernel as hk
+from . import _hopper_layout as hl
 from . import _hopper_matmul as hm
 
 #: pixel-tile extents along OW and OH (powers of two: a 64-row wgmma atom is then a sub-box of
@@ -234,18 +236,18 @@ def conv_tensor_maps(g: ConvGeometry, BM: int, BN: int, BK: int, tile, tma_store
     box over the pixel tile, the weights' 2-D [K, R*S*C] boxes, and for the tma epilogue Y's
     4-D store box of one atom."""
     tn, th, tw = tile
-    f16 = hm.DTYPE_BYTES["float16"]
+    f16 = hl.DTYPE_BYTES["float16"]
     maps = {"X_map": {"tensor": "X", "dtype": "float16", "dims": [g.C, g.W, g.H, g.N],
                       "strides": [g.C * f16, g.W * g.C * f16, g.H * g.W * g.C * f16],
-                      "box": [BK, tw, th, tn], "swizzle": hm.SWIZZLE[BK * f16]},
-            "W_map": hm.tensor_map("W", g.K, g.R * g.S * g.C, BN, BK)}
+                      "box": [BK, tw, th, tn], "swizzle": hl.SWIZZLE[BK * f16]},
+            "W_map": hl.tensor_map("W", g.K, g.R * g.S * g.C, BN, BK)}
     if tma_store:
         bn, bh, bw = atom_box(tile)
-        f32 = hm.DTYPE_BYTES["float32"]
+        f32 = hl.DTYPE_BYTES["float32"]
         maps["Y_map"] = {"tensor": "Y", "dtype": "float32", "dims": [g.K, g.OW, g.OH, g.N],
                          "strides": [g.K * f32, g.OW * g.K * f32, g.OH * g.OW * g.K * f32],
-                         "box": [hm.EPI_COLS, bw, bh, bn],
-                         "swizzle": hm.SWIZZLE[hm.EPI_COLS * f32]}
+                         "box": [hl.EPI_COLS, bw, bh, bn],
+                         "swizzle": hl.SWIZZLE[hl.EPI_COLS * f32]}
     return maps
 
 
@@ -258,11 +260,11 @@ def _encode_args(m: dict) -> list:
 # ------------------------------------------------------------------------------------ kernel
 
 
-def schedule(op, config) -> hm.TirxKernel:
+def schedule(op, config) -> hk.TirxKernel:
     return kernel(ConvGeometry.of(op), config)
 
 
-def kernel(g: ConvGeometry, config) -> hm.TirxKernel:
+def kernel(g: ConvGeometry, config) -> hk.TirxKernel:
     import tvm
     from tvm.script import tirx as T
 
@@ -273,7 +275,7 @@ def kernel(g: ConvGeometry, config) -> hm.TirxKernel:
     TN = BM // (TW * TH)
     assert TN * TH * TW == BM, "pixel_tile_divides_bm"
     assert g.C % BK == 0, "c_block_within_tap"
-    split = hm.REG_SPLITS[c["regs"]]
+    split = hl.REG_SPLITS[c["regs"]]
     pingpong = c["arrangement"] == "pingpong"
     WM = BM if pingpong else BM // NC  # rows of a tile one consumer computes
     atoms = WM // 64
@@ -287,22 +289,22 @@ def kernel(g: ConvGeometry, config) -> hm.TirxKernel:
     pred_k = Kout % BN != 0  # ragged output channels (the GEMM's ragged N)
     pred_k1 = Kout % 2 != 0
     tiles = tiles_m * tiles_n
-    grid = min(hm.SM_COUNT, tiles) if c["persistent"] == "on" else tiles
+    grid = min(hl.SM_COUNT, tiles) if c["persistent"] == "on" else tiles
     threads = 128 * (NC + 1)
     half_n = BN // 2
     stage_bytes = (BM + BN) * BK * 2
     ring = S * (BM + BN) * BK
-    epi_bytes = NC * hm.EPI_SMEM_PER_CONSUMER if tma_store else 0
-    box_chunks = BN // hm.EPI_COLS
-    assert box_chunks * hm.EPI_COLS == BN and (atoms * box_chunks) % hm.EPI_BUFFERS == 0
-    swz = hm.SWIZZLE[BK * 2]
+    epi_bytes = NC * hl.EPI_SMEM_PER_CONSUMER if tma_store else 0
+    box_chunks = BN // hl.EPI_COLS
+    assert box_chunks * hl.EPI_COLS == BN and (atoms * box_chunks) % hl.EPI_BUFFERS == 0
+    swz = hl.SWIZZLE[BK * 2]
     sbo = 8 * BK * 2 // 16
-    EPI_COLS, EPI_BUFFERS, EPI_BOX_BYTES = hm.EPI_COLS, hm.EPI_BUFFERS, hm.EPI_BOX_BYTES
-    staging_offset = hm.staging_offset
+    EPI_COLS, EPI_BUFFERS, EPI_BOX_BYTES = hl.EPI_COLS, hl.EPI_BUFFERS, hl.EPI_BOX_BYTES
+    staging_offset = hl.staging_offset
     N_, OH, OW = g.N, g.OH, g.OW
 
     def tile(t):  # (pixel tile, output-channel block, W's first row) of tile t of the walk
-        return hm.tile_coords(t, M=tiles_m * BM, N=Kout, BM=BM, BN=BN, G=G)
+        return hl.tile_coords(t, M=tiles_m * BM, N=Kout, BM=BM, BN=BN, G=G)
 
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.f16.f16"
     tma4 = "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
@@ -474,7 +476,7 @@ def kernel(g: ConvGeometry, config) -> hm.TirxKernel:
             if tma_store and lt == 0:
                 T.ptx["cp.async.bulk.wait_group"](0)
 
-    return hm.TirxKernel(tvm.IRModule({"main": main}), (grid, 1, 1), (threads, 1, 1),
+    return hk.TirxKernel(tvm.IRModule({"main": main}), (grid, 1, 1), (threads, 1, 1),
                          S * stage_bytes + epi_bytes, maps)
 
 
