@@ -1,12 +1,13 @@
-"""Space v3 for conv2d: the Hopper template (``_hopper_matmul``) as an implicit GEMM, with TMA
+"""Space v3 for conv2d: the Hopper template (``_hopper_kernel``) as an implicit GEMM, with TMA
 gathering the im2col operand from a 4-D tensor map over the NHWC input.
 
 The convolution Y[N, OH, OW, K] = X[N, H, W, C] * W[K, R, S, C] (stride 1, any padding and
 dilation) is the matmul Y[(n, oh, ow), k] = sum over (r, s, c) of A[(n, oh, ow), (r, s, c)]
-W[k, (r, s, c)] (``_conv.py``). The kernel is the GEMM template's (producer warpgroup issuing
-TMA into a ring of stages, 1-2 consumer warpgroups issuing wgmma, cooperative or ping-pong,
-persistent grid with grouped raster, setmaxnreg, the three epilogues); what differs is where
-the operands and the output come from:
+W[k, (r, s, c)] (``_conv.py``). The kernel is the GEMM's, one body (``_hopper_kernel.device_body``:
+producer warpgroup issuing TMA into a ring of stages, 1-2 consumer warpgroups issuing wgmma,
+cooperative or ping-pong, persistent grid with grouped raster, setmaxnreg, the three
+epilogues); what differs is where the operands and the output come from, the body's hooks
+(``_hopper_kernel.Operands``) that :func:`kernel` makes:
 
 - **B** (the weights seen as [K, R*S*C], K-major) is the GEMM's B: a 2-D tensor map, boxes of
   BN rows x BK columns. With the k blocks in (r, s, c-block) order, c-block innermost, and
@@ -43,13 +44,12 @@ the 64- or 128-byte swizzle), dtypes other than fp16:fp32. conv1d, conv3d, the t
 the conv2d_dilated operators stay on v1/v2 (conv2d's own dilation field is covered: a tap's
 shift is s*dil, the box is unchanged).
 
-The kernel body repeats the GEMM template's (``_hopper_matmul.kernel``) rather than sharing it:
-that template is being extended (thread-block clusters) on another branch, and a hook for the
-A load and the store addresses would restructure it; the two should merge once that lands.
+This module holds the conv geometry and its coordinate helpers (the kernel's hooks use them, and
+the tests' numpy simulation), the space (the GEMM's knobs and constraints over the implicit GEMM,
+plus the pixel tile's) and :func:`kernel`, the conv's prim_func (X, the weights, Y and their
+tensor maps) around the shared body.
 """
 
-# ruff: noqa: F821 - the kernel's scalars (desc_a: T.uint64) are declared by annotation, which
-# TVMScript's parser turns into variables and Python's linters see as undefined names
 from __future__ import annotations
 
 import dataclasses
@@ -61,7 +61,9 @@ import numpy as np
 from bocast.operator import WorkloadError
 from bocast.space import Categorical, Constraint, Knob, Ordinal, Space
 
+from . import _hopper_kernel as hk
 from . import _hopper_matmul as hm
+from ._hopper_layout import DTYPE_BYTES, EPI_COLS, SWIZZLE, encode_args, tensor_map
 
 #: pixel-tile extents along OW and OH (powers of two: a 64-row wgmma atom is then a sub-box of
 #: the tile, see :func:`atom_box`); tile_n = BM / (tile_h x tile_w) is derived
@@ -234,248 +236,105 @@ def conv_tensor_maps(g: ConvGeometry, BM: int, BN: int, BK: int, tile, tma_store
     box over the pixel tile, the weights' 2-D [K, R*S*C] boxes, and for the tma epilogue Y's
     4-D store box of one atom."""
     tn, th, tw = tile
-    f16 = hm.DTYPE_BYTES["float16"]
+    f16 = DTYPE_BYTES["float16"]
     maps = {"X_map": {"tensor": "X", "dtype": "float16", "dims": [g.C, g.W, g.H, g.N],
                       "strides": [g.C * f16, g.W * g.C * f16, g.H * g.W * g.C * f16],
-                      "box": [BK, tw, th, tn], "swizzle": hm.SWIZZLE[BK * f16]},
-            "W_map": hm.tensor_map("W", g.K, g.R * g.S * g.C, BN, BK)}
+                      "box": [BK, tw, th, tn], "swizzle": SWIZZLE[BK * f16]},
+            "W_map": tensor_map("W", g.K, g.R * g.S * g.C, BN, BK)}
     if tma_store:
         bn, bh, bw = atom_box(tile)
-        f32 = hm.DTYPE_BYTES["float32"]
+        f32 = DTYPE_BYTES["float32"]
         maps["Y_map"] = {"tensor": "Y", "dtype": "float32", "dims": [g.K, g.OW, g.OH, g.N],
                          "strides": [g.K * f32, g.OW * g.K * f32, g.OH * g.OW * g.K * f32],
-                         "box": [hm.EPI_COLS, bw, bh, bn],
-                         "swizzle": hm.SWIZZLE[hm.EPI_COLS * f32]}
+                         "box": [EPI_COLS, bw, bh, bn],
+                         "swizzle": SWIZZLE[EPI_COLS * f32]}
     return maps
-
-
-def _encode_args(m: dict) -> list:
-    """runtime.cuTensorMapEncodeTiled's arguments after the pointer: dims, byte strides, box,
-    element strides (1), interleave (none), swizzle, L2 promotion (none), OOB fill (zeros)."""
-    return [*m["dims"], *m["strides"], *m["box"], *([1] * len(m["dims"])), 0, m["swizzle"], 0, 0]
 
 
 # ------------------------------------------------------------------------------------ kernel
 
 
-def schedule(op, config) -> hm.TirxKernel:
+def schedule(op, config) -> hk.TirxKernel:
     return kernel(ConvGeometry.of(op), config)
 
 
-def kernel(g: ConvGeometry, config) -> hm.TirxKernel:
-    import tvm
+def kernel(g: ConvGeometry, config) -> hk.TirxKernel:
     from tvm.script import tirx as T
 
-    c = config
-    BM, BN, BK, S, NC = (int(c[k]) for k in ("bm", "bn", "bk", "stages", "consumers"))
-    G, inflight = int(c["raster"]), int(c["inflight"])
-    TW, TH = int(c["tile_w"]), int(c["tile_h"])
+    BM, TW, TH = int(config["bm"]), int(config["tile_w"]), int(config["tile_h"])
     TN = BM // (TW * TH)
     assert TN * TH * TW == BM, "pixel_tile_divides_bm"
+    pix_tile = (TN, TH, TW)
+    # the implicit GEMM over whole pixel tiles (rows past the output's edge are computed, never
+    # stored), the output channels and the (r, s, c) reduction
+    p = hk.Plan(config, int(np.prod(tile_counts(g, pix_tile))) * BM, g.K, g.R * g.S * g.C)
+    BN, BK, atoms, half_n, vec_store = p.BN, p.BK, p.atoms, p.half_n, p.vec_store
     assert g.C % BK == 0, "c_block_within_tap"
-    split = hm.REG_SPLITS[c["regs"]]
-    pingpong = c["arrangement"] == "pingpong"
-    WM = BM if pingpong else BM // NC  # rows of a tile one consumer computes
-    atoms = WM // 64
-    step = NC if pingpong else 1  # tiles between two of one consumer's
-    vec_store, tma_store = c["epilogue"] == "v2", c["epilogue"] == "tma"
-    Mtot, Kout, Kred = g.M, g.K, g.R * g.S * g.C
-    tn_, th_, tw_ = tile_counts(g, (TN, TH, TW))
-    tiles_m, tiles_n, KT = tn_ * th_ * tw_, -(-Kout // BN), Kred // BK
     # rows past a ragged edge of the pixel tiling are computed but not stored
     rag_n, rag_h, rag_w = g.N % TN != 0, g.OH % TH != 0, g.OW % TW != 0
+    N_, OH, OW, Kout = g.N, g.OH, g.OW, g.K
     pred_k = Kout % BN != 0  # ragged output channels (the GEMM's ragged N)
     pred_k1 = Kout % 2 != 0
-    tiles = tiles_m * tiles_n
-    grid = min(hm.SM_COUNT, tiles) if c["persistent"] == "on" else tiles
-    threads = 128 * (NC + 1)
-    half_n = BN // 2
-    stage_bytes = (BM + BN) * BK * 2
-    ring = S * (BM + BN) * BK
-    epi_bytes = NC * hm.EPI_SMEM_PER_CONSUMER if tma_store else 0
-    box_chunks = BN // hm.EPI_COLS
-    assert box_chunks * hm.EPI_COLS == BN and (atoms * box_chunks) % hm.EPI_BUFFERS == 0
-    swz = hm.SWIZZLE[BK * 2]
-    sbo = 8 * BK * 2 // 16
-    EPI_COLS, EPI_BUFFERS, EPI_BOX_BYTES = hm.EPI_COLS, hm.EPI_BUFFERS, hm.EPI_BOX_BYTES
-    staging_offset = hm.staging_offset
-    N_, OH, OW = g.N, g.OH, g.OW
-
-    def tile(t):  # (pixel tile, output-channel block, W's first row) of tile t of the walk
-        return hm.tile_coords(t, M=tiles_m * BM, N=Kout, BM=BM, BN=BN, G=G)
-
-    mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.f16.f16"
-    tma4 = "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
-    tma2 = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
     tma_st = "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group"
-    maps = conv_tensor_maps(g, BM, BN, BK, (TN, TH, TW), tma_store)
-    x_tma, w_tma = _encode_args(maps["X_map"]), _encode_args(maps["W_map"])
-    y_tma = _encode_args(maps["Y_map"]) if tma_store else []
-    pix_tile = (TN, TH, TW)
+    maps = conv_tensor_maps(g, BM, BN, BK, pix_tile, p.tma_store)
+    x_tma, w_tma = encode_args(maps["X_map"]), encode_args(maps["W_map"])
+    y_tma = encode_args(maps["Y_map"]) if p.tma_store else []
 
-    def sm(s, r, col):  # fp16 element (row r, column col) of stage s in the ring
-        return (s * (BM + BN) + r) * BK + col
+    def x_coords(kb, tm):  # the pixel tile's BK channels of tap (r, s): one 4-D box of X
+        return a_coords(kb, tile_origin(tm, g, pix_tile), g, BK)
 
-    def acc_list(buf, a):
-        return [buf[a * half_n + i] for i in range(half_n)]
+    @T.macro
+    def store_box(Y_map, smem, tm, row0, a, col0, lt):
+        # an atom's 64 rows are the sub-box atom_box(tile) of the pixel tile, stored through Y's
+        # 4-D map (clipped at Y's edges)
+        p0 = T.meta_var(row_pixel(row0 + a * 64, tile_origin(tm, g, pix_tile), pix_tile))
+        # a box wholly past an edge stores nothing: skip it
+        if lt == 0 and (not rag_n or p0[0] < N_) and (not rag_h or p0[1] < OH) and (
+                not rag_w or p0[2] < OW) and (not pred_k or col0 < Kout):
+            T.ptx[tma_st](T.address_of(Y_map), col0, p0[2], p0[1], p0[0], smem)
+            T.ptx["cp.async.bulk.commit_group"]()
+
+    @T.macro
+    def store_rows(Y, acc, tm, tn, row0, lt):
+        # each accumulator row's pixel; rows past a ragged edge are not stored
+        origin = T.meta_var(tile_origin(tm, g, pix_tile))
+        for a in T.unroll(atoms):
+            for h in T.unroll(2):  # rows r and r + 8 of the atom
+                px = T.meta_var(row_pixel(row0 + a * 64 + lt // 32 * 16 + lt % 32 // 4 + h * 8,
+                                          origin, pix_tile))
+                m = T.meta_var(out_row(px, g))
+                for jj in T.unroll(BN // 8):
+                    col = T.meta_var(tn * BN + jj * 8 + lt % 4 * 2)
+                    v = T.meta_var(a * half_n + jj * 4 + h * 2)
+                    if (not rag_n or px[0] < N_) and (not rag_h or px[1] < OH) and (
+                            not rag_w or px[2] < OW) and (not pred_k or col < Kout):
+                        if vec_store:  # K even (v2_stores_need_even_n)
+                            T.ptx["st.global.v2.f32"](T.address_of(Y[m, col]), acc[v], acc[v + 1])
+                        else:
+                            Y[m, col] = acc[v]
+                            if not pred_k1 or col + 1 < Kout:
+                                Y[m, col + 1] = acc[v + 1]
+
+    body = hk.device_body(p, hk.Operands(a_coords=x_coords, a_rank=4, store_box=store_box,
+                                         store_rows=store_rows))
 
     @T.prim_func
     def main(X_ptr: T.handle, W_ptr: T.handle, Y_ptr: T.handle):
         X = T.match_buffer(X_ptr, (g.N, g.H, g.W, g.C), "float16", align=16)
-        Wt = T.match_buffer(W_ptr, (Kout, Kred), "float16", align=16)
-        Y = T.match_buffer(Y_ptr, (Mtot, Kout), "float32", align=16)
+        Wt = T.match_buffer(W_ptr, (Kout, g.R * g.S * g.C), "float16", align=16)
+        Y = T.match_buffer(Y_ptr, (g.M, Kout), "float32", align=16)
         X_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", X_map, "float16", 4, X.data, *x_tma)
         W_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", W_map, "float16", 2, Wt.data, *w_tma)
-        if tma_store:
+        if p.tma_store:
             Y_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
             T.call_packed("runtime.cuTensorMapEncodeTiled", Y_map, "float32", 4, Y.data,
                           *y_tma)
-
         T.device_entry()
-        cta = T.cta_id([grid])
-        n_tiles = T.meta_var((tiles - cta + grid - 1) // grid)
-        tx = T.thread_id([threads])
-        Sm = T.alloc_buffer((ring + epi_bytes // 2,), "float16", scope="shared.dyn", align=1024)
-        full = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
-        empty = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
-        turn = T.alloc_buffer((2,), "uint64", scope="shared", align=8)
-        acc = T.alloc_buffer((atoms * half_n,), "float32", scope="local")
-        desc_a: T.uint64
-        desc_b: T.uint64
-        wg = tx // 128
-        if tx == 0:
-            for s in T.unroll(S):
-                T.ptx.mbarrier.init.shared.b64(T.address_of(full[s]), T.uint32(1))
-                T.ptx.mbarrier.init.shared.b64(T.address_of(empty[s]),
-                                               T.uint32(1 if pingpong else NC))
-            for w in T.unroll(2):
-                T.ptx.mbarrier.init.shared.b64(T.address_of(turn[w]), T.uint32(1))
-        T.ptx.fence.proxy.async_.shared__cta()
-        T.cuda.cta_sync()
-        if wg == 0:
-            if split is not None:
-                T.ptx.setmaxnreg.dec.sync.aligned.u32(split[0])
-            if tx == 0:
-                for i in T.serial(n_tiles):
-                    tm = T.meta_var(tile(cta + i * grid)[0])
-                    bn0 = T.meta_var(tile(cta + i * grid)[2])
-                    origin = T.meta_var(tile_origin(tm, g, pix_tile))
-                    for kb in T.serial(KT):
-                        it = T.meta_var(i * KT + kb)
-                        s = T.meta_var(it % S)
-                        xc = T.meta_var(a_coords(kb, origin, g, BK))
-                        T.cuda.mbarrier_wait(T.address_of(empty[s]), ((it // S) & 1) ^ 1)
-                        T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
-                                                                   T.uint32(stage_bytes))
-                        # the pixel tile's BK channels of tap (r, s): one 4-D box of X
-                        T.ptx[tma4](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(X_map), xc[0],
-                                    xc[1], xc[2], xc[3], T.address_of(full[s]))
-                        T.ptx[tma2](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(W_map),
-                                    kb * BK, bn0, T.address_of(full[s]))
-        else:
-            if split is not None:
-                T.ptx.setmaxnreg.inc.sync.aligned.u32(split[1])
-            cw = T.meta_var(wg - 1)
-            lt = T.meta_var(tx % 128)
-            row0 = T.meta_var(0 if pingpong else cw * WM)
-            for j in T.serial((n_tiles - (cw if pingpong else 0) + step - 1) // step):
-                i = T.meta_var(j * step + (cw if pingpong else 0))
-                tm = T.meta_var(tile(cta + i * grid)[0])
-                tn = T.meta_var(tile(cta + i * grid)[1])
-                origin = T.meta_var(tile_origin(tm, g, pix_tile))
-                if pingpong:  # noqa: SIM102 - a static test outside, a TIR test inside
-                    if i > 0:
-                        T.cuda.mbarrier_wait(T.address_of(turn[cw]), (j - 1 + cw) & 1)
-                for kb in T.serial(KT):
-                    it = T.meta_var(i * KT + kb)
-                    s = T.meta_var(it % S)
-                    T.cuda.mbarrier_wait(T.address_of(full[s]), (it // S) & 1)
-                    T.ptx.wgmma.fence.sync.aligned()
-                    for kk in T.unroll(BK // 16):
-                        T.cuda.wgmma.encode_matrix_descriptor(
-                            T.address_of(desc_b), T.address_of(Sm[sm(s, BM, kk * 16)]), 1, sbo, swz)
-                        for a in T.unroll(atoms):
-                            T.cuda.wgmma.encode_matrix_descriptor(
-                                T.address_of(desc_a),
-                                T.address_of(Sm[sm(s, row0 + a * 64, kk * 16)]), 1, sbo, swz)
-                            T.ptx[mma](*acc_list(acc, a), desc_a, desc_b,
-                                       T.ptx.pred((kb > 0) or (kk > 0)), 1, 1, 0, 0)
-                    T.ptx.wgmma.commit_group.sync.aligned()
-                    if inflight == 0:
-                        T.ptx.wgmma.wait_group.sync.aligned(0)
-                        if lt == 0:
-                            T.ptx.mbarrier.arrive.shared.b64(T.address_of(empty[s]))
-                    else:
-                        T.ptx.wgmma.wait_group.sync.aligned(1)
-                        if kb > 0 and lt == 0:
-                            T.ptx.mbarrier.arrive.shared.b64(
-                                T.address_of(empty[(it + S - 1) % S]))
-                if inflight == 1:
-                    T.ptx.wgmma.wait_group.sync.aligned(0)
-                    if lt == 0:
-                        T.ptx.mbarrier.arrive.shared.b64(
-                            T.address_of(empty[(i * KT + KT - 1) % S]))
-                if pingpong and lt == 0:
-                    T.ptx.mbarrier.arrive.shared.b64(T.address_of(turn[1 - cw]))
-                if tma_store:
-                    # the GEMM's staging boxes (64 rows x 32 channels, 128-byte swizzle); an
-                    # atom's 64 rows are the sub-box atom_box(tile) of the pixel tile, stored
-                    # through Y's 4-D map (clipped at Y's edges)
-                    for a in T.unroll(atoms):
-                        for q in T.unroll(box_chunks):
-                            buf = T.meta_var(ring + (cw * EPI_BUFFERS + (a * box_chunks + q)
-                                                     % EPI_BUFFERS) * (EPI_BOX_BYTES // 2))
-                            for jj in T.unroll(EPI_COLS // 8):
-                                for h in T.unroll(2):
-                                    v = T.meta_var(a * half_n + (q * EPI_COLS // 8 + jj) * 4
-                                                   + h * 2)
-                                    T.ptx["st.shared.v2.f32"](
-                                        T.address_of(Sm[buf + staging_offset(lt, jj, h) // 2]),
-                                        acc[v], acc[v + 1])
-                            T.ptx.fence.proxy.async_.shared__cta()
-                            if lt == 0:
-                                T.ptx["cp.async.bulk.wait_group.read"](0)
-                            if NC == 1:  # noqa: SIM114 - a static test, then a TIR one
-                                T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
-                            elif cw == 0:
-                                T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
-                            else:
-                                T.ptx["bar.sync"](T.uint32(2), T.uint32(128))
-                            col0 = T.meta_var(tn * BN + q * EPI_COLS)
-                            p0 = T.meta_var(row_pixel(row0 + a * 64, origin, pix_tile))
-                            # a box wholly past an edge stores nothing: skip it
-                            if lt == 0 and (not rag_n or p0[0] < N_) and (
-                                    not rag_h or p0[1] < OH) and (not rag_w or p0[2] < OW) and (
-                                    not pred_k or col0 < Kout):
-                                T.ptx[tma_st](T.address_of(Y_map), col0, p0[2], p0[1], p0[0],
-                                              T.address_of(Sm[buf]))
-                                T.ptx["cp.async.bulk.commit_group"]()
-                else:
-                    # each accumulator row's pixel; rows past a ragged edge are not stored
-                    for a in T.unroll(atoms):
-                        for h in T.unroll(2):  # rows r and r + 8 of the atom
-                            px = T.meta_var(row_pixel(row0 + a * 64 + lt // 32 * 16
-                                                      + lt % 32 // 4 + h * 8, origin, pix_tile))
-                            m = T.meta_var(out_row(px, g))
-                            for jj in T.unroll(BN // 8):
-                                col = T.meta_var(tn * BN + jj * 8 + lt % 4 * 2)
-                                v = T.meta_var(a * half_n + jj * 4 + h * 2)
-                                if (not rag_n or px[0] < N_) and (not rag_h or px[1] < OH) and (
-                                        not rag_w or px[2] < OW) and (not pred_k or col < Kout):
-                                    if vec_store:  # K even (v2_stores_need_even_n)
-                                        T.ptx["st.global.v2.f32"](
-                                            T.address_of(Y[m, col]), acc[v], acc[v + 1])
-                                    else:
-                                        Y[m, col] = acc[v]
-                                        if not pred_k1 or col + 1 < Kout:
-                                            Y[m, col + 1] = acc[v + 1]
-            if tma_store and lt == 0:
-                T.ptx["cp.async.bulk.wait_group"](0)
+        body(X_map, W_map, Y, Y_map if p.tma_store else None)
 
-    return hm.TirxKernel(tvm.IRModule({"main": main}), (grid, 1, 1), (threads, 1, 1),
-                         S * stage_bytes + epi_bytes, maps)
+    return p.kernel(main, maps)
 
 
 def describe_config(g: ConvGeometry, config: Any) -> str:

@@ -1,7 +1,7 @@
-"""Space v3, the Hopper GEMM template (bocast.spaces._hopper_matmul): its constraints, what it
-refuses, what its knobs put into the generated CUDA, and static builds for sm_90a (TVM's tirx
-pipeline on the CPU, nvcc's ptxas report). The kernels' correctness is checked on the GPU
-(every measured row against torch: experiments/results/hopper/,
+"""Space v3, the Hopper GEMM template (bocast.spaces._hopper_matmul over _hopper_kernel): its
+constraints, what it refuses, what its knobs put into the generated CUDA, and static builds for
+sm_90a (TVM's tirx pipeline on the CPU, nvcc's ptxas report). The kernels' correctness is
+checked on the GPU (every measured row against torch: experiments/results/hopper/,
 experiments/data/gemm_4096_4096_4096_v3)."""
 
 import json
@@ -164,12 +164,12 @@ def test_a_bmm_tile_order_covers_every_tile_of_every_batch_element_once():
     """The kernel's tile -> (A/C row block, C column block, B row) map, evaluated in Python on
     the same formulas: a bijection onto the batch's tiles, B's rows in the same batch element as
     A's."""
-    from bocast.spaces import _hopper_matmul as hm
+    from bocast.spaces import _hopper_layout as hl
 
     B, M, N, BM, BN, G = 3, 512, 384, 128, 128, 2
     seen = set()
     for t in range(B * (M // BM) * (N // BN)):
-        tm, tn, brow = hm.tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G)
+        tm, tn, brow = hl.tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G)
         b = tm * BM // M
         assert brow // N == b and brow % N == tn * BN
         seen.add((tm, tn))
@@ -183,12 +183,12 @@ def test_a_bmm_tile_order_covers_every_tile_of_every_batch_element_once():
 def test_a_ragged_gemm_tile_walk_covers_every_tile_once(M, N, BM, BN, G):
     """ceil-division tile counts: the walk's tiles are a bijection onto the ceil(M / BM) x
     ceil(N / BN) grid, every tile starts inside C, and the tiles cover each element of C once."""
-    from bocast.spaces import _hopper_matmul as hm
+    from bocast.spaces import _hopper_layout as hl
 
     tm_n, tn_n = -(-M // BM), -(-N // BN)
     if tm_n % G:
         pytest.skip("raster must divide the block rows (raster_divides_block_rows)")
-    tiles = [hm.tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G) for t in range(tm_n * tn_n)]
+    tiles = [hl.tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G) for t in range(tm_n * tn_n)]
     assert sorted((tm, tn) for tm, tn, _ in tiles) == [(i, j) for i in range(tm_n)
                                                       for j in range(tn_n)]
     assert all(tm * BM < M and tn * BN < N and brow == tn * BN for tm, tn, brow in tiles)
@@ -246,7 +246,7 @@ def test_the_staging_box_layout_is_tmas_128_byte_swizzle():
     bank model: 2 wavefronts a half-warp's 8-byte store, against 4 unswizzled."""
     import collections
 
-    from bocast.spaces._hopper_matmul import EPI_BOX_BYTES, staging_offset
+    from bocast.spaces._hopper_layout import EPI_BOX_BYTES, staging_offset
 
     seen = {}
     for lt in range(128):
@@ -621,18 +621,18 @@ def test_a_cluster_tile_walk_pairs_its_ctas_tiles(M, N, BM, BN, G, cluster, batc
     block column, block rows 2p and 2p + 1; 1x2: the same block row, columns 2q and 2q + 1, so
     the B (A) rows each half-loads are the tile's), and all CTAs together cover every tile
     once."""
-    from bocast.spaces import _hopper_matmul as hm
+    from bocast.spaces import _hopper_layout as hl
 
     cm, cn = cluster
     tiles_m, tiles_n = -(-M // BM), -(-N // BN)
     tiles = batch * tiles_m * tiles_n
-    grid = min(hm.SM_COUNT, tiles) if persistent else tiles
+    grid = min(hl.SM_COUNT, tiles) if persistent else tiles
     clusters, seen = grid // 2, []
     for cl in range(clusters):
         walks = []
         for rank in range(2):  # the kernel's n_tiles and tile(cl + i * clusters, rank)
             n = (tiles // 2 - cl + clusters - 1) // clusters
-            walks.append([hm.tile_coords(cl + i * clusters, M=M, N=N, BM=BM, BN=BN, G=G,
+            walks.append([hl.tile_coords(cl + i * clusters, M=M, N=N, BM=BM, BN=BN, G=G,
                                          cluster=cluster, rank=rank) for i in range(n)])
         assert len(walks[0]) == len(walks[1])
         for (tm0, tn0, b0), (tm1, tn1, b1) in zip(*walks):
@@ -649,12 +649,12 @@ def test_a_cluster_tile_walk_pairs_its_ctas_tiles(M, N, BM, BN, G, cluster, batc
 def test_a_1x1_cluster_walks_the_tiles_as_before():
     """cluster (1, 1), rank 0: tile_coords is the walk of the kernels measured before clusters
     (the grouped order, G block rows a group)."""
-    from bocast.spaces import _hopper_matmul as hm
+    from bocast.spaces import _hopper_layout as hl
 
     for t in range(32 * 16):
         G = 8
         r = t % (G * 16)
-        assert hm.tile_coords(t, M=4096, N=4096, BM=128, BN=256, G=G) == \
+        assert hl.tile_coords(t, M=4096, N=4096, BM=128, BN=256, G=G) == \
             (t // (G * 16) * G + r % G, r // G, r // G * 256)
 
 

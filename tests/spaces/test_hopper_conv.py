@@ -16,7 +16,7 @@ from bocast.measure.nvcc import why_no_compiler
 from bocast.operator import WorkloadError, make
 from bocast.space import Space
 from bocast.spaces import _hopper_conv as hc
-from bocast.spaces import _hopper_matmul as hm
+from bocast.spaces import _hopper_layout as hl
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 
@@ -116,7 +116,7 @@ def simulate(op, config, grid_cap=5):
     KT = g.R * g.S * g.C // BK
     for cta in range(grid):
         for i in range((tiles - cta + grid - 1) // grid):
-            tm, tn, bn0 = hm.tile_coords(cta + i * grid, M=tiles_m * BM, N=g.K, BM=BM, BN=BN,
+            tm, tn, bn0 = hl.tile_coords(cta + i * grid, M=tiles_m * BM, N=g.K, BM=BM, BN=BN,
                                          G=G)
             origin = hc.tile_origin(tm, g, tile)
             acc = np.zeros((BM, BN))
@@ -131,10 +131,10 @@ def simulate(op, config, grid_cap=5):
                 for at in range(WM // 64):
                     if c["epilogue"] == "tma":
                         p0 = hc.row_pixel(row0 + at * 64, origin, tile)
-                        for q in range(BN // hm.EPI_COLS):
-                            col0 = tn * BN + q * hm.EPI_COLS
+                        for q in range(BN // hl.EPI_COLS):
+                            col0 = tn * BN + q * hl.EPI_COLS
                             rows = acc[row0 + at * 64:row0 + at * 64 + 64,
-                                       q * hm.EPI_COLS:(q + 1) * hm.EPI_COLS]
+                                       q * hl.EPI_COLS:(q + 1) * hl.EPI_COLS]
                             tma_store(y, (col0, p0[2], p0[1], p0[0]), maps["Y_map"]["box"],
                                       rows, written)
                         continue
@@ -364,7 +364,7 @@ def test_the_runner_encodes_the_4d_maps_as_described(monkeypatch):
             (rank, m["dims"], m["strides"], m["box"], m["swizzle"]), name
         assert got["elem"] == [1] * rank and got["oob"] == 0 and got["ptr"] == 0x10000
         assert all(s % 16 == 0 for s in m["strides"]) and max(m["box"]) <= 256
-        assert m["box"][0] * hm.DTYPE_BYTES[m["dtype"]] == 128  # the 128-byte swizzle
+        assert m["box"][0] * hl.DTYPE_BYTES[m["dtype"]] == 128  # the 128-byte swizzle
     assert [c["rank"] for c in calls] == [4, 2, 4]
 
 

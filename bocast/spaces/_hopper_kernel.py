@@ -1,0 +1,387 @@
+"""Space v3's kernel generator: the Hopper GEMM body (TMA + wgmma + warp specialization) in TVM's
+TIRx, shared by GEMM/bmm (``_hopper_matmul``) and conv2d's implicit GEMM (``_hopper_conv``).
+
+No Hopper GEMM exists in TVM 0.27 (its s_tir schedules know mma.sync and WMMA only), so space v3
+is not a schedule of a TE compute: it is a kernel template, a generator that takes a
+configuration and returns a TIRx PrimFunc, compiled with ``tir_pipeline="tirx"`` for ``sm_90a``
+(ptxas rejects wgmma on plain sm_90). The kernel follows CUTLASS's warp-specialized sm90 kernels
+and ThunderKittens' H100 GEMM; it computes C[M, N] = A[M, K] B[N, K]^T, both operands K-major:
+
+    one CTA per SM (persistent) or per tile; 128 x (1 + consumers) threads
+    warpgroup 0, the producer (``setmaxnreg.dec``): one thread walks the CTA's tiles and k
+      blocks, waits for a free stage (``empty[s]``), and issues two TMA loads (A, B boxes of
+      BM x BK and BN x BK, 128- or 64-byte swizzle) that complete on ``full[s]``
+    warpgroups 1..C, the consumers (``setmaxnreg.inc``): each owns BM / C rows of the tile; per k
+      block it waits ``full[s]``, issues BK / 16 x (BM / C / 64) ``wgmma.mma_async m64nBNk16``
+      from shared-memory descriptors, commits, waits (all groups, or all but the newest one) and
+      frees the stage; at the end of a tile it stores its fp32 accumulators straight to C
+      (``epilogue`` "v2": 8-byte stores, "scalar": 4-byte ones), or ("tma") box by box, 64 rows
+      x 32 columns, into a shared-memory staging buffer in TMA's 128-byte swizzle, which one
+      thread stores to C with ``cp.async.bulk.tensor`` (two buffers a consumer alternate)
+    tiles in grouped order: ``raster`` block rows at a time (Triton's GROUP_M) for L2 reuse
+    thread-block clusters (``cluster`` 2x1 or 1x2, CUTLASS's ClusterShape with multicast): two
+      CTAs (a 1-D cluster of the grid) hold paired tiles at every step of their walk, 2x1 two
+      block rows of one block column (they share B's tile), 1x2 two block columns of one block
+      row (sharing A's). Each CTA's producer loads its own operand and its half of the shared
+      one (a box of BN / 2 or BM / 2 rows), which ``.multicast::cluster`` (CTA mask 0b11)
+      writes into both CTAs' stage s and completes on both CTAs' ``full[s]`` (each expects the
+      whole stage's bytes); a stage is overwritten only when the consumers of both CTAs have
+      released it (``empty[s]`` counts consumers x 2 arrivals; each release arrives on both
+      CTAs' barriers, the peer's through its ``mapa`` shared::cluster address, CTA-scoped
+      as CUTLASS's ClusterBarrier does; the producer's wait is CTA-scoped too). The barriers' inits
+      are fenced for the cluster (``fence.mbarrier_init.release.cluster``) and a cluster
+      barrier follows them, before any remote use; a cluster barrier ends the kernel, so no
+      CTA exits while its peer may still arrive on its barriers. The launch gives the cluster
+      dims (cuLaunchKernelEx, :attr:`TirxKernel.cluster`, as TVM's host code does)
+
+What the template does not do yet: clusters of more than 2 CTAs, stmatrix (it moves 16-bit
+elements: no use for the fp32 output), a conflict-free staging layout (the swizzled box costs 2
+shared-memory wavefronts a half-warp's store, see ``_hopper_layout.staging_offset``),
+overlapping a tile's epilogue with the next tile's main loop beyond what ping-pong gives, the
+NN layout and fp16 output.
+
+One body, two operators. A :class:`Plan` is what a configuration fixes over an M x N x K matmul
+(tile, ring, warpgroups, the tiles' walk, the launch); :func:`device_body` turns it into the
+device code, a TIRx macro over the tensor maps of A and B and the output. An operator differs
+only in its :class:`Operands` hooks: where A's box of a k block lies (GEMM: a 2-D map over
+[b x M, K]; conv2d: a 4-D map over the NHWC input, the pixel tile shifted by the tap) and how a
+tile's rows reach the output (the direct stores' addresses and edge tests, the tma epilogue's
+box store). B is the same for both, a 2-D [rows, K] map. Each operator's ``kernel`` declares
+its buffers and tensor maps in its own prim_func (their names are the kernel's parameters and
+what the runner binds) and calls the body there.
+"""
+
+# ruff: noqa: F821 - the kernel's scalars (desc_a: T.uint64) are declared by annotation, which
+# TVMScript's parser turns into variables and Python's linters see as undefined names
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._hopper_layout import (
+    CLUSTER_MASK,
+    CLUSTERS,
+    EPI_BOX_BYTES,
+    EPI_BUFFERS,
+    EPI_COLS,
+    EPI_SMEM_PER_CONSUMER,
+    REG_SPLITS,
+    SM_COUNT,
+    SWIZZLE,
+    staging_offset,
+    tile_coords,
+)
+
+
+@dataclass
+class TirxKernel:
+    """A v3 kernel: its IRModule and what launching it takes (the runner needs no TVM)."""
+
+    mod: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem: int
+    #: kernel parameter name -> how the runner encodes that tensor map (cuTensorMapEncodeTiled
+    #: of the named tensor: dims and byte strides innermost first, box, swizzle)
+    tensor_maps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: thread-block cluster dims the launch must give (cuLaunchKernelEx's
+    #: CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION; TVM's host code launches it so from the
+    #: kernel's clusterCtaIdx extent); (1, 1, 1): a plain launch
+    cluster: tuple[int, int, int] = (1, 1, 1)
+
+
+class Plan:
+    """What one configuration fixes about the kernel of an M x N x K matmul (``batch`` of them,
+    read as one [b x M, K] A and one [b x N, K] B): tile, ring of stages, the consumers' rows,
+    the tiles' walk and the launch. M, N and K may be ragged: tiles and k blocks are counted by
+    ceil-division (TMA zero-fills its boxes past an edge; the operator's stores test theirs)."""
+
+    def __init__(self, config, M: int, N: int, K: int, batch: int = 1):
+        c = config
+        self.BM, self.BN, self.BK, self.S, self.NC = (
+            int(c[k]) for k in ("bm", "bn", "bk", "stages", "consumers"))
+        BM, BN, BK, S, NC = self.BM, self.BN, self.BK, self.S, self.NC
+        self.G, self.inflight = int(c["raster"]), int(c["inflight"])
+        self.split = REG_SPLITS[c["regs"]]
+        self.pingpong = c["arrangement"] == "pingpong"
+        self.WM = BM if self.pingpong else BM // NC  # rows of a tile one consumer computes
+        self.atoms = self.WM // 64
+        self.step = NC if self.pingpong else 1  # tiles between two of one consumer's
+        self.vec_store, self.tma_store = c["epilogue"] == "v2", c["epilogue"] == "tma"
+        # a configuration from before the cluster knob: 1x1
+        self.CM, self.CN = CLUSTERS[c.get("cluster", "1x1")]
+        self.CS = self.CM * self.CN  # CTAs a cluster
+        self.M, self.N, self.K, self.batch = M, N, K, batch
+        self.tiles_m, self.tiles_n, self.KT = -(-M // BM), -(-N // BN), -(-K // BK)
+        self.tiles = batch * self.tiles_m * self.tiles_n
+        self.grid = min(SM_COUNT, self.tiles) if c["persistent"] == "on" else self.tiles
+        assert self.tiles % self.CS == 0 and self.grid % self.CS == 0, \
+            "cluster_pairs_whole_tiles, cluster_divides_grid"
+        self.clusters = self.grid // self.CS  # the walk's stride, in blocks of CS tiles
+        self.threads = 128 * (NC + 1)
+        self.half_n = BN // 2  # accumulators of one m64 atom per thread
+        self.stage_bytes = (BM + BN) * BK * 2
+        # fp16 elements of the ring; the tma epilogue's boxes follow it
+        self.ring = S * (BM + BN) * BK
+        self.epi_bytes = NC * EPI_SMEM_PER_CONSUMER if self.tma_store else 0
+        # the shared operand's box is half its tile: each CTA of a cluster loads (and
+        # multicasts) its half, rows rank x half
+        self.a_box, self.b_box = BM // self.CN, BN // self.CM
+
+    def tile(self, t, rank):
+        """(A/C block row, C block column, B's first row) of tile ``t`` of a CTA's walk."""
+        return tile_coords(t, M=self.M, N=self.N, BM=self.BM, BN=self.BN, G=self.G,
+                           cluster=(self.CM, self.CN), rank=rank)
+
+    def kernel(self, main, tensor_maps: dict) -> TirxKernel:
+        """The v3 kernel of prim_func ``main`` (the operator's, around the body), launched so."""
+        import tvm
+
+        return TirxKernel(tvm.IRModule({"main": main}), (self.grid, 1, 1), (self.threads, 1, 1),
+                          self.S * self.stage_bytes + self.epi_bytes, tensor_maps,
+                          (self.CS, 1, 1))
+
+
+@dataclass
+class Operands:
+    """An operator's hooks into :func:`device_body`: functions of TIR expressions, or TIRx
+    macros, that its ``kernel`` makes over its :class:`Plan`."""
+
+    #: (kb, tm) -> TMA coordinates, innermost first, of A's box for k block kb of block row tm
+    #: (with a 1x2 cluster the outermost one is A's row: the body adds this CTA's half)
+    a_coords: Callable
+    #: the rank of A's tensor map (the TMA load's dimensionality)
+    a_rank: int
+    #: macro (out_map, smem, tm, row0, a, col0, lt): the tma epilogue's store of the box staged
+    #: at ``smem`` (atom a of the consumer's rows from row0 of block row tm, 32 columns from
+    #: col0) by thread lt == 0, unless the box lies wholly past the output's edge
+    store_box: Callable
+    #: macro (out, acc, tm, tn, row0, lt): the direct epilogues (v2, scalar): consumer thread
+    #: lt's accumulators of its rows from row0 of tile (tm, tn) to ``out``, none past an edge
+    store_rows: Callable
+
+
+def device_body(p: Plan, ops: Operands):
+    """The device code (everything after ``T.device_entry()``), as a TIRx macro of (A_map,
+    B_map, out, out_map): the tensor maps of A and B, the output buffer, and its tensor map for
+    the tma epilogue (else None)."""
+    from tvm.script import tirx as T
+
+    BM, BN, BK, S, NC, KT = p.BM, p.BN, p.BK, p.S, p.NC, p.KT
+    CM, CN, CS, grid, clusters, tiles = p.CM, p.CN, p.CS, p.grid, p.clusters, p.tiles
+    split, pingpong, inflight, step = p.split, p.pingpong, p.inflight, p.step
+    WM, atoms, half_n, threads, ring = p.WM, p.atoms, p.half_n, p.threads, p.ring
+    tma_store, epi_bytes, stage_bytes, a_box, b_box = (
+        p.tma_store, p.epi_bytes, p.stage_bytes, p.a_box, p.b_box)
+    box_chunks = BN // EPI_COLS  # staging boxes per m64 atom (even: BN is a multiple of 64)
+    assert box_chunks * EPI_COLS == BN and (atoms * box_chunks) % EPI_BUFFERS == 0
+    assert CN == 1 or ops.a_rank == 2, "A's multicast half is rows of a 2-D map"
+    swz = SWIZZLE[BK * 2]
+    sbo = 8 * BK * 2 // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
+    tile, a_coords, store_box, store_rows = p.tile, ops.a_coords, ops.store_box, ops.store_rows
+
+    mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.f16.f16"
+    tma_load = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+    tma, tma_a = tma_load.format(2), tma_load.format(ops.a_rank)  # B's map is 2-D, A's 2-D or 4-D
+    tma_mc = tma + ".multicast::cluster"
+
+    def a_half(kb, tm, rank):  # 1x2: this CTA's half of A's box, rows rank x a_box..
+        *inner, row = a_coords(kb, tm)
+        return (*inner, row + rank * a_box)
+
+    def sm(s, r, col):  # fp16 element (row r, column col) of stage s in the ring
+        return (s * (BM + BN) + r) * BK + col
+
+    def acc_list(buf, a):
+        return [buf[a * half_n + i] for i in range(half_n)]
+
+    @T.macro
+    def release(empty, stage, when, lt):
+        """Consumer thread ``lt`` frees ``stage`` (if ``when``): thread 0 arrives on its CTA's
+        empty barrier, or with a cluster thread r on rank r's, through the barrier's
+        shared::cluster address (mapa)."""
+        if CS == 1:
+            if when and lt == 0:
+                T.ptx.mbarrier.arrive.shared.b64(T.address_of(empty[stage]))
+        elif when and lt < CS:
+            peer = T.alloc_buffer((1,), "uint32", scope="local")
+            T.ptx.mapa.shared__cluster.u32(
+                peer[0], T.cuda.cvta_generic_to_shared(T.address_of(empty[stage])), T.uint32(lt))
+            # CTA-scoped (the default .release.cta), as CUTLASS's ClusterBarrier::arrive:
+            # the stage's wgmma reads are done (waited for), nothing else needs ordering.
+            # With .release.cluster here and .acquire.cluster in the producer's wait, every
+            # cluster kernel ran 20-26% slower than its 1x1 twin (ncu: tensor pipe 58% busy
+            # against 86%); CTA-scoped, they tie (H200, hopper/cluster_scope_*_h200.txt)
+            T.ptx.mbarrier.arrive.shared__cluster.b64(peer[0])
+
+    @T.macro
+    def body(A_map, B_map, out, out_map):
+        if CS > 1:
+            # declares the cluster: TVM's host code launches the kernel with cluster dims (CS,
+            # 1, 1), its clusterCtaIdx.x extent (cuLaunchKernelEx), as the runner does
+            T.cta_id_in_cluster([CS])
+        cta = T.cta_id([grid])
+        # the CTA's rank in its cluster: %cluster_ctarank is blockIdx.x % CS for a 1-D cluster
+        # of a 1-D grid; the remainder (unlike the special register, read by a volatile asm at
+        # every use) is plain arithmetic the compiler shares
+        rank = T.meta_var(cta % CS if CS > 1 else 0)
+        cl = T.meta_var(cta // CS)  # this CTA's cluster
+        n_tiles = T.meta_var((tiles // CS - cl + clusters - 1) // clusters)  # its walk's length
+        tx = T.thread_id([threads])
+        # one dynamic allocation (TIRx allows one): stage s holds A's BM rows, then B's BN rows
+        # (sm(s, r, col)); after the ring, the tma epilogue's staging boxes (fp32 in fp16 pairs)
+        Sm = T.alloc_buffer((ring + epi_bytes // 2,), "float16", scope="shared.dyn", align=1024)
+        full = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
+        empty = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
+        # ping-pong: turn[w] completes when the other consumer ends a main loop, so w's loop
+        # starts after it (see the consumers' loop)
+        turn = T.alloc_buffer((2,), "uint64", scope="shared", align=8)
+        acc = T.alloc_buffer((atoms * half_n,), "float32", scope="local")
+        desc_a: T.uint64
+        desc_b: T.uint64
+        wg = tx // 128
+        if tx == 0:
+            for s in T.unroll(S):
+                T.ptx.mbarrier.init.shared.b64(T.address_of(full[s]), T.uint32(1))
+                # a stage is free once every consumer that reads it, in every CTA of the cluster
+                # (its producer writes it there too), has released it
+                T.ptx.mbarrier.init.shared.b64(T.address_of(empty[s]),
+                                               T.uint32((1 if pingpong else NC) * CS))
+            for w in T.unroll(2):
+                T.ptx.mbarrier.init.shared.b64(T.address_of(turn[w]), T.uint32(1))
+            if CS > 1:  # the inits visible to the cluster before the peer's first remote use
+                T.ptx.fence.mbarrier_init.release.cluster()
+        T.ptx.fence.proxy.async_.shared__cta()
+        if CS > 1:
+            T.cuda.cluster_sync()
+        else:
+            T.cuda.cta_sync()
+        if wg == 0:
+            if split is not None:
+                T.ptx.setmaxnreg.dec.sync.aligned.u32(split[0])
+            if tx == 0:
+                for i in T.serial(n_tiles):
+                    tm = T.meta_var(tile(cl + i * clusters, rank)[0])
+                    bn0 = T.meta_var(tile(cl + i * clusters, rank)[2])
+                    # a cluster's producer keeps its k loop rolled: unrolled (a short constant KT,
+                    # a ring of 6 stages) its addresses outgrow the setmaxnreg.dec count and ptxas
+                    # spills (1000 x 1024 x 1000, 128 x 128 tiles, 6 stages: 156 bytes)
+                    for kb in T.serial(KT, unroll=False if CS > 1 else None):
+                        it = T.meta_var(i * KT + kb)  # k blocks this CTA loaded before
+                        s = T.meta_var(it % S)
+                        # parity of the stage's previous release; the first pass finds every
+                        # stage free (waiting on the parity before a barrier's first phase)
+                        # released by the peer's consumers too with a cluster (remote
+                        # arrives); a CTA-scoped wait, as CUTLASS's producer's
+                        T.cuda.mbarrier_wait(T.address_of(empty[s]), ((it // S) & 1) ^ 1)
+                        # the whole stage arrives here, the peer's half of a shared tile too
+                        T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
+                                                                   T.uint32(stage_bytes))
+                        if CN > 1:  # 1x2: this CTA's half of A, to both CTAs' stage s
+                            T.ptx[tma_mc](T.address_of(Sm[sm(s, rank * a_box, 0)]),
+                                          T.address_of(A_map), *a_half(kb, tm, rank),
+                                          T.address_of(full[s]), CLUSTER_MASK)
+                        else:
+                            T.ptx[tma_a](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
+                                         *a_coords(kb, tm), T.address_of(full[s]))
+                        if CM > 1:  # 2x1: this CTA's half of B, to both CTAs' stage s
+                            T.ptx[tma_mc](T.address_of(Sm[sm(s, BM + rank * b_box, 0)]),
+                                          T.address_of(B_map), kb * BK, bn0 + rank * b_box,
+                                          T.address_of(full[s]), CLUSTER_MASK)
+                        else:
+                            T.ptx[tma](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
+                                       kb * BK, bn0, T.address_of(full[s]))
+        else:
+            if split is not None:
+                T.ptx.setmaxnreg.inc.sync.aligned.u32(split[1])
+            cw = T.meta_var(wg - 1)
+            lt = T.meta_var(tx % 128)
+            row0 = T.meta_var(0 if pingpong else cw * WM)  # this consumer's rows of a tile
+            # cooperative: every consumer takes every tile; ping-pong: consumer cw every NC-th,
+            # so one's epilogue overlaps another's main loop
+            for j in T.serial((n_tiles - (cw if pingpong else 0) + step - 1) // step):
+                i = T.meta_var(j * step + (cw if pingpong else 0))
+                tm = T.meta_var(tile(cl + i * clusters, rank)[0])
+                tn = T.meta_var(tile(cl + i * clusters, rank)[1])
+                if pingpong:  # noqa: SIM102 - a static test outside, a TIR test inside
+                    # mbarrier waits test a phase's parity, so a consumer may run at most one
+                    # phase ahead of a barrier: taking turns keeps the other consumer's k blocks
+                    # from being seen as this one's. Consumer 0's j-th tile (after the first)
+                    # follows consumer 1's (j-1)-th, consumer 1's j-th follows consumer 0's j-th.
+                    if i > 0:
+                        T.cuda.mbarrier_wait(T.address_of(turn[cw]), (j - 1 + cw) & 1)
+                for kb in T.serial(KT):
+                    it = T.meta_var(i * KT + kb)
+                    s = T.meta_var(it % S)
+                    T.cuda.mbarrier_wait(T.address_of(full[s]), (it // S) & 1)
+                    T.ptx.wgmma.fence.sync.aligned()
+                    for kk in T.unroll(BK // 16):
+                        T.cuda.wgmma.encode_matrix_descriptor(
+                            T.address_of(desc_b), T.address_of(Sm[sm(s, BM, kk * 16)]), 1, sbo, swz)
+                        for a in T.unroll(atoms):
+                            T.cuda.wgmma.encode_matrix_descriptor(
+                                T.address_of(desc_a),
+                                T.address_of(Sm[sm(s, row0 + a * 64, kk * 16)]), 1, sbo, swz)
+                            T.ptx[mma](*acc_list(acc, a), desc_a, desc_b,
+                                       T.ptx.pred((kb > 0) or (kk > 0)), 1, 1, 0, 0)
+                    T.ptx.wgmma.commit_group.sync.aligned()
+                    if inflight == 0:
+                        T.ptx.wgmma.wait_group.sync.aligned(0)
+                        release(empty, s, True, lt)
+                    else:
+                        # the newest group may still read stage s: free the one before it
+                        T.ptx.wgmma.wait_group.sync.aligned(1)
+                        release(empty, (it + S - 1) % S, kb > 0, lt)
+                if inflight == 1:
+                    T.ptx.wgmma.wait_group.sync.aligned(0)
+                    release(empty, (i * KT + KT - 1) % S, True, lt)
+                if pingpong and lt == 0:
+                    T.ptx.mbarrier.arrive.shared.b64(T.address_of(turn[1 - cw]))
+                # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
+                # columns 8 j + 2 (lt % 4) (+1)
+                if tma_store:
+                    # box by box (64 rows x 32 columns): every thread writes its 16 floats of the
+                    # box to a staging buffer in TMA's 128-byte swizzle (16-byte chunk q of row
+                    # i at chunk q ^ (i % 8)), fences them for the async proxy, the consumer's
+                    # 128 threads meet at named barrier 1 + cw, and one thread has TMA store
+                    # the box (clipped at the output's edges). Two buffers alternate: before the
+                    # barrier that thread waits until the previous box's store has read its
+                    # buffer, so the next box may overwrite that buffer after the barrier.
+                    for a in T.unroll(atoms):
+                        for q in T.unroll(box_chunks):
+                            buf = T.meta_var(ring + (cw * EPI_BUFFERS + (a * box_chunks + q)
+                                                     % EPI_BUFFERS) * (EPI_BOX_BYTES // 2))
+                            for jj in T.unroll(EPI_COLS // 8):
+                                for h in T.unroll(2):
+                                    v = T.meta_var(a * half_n + (q * EPI_COLS // 8 + jj) * 4
+                                                   + h * 2)
+                                    T.ptx["st.shared.v2.f32"](
+                                        T.address_of(Sm[buf + staging_offset(lt, jj, h) // 2]),
+                                        acc[v], acc[v + 1])
+                            T.ptx.fence.proxy.async_.shared__cta()
+                            if lt == 0:
+                                T.ptx["cp.async.bulk.wait_group.read"](0)
+                            # named barrier 1 + cw, by immediate ids (a register id makes
+                            # ptxas reserve all 16 barriers, one CTA per SM)
+                            if NC == 1:  # noqa: SIM114 - a static test, then a TIR one
+                                T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
+                            elif cw == 0:
+                                T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
+                            else:
+                                T.ptx["bar.sync"](T.uint32(2), T.uint32(128))
+                            store_box(out_map, T.address_of(Sm[buf]), tm, row0, a,
+                                      tn * BN + q * EPI_COLS, lt)
+                else:
+                    store_rows(out, acc, tm, tn, row0, lt)
+            if tma_store and lt == 0:
+                # the last boxes' stores must finish before the CTA (and its shared memory) ends
+                T.ptx["cp.async.bulk.wait_group"](0)
+        if CS > 1:
+            # no CTA of the cluster exits while its peer may still arrive on its barriers (the
+            # peer consumers' last releases) or read what it multicast: every thread of both
+            # CTAs meets here last (CUTLASS's producer "load tail", a wait for every stage's
+            # last release, would do it too)
+            T.cuda.cluster_sync()
+
+    return body

@@ -1,0 +1,79 @@
+"""Space v3's arithmetic, free of TVM, shared by the spaces' models (``_hopper_matmul``,
+``_hopper_conv``), the kernel generator (``_hopper_kernel``) and the tests' simulations: the
+machine's figures, what the knobs' values mean, the tiles' walk, the tensor maps' descriptions
+and the tma epilogue's staging layout."""
+
+from __future__ import annotations
+
+SM_COUNT = 132  # H100 SXM and H200: the persistent grid's size
+#: setmaxnreg pairs (producer, consumer); "off" leaves every thread at the launch's share
+REG_SPLITS = {"off": None, "24/240": (24, 240), "40/232": (40, 232), "56/224": (56, 224)}
+#: TMA swizzle mode (CUtensorMapSwizzle) and wgmma descriptor swizzle, by row bytes of a tile
+SWIZZLE = {128: 3, 64: 2}
+#: the "tma" epilogue's staging box: 64 rows x 32 fp32 columns (128-byte rows, the 128-byte
+#: swizzle's width), two of them per consumer (one is written while TMA stores the other)
+EPI_ROWS, EPI_COLS, EPI_BUFFERS = 64, 32, 2
+EPI_BOX_BYTES = EPI_ROWS * EPI_COLS * 4
+EPI_SMEM_PER_CONSUMER = EPI_BUFFERS * EPI_BOX_BYTES
+DTYPE_BYTES = {"float16": 2, "float32": 4}
+#: thread-block clusters, as (block rows, block columns) of C a cluster's CTAs hold at once: 2x1
+#: pairs two block rows of one block column (they share B's tile), 1x2 two block columns of one
+#: block row (they share A's); launched as a 1-D cluster of 2 CTAs along the grid either way
+CLUSTERS = {"1x1": (1, 1), "2x1": (2, 1), "1x2": (1, 2)}
+#: the multicast's CTA mask: both CTAs of a 2-CTA cluster receive each half of the shared tile
+CLUSTER_MASK = 0b11
+
+
+def tensor_map(tensor: str, rows: int, cols: int, box_rows: int, box_cols: int,
+               dtype: str = "float16") -> dict:
+    """A row-major [rows, cols] tensor of ``dtype`` moved in [box_rows, box_cols] boxes (a box
+    row of 128 or 64 bytes: that swizzle). The runner encodes it with the tensor's own dtype
+    (the operator's), which ``dtype`` names."""
+    size = DTYPE_BYTES[dtype]
+    return {"tensor": tensor, "dtype": dtype, "dims": [cols, rows], "strides": [cols * size],
+            "box": [box_cols, box_rows], "swizzle": SWIZZLE[box_cols * size]}
+
+
+def encode_args(m: dict) -> list:
+    """runtime.cuTensorMapEncodeTiled's arguments after the pointer: dims, byte strides, box,
+    element strides (1), interleave (none), swizzle, L2 promotion (none), OOB fill (zeros)."""
+    return [*m["dims"], *m["strides"], *m["box"], *([1] * len(m["dims"])), 0, m["swizzle"], 0, 0]
+
+
+def tile_coords(t, *, M: int, N: int, BM: int, BN: int, G: int,
+                cluster: tuple[int, int] = (1, 1), rank=0):
+    """Tile ``t`` of a CTA's walk (a TIR expression in the kernel, an int in tests): (A's and
+    C's block row over the [b x M] rows, C's block column, B's first row over the [b x N] rows).
+    Batch element outermost; inside it grouped order, ``G`` block rows at a time, column by
+    column within a group (Triton's GROUP_M: neighbouring CTAs share operands in L2).
+
+    With a cluster of (rows, columns) tiles (:data:`CLUSTERS`), ``t`` counts the cluster's
+    tiles, blocks of rows x columns tiles, in the same order (``G`` block rows a group, at least
+    one cluster row: max(1, G // rows) cluster rows), and the CTA of cluster rank ``rank`` takes
+    tile (rank % rows, rank // rows) of the block: both CTAs of a cluster walk the same blocks,
+    so their tiles pair up at every step (cluster_pairs_whole_tiles: the blocks tile C
+    exactly). (1, 1): the walk of one CTA, tile by tile."""
+    cm, cn = cluster
+    tiles_m, tiles_n = -(-M // BM), -(-N // BN)  # ceil: the last row/column may be partial
+    ctm, ctn, gc = tiles_m // cm, tiles_n // cn, max(1, G // cm)  # cluster rows, columns
+    per_batch, per_group = ctm * ctn, gc * ctn
+    b, r = t // per_batch, t % per_batch
+    pn = r % per_group // gc
+    pm = r // per_group * gc + r % per_group % gc
+    tm = pm * cm + (rank % cm if cm > 1 else 0)
+    tn = pn * cn + (rank // cm if cn > 1 else 0)
+    return b * tiles_m + tm, tn, b * N + tn * BN
+
+
+def staging_offset(lt, jj, h):
+    """Byte offset, in a staging box of the tma epilogue, of consumer thread ``lt``'s pair of
+    accumulators (jj, h): row lt/32*16 + lt%32/4 + 8 h, columns 8 jj + 2 (lt % 4) (+1) of the
+    box, at the address TMA's 128-byte swizzle gives them (16-byte chunk c of row r at chunk
+    c ^ (r % 8); the box's rows are 128 bytes). A TIR expression in the kernel, an int in tests.
+
+    Bank conflicts: a half-warp's 8-byte stores (4 rows x 4 column pairs) land on 4 distinct
+    16-byte chunks of the 8 a conflict-free store would use, so each store takes 2 shared-memory
+    wavefronts per half-warp instead of 1 (a padded box would avoid it, but TMA reads the box
+    unpadded; without a swizzle the 4 rows would share one chunk: 4-way)."""
+    r = lt // 32 * 16 + lt % 32 // 4 + h * 8
+    return r * EPI_COLS * 4 + ((jj * 2 + lt % 4 // 2) ^ (r % 8)) * 16 + lt % 2 * 8
