@@ -20,6 +20,7 @@ knobs only the source has are dropped.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -140,6 +141,29 @@ def translate(config: Config, target: Space) -> Config | None:
     return None if target.structural_violations(out) else out
 
 
+def _fill_feasible(configs: list[Config], names: Sequence[str], target: Space) -> list[Config]:
+    """``configs`` (translated) where the knobs ``names`` the source lacks, at their first value
+    (:func:`translate`), make a configuration infeasible for ``target``: the first combination
+    of their values, in domain order, that is feasible (the row unchanged if none is). A GEMM
+    row carried into conv2d's v3 space needs a pixel tile (tile_w, tile_h) whose BM / (tile_w
+    tile_h) images fit the batch; the first, 1 x 1, never does for BM 64 on 16 images, and so
+    no GEMM source row could start a conv2d run."""
+    if not names or not configs:
+        return configs
+    bad = [i for i, v in enumerate(target.validate_many(configs)) if v]
+    out = list(configs)
+    for i in bad:
+        cond = {n: configs[i][n] for n in target.conditioning}
+        domains = [target.knob(n).domain(cond) if target.knob(n).is_active(cond) else [None]
+                   for n in names]
+        trial = [{**configs[i], **dict(zip(names, combo))}
+                 for combo in itertools.islice(itertools.product(*domains), 4096)]
+        ok = np.flatnonzero(target.feasible_mask(target.columns(trial)))
+        if len(ok):
+            out[i] = trial[int(ok[0])]
+    return out
+
+
 def load_sources(paths: Sequence[str], target_op) -> list[Source]:
     """Every source read, checked against the target and translated; a
     :class:`WarmStartError` names the first that cannot be used."""
@@ -165,6 +189,9 @@ def load_sources(paths: Sequence[str], target_op) -> list[Source]:
             if t is not None:
                 configs.append(t)
                 ys.append(math.log(tflops))
+        configs = _fill_feasible(configs, [k.name for k in target_op.space.knobs
+                                           if not isinstance(k, Split) and k.name not in rows[0][0]],
+                                 target_op.space)
         if not configs:
             raise WarmStartError(f"warm_start: {path}: none of its {len(rows)} ok rows fits the "
                                  f"target's shape {list(target_op.workload['shape'])}")

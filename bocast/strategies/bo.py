@@ -275,6 +275,10 @@ class BayesOpt(Strategy):
                 if key not in seen:
                     seen.add(key)
                     pool.append(nb)
+        # knobs the sources never moved: the model sees every value as the one they held, so
+        # LogEI spent half of a live first batch on other epilogues and clusters of the best
+        # rows (slower by 2x); their one value, where the pool has it
+        pool = [c for c in pool if all(c.get(k) == v for k, v in source.fixed.items())] or pool
         self.last_round = {"pool": len(pool), "observations": 0, "warm_start": True,
                            "warm_start_top": len(top)}
         if not pool or n <= 0:

@@ -258,3 +258,43 @@ def test_the_best_source_rows_take_turns_nearest_source_first():
     assert len({Space.key(c) for c in bests}) == 3  # three different best rows
     assert ranked_configs(paths, target)[:3] == bests
     assert ranked_configs(paths[::-1], target)[:3] == bests[::-1]
+
+
+def test_gemm_rows_carried_into_conv2d_v3_get_a_feasible_pixel_tile():
+    # a GEMM row has no pixel tile; the first values (1 x 1: BM images per tile) never fit 16
+    # images, so no GEMM source row could start a conv2d v3 run
+    from bocast.bo.transfer import ranked_configs
+    from bocast.candidates import SpaceCandidates
+    from bocast.operator import make
+
+    conv = make("conv2d", (16, 28, 28, 128, 128, 3, 3, 1, 1, 1), space="v3")
+    rows = ranked_configs(["experiments/data/exhaustive/gemm_1024_1024_1024_v3"], conv)[:50]
+    assert all(conv.space.is_feasible(c) for c in rows)
+    assert rows[0]["tile_w"] * rows[0]["tile_h"] > 1
+    cands = SpaceCandidates(conv.space, conv.workload)
+    assert best_rows_of(rows, cands, 8) and len(best_rows_of(rows, cands, 8)) == 8
+
+
+def best_rows_of(ranked, candidates, n):
+    from bocast.bo.transfer import best_rows
+
+    return best_rows(ranked, candidates, set(), n)
+
+
+def test_a_warm_first_batch_keeps_the_knobs_no_source_moved():
+    # the v3 tables fix the epilogue (v2) and the cluster (1x1): the source model cannot tell
+    # other values apart, so the first batch keeps the sources' own
+    from bocast.candidates import SpaceCandidates
+    from bocast.operator import make
+
+    target = make("bmm", (32, 1024, 1024, 128), space="v3")
+    paths = [f"experiments/data/exhaustive/gemm_{s}_v3" for s in
+             ("1024_1024_1024", "2048_8192_1024")]
+    cands = SpaceCandidates(target.space, target.workload)
+    for seed in (0, 1):
+        batch = make_strategy("bo", cands, seed=seed, warm_start=paths,
+                              warm_start_share=0.5).ask(16)
+        assert len(batch) == 16
+        assert {(c["epilogue"], c["cluster"]) for c in batch} == {("v2", "1x1")}
+    cold = make_strategy("bo", cands, seed=0).ask(16)
+    assert len({(c["epilogue"], c["cluster"]) for c in cold}) > 1  # the space has others
