@@ -41,8 +41,10 @@ Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmar
   operator on the same matmul schedule (GEMM records for a conv2d; dataset prefixes or
   record stores) as a source model (:mod:`bocast.bo.transfer`). Its mean is one more input of
   the GP, and the first batch is picked by LogEI on it over the candidates (a uniform pool plus
-  the best source rows that the candidates contain, and their neighbours) instead of uniform
-  samples; the model takes over from the second batch (``n_init`` does not apply).
+  the best source rows that the candidates contain, and their neighbours; the knobs no source
+  moved kept at the sources' value) instead of uniform samples, with ``warm_start_share`` of
+  it the best source rows themselves (each source's best in turn, nearest first); the model
+  takes over from the second batch (``n_init`` does not apply).
 """
 
 from __future__ import annotations
@@ -256,7 +258,8 @@ class BayesOpt(Strategy):
         """Warm start: the best source rows (``warm_start_top`` of them, first; or the
         ``warm_start_share`` of the batch, in turn with the model's picks), and LogEI on the
         source model (Kriging believer) over a uniform pool plus the best source rows the
-        candidates contain and their neighbours."""
+        candidates contain and their neighbours, at the sources' value of every knob no source
+        moved."""
         from bocast.bo.transfer import best_rows, interleave
 
         share = self.hyper["warm_start_share"]
