@@ -4,9 +4,10 @@ library (:mod:`bocast.library`), and the options a warm run takes (:func:`warm_o
 - **Compatible**: the records of the same schedule (:func:`bocast.bo.transfer.incompatibility`:
   the same operator, or another on the same Tensor Core matmul; the same space version unless
   the knobs map one to one; the same dtypes and layout) measured on the run's GPU model.
-  Where the library holds none of that model, those of another model of the same architecture
-  (compute capability and SM count: an H100 SXM's for an H200) stand in, and the run says so;
-  records of other GPU models are left out and the run says so too. Where the run's GPU is
+  Records of another model of the same architecture (compute capability and SM count: an H100
+  SXM's and an H200's; their kernels rank alike, experiments/results/warm_default_live_h200.md)
+  count as the model's own, after them at the same distance, and the run names them; records
+  of other GPU models are left out and the run says so. Where the run's GPU is
   not known before it starts (rpc without ``gpu_model``), every GPU's records count, named.
 - **Never the run's own**: not its dataset, not its own store (nor the library's copy of it);
   a replay run takes only shipped datasets of *other* workloads (so the answer never leaks
@@ -55,8 +56,8 @@ def choose(target_op, *, gpu: str | None, arch: tuple[str, int] | None = None,
            limit: int = MAX_SOURCES) -> Choice:
     """The sources of ``warm_start: auto`` for ``target_op`` (see the module docstring).
     ``gpu``: the run's GPU model (None: not known); ``arch``: its (compute capability, SM
-    count) (:func:`bocast.library.architecture`; None: not known), whose records stand in where
-    the library holds none of the model's own; ``exclude``: paths never used (the run's
+    count) (:func:`bocast.library.architecture`; None: not known): other models' records of
+    the same architecture count too; ``exclude``: paths never used (the run's
     dataset, its store); ``other_workloads``: only records of other workloads (replay);
     ``shipped_only``: only shipped datasets (replay)."""
     from bocast.bo.transfer import incompatibility
@@ -66,7 +67,7 @@ def choose(target_op, *, gpu: str | None, arch: tuple[str, int] | None = None,
     never = {os.path.abspath(p) for p in exclude}
     want = canonical_workload(target_op.workload)
     own: list[Entry] = []
-    alike: list[Entry] = []  # another model of the run's architecture
+    others: list[Entry] = []  # records of another GPU model
     for e in entries:
         if os.path.abspath(e.path) in never or (e.origin and os.path.abspath(e.origin) in never):
             continue
@@ -76,22 +77,21 @@ def choose(target_op, *, gpu: str | None, arch: tuple[str, int] | None = None,
         problem, _ = incompatibility(e.workload, target_op)
         if problem:
             continue
-        (own if gpu is None or e.gpu == gpu else alike).append(e)
-    chosen = _pick(own, target_op, want, limit, notes)
-    stand_in = [] if chosen or arch is None else \
-        _pick([e for e in alike if e.arch == arch], target_op, want, limit, notes)
+        (own if gpu is None or e.gpu == gpu else others).append(e)
+    alike = [e for e in others if arch is not None and e.arch == arch]
+    chosen = _pick(own + alike, target_op, want, limit, notes, gpu=gpu)
     other_gpu: dict[str, int] = {}
-    for e in alike:  # what the GPU model kept out (not what closer workloads did)
-        if not (stand_in and e.arch == arch):
+    for e in others:  # what the GPU model kept out (not what closer workloads did)
+        if not (arch is not None and e.arch == arch):
             name = e.gpu or "GPU not recorded"
             other_gpu[name] = other_gpu.get(name, 0) + 1
-    if stand_in:
+    stand_in = [e for e in chosen if gpu is not None and e.gpu != gpu]
+    if stand_in and arch is not None:
         models = ", ".join(sorted({str(e.gpu) for e in stand_in}))
-        notes.append(f"warm start: no records of {gpu} in the library; using those of {models}, "
-                     f"the same architecture (compute capability {arch[0]}, {arch[1]} SMs: the "
-                     f"same kernels in the same waves; memory differs). --warm-start none for a "
-                     f"cold start")
-        chosen = stand_in
+        notes.append(f"warm start: {len(stand_in)} of the {len(chosen)} sources measured on "
+                     f"{models}, the same architecture as this run's {gpu} (compute capability "
+                     f"{arch[0]}, {arch[1]} SMs: the same kernels in the same waves; memory "
+                     f"differs). --warm-start none for a cold start")
     if other_gpu:
         what = ", ".join(f"{n} of {g}" for g, n in sorted(other_gpu.items()))
         notes.append(f"warm start: records of other GPU models left out ({what}); this run's "
@@ -110,9 +110,10 @@ def choose(target_op, *, gpu: str | None, arch: tuple[str, int] | None = None,
 
 
 def _pick(entries: Sequence[Entry], target_op, want: dict[str, Any], limit: int,
-          notes: list[str]) -> list[Entry]:
-    """At most ``limit`` of ``entries``, closest workload first, one per workload, each with
-    rows that fit the target's extents (those without are passed over, with a note)."""
+          notes: list[str], *, gpu: str | None) -> list[Entry]:
+    """At most ``limit`` of ``entries``, closest workload first (the run's GPU model before
+    another at the same distance), one per workload, each with rows that fit the target's
+    extents (those without are passed over, with a note)."""
     from bocast.bo.transfer import WarmStartError, load_sources
     from bocast.operator import WorkloadError, canonical_workload, from_workload
 
@@ -124,7 +125,8 @@ def _pick(entries: Sequence[Entry], target_op, want: dict[str, Any], limit: int,
         except (WorkloadError, AttributeError):
             continue
         ranked.append(((canonical_workload(e.workload).get("op") != want.get("op"),
-                        round(dist, 6), -(e.ok if e.ok is not None else e.rows), e.name), e))
+                        round(dist, 6), gpu is not None and e.gpu != gpu,
+                        -(e.ok if e.ok is not None else e.rows), e.name), e))
     ranked.sort(key=lambda t: t[0])
     chosen: list[Entry] = []
     seen: set[str] = set()

@@ -107,43 +107,44 @@ def test_auto_chooses_the_same_schedule_on_the_same_gpu(standin_store, tmp_path)
     assert own.sources == [] and "a cold start" in own.notes[-1]
 
 
-def test_another_model_of_the_same_architecture_stands_in_and_says_so():
+def test_another_model_of_the_same_architecture_counts_and_is_named():
     v3 = make("gemm", (2048, 6144, 4096), space="v3")
     hopper = ("9.0", 132)
     h200 = warm_sources.choose(v3, gpu="NVIDIA H200", arch=hopper, shipped_only=True)
-    h100 = warm_sources.choose(v3, gpu="NVIDIA H100 80GB HBM3", shipped_only=True)
-    assert h200.sources and h200.sources == h100.sources  # the shipped H100 tables
-    assert any("no records of NVIDIA H200" in n and "NVIDIA H100 80GB HBM3" in n
-               and "132 SMs" in n for n in h200.notes)
-    assert not any("left out" in n for n in h200.notes)
-    # another SM count (an H100 PCIe's 114) or an unknown architecture: a cold start
+    h100 = warm_sources.choose(v3, gpu="NVIDIA H100 80GB HBM3", arch=hopper, shipped_only=True)
+    # the three GEMM v3 tables (H100) for both: the same operator comes first, then distance
+    assert h200.sources and h200.sources == h100.sources
+    assert any("3 of the 3 sources measured on NVIDIA H100 80GB HBM3" in n
+               and "same architecture" in n and "132 SMs" in n for n in h200.notes)
+    assert not any("same architecture" in n for n in h100.notes)
+    # another SM count (an H100 PCIe's 114) or an unknown architecture: the H100's are left out
     for arch in (("9.0", 114), None):
         cold = warm_sources.choose(v3, gpu="NVIDIA H200", arch=arch, shipped_only=True)
-        assert cold.sources == [] and any("left out" in n for n in cold.notes)
+        gpus = {e.path: e.gpu for e in library.scan(None, stores=False)[0]}
+        assert all(gpus[p] == "NVIDIA H200" for p in cold.sources)  # only its own model's
+        assert any("left out" in n and "NVIDIA H100 80GB HBM3" in n for n in cold.notes)
 
 
-def test_the_runs_own_model_comes_before_its_architecture(standin_store, tmp_path):
+def test_the_runs_own_model_comes_first_at_the_same_distance(standin_store, tmp_path):
     store, _ = standin_store
     folder = tmp_path / "lib"
     mine, _ = library.add(store, str(folder))
     alike = _regpu(mine, str(folder / "alike.db"), "NVIDIA H200")
     target = make("gemm", (512, 256, 256), space="v2")
-    arch = library.scan(str(folder))[0][0].arch  # the stand-in sessions' own, if recorded
-    if arch is None:  # give both copies one architecture
-        for path in (mine, alike):
-            conn = sqlite3.connect(path)
-            with conn:
-                for i, p in conn.execute("SELECT id, provenance FROM sessions").fetchall():
-                    prov = json.loads(p)
-                    prov["device"] = {**prov.get("device", {}), "capability": "9.0",
-                                      "sm_count": 132}
-                    conn.execute("UPDATE sessions SET provenance = ? WHERE id = ?",
-                                 (json.dumps(prov), i))
-            conn.close()
-        arch = ("9.0", 132)
-    choice = warm_sources.choose(target, gpu=STANDIN, arch=arch, records=str(folder))
-    assert mine in choice.sources and alike not in choice.sources
-    assert any("left out" in n and "1 of NVIDIA H200" in n for n in choice.notes)
+    for path in (mine, alike):  # give both copies one architecture
+        conn = sqlite3.connect(path)
+        with conn:
+            for i, p in conn.execute("SELECT id, provenance FROM sessions").fetchall():
+                prov = json.loads(p)
+                prov["device"] = {**prov.get("device", {}), "capability": "9.0",
+                                  "sm_count": 132}
+                conn.execute("UPDATE sessions SET provenance = ? WHERE id = ?",
+                             (json.dumps(prov), i))
+        conn.close()
+    choice = warm_sources.choose(target, gpu=STANDIN, arch=("9.0", 132), records=str(folder))
+    assert mine in choice.sources and alike not in choice.sources  # one per workload: its own
+    h200 = warm_sources.choose(target, gpu="NVIDIA H200", arch=("9.0", 132), records=str(folder))
+    assert alike in h200.sources and mine not in h200.sources
 
 
 def test_records_of_one_space_never_seed_another():
