@@ -2,7 +2,7 @@
 # Make room under the device tool's 64 MiB carry limit for a call that needs xgboost (every
 # live CGA): the TVM bundle (61.1 MB) + xgboost (3.6 MB) + the whole repository (3.2 MB) do not
 # fit. `out` moves what no device command reads (the results folder, the tests, the v1 uniform
-# datasets) into .devlean/ (ignored) and leaves an empty results folder for the call's output;
+# datasets; the v2 and v3 ones stay: warm_start auto reads them) into .devlean/ (ignored) and leaves an empty results folder for the call's output;
 # `in` moves them back (files a command wrote meanwhile under experiments/results are kept).
 #   bash experiments/device/lean_tree.sh out   # then the device call, carry .devbundle
 #   bash experiments/device/lean_tree.sh in
@@ -15,7 +15,7 @@ case "${1:-}" in
     mv experiments/results .devlean/results && mkdir experiments/results
     mv tests .devlean/tests
     mkdir tests && cp -r .devlean/tests/__init__.py .devlean/tests/gpu tests/  # the GPU checks
-    for f in $(git ls-files 'experiments/data/*.csv.xz' | grep -v -e /exhaustive/ -e _v2.csv.xz); do
+    for f in $(git ls-files 'experiments/data/*.csv.xz' | grep -v -e /exhaustive/ -e _v2.csv.xz -e _v3.csv.xz); do
       mv "$f" .devlean/data/
     done
     git ls-files | while read -r f; do if [ -f "$f" ]; then stat -c %s "$f"; fi; done \
