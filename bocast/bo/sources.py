@@ -189,9 +189,9 @@ def load_sources(paths: Sequence[str], target_op) -> list[Source]:
             if t is not None:
                 configs.append(t)
                 ys.append(math.log(tflops))
-        configs = _fill_feasible(configs, [k.name for k in target_op.space.knobs
-                                           if not isinstance(k, Split) and k.name not in rows[0][0]],
-                                 target_op.space)
+        lacks = [k.name for k in target_op.space.knobs
+                 if not isinstance(k, Split) and k.name not in rows[0][0]]
+        configs = _fill_feasible(configs, lacks, target_op.space)
         if not configs:
             raise WarmStartError(f"warm_start: {path}: none of its {len(rows)} ok rows fits the "
                                  f"target's shape {list(target_op.workload['shape'])}")

@@ -94,11 +94,6 @@ class SourceModel:
         self.sources = list(sources)
         self.ranked = _ranked(sources)  # every row, best first (before the subset below)
         configs = [c for s in sources for c in s.configs]
-        #: the knobs every source row holds at one value, and that value: the model cannot
-        #: tell their values apart, the sources only say that this one works
-        self.fixed = {k: v for k in configs[0]
-                      if len({json.dumps(c.get(k), default=str) for c in configs}) == 1
-                      for v in [configs[0][k]]}
         y = np.concatenate([_zscores(sources, s) for s in sources])
         x = features(configs)
         if len(configs) > points:  # fixed seed: the same model in every run

@@ -279,22 +279,3 @@ def best_rows_of(ranked, candidates, n):
     from bocast.bo.transfer import best_rows
 
     return best_rows(ranked, candidates, set(), n)
-
-
-def test_a_warm_first_batch_keeps_the_knobs_no_source_moved():
-    # the v3 tables fix the epilogue (v2) and the cluster (1x1): the source model cannot tell
-    # other values apart, so the first batch keeps the sources' own
-    from bocast.candidates import SpaceCandidates
-    from bocast.operator import make
-
-    target = make("bmm", (32, 1024, 1024, 128), space="v3")
-    paths = [f"experiments/data/exhaustive/gemm_{s}_v3" for s in
-             ("1024_1024_1024", "2048_8192_1024")]
-    cands = SpaceCandidates(target.space, target.workload)
-    for seed in (0, 1):
-        batch = make_strategy("bo", cands, seed=seed, warm_start=paths,
-                              warm_start_share=0.5).ask(16)
-        assert len(batch) == 16
-        assert {(c["epilogue"], c["cluster"]) for c in batch} == {("v2", "1x1")}
-    cold = make_strategy("bo", cands, seed=0).ask(16)
-    assert len({(c["epilogue"], c["cluster"]) for c in cold}) > 1  # the space has others
