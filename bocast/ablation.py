@@ -1,7 +1,7 @@
 """Ablation of BO's options on replay of recorded tables (CPU): every variant x seed x table,
 paired by seed (a seed gives every variant the same initial design), one table of results.
 
-    python -m bocast.ablation experiments/ablation/bo_replay.yaml
+    bocast ablation experiments/ablation/bo_replay.yaml   (or python -m bocast.ablation FILE)
 
 The file lists ``tables`` (dataset + workload), ``variants`` (compare strategy entries; a
 ``batch_size`` there overrides the common one), ``reference`` (the variant the others are
@@ -28,12 +28,14 @@ variant, and the best so far at 32, 64, 128 trials and the budget.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -158,7 +160,18 @@ def _holm(p: list[float]) -> list[float]:
     return out
 
 
-def main(path: str) -> None:
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """``bocast ablation FILE``: run (or read from the per-run cache) every run of the file
+    and write its results."""
+    ap = argparse.ArgumentParser(prog=prog, description="strategies x options x seeds on "
+                                 "several recorded tables (replay), paired by seed: one table "
+                                 "of results (the file's format: the module's docstring)")
+    ap.add_argument("file", help="ablation file (YAML; e.g. experiments/ablation/loto_v3.yaml)")
+    run_file(ap.parse_args(argv).file)
+    return 0
+
+
+def run_file(path: str) -> None:
     spec = read_yaml(path)
     prov = provenance()  # before writing anything: the outputs are tracked files
     where = os.path.dirname(os.path.abspath(path))
@@ -292,4 +305,4 @@ def _markdown(res: dict) -> str:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    sys.exit(main())

@@ -8,8 +8,10 @@ fresh random order per round) with the same runner, so each ratio is against a c
 of the same process and minutes. It prints a table (median [min-max] over rounds) and writes
 JSON with provenance.
 
-    python -m bocast.remeasure runs/live_v2_gemm_4096_4096_4096/*.db --top 10 --rounds 5 \
+    bocast remeasure runs/live_v2_gemm_4096_4096_4096/*.db --top 10 --rounds 5 \
         --out $OUT/remeasure_4096.json
+
+(``python -m bocast.remeasure`` is the same.)
 
 ``--runner standin`` exercises the same path on a CPU with SYNTHETIC timings (tests only).
 """
@@ -76,8 +78,8 @@ def spread(xs: list[float]) -> dict:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("stores", nargs="+", help="record stores (SQLite) of one workload")
     ap.add_argument("--top", type=int, default=10, help="distinct best configurations")
     ap.add_argument("--rounds", type=int, default=5, help="cuBLAS + every kernel, this many times")

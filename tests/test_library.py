@@ -262,3 +262,18 @@ def test_warm_defaults_apply_only_to_a_warm_run_and_never_over_a_given_option(mo
     assert warm_sources.warm_options("bo", {"warm_start_top": 16}, ["a"]) == {
         "warm_start_top": 16, "warm_start": ["a"]}
     assert warm_sources.warm_options("cga", {}, ["a"]) == {"warm_start": ["a"]}
+
+
+def test_remeasure_and_ablation_are_commands(standin_store, tmp_path, bocast_cli):
+    store, _ = standin_store
+    out = tmp_path / "remeasure.json"
+    code, stdout, err = bocast_cli("remeasure", store, "--runner", "standin", "--top", "2",
+                                   "--rounds", "1", "--out", str(out))
+    assert code == 0, err
+    kernels = json.loads(out.read_text())["kernels"]
+    assert len(kernels) == 2 and all(k["build_status"] == "ok" for k in kernels)
+    # bad input: one line, exit 2, as every command
+    code, _, err = bocast_cli("remeasure", store, str(tmp_path / "missing.db"))
+    assert code == 2 and err.startswith("bocast: error:") and "missing.db" in err
+    code, _, err = bocast_cli("ablation", str(tmp_path / "none.yaml"))
+    assert code == 2 and err.strip() == f"bocast: error: {tmp_path / 'none.yaml'}: no such file"

@@ -16,11 +16,11 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bocast import interrupt
 from bocast.cli.parser import build_parser
-from bocast.cli.run_commands import cmd_serve
+from bocast.cli.run_commands import cmd_ablation, cmd_remeasure, cmd_serve
 from bocast.errors import InputError
 
 # the commands live in the package's modules (common, space_commands, run_commands, parser);
@@ -29,17 +29,27 @@ __all__ = ["build_parser", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from bocast.measure.rpc import RpcUnavailable
-
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["serve"]:  # its options are rpc_server's, which argparse cannot forward
+    # their options are their modules' own, which argparse cannot forward
+    tools = {"serve": cmd_serve, "remeasure": cmd_remeasure, "ablation": cmd_ablation}
+    if argv[:1] == ["serve"]:
         return cmd_serve(argv[1:])
+    if argv[:1] and argv[0] in tools:
+        return _guarded(lambda: tools[argv[0]](argv[1:]), bool(os.environ.get("BOCAST_DEBUG")))
     args = build_parser().parse_args(argv)
     debug = bool(getattr(args, "debug", False) or os.environ.get("BOCAST_DEBUG"))
+    return _guarded(lambda: args.func(args), debug)
+
+
+def _guarded(command: Callable[[], int], debug: bool) -> int:
+    """``command`` under the contract above: interrupts, input errors and bugs each end in one
+    line and their exit code."""
+    from bocast.measure.rpc import RpcUnavailable
+
     before = {s: signal.getsignal(s) for s in interrupt.SIGNALS}
     interrupt.install()
     try:
-        return args.func(args)
+        return command()
     except (interrupt.Interrupted, KeyboardInterrupt) as e:
         name = str(e) if isinstance(e, interrupt.Interrupted) else "SIGINT"
         _fail(f"bocast: interrupted ({name}): every finished record is kept; the same command "

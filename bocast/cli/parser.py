@@ -9,10 +9,12 @@ from typing import Any
 
 from bocast import schema
 from bocast.cli.run_commands import (
+    cmd_ablation,
     cmd_compare,
     cmd_export,
     cmd_ops,
     cmd_records,
+    cmd_remeasure,
     cmd_serve,
     cmd_suggest,
     cmd_tune,
@@ -207,6 +209,16 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False)
     p.add_argument("serve_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=lambda args: cmd_serve(args.serve_args))
+
+    for name, what, func in (
+            ("remeasure", "re-time the best kernels of record stores beside cuBLAS in one "
+                          "process, several rounds (`bocast remeasure --help`)", cmd_remeasure),
+            ("ablation", "strategies x options x seeds on several recorded tables (replay), "
+                         "paired tests: one results file (`bocast ablation --help`)",
+             cmd_ablation)):
+        p = sub.add_parser(name, help=what, add_help=False)
+        p.add_argument("tool_args", nargs=argparse.REMAINDER)
+        p.set_defaults(func=lambda args, f=func: f(args.tool_args))
 
     p = sub.add_parser("export", parents=[common],
                        help="rebuild one record's kernel: TVMScript, CUDA, cubin, TVM library "

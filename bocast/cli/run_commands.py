@@ -212,6 +212,31 @@ def cmd_serve(rest: Sequence[str]) -> int:
                            prog="bocast serve")
 
 
+def cmd_remeasure(rest: Sequence[str]) -> int:
+    """``bocast remeasure ARGS`` is ``python -m bocast.remeasure ARGS``."""
+    from bocast import remeasure
+
+    return _tool(remeasure.main, rest, "bocast remeasure")
+
+
+def cmd_ablation(rest: Sequence[str]) -> int:
+    """``bocast ablation FILE`` is ``python -m bocast.ablation FILE``."""
+    from bocast import ablation
+
+    return _tool(ablation.main, rest, "bocast ablation")
+
+
+def _tool(main, rest: Sequence[str], prog: str) -> int:
+    """A tool's ``main`` under the command's contract: a refusal it ends with (SystemExit
+    with a message) is an input error, one line, exit 2."""
+    try:
+        return int(main(list(rest), prog=prog) or 0)
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            raise InputError(e.code) from None
+        return int(e.code or 0)
+
+
 def cmd_ops(args) -> int:
     ops = operators()
     lines = [f"{name:<18} {cls.shape_help} (default {cls.default_shape})"
