@@ -30,8 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bocast.bo.transfer import AUTO, WarmStartError, incompatibility, load_sources
 from bocast.errors import InputError
-from bocast.library import Entry, _one_line, scan
+from bocast.library import Entry, _one_line, architecture, scan
+from bocast.operator import WorkloadError, canonical_workload, from_workload
 
 #: at most this many sources for ``warm_start: auto``
 MAX_SOURCES = 3
@@ -60,9 +62,6 @@ def choose(target_op, *, gpu: str | None, arch: tuple[str, int] | None = None,
     the same architecture count too; ``exclude``: paths never used (the run's
     dataset, its store); ``other_workloads``: only records of other workloads (replay);
     ``shipped_only``: only shipped datasets (replay)."""
-    from bocast.bo.transfer import incompatibility
-    from bocast.operator import canonical_workload
-
     entries, notes = scan(records, stores=not shipped_only)
     never = {os.path.abspath(p) for p in exclude}
     want = canonical_workload(target_op.workload)
@@ -114,9 +113,6 @@ def _pick(entries: Sequence[Entry], target_op, want: dict[str, Any], limit: int,
     """At most ``limit`` of ``entries``, closest workload first (the run's GPU model before
     another at the same distance), one per workload, each with rows that fit the target's
     extents (those without are passed over, with a note)."""
-    from bocast.bo.transfer import WarmStartError, load_sources
-    from bocast.operator import WorkloadError, canonical_workload, from_workload
-
     ranked = []
     for e in entries:
         try:
@@ -153,8 +149,6 @@ def resolve(option: Any, target_op, *, runner: str, gpu: str | None,
             store: str | None = None, records: str | None = None) -> Choice:
     """The sources of a run's ``warm_start`` option: ``auto`` chosen by :func:`choose` (replay:
     shipped datasets of other workloads only), ``none`` none, a list as it is."""
-    from bocast.bo.transfer import AUTO
-
     if option != AUTO:
         paths = option if isinstance(option, list) else []
         return Choice(list(paths), [f"warm start from {', '.join(paths)}"] if paths else [])
@@ -184,8 +178,6 @@ def run_architecture(runner: str, *, dataset=None) -> tuple[str, int] | None:
     starts (:func:`bocast.library.architecture`): replay, its dataset's; local, the local
     GPU's (asked in a child process: this one never initialises CUDA); else None (rpc, the
     stand-in)."""
-    from bocast.library import architecture
-
     if runner == "replay":
         return architecture((getattr(dataset, "meta", None) or {}).get("device"))
     if runner != "local":
