@@ -27,7 +27,7 @@ import yaml
 from bocast import options, schema
 from bocast.errors import InputError
 from bocast.locations import check_writable
-from bocast.measure.parts import RUNNER_KINDS, runner_kind
+from bocast.measure.parts import RUNNER_KINDS, make_builder, make_runner, runner_kind
 from bocast.schema import ConfigError, Field, Section
 
 __all__ = ["ConfigError", "TuneConfig", "load", "parse", "read_yaml", "workload_and_dataset"]
@@ -59,29 +59,53 @@ TUNE = Section((
 ))
 
 
-@dataclass
-class TuneConfig:
+@dataclass(kw_only=True)
+class RunSpec:
+    """What a tuning run and a comparison both name, defined once (:class:`TuneConfig` and
+    :class:`bocast.comparison.config.CompareConfig` extend it): the workload, the trials of one
+    run and its batch, how kernels are measured (the runner, its options, rpc, a replay's
+    dataset), where the records go, and the configuration as read (``raw``: its digest names
+    the configuration in every result)."""
+
+    name: str = ""
     workload: dict[str, Any]
-    strategy: str
-    strategy_options: dict[str, Any]
-    batch_size: int
-    trials: int
-    seconds: float | None
-    seed: int
     runner: str
-    dataset: str | None
+    dataset: str | None = None
+    trials: int
+    batch_size: int
     output: str
     runner_options: dict[str, Any] = field(default_factory=dict)
     rpc: dict[str, Any] = field(default_factory=dict)
-    store: str | None = None
-    records: str | None = None
-    name: str = ""
-    path: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.raw, sort_keys=True).encode()).hexdigest()[:16]
+
+    def make_runner(self, *, seed: int = 0):
+        """The live runner this spec names (``seed``: its input data); a replay has none."""
+        ro = self.runner_options
+        return make_runner(self.runner, timeout_s=ro["run_timeout"], repeats=ro["repeats"],
+                           seed=seed, rpc=self.rpc)
+
+    def make_builder(self):
+        """The builder this spec's runner options name (the stand-in's never compiles)."""
+        ro = self.runner_options
+        return make_builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
+                            reject_spills=ro["reject_spills"], compile=self.runner != "standin")
+
+
+@dataclass(kw_only=True)
+class TuneConfig(RunSpec):
+    """One tuning run (``bocast tune``, :func:`bocast.tune`)."""
+
+    strategy: str
+    strategy_options: dict[str, Any]
+    seconds: float | None
+    seed: int
+    store: str | None = None
+    records: str | None = None
+    path: str = ""
 
 
 #: keys of a comparison's strategy entry that are not the strategy's options: ``label``, and

@@ -78,11 +78,8 @@ class TuneRun:
         try:
             if dataset is None:
                 from bocast.measure.engine import Measurer
-                from bocast.measure.parts import make_builder, make_runner
 
-                ro = cfg.runner_options
-                runner = make_runner(cfg.runner, timeout_s=ro["run_timeout"],
-                                     repeats=ro["repeats"], seed=cfg.seed, rpc=cfg.rpc)
+                runner = cfg.make_runner(seed=cfg.seed)
                 closers.append(runner)
                 device = runner.device()
             # the run can start: only now is its store created (or opened for writing), so a
@@ -98,9 +95,7 @@ class TuneRun:
                      "configurations; no GPU is used)")
             else:
                 ref = store.get_meta("reference") or runner.reference(op)
-                builder = make_builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
-                                       reject_spills=ro["reject_spills"],
-                                       compile=cfg.runner != "standin")
+                builder = cfg.make_builder()
                 closers.append(builder)
                 store.set_meta("reference", ref)
                 reference = ref.get("tflops")

@@ -9,7 +9,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bocast import identity, options, schema
@@ -20,6 +20,7 @@ from bocast.config import (
     RUNNER_OPTIONS,
     WORKLOAD,
     ConfigError,
+    RunSpec,
     read_yaml,
     resolver,
     rpc_options,
@@ -68,30 +69,17 @@ ENTRY = Section((
 ))
 
 
-@dataclass
-class CompareConfig:
-    name: str
-    workload: dict[str, Any]
-    runner: str
-    dataset: str | None
+@dataclass(kw_only=True)
+class CompareConfig(RunSpec):
+    """A comparison (``bocast compare``): strategies x seeds on one workload; ``trials`` is
+    each run's budget (an entry may run longer), ``results`` the prefix of its tables."""
+
     strategies: list[dict[str, Any]]
     seeds: list[int]
-    trials: int
-    batch_size: int
     budgets: list[int]
     baseline: str | None
-    output: str
     results: str
     workers: int | None
-    runner_options: dict[str, Any] = field(default_factory=dict)
-    rpc: dict[str, Any] = field(default_factory=dict)
-    raw: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def digest(self) -> str:
-        import hashlib
-
-        return hashlib.sha256(json.dumps(self.raw, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def load(path: str) -> CompareConfig:

@@ -158,7 +158,6 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
     from bocast import metaschedule
     from bocast.candidates import SpaceCandidates
     from bocast.measure.engine import Measurer
-    from bocast.measure.parts import make_builder, make_runner
     from bocast.operator import from_workload
     from bocast.store import Store
     from bocast.strategies import make_strategy
@@ -168,12 +167,8 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
     runs_plan = plan(cfg)
     if only is not None and not only:
         return _read_live(op, runs_plan)
-    ro = cfg.runner_options
-    runner = runner or make_runner(cfg.runner, timeout_s=ro["run_timeout"],
-                                   repeats=ro["repeats"], rpc=cfg.rpc)
-    builder = builder or make_builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
-                                      reject_spills=ro["reject_spills"],
-                                      compile=cfg.runner != "standin")
+    runner = runner or cfg.make_runner()
+    builder = builder or cfg.make_builder()
     with runner, builder, contextlib.ExitStack() as stores:
         device = runner.device()
         # one reference for the whole comparison: the one timed when it started, if it did
