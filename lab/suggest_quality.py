@@ -118,7 +118,7 @@ def main(out: str) -> None:
     lines = [
         "# bocast suggest on held-out tables", "",
         f"`python lab/suggest_quality.py {out}` at commit {prov.get('git_sha')} "
-        f"({prov.get('date')}), CPU. Each exhaustive v2 table held out of the library: its "
+        f"({prov.get('date')}), CPU. Each exhaustive table held out of the library: its "
         "own dataset and every record of its workload left out, only shipped datasets used "
         "(the sources `warm_start: auto` picks on replay). Ratios are true TFLOPS (the "
         "table's measurement) over the table's best; rank 1 is the table's best row. "
