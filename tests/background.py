@@ -6,10 +6,11 @@ itself keeps about one of a 2-core machine's cores busy, so such a process costs
 when the test waits for it inline, and little when it runs on the other core meanwhile.
 
 A module registers a job at import (:func:`job`) and marks the tests that read it
-``@pytest.mark.background("name")``; ``tests/conftest.py`` starts the jobs of the selected tests
-once collection ends (none when no test reading it is selected) and stops any left when the
-session ends. :func:`result` waits for a job and returns what the process returned, as
-``subprocess.run`` would have; the test asserts on it as before.
+``@pytest.mark.background("name")``; once collection ends ``tests/conftest.py`` starts the jobs
+of the selected tests one after another, in the order the tests read them (none when no test
+reading it is selected), and stops any left when the session ends. :func:`result` waits for a
+job and returns what the process returned, as ``subprocess.run`` would have; the test asserts
+on it as before.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,6 +39,8 @@ class Job:
 
 
 JOBS: dict[str, Job] = {}
+_lock = threading.Lock()
+_stopped = False
 
 
 def job(name: str, argv: list[str], *, timeout_s: float, cwd: str = ROOT) -> str:
@@ -47,9 +51,29 @@ def job(name: str, argv: list[str], *, timeout_s: float, cwd: str = ROOT) -> str
     return name
 
 
+def start_in_turn(names: list[str]) -> None:
+    """Start the jobs one after another, each when the one before has ended (in a thread of
+    this process), so that one job at a time takes the core the tests leave idle; several at
+    once would only share it, and the first test to wait for one would wait longer."""
+    def go():
+        for name in names:
+            start(name)
+            proc = JOBS[name].proc
+            if proc is None:  # the session ended
+                return
+            proc.wait()
+
+    threading.Thread(target=go, name="background-jobs", daemon=True).start()
+
+
 def start(name: str) -> None:
+    with _lock:
+        _start(name)
+
+
+def _start(name: str) -> None:
     j = JOBS[name]
-    if j.proc is not None:
+    if j.proc is not None or _stopped:
         return
     j.out = tempfile.mkdtemp(prefix=f"bocast-bg-{name}-")
     records = os.path.join(j.out, "records")  # never the user's records library
@@ -63,7 +87,7 @@ def start(name: str) -> None:
 
 
 def result(name: str) -> tuple[subprocess.CompletedProcess, str]:
-    """Wait for job ``name`` (starting it now if collection did not); returns the completed
+    """Wait for job ``name`` (starting it now if not started yet); returns the completed
     process (``stdout``, ``stderr`` as text) and its output folder. Past its timeout the
     process is killed and ``subprocess.TimeoutExpired`` raised, as ``subprocess.run`` does."""
     j = JOBS[name]
@@ -93,6 +117,9 @@ def _kill(j: Job) -> None:
 def stop_all() -> None:
     """End the jobs still running (their tests deselected or failed before reading them) and
     remove every job's folder."""
+    global _stopped
+    with _lock:
+        _stopped = True
     for j in JOBS.values():
         _kill(j)
         for f in j.files:

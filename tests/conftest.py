@@ -54,9 +54,12 @@ def pytest_collection_finish(session):
     """Start the background jobs (tests/background.py) that the selected tests read."""
     if session.config.option.collectonly:
         return
-    wanted = {m.args[0] for item in session.items for m in item.iter_markers("background")}
-    for name in sorted(wanted):
-        background.start(name)
+    wanted: list[str] = []  # in the order the tests will read them
+    for item in session.items:
+        for m in item.iter_markers("background"):
+            if m.args[0] not in wanted:
+                wanted.append(m.args[0])
+    background.start_in_turn(wanted)
 
 
 def pytest_sessionfinish(session):
