@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from tests import background
+
 # torch's OpenMP threads (libgomp) wait for work by spinning: on a 2-core machine shared with
 # other jobs, a torch-heavy test ran 3x slower than on its own (tests/bo/test_pieces.py: 27-30 s
 # beside one busy process, 8.4 s alone) as its two threads spun for each other's core.
@@ -41,3 +43,24 @@ def records_library(tmp_path_factory, monkeypatch):
     folder = tmp_path_factory.mktemp("records")
     monkeypatch.setenv("BOCAST_RECORDS", str(folder))
     return folder
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "background(name): the test reads the result of "
+                            "tests/background.py's job `name`, started when collection ends")
+
+
+def pytest_collection_finish(session):
+    """Start the background jobs (tests/background.py) that the selected tests read."""
+    if session.config.option.collectonly:
+        return
+    wanted: list[str] = []  # in the order the tests will read them
+    for item in session.items:
+        for m in item.iter_markers("background"):
+            if m.args[0] not in wanted:
+                wanted.append(m.args[0])
+    background.start_in_turn(wanted)
+
+
+def pytest_sessionfinish(session):
+    background.stop_all()

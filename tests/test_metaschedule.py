@@ -6,23 +6,20 @@ Importing TVM's full tensor-intrinsic set, which MetaSchedule needs, costs about
 its default search (population 512) minutes per round. The default run pays the import once: one
 fresh process registers our own intrinsics first (our WMMA ones, and an mma build's; the orders
 that broke that import before), then runs a small MetaSchedule search, and the tests below read
-what it wrote. The full-size run and the single-purpose order check are marked slow."""
+what it wrote. The full-size run and the single-purpose order check are marked slow. The fresh
+processes are background jobs (tests/background.py): they start when collection ends and run on
+the core the tests before them leave idle."""
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
-from bocast import metaschedule
-from bocast.measure.builder import Builder
-from bocast.measure.standin import StandinRunner
 from bocast.measure.status import Status
 from bocast.operator import get_operator
 from bocast.store import Store
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import background
 
 SMALL = r"""
 import json, sys
@@ -66,16 +63,19 @@ json.dump({
 """
 
 
+# started when collection ends (tests/background.py): it runs beside the tests before these
+SMALL_RUN = background.job("metaschedule_small", [sys.executable, "-c", SMALL, "{out}"],
+                           timeout_s=1200)
+
+
 @pytest.fixture(scope="module")
-def small_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ms")
-    proc = subprocess.run([sys.executable, "-c", SMALL, str(out)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=1200)
+def small_run():
+    proc, out = background.result(SMALL_RUN)
     assert proc.returncode == 0, proc.stderr[-3000:]
     op = get_operator("gemm").from_args((128, 128, 128))
-    with Store(str(out / "ms.db"), op.workload) as store:
+    with Store(os.path.join(out, "ms.db"), op.workload) as store:
         rows = store.records()
-    return json.load(open(out / "result.json")), rows
+    return json.load(open(os.path.join(out, "result.json"))), rows
 
 
 def _recorded_like_ours(rows, keys, best_so_far, trials):
@@ -92,11 +92,13 @@ def _recorded_like_ours(rows, keys, best_so_far, trials):
     assert best_so_far[-1] == max(r.tflops or 0 for r in rows if r.ok)
 
 
+@pytest.mark.background(SMALL_RUN)
 def test_metaschedule_trials_are_built_run_and_recorded_like_ours(small_run):
     result, rows = small_run
     _recorded_like_ours(rows, result["result_keys"], result["best_so_far"], 4)
 
 
+@pytest.mark.background(SMALL_RUN)
 def test_our_intrinsics_and_tvms_full_set_can_live_in_one_process(small_run):
     # The space builder registers only the intrinsics it needs (WMMA; for an mma build, the
     # ldmatrix index map too); MetaSchedule imports TVM's whole set. Ours came first here.
@@ -105,26 +107,55 @@ def test_our_intrinsics_and_tvms_full_set_can_live_in_one_process(small_run):
     assert result["ldmatrix"] and result["index_map"]
 
 
+FULL = r"""
+import json, sys
+from bocast import metaschedule
+from bocast.measure.builder import Builder
+from bocast.measure.standin import StandinRunner
+from bocast.operator import get_operator
+from bocast.store import Store
+
+out = sys.argv[1]
+op = get_operator("gemm").from_args((256, 256, 256))
+with Builder(workers=2, compile=False) as builder, StandinRunner() as runner, \
+        Store(out + "/ms.db", op.workload) as store:
+    res = metaschedule.tune(op, trials=8, seed=0, store=store, builder=builder,
+                            runner=runner, work_dir=out + "/ms", batch_size=8)
+json.dump({"result_keys": [r.key for r in res.records], "best_so_far": res.best_so_far},
+          open(out + "/result.json", "w"))
+"""
+FULL_RUN = background.job("metaschedule_full", [sys.executable, "-c", FULL, "{out}"],
+                          timeout_s=1800)
+
+
 @pytest.mark.slow
-def test_metaschedule_full_search_records_like_ours(tmp_path):
-    """MetaSchedule's default search (population 512), 8 trials: minutes on 2 cores."""
+@pytest.mark.background(FULL_RUN)
+def test_metaschedule_full_search_records_like_ours():
+    """MetaSchedule's default search (population 512), 8 trials: minutes on 2 cores; a
+    background job (in-process before: it now runs beside the other slow tests)."""
+    proc, out = background.result(FULL_RUN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     op = get_operator("gemm").from_args((256, 256, 256))
-    with Builder(workers=2, compile=False) as builder, StandinRunner() as runner, \
-            Store(str(tmp_path / "ms.db"), op.workload) as store:
-        res = metaschedule.tune(op, trials=8, seed=0, store=store, builder=builder,
-                                runner=runner, work_dir=str(tmp_path / "ms"), batch_size=8)
+    with Store(os.path.join(out, "ms.db"), op.workload) as store:
         rows = store.records()
-    _recorded_like_ours(rows, [r.key for r in res.records], res.best_so_far, 8)
+    with open(os.path.join(out, "result.json")) as f:
+        result = json.load(f)
+    _recorded_like_ours(rows, result["result_keys"], result["best_so_far"], 8)
+
+
+# the order that broke (e7be78d), on its own: ours first, then TVM's whole set
+WMMA_FIRST = background.job("wmma_intrinsics_first", [sys.executable, "-c", (
+    "from bocast.tensorcore import wmma_intrin\n"
+    "name = wmma_intrin('load_a', (16, 16, 16), 'float16')\n"
+    "import tvm.s_tir.tensor_intrin.cuda\n"
+    "from tvm.s_tir import TensorIntrin\n"
+    "assert TensorIntrin.get(name) is not None\n"
+    "assert TensorIntrin.get('wmma_load_16x16x16_f16_a_shared') is not None\n")],
+    timeout_s=1200)
 
 
 @pytest.mark.slow
+@pytest.mark.background(WMMA_FIRST)
 def test_our_wmma_intrinsics_first_then_tvms_full_set():
-    # the order that broke (e7be78d), on its own: ours first, then TVM's whole set
-    code = ("from bocast.tensorcore import wmma_intrin\n"
-            "name = wmma_intrin('load_a', (16, 16, 16), 'float16')\n"
-            "import tvm.s_tir.tensor_intrin.cuda\n"
-            "from tvm.s_tir import TensorIntrin\n"
-            "assert TensorIntrin.get(name) is not None\n"
-            "assert TensorIntrin.get('wmma_load_16x16x16_f16_a_shared') is not None\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc, _ = background.result(WMMA_FIRST)
     assert proc.returncode == 0, proc.stderr[-2000:]

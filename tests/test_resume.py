@@ -123,12 +123,30 @@ def stored(path) -> list:
         return s.records()
 
 
+@pytest.fixture(scope="module")
+def whole_run(tables, tmp_path_factory):
+    """The uninterrupted run's records of a variant, made once for the module: both tests
+    below compare against it (a tune run is a pure function of the dataset, strategy,
+    options, seed and budget; the first test's resumed run checks that again)."""
+    cache: dict[str, list] = {}
+
+    def run(name, h, table):
+        k = f"{name}-{sorted(h.items())}-{table}"
+        if k not in cache:
+            dataset = tables(table)
+            path = tmp_path_factory.mktemp("whole") / "whole.db"
+            with Store(str(path), dataset.op.workload) as store:
+                tune(dataset, store, name, h)
+            cache[k] = stored(path)
+        return cache[k]
+
+    return run
+
+
 @pytest.mark.parametrize("name, h, table", VARIANTS)
-def test_resumed_run_is_the_uninterrupted_run(tables, tmp_path, name, h, table):
+def test_resumed_run_is_the_uninterrupted_run(tables, whole_run, tmp_path, name, h, table):
     dataset = tables(table)
-    with Store(str(tmp_path / "whole.db"), dataset.op.workload) as store:
-        tune(dataset, store, name, h)
-    whole = stored(tmp_path / "whole.db")
+    whole = whole_run(name, h, table)
     assert len(whole) == TRIALS
     if table == "failing":  # a failure before the last batch: a round fitted the classifier
         assert any(not r.ok for r in whole[:TRIALS - BATCH])
@@ -146,14 +164,13 @@ def test_resumed_run_is_the_uninterrupted_run(tables, tmp_path, name, h, table):
 
 
 @pytest.mark.parametrize("name, h, table", VARIANTS)
-def test_extending_a_finished_budget_is_the_longer_run(tables, tmp_path, name, h, table):
+def test_extending_a_finished_budget_is_the_longer_run(tables, whole_run, tmp_path, name, h,
+                                                       table):
     dataset = tables(table)
-    with Store(str(tmp_path / "whole.db"), dataset.op.workload) as store:
-        tune(dataset, store, name, h)
     with Store(str(tmp_path / "extended.db"), dataset.op.workload) as store:
         tune(dataset, store, name, h, trials=3 * BATCH)
         tune(dataset, store, name, h)
-    assert stored(tmp_path / "extended.db") == stored(tmp_path / "whole.db")
+    assert stored(tmp_path / "extended.db") == whole_run(name, h, table)
 
 
 def test_interleaved_runs_resume_inside_a_batch(dataset, tmp_path):

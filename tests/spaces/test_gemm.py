@@ -240,9 +240,11 @@ def _build(op, config):
     ((64, 64, 64), "fp16:fp16", "NT"),
 ])
 def test_sampled_configurations_build_for_sm90(shape, dtype, layout, space_name):
+    from tests.builds import build_configs
+
     op = Gemm.from_args(shape, dtype=dtype, layout=layout, space=space_name)
-    for config in op.space.sample(2, rng=1):
-        res = _build(op, config)
+    configs = op.space.sample(2, rng=1)
+    for config, res in zip(configs, build_configs(op, configs)):
         assert res["status"] == "ok", res["error"]
         assert res["features"]["registers"] > 0
         check_shared_memory_model(res, op, config)

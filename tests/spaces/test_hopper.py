@@ -11,6 +11,7 @@ import pytest
 from bocast.measure.nvcc import why_no_compiler
 from bocast.operator import WorkloadError, get_operator, make
 from bocast.space import Space
+from tests.builds import build_configs
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 Gemm = get_operator("gemm")
@@ -347,11 +348,9 @@ def test_a_v3_kernel_task_carries_its_tensor_maps():
 def test_sampled_kernels_build_for_sm_90a_without_spills():
     """A few sampled configurations through the builder's own path (apply, tirx lowering, nvcc
     for sm_90a): each builds, within the 255-register limit, no spills, no stack frame."""
-    from bocast.measure.builder import build_task
-
     op = Gemm(*SMALL, space="v3")
-    for config in [BEST_4096 | {"bn": 128, "raster": 1}, *op.space.sample(3, rng=1)]:
-        res = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+    configs = [BEST_4096 | {"bn": 128, "raster": 1}, *op.space.sample(3, rng=1)]
+    for config, res in zip(configs, build_configs(op, configs)):
         assert res["status"] == "ok", (config, res["error"])
         f = res["features"]
         assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
@@ -366,14 +365,12 @@ def test_ragged_gemm_kernels_build_for_sm_90a_without_spills(shape):
     """Ragged extents through the builder (TMA boxes past the edges, predicated stores): the
     live best's layout with both direct epilogues and a sampled configuration build for
     sm_90a within the registers, without spills or a stack frame."""
-    from bocast.measure.builder import build_task
-
     op = Gemm(*shape, space="v3")
     configs = [BEST_4096 | {"raster": 1}, BEST_4096 | {"raster": 1, "epilogue": "scalar"},
                *op.space.sample(1, rng=3)]
     for config in configs:
         assert op.space.validate(config) == []
-        res = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+    for config, res in zip(configs, build_configs(op, configs)):
         assert res["status"] == "ok", (config, res["error"])
         f = res["features"]
         assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
@@ -394,13 +391,11 @@ TMA_CONFIGS = [BEST_4096 | {"epilogue": "tma"},
 def test_tma_epilogue_kernels_build_for_sm_90a_without_spills(shape):
     """The tma epilogue through the builder: each builds for sm_90a without spills, a stack
     frame or serialized wgmma, with the dynamic shared memory the space's model counts."""
-    from bocast.measure.builder import build_task
-
     op = Gemm(*shape, space="v3")
-    for config in TMA_CONFIGS:
-        config = {**config, "raster": 1 if shape[0] % 1024 else config["raster"]}
+    configs = [{**c, "raster": 1 if shape[0] % 1024 else c["raster"]} for c in TMA_CONFIGS]
+    for config in configs:
         assert op.space.validate(config) == [], config
-        res = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+    for config, res in zip(configs, build_configs(op, configs)):
         assert res["status"] == "ok", (config, res["error"])
         f = res["features"]
         assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
@@ -431,11 +426,9 @@ def test_the_tma_epilogue_names_its_barriers_by_immediate(change, barriers):
 
 @needs_nvcc
 def test_sampled_bmm_kernels_build_for_sm_90a_without_spills():
-    from bocast.measure.builder import build_task
-
     op = get_operator("bmm")(12, 512, 512, 64, space="v3")
-    for config in op.space.sample(3, rng=2):
-        res = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+    configs = op.space.sample(3, rng=2)
+    for config, res in zip(configs, build_configs(op, configs)):
         assert res["status"] == "ok", (config, res["error"])
         f = res["features"]
         assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
@@ -779,15 +772,15 @@ def test_cluster_kernels_build_for_sm_90a_without_spills(shape):
     """Cluster kernels through the builder (TVM's launch checked against the template's, the
     cluster dims in the result): each builds for sm_90a within the registers, without spills,
     a stack frame or serialized wgmma."""
-    from bocast.measure.builder import build_task
-
     op = Gemm(*shape, space="v3")
+    configs = []
     for config in CLUSTER_CONFIGS:
         config = {**config, "raster": 1 if shape[0] % 1024 else config["raster"]}
         if op.space.validate(config):
             assert shape[0] % 1024 and config["cluster"] == "1x2", config  # ragged M, A shared
             continue
-        res = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+        configs.append(config)
+    for config, res in zip(configs, build_configs(op, configs)):
         assert res["status"] == "ok", (config, res["error"])
         f = res["features"]
         assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)

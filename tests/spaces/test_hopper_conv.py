@@ -7,14 +7,12 @@ first, zeros out of bounds, stores clipped at the edges) and must reproduce a di
 convolution exactly, every output element written once. The rest: the space's constraints,
 what it refuses, what reaches the generated CUDA, and static nvcc builds for sm_90a."""
 
-import json
 
 import numpy as np
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
 from bocast.operator import WorkloadError, make
-from bocast.space import Space
 from bocast.spaces import _hopper_conv as hc
 from bocast.spaces import _hopper_layout as hl
 
@@ -385,12 +383,12 @@ BUILDS = {
 @needs_nvcc
 @pytest.mark.parametrize("shape", list(BUILDS))
 def test_conv_kernels_build_for_sm_90a_without_spills(shape):
-    from bocast.measure.builder import build_task
+    from tests.builds import build_configs
 
     op = conv(shape)
     for config in BUILDS[shape]:
         assert op.space.validate(config) == [], config
-        res = build_task({"workload": op.workload, "config": json.loads(Space.key(config))})
+    for config, res in zip(BUILDS[shape], build_configs(op, BUILDS[shape])):
         assert res["status"] == "ok", (config, res["error"])
         f = res["features"]
         assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)

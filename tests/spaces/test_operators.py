@@ -311,6 +311,9 @@ def _build(op, config):
 @pytest.mark.parametrize("space_name", SPACES)
 @pytest.mark.parametrize("op_name", OPS)
 def test_sampled_configurations_build_for_sm90(op_name, space_name):
+    from tests.builds import build_all
+
+    builds = []  # (op, config), built two at a time below
     for i, shape in enumerate(BUILD_SHAPES[op_name]):
         op = make(op_name, shape, space=space_name, **({"dtype": "fp16:fp16"} if i else {}))
         sample = op.space.sample(200, rng=i)
@@ -318,12 +321,14 @@ def test_sampled_configurations_build_for_sm90(op_name, space_name):
         configs = sample[:1] if space_name == "v1" else [
             next(c for c in sample if c["instr"] == "mma"),
             next(c for c in sample if c["instr"] != "mma")]
-        for config in configs:
-            _check_build(op_name, op, config)
+        builds += [(op, config) for config in configs]
+    results = build_all({"workload": op.workload, "config": json.loads(Space.key(config))}
+                        for op, config in builds)
+    for (op, config), res in zip(builds, results):
+        _check_build(op_name, op, config, res)
 
 
-def _check_build(op_name, op, config):
-    res = _build(op, config)
+def _check_build(op_name, op, config, res):
     assert res["status"] == "ok", (config, res["error"])
     assert set(res["args"]) == {t.name for t in op.tensors()}
     check_shared_memory_model(res, op, config)

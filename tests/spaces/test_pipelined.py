@@ -5,7 +5,6 @@ on the GPU (every measured row against torch); here the checks are static: TVM l
 CPU and nvcc for sm_90."""
 
 import json
-import subprocess
 import sys
 
 import numpy as np
@@ -15,6 +14,7 @@ from bocast.measure.nvcc import why_no_compiler
 from bocast.operator import get_operator
 from bocast.space import Space
 from bocast.spaces._pipelined_matmul import merged_dynamic_bytes
+from tests import background
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 Gemm = get_operator("gemm")
@@ -159,26 +159,29 @@ MMA_64 = dict(BEST_4096, tile_i=(1, 2, 2), tile_j=(1, 2, 2), tile_k=(2, 2), rast
 
 
 # slow: 30 s of CPU for TVM's intrinsic set; tests/test_metaschedule.py's default run covers
-# this order too
+# this order too. A background job (tests/background.py): it starts when collection ends.
+MMA_FIRST = background.job("mma_build_then_all_intrinsics", [sys.executable, "-c", (
+    "from bocast.operator import get_operator\n"
+    "from bocast.tensorcore import lower, import_all_intrinsics\n"
+    "import tvm_ffi\n"
+    "op = get_operator('gemm').from_args((64, 64, 64))\n"
+    f"c = {MMA_64!r}\n"
+    "assert op.space.validate(c) == []\n"
+    "o = op.build_options(c)\n"
+    "lower(op.apply(c).mod, pass_config=o['pass_config'], target_overrides=o['target'])\n"
+    "name = 'tirx.index_map.shared_16x16_to_ldmatrix_32x8_layout'\n"
+    "assert tvm_ffi.get_global_func(name, allow_missing=True) is not None\n"
+    "import_all_intrinsics()\n"
+    "from tvm.s_tir.tensor_intrin.cuda import LDMATRIX_f16_A_INTRIN\n"
+    "print('ok')\n")], timeout_s=1200)
+
+
 @pytest.mark.slow
+@pytest.mark.background(MMA_FIRST)
 def test_metaschedule_imports_every_intrinsic_after_an_mma_build():
     """An mma build registers the codegen function TVM's full intrinsic module also registers;
     MetaSchedule's import of that module (through import_all_intrinsics) still works."""
-    code = (
-        "from bocast.operator import get_operator\n"
-        "from bocast.tensorcore import lower, import_all_intrinsics\n"
-        "import tvm_ffi\n"
-        "op = get_operator('gemm').from_args((64, 64, 64))\n"
-        f"c = {MMA_64!r}\n"
-        "assert op.space.validate(c) == []\n"
-        "o = op.build_options(c)\n"
-        "lower(op.apply(c).mod, pass_config=o['pass_config'], target_overrides=o['target'])\n"
-        "name = 'tirx.index_map.shared_16x16_to_ldmatrix_32x8_layout'\n"
-        "assert tvm_ffi.get_global_func(name, allow_missing=True) is not None\n"
-        "import_all_intrinsics()\n"
-        "from tvm.s_tir.tensor_intrin.cuda import LDMATRIX_f16_A_INTRIN\n"
-        "print('ok')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc, _ = background.result(MMA_FIRST)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
 
 

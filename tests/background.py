@@ -1,0 +1,128 @@
+"""Independent subprocess work started when collection ends, beside the tests that run first.
+
+A few tests only read what one fresh process did: a MetaSchedule search, an import-order check
+of TVM's intrinsic set (about 30 s of CPU each, most of it importing that set). The test run
+itself keeps about one of a 2-core machine's cores busy, so such a process costs its wall time
+when the test waits for it inline, and little when it runs on the other core meanwhile.
+
+A module registers a job at import (:func:`job`) and marks the tests that read it
+``@pytest.mark.background("name")``; once collection ends ``tests/conftest.py`` starts the jobs
+of the selected tests one after another, in the order the tests read them (none when no test
+reading it is selected), and stops any left when the session ends. :func:`result` waits for a
+job and returns what the process returned, as ``subprocess.run`` would have; the test asserts
+on it as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class Job:
+    argv: list[str]  # "{out}" in an argument is replaced by the job's own empty folder
+    timeout_s: float
+    cwd: str = ROOT
+    out: str = ""
+    proc: subprocess.Popen | None = None
+    done: subprocess.CompletedProcess | None = None
+    files: list = field(default_factory=list)
+
+
+JOBS: dict[str, Job] = {}
+_lock = threading.Lock()
+_stopped = False
+
+
+def job(name: str, argv: list[str], *, timeout_s: float, cwd: str = ROOT) -> str:
+    """Register ``argv`` (run in ``cwd``) as background job ``name``; returns the name."""
+    if name in JOBS and JOBS[name].argv != argv:
+        raise ValueError(f"background job {name!r} registered twice with different commands")
+    JOBS.setdefault(name, Job(argv, timeout_s, cwd))
+    return name
+
+
+def start_in_turn(names: list[str]) -> None:
+    """Start the jobs one after another, each when the one before has ended (in a thread of
+    this process), so that one job at a time takes the core the tests leave idle; several at
+    once would only share it, and the first test to wait for one would wait longer."""
+    def go():
+        for name in names:
+            start(name)
+            proc = JOBS[name].proc
+            if proc is None:  # the session ended
+                return
+            proc.wait()
+
+    threading.Thread(target=go, name="background-jobs", daemon=True).start()
+
+
+def start(name: str) -> None:
+    with _lock:
+        _start(name)
+
+
+def _start(name: str) -> None:
+    j = JOBS[name]
+    if j.proc is not None or _stopped:
+        return
+    j.out = tempfile.mkdtemp(prefix=f"bocast-bg-{name}-")
+    records = os.path.join(j.out, "records")  # never the user's records library
+    os.mkdir(records)
+    env = {**os.environ, "BOCAST_RECORDS": records}
+    stdout = open(os.path.join(j.out, "stdout"), "w")  # noqa: SIM115 - closed in result/stop_all
+    stderr = open(os.path.join(j.out, "stderr"), "w")  # noqa: SIM115
+    j.files = [stdout, stderr]
+    j.proc = subprocess.Popen([a.replace("{out}", j.out) for a in j.argv], cwd=j.cwd, env=env,
+                              stdout=stdout, stderr=stderr, text=True, start_new_session=True)
+
+
+def result(name: str) -> tuple[subprocess.CompletedProcess, str]:
+    """Wait for job ``name`` (starting it now if not started yet); returns the completed
+    process (``stdout``, ``stderr`` as text) and its output folder. Past its timeout the
+    process is killed and ``subprocess.TimeoutExpired`` raised, as ``subprocess.run`` does."""
+    j = JOBS[name]
+    if j.done is None:
+        start(name)
+        assert j.proc is not None
+        try:
+            j.proc.wait(timeout=j.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill(j)
+            raise
+        for f in j.files:
+            f.close()
+        with open(os.path.join(j.out, "stdout")) as o, open(os.path.join(j.out, "stderr")) as e:
+            j.done = subprocess.CompletedProcess(j.proc.args, j.proc.returncode, o.read(),
+                                                 e.read())
+    return j.done, j.out
+
+
+def _kill(j: Job) -> None:
+    if j.proc is not None and j.proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(j.proc.pid, signal.SIGKILL)
+        j.proc.wait()
+
+
+def stop_all() -> None:
+    """End the jobs still running (their tests deselected or failed before reading them) and
+    remove every job's folder."""
+    global _stopped
+    with _lock:
+        _stopped = True
+    for j in JOBS.values():
+        _kill(j)
+        for f in j.files:
+            f.close()
+        if j.out:
+            shutil.rmtree(j.out, ignore_errors=True)

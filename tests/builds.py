@@ -1,0 +1,48 @@
+"""Static builds (TVM lowering, then nvcc) for the tests, two at a time.
+
+A test that builds several kernels used to build them one after another in the test process:
+about 0.5 s of lowering and 1.5 s of nvcc each, one core busy. :func:`build_all` hands them to
+two worker processes of one pool kept for the session (each imports TVM once, about 3 s, when
+the first test needs it), in order, and returns the same dictionaries ``build_task`` returns in
+the pool workers of ``bocast.measure.builder`` (which is where ``build_task`` runs in a tuning
+run too)."""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing as mp
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+WORKERS = 2
+_pool: ProcessPoolExecutor | None = None
+
+
+def _warm() -> None:
+    import bocast.measure.builder  # noqa: F401 - TVM and the builder, once per worker
+
+
+def build_all(tasks: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``[build_task(t) for t in tasks]``, two at a time."""
+    global _pool
+    from bocast.measure.builder import build_task
+
+    tasks = [dict(t) for t in tasks]
+    if len(tasks) == 1:
+        return [build_task(tasks[0])]
+    if _pool is None:
+        _pool = ProcessPoolExecutor(WORKERS, mp_context=mp.get_context("spawn"),
+                                    initializer=_warm)
+        atexit.register(_pool.shutdown, cancel_futures=True)
+    return list(_pool.map(build_task, tasks))
+
+
+def build_configs(op, configs) -> list[dict[str, Any]]:
+    """Each configuration of ``op`` built as a tuning run's builder builds it, two at a time."""
+    import json
+
+    from bocast.space import Space
+
+    return build_all({"workload": op.workload, "config": json.loads(Space.key(c))}
+                     for c in configs)
