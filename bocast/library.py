@@ -123,8 +123,7 @@ def architecture(device: Any) -> tuple[str, int] | None:
     """A GPU's (compute capability, SM count) from a recorded device description (a dataset's
     ``device``, a session's), None where either is missing. Two models alike in both (an H100
     SXM and an H200) run the same kernels on the same SMs in the same waves; they differ in
-    memory (:mod:`bocast.warm_sources` uses one's records for the other where the library
-    holds none of the run's own model, and says so)."""
+    memory (:mod:`bocast.warm_sources` counts one's records for the other, and says so)."""
     if not isinstance(device, dict):
         return None
     cap, sms = device.get("capability"), device.get("sm_count")

@@ -7,8 +7,8 @@ library (:mod:`bocast.library`), and the options a warm run takes (:func:`warm_o
   Records of another model of the same architecture (compute capability and SM count: an H100
   SXM's and an H200's; their kernels rank alike, experiments/results/warm_default_live_h200.md)
   count as the model's own, after them at the same distance, and the run names them; records
-  of other GPU models are left out and the run says so. Where the run's GPU is
-  not known before it starts (rpc without ``gpu_model``), every GPU's records count, named.
+  of other GPU models are left out and the run says so. Where the run's GPU is not known
+  before it starts (rpc without ``gpu_model``), every GPU's records count, named.
 - **Never the run's own**: not its dataset, not its own store (nor the library's copy of it);
   a replay run takes only shipped datasets of *other* workloads (so the answer never leaks
   into the search, and a replay result depends on the repository alone, never on a machine's
