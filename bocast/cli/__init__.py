@@ -30,10 +30,10 @@ __all__ = ["build_parser", "main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # their options are their modules' own, which argparse cannot forward
-    tools = {"serve": cmd_serve, "remeasure": cmd_remeasure, "ablation": cmd_ablation}
-    if argv[:1] == ["serve"]:
+    # these take their modules' own options, which argparse cannot forward
+    if argv[:1] == ["serve"]:  # rpc_server handles its signals itself
         return cmd_serve(argv[1:])
+    tools = {"remeasure": cmd_remeasure, "ablation": cmd_ablation}
     if argv[:1] and argv[0] in tools:
         return _guarded(lambda: tools[argv[0]](argv[1:]), bool(os.environ.get("BOCAST_DEBUG")))
     args = build_parser().parse_args(argv)
