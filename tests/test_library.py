@@ -36,14 +36,19 @@ def standin_store(tmp_path_factory):
 def _regpu(src: str, dst: str, gpu: str) -> str:
     """A copy of store ``src`` whose sessions say they ran on ``gpu``."""
     shutil.copy(src, dst)
-    conn = sqlite3.connect(dst)
+    return _set_device(dst, gpu=gpu)
+
+
+def _set_device(path: str, **fields) -> str:
+    """Store ``path`` with ``fields`` written into every session's recorded device."""
+    conn = sqlite3.connect(path)
     with conn:
         for i, p in conn.execute("SELECT id, provenance FROM sessions").fetchall():
             prov = json.loads(p)
-            prov["device"] = {**prov.get("device", {}), "gpu": gpu}
+            prov["device"] = {**prov.get("device", {}), **fields}
             conn.execute("UPDATE sessions SET provenance = ? WHERE id = ?", (json.dumps(prov), i))
     conn.close()
-    return dst
+    return path
 
 
 def test_a_live_run_adds_its_store_once(standin_store, tmp_path):
@@ -132,15 +137,7 @@ def test_the_runs_own_model_comes_first_at_the_same_distance(standin_store, tmp_
     alike = _regpu(mine, str(folder / "alike.db"), "NVIDIA H200")
     target = make("gemm", (512, 256, 256), space="v2")
     for path in (mine, alike):  # give both copies one architecture
-        conn = sqlite3.connect(path)
-        with conn:
-            for i, p in conn.execute("SELECT id, provenance FROM sessions").fetchall():
-                prov = json.loads(p)
-                prov["device"] = {**prov.get("device", {}), "capability": "9.0",
-                                  "sm_count": 132}
-                conn.execute("UPDATE sessions SET provenance = ? WHERE id = ?",
-                             (json.dumps(prov), i))
-        conn.close()
+        _set_device(path, capability="9.0", sm_count=132)
     choice = warm_sources.choose(target, gpu=STANDIN, arch=("9.0", 132), records=str(folder))
     assert mine in choice.sources and alike not in choice.sources  # one per workload: its own
     h200 = warm_sources.choose(target, gpu="NVIDIA H200", arch=("9.0", 132), records=str(folder))
