@@ -15,6 +15,11 @@ dropped. Feasibility in the target is not required: the model only needs the enc
 knob the source's operator lacks (bmm's ``batch_bind`` under GEMM records) takes its first
 value (a column no source varies is left out of the source model, so the value says nothing);
 knobs only the source has are dropped.
+
+**Rescaling.** Where both spaces derive a wave efficiency (v3), a row's TFLOPS is carried
+over as what it should reach at the target's shape: times the ratio of its tile slots doing
+real work there and at the source (:func:`_wave_shift`). Everything downstream (the best rows
+that start a run, the source model, ``bocast suggest``'s predictions) reads the rescaled value.
 """
 
 from __future__ import annotations
@@ -42,7 +47,9 @@ class WarmStartError(InputError):
 
 @dataclass
 class Source:
-    """One source's successful rows, translated: configurations in the target's space."""
+    """One source's successful rows, translated: configurations in the target's space, and the
+    log TFLOPS each is expected to reach at the target's shape (measured, rescaled by
+    :func:`_wave_shift`)."""
 
     path: str
     workload: dict[str, Any]
@@ -183,10 +190,11 @@ def load_sources(paths: Sequence[str], target_op) -> list[Source]:
         rows = _ok_rows(path, src_op)
         if not rows:
             raise WarmStartError(f"warm_start: {path} has no successful (ok) rows")
-        configs, ys = [], []
+        kept, configs, ys = [], [], []
         for c, tflops in rows:
             t = translate(c, target_op.space)
             if t is not None:
+                kept.append(c)
                 configs.append(t)
                 ys.append(math.log(tflops))
         lacks = [k.name for k in target_op.space.knobs
@@ -195,8 +203,25 @@ def load_sources(paths: Sequence[str], target_op) -> list[Source]:
         if not configs:
             raise WarmStartError(f"warm_start: {path}: none of its {len(rows)} ok rows fits the "
                                  f"target's shape {list(target_op.workload['shape'])}")
-        out.append(Source(path, got, configs, np.array(ys), len(rows) - len(configs)))
+        ys_arr = np.array(ys) + _wave_shift(kept, src_op.space, configs, target_op.space)
+        out.append(Source(path, got, configs, ys_arr, len(rows) - len(configs)))
     return out
+
+
+def _wave_shift(configs: list[Config], space: Space, translated: list[Config],
+                target: Space) -> np.ndarray | float:
+    """log(wave efficiency at the target / at the source) of each row, where both spaces
+    derive it (space v3: ``wave_efficiency``, one CTA per SM), else 0. The same tile runs at
+    the same speed per wave on the same SMs, so what changes with the shape is how many of its
+    tile slots do real work: live on the H200, conv2d 16x28x28x128's cold best were 128 x 128
+    tiles (98 tiles: 0.74), which rank low in the 14 x 14 table (50 tiles: 0.37), whose best
+    64 x 128 tiles (0.74 there and at 28 x 28) filled the first batch
+    (experiments/results/warm_default_live_h200.md)."""
+    if not configs or not all("wave_efficiency" in s.columns(c[:1]) for s, c in
+                              ((space, configs), (target, translated))):
+        return 0.0
+    src, dst = space.columns(configs), target.columns(translated)
+    return np.log(dst["wave_efficiency"]) - np.log(src["wave_efficiency"])
 
 
 def incompatibility(workload: Mapping[str, Any], target_op) -> tuple[str | None, Any]:

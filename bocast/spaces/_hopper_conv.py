@@ -131,8 +131,10 @@ def derive(spec, g: ConvGeometry):
         whole = bm % (tw * th) == 0
         tn = np.where(whole, bm // np.maximum(tw * th, 1), 1)  # images per tile
         tiles_m = -(-g.N // tn) * -(-g.OH // th) * -(-g.OW // tw)
-        out.update(tile_n=tn, tiles_m=tiles_m, tiles=tiles_m * -(-g.K // c["bn"]),
+        tiles = tiles_m * -(-g.K // c["bn"])
+        out.update(tile_n=tn, tiles_m=tiles_m, tiles=tiles,
                    pixel_fraction=g.M / (tiles_m * bm),
+                   wave_efficiency=hm.wave_efficiency(g.M * g.K, tiles, bm, c["bn"]),
                    k_blocks=g.R * g.S * -(-g.C // c["bk"]))
         return out
 

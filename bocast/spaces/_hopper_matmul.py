@@ -126,7 +126,8 @@ def derive(spec):
         launch_cap = np.minimum(255, REGISTERS_PER_SM // threads // 8 * 8)
         consumer_regs = np.where(_regs(c, 1) > 0, _regs(c, 1), launch_cap)
         tiles = batch * tiles_m * tiles_n
-        return {"threads": threads, "atoms": atoms, "consumer_rows": rows,
+        return {"wave_efficiency": wave_efficiency(batch * M * N, tiles, bm, bn),
+                "threads": threads, "atoms": atoms, "consumer_rows": rows,
                 "acc_regs": atoms * bn // 2,
                 "consumer_regs": consumer_regs, "producer_regs": _regs(c, 0),
                 "smem_bytes": smem, "dynamic_smem_bytes": smem - BARRIER_SMEM,
@@ -138,6 +139,17 @@ def derive(spec):
                 "cluster_size": _cluster(c, 0) * _cluster(c, 1)}
 
     return run
+
+
+def wave_efficiency(outputs: int, tiles, bm, bn):
+    """The share of the kernel's tile slots that compute real outputs: ``outputs`` elements
+    over (waves x SMs x BM x BN), a wave being one tile on each SM (v3 launches one CTA per SM:
+    each CTA's launch registers take the register file, ``launch_cap``). Quantization and
+    ragged edges together: at 1024^3 a 128 x 256 tile is 32 tiles for 132 SMs, 0.24; at
+    4096^3, 512 tiles in 4 waves, 0.97. Warm starts rescale a source row's TFLOPS by the ratio
+    of its value at the target's and the source's shape (:mod:`bocast.bo.sources`)."""
+    waves = -(-tiles // SM_COUNT)
+    return outputs / (waves * SM_COUNT * bm * bn)
 
 
 def batch_constraints(spec) -> list[Constraint]:

@@ -89,6 +89,16 @@ def test_ragged_gemm_extents_are_in_the_space(shape, ragged):
     assert set(ragged) == {x for x, e, t in zip("MNK", shape, (128, 256, 64)) if e % t}
 
 
+def test_wave_efficiency_counts_the_tile_slots_doing_real_work():
+    """One tile per SM and wave (132 SMs): a 128 x 256 tile is 32 tiles at 1024^3 (a quarter
+    of one wave) and 512 at 4096^3 (4 waves, the last 116 of 132); ragged edges count too."""
+    cols = {s: Gemm(*s, space="v3").space.columns([BEST_4096])["wave_efficiency"][0]
+            for s in ((1024, 1024, 1024), (4096, 4096, 4096), (1000, 1000, 1000))}
+    assert cols[(1024, 1024, 1024)] == pytest.approx(32 / 132)
+    assert cols[(4096, 4096, 4096)] == pytest.approx(512 / (4 * 132))
+    assert cols[(1000, 1000, 1000)] == pytest.approx(1000 * 1000 / (132 * 128 * 256))
+
+
 def test_v2_stores_need_an_even_n():
     """The 8-byte stores write columns (2j, 2j + 1): with N odd a pair would straddle the edge
     and be misaligned; the scalar stores test each column."""

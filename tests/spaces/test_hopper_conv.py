@@ -251,6 +251,10 @@ def test_conv2d_v3_space_and_derived_columns():
     assert list(cols["tiles"]) == [56, 98] and list(cols["k_blocks"]) == [36, 36]
     assert cols["pixel_fraction"][0] == pytest.approx(3136 / (28 * 128))
     assert cols["pixel_fraction"][1] == 1.0
+    # one wave of 132 SMs either way: output elements over the slots' 56 or 98 tiles' worth
+    out = 3136 * 256
+    assert cols["wave_efficiency"][0] == pytest.approx(out / (132 * 128 * 128))
+    assert cols["wave_efficiency"][1] == pytest.approx(out / (132 * 64 * 128))
 
 
 @pytest.mark.parametrize("shape, change, violated", [

@@ -260,6 +260,31 @@ def test_the_best_source_rows_take_turns_nearest_source_first():
     assert ranked_configs(paths[::-1], target)[:3] == bests[::-1]
 
 
+def test_v3_source_rows_are_rescaled_by_their_wave_efficiency():
+    # 4096^3's best tile (128 x 256: 4 waves of 132 SMs, 0.97 of the slots busy) is 32 tiles at
+    # 1024^3 (0.24): carried over as measured it would start the run, rescaled it does not;
+    # the first row is a tile that keeps the SMs busy at 1024^3
+    from bocast.bo.sources import _ok_rows, load_sources
+    from bocast.operator import make
+
+    path = "experiments/data/exhaustive/gemm_4096_4096_4096_v3"
+    target, source_op = make("gemm", (1024,) * 3, space="v3"), make("gemm", (4096,) * 3,
+                                                                     space="v3")
+    (src,) = load_sources([path], target)
+    rows = _ok_rows(path, source_op)
+    measured = np.log([t for _, t in rows])
+    wave_t = target.space.columns(src.configs)["wave_efficiency"]
+    wave_s = source_op.space.columns([c for c, _ in rows])["wave_efficiency"]
+    assert np.allclose(src.log_tflops, measured + np.log(wave_t / wave_s))
+    assert (src.configs[int(np.argmax(measured))]["bm"],
+            src.configs[int(np.argmax(measured))]["bn"]) == (128, 256)
+    assert wave_t[int(np.argmax(src.log_tflops))] > 0.9
+    # v2 derives no wave efficiency: its rows are carried over as measured
+    (v2,) = load_sources([T4096], OP1024)
+    assert np.allclose(np.sort(v2.log_tflops), np.sort(
+        np.log([t for c, t in _ok_rows(T4096, OP4096) if translate(c, OP1024.space)])))
+
+
 def test_gemm_rows_carried_into_conv2d_v3_get_a_feasible_pixel_tile():
     # a GEMM row has no pixel tile; the first values (1 x 1: BM images per tile) never fit 16
     # images, so no GEMM source row could start a conv2d v3 run
