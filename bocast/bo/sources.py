@@ -203,25 +203,49 @@ def load_sources(paths: Sequence[str], target_op) -> list[Source]:
         if not configs:
             raise WarmStartError(f"warm_start: {path}: none of its {len(rows)} ok rows fits the "
                                  f"target's shape {list(target_op.workload['shape'])}")
-        ys_arr = np.array(ys) + _wave_shift(kept, src_op.space, configs, target_op.space)
+        ys_arr = np.array(ys) + _wave_shift(kept, src_op, configs, target_op)
         out.append(Source(path, got, configs, ys_arr, len(rows) - len(configs)))
     return out
 
 
-def _wave_shift(configs: list[Config], space: Space, translated: list[Config],
-                target: Space) -> np.ndarray | float:
+def _wave_shift(configs: list[Config], source_op, translated: list[Config],
+                target_op) -> np.ndarray | float:
     """log(wave efficiency at the target / at the source) of each row, where both spaces
-    derive it (space v3: ``wave_efficiency``, one CTA per SM), else 0. The same tile runs at
-    the same speed per wave on the same SMs, so what changes with the shape is how many of its
-    tile slots do real work: live on the H200, conv2d 16x28x28x128's cold best were 128 x 128
-    tiles (98 tiles: 0.74), which rank low in the 14 x 14 table (50 tiles: 0.37), whose best
-    64 x 128 tiles (0.74 there and at 28 x 28) filled the first batch
-    (experiments/results/warm_default_live_h200.md)."""
-    if not configs or not all("wave_efficiency" in s.columns(c[:1]) for s, c in
-                              ((space, configs), (target, translated))):
+    derive it (space v3: ``wave_efficiency``, one CTA per SM) and both workloads are
+    compute-bound (:data:`COMPUTE_BOUND`), else 0. The same tile runs at the same speed per
+    wave on the same SMs, so what changes with the shape is how many of its tile slots do real
+    work: live on the H200, conv2d 16x28x28x128's cold best were 128 x 128 tiles (98 tiles:
+    0.74), which rank low in the 14 x 14 table (50 tiles for 132 SMs), whose best 64 x 128
+    tiles (0.74 there and at 28 x 28) filled the first batch. Measured on the three exhaustive
+    GEMM v3 tables (the same 2,576 kernels at three shapes), the log change of a kernel's
+    TFLOPS from one shape to another follows this log ratio (correlation 0.90-0.91; the
+    measured order across shapes, Spearman 0.17-0.19, becomes 0.84-0.87). A memory-bound
+    workload's time is its traffic, which idle SMs do not change: rescaled, bmm 32x1024x1024x128
+    (57 flops a byte) started from 128 x 256 tiles of the GEMM 1024^3 table (4x: 32 tiles
+    there) and its first batch reached 0.91 of cold's best@200 on each of 3 seeds, 0.98-1.00
+    carried as measured (experiments/results/warm_default_live_h200.md)."""
+    if not configs or min(arithmetic_intensity(source_op),
+                          arithmetic_intensity(target_op)) < COMPUTE_BOUND:
+        return 0.0
+    space, target = source_op.space, target_op.space
+    if not all("wave_efficiency" in sp.columns(c[:1]) for sp, c in
+               ((space, configs), (target, translated))):
         return 0.0
     src, dst = space.columns(configs), target.columns(translated)
     return np.log(dst["wave_efficiency"]) - np.log(src["wave_efficiency"])
+
+
+#: flops per byte of the operands above which a workload counts as compute-bound for
+#: :func:`_wave_shift`: half the H100's ridge point (989 dense fp16 TFLOPS over 3.35 TB/s is
+#: 295; the H200's, 4.8 TB/s, 206). Measured cases lie far either side: the GEMM and conv2d
+#: workloads of the tables and live checks 256-1,024, the bmms 28 and 57.
+COMPUTE_BOUND = 150.0
+
+
+def arithmetic_intensity(op) -> float:
+    """``op``'s useful flops per byte of its operands and result, each moved once."""
+    moved = sum(math.prod(t.shape) * np.dtype(t.dtype).itemsize for t in op.tensors())
+    return op.flops / moved
 
 
 def incompatibility(workload: Mapping[str, Any], target_op) -> tuple[str | None, Any]:
