@@ -110,8 +110,8 @@ def runner_argument(runner: Any, builder: Any = None) -> tuple[str | None, Runne
     None for the configuration's, gives no object. A :class:`~bocast.measure.runner.Runner`
     object gives the kind it runs as: ``replay`` for a
     :class:`~bocast.measure.replay.ReplayRunner`, ``standin`` for one named so (its builder
-    lowers without compiling), else ``local`` (kernels built with nvcc for the object to time;
-    its ``name`` is what the run records). ``builder``, where given, is a
+    lowers without compiling), else ``local`` (kernels built with nvcc for the object to time,
+    wherever it times them; its ``name`` is what the run records). ``builder``, where given, is a
     :class:`~bocast.measure.builder.Builder` (a replay run builds nothing). Anything else is
     one InputError."""
     if builder is not None and not isinstance(builder, Builder):
