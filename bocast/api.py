@@ -27,7 +27,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from bocast import figures
 from bocast.errors import InputError
@@ -38,6 +38,9 @@ from bocast.tune_run import TuneRun, figure_prefix
 if TYPE_CHECKING:
     from bocast.comparison import CompareConfig
     from bocast.config import TuneConfig
+    from bocast.measure.builder import Builder
+    from bocast.measure.replay import ReplayRunner
+    from bocast.measure.runner import Runner
 
 # Study and create_study are defined in bocast.study and named here as well: bocast.api is the
 # module the package's docstring and users point at for the whole API
@@ -48,16 +51,22 @@ __all__ = ["Study", "TuneResult", "compare", "create_study", "load", "suggest", 
 
 
 def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
-                    summarize: bool = False) -> CompareConfig:
+                    summarize: bool = False, runner: Runner | None = None,
+                    builder: Builder | None = None) -> CompareConfig:
     """Check a comparison configuration whole (workload, dataset, every strategy, the stores
-    already under its output, a GPU and nvcc for a live one unless ``summarize``) before
-    anything runs or is written; errors of a file start with the file's name."""
+    already under its output, a GPU and nvcc for a live one unless ``summarize``, the objects
+    of :func:`compare`) before anything runs or is written; errors of a file start with the
+    file's name."""
     from bocast import comparison as cmp
-    from bocast.config import in_file
+    from bocast import config as cfgmod
     from bocast.datasets import dataset_files
     from bocast.locations import check_outputs, check_writable
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
+    if isinstance(runner, str):
+        raise InputError("runner: compare takes a runner object; its configuration names the "
+                         "kind")
+    kind, given = cfgmod.runner_argument(runner, builder)
     try:
         cfg = cmp.load(path) if path is not None else cmp.parse(plain(config), os.getcwd())
         check_writable(cfg.output, "output", directory=True)
@@ -72,36 +81,48 @@ def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
                        "dataset": dataset_files(cfg.dataset) if cfg.dataset else []},
                       existing=None)
         cmp.validate(cfg)
+        if (given or builder) and (cfg.runner not in cmp.LIVE
+                                   or (kind == "standin") != (cfg.runner == "standin")):
+            raise InputError(f"runner: objects serve a live comparison whose runner is their "
+                             f"kind ({kind}), not runner: {cfg.runner}")
         if cfg.runner in cmp.LIVE and not summarize:
-            if cfg.runner == "local":  # rpc: the servers time, this host only builds
+            if cfg.runner == "local" and given is None:  # rpc: the servers time
                 need_gpu("runner: local (a live comparison)", "use runner: replay with a "
                          "recorded dataset, or --summarize to write the results of finished "
                          "stores")
-            if cfg.runner != "standin":  # the stand-in lowers but never compiles
+            if cfg.runner != "standin" and builder is None:  # the stand-in lowers only
                 need_compiler(f"runner: {cfg.runner} (a live comparison)")
     except InputError as e:
         if path is None:
             raise
-        raise in_file(e, path) from None
+        raise cfgmod.in_file(e, path) from None
     return cfg
 
 
 def compare(config: str | os.PathLike | Mapping[str, Any], *,
             only: Sequence[str] | None = None, summarize: bool = False,
-            progress: bool = False) -> dict[str, Any]:
+            progress: bool = False, runner: Runner | None = None,
+            builder: Builder | None = None) -> dict[str, Any]:
     """Run a comparison configuration (a YAML file or a mapping of its fields) exactly as
     ``bocast compare`` does: the same checks first, each run's store under ``output`` (resumed
     where it exists), the results at ``results`` (.md/.csv/.json, and the figure's
     .png/.pdf/.svg where matplotlib is installed: ``bocast[plot]``). ``only``: just these
     strategy labels (results once every run has finished); ``summarize``: run nothing, write
     the results of finished stores. Returns the summary (the .json's content; ``missing``
-    lists unfinished runs when there are any); ``progress`` prints status lines on stderr."""
-    return run_compare(prepare_compare(config, summarize=summarize), only=only,
-                       summarize=summarize, progress=progress)
+    lists unfinished runs when there are any); ``progress`` prints status lines on stderr.
+    ``runner``/``builder``: objects that serve a live comparison instead of the ones its
+    runner kind makes (as :func:`tune` takes them; a stand-in object for ``runner: standin``);
+    the caller's, never closed. The stores' identity names the configuration's kind, their
+    sessions the runner's ``name``."""
+    return run_compare(prepare_compare(config, summarize=summarize, runner=runner,
+                                       builder=builder),
+                       only=only, summarize=summarize, progress=progress, runner=runner,
+                       builder=builder)
 
 
 def run_compare(cfg: CompareConfig, *, only: Sequence[str] | None = None,
-                summarize: bool = False, progress: bool = False) -> dict[str, Any]:
+                summarize: bool = False, progress: bool = False, runner: Runner | None = None,
+                builder: Builder | None = None) -> dict[str, Any]:
     """:func:`compare` of a configuration that :func:`prepare_compare` checked."""
     from bocast import comparison as cmp
     from bocast.progress import Progress
@@ -111,7 +132,8 @@ def run_compare(cfg: CompareConfig, *, only: Sequence[str] | None = None,
                    unit="trials" if live else "runs") if progress
           else contextlib.nullcontext()) as meter:
         return cmp.run(cfg, progress=meter.say if live and meter else None, meter=meter,
-                       only=[] if summarize else (list(only) if only is not None else None))
+                       only=[] if summarize else (list(only) if only is not None else None),
+                       runner=runner, builder=builder)
 
 
 # --------------------------------------------------------------------------------- tune
@@ -130,16 +152,22 @@ class TuneResult:
 
 
 def tune(config: str | os.PathLike | Mapping[str, Any] | None = None, *,
-         runner: str | None = None, progress: bool = False,
+         runner: str | Runner | None = None, builder: Builder | None = None,
+         progress: bool = False,
          records: str | os.PathLike | None = None, plot: bool = False, op: str | None = None,
          shape: Sequence[int] | None = None, **settings: Any) -> TuneResult:
     """Run one tune configuration (a YAML file or a mapping of the same fields) exactly as
     ``bocast tune`` does: same checks before anything is written, same records.db and
-    summary.json in its ``output``, resumed when they exist. ``runner`` overrides the config's
-    (as ``--runner``); ``progress`` prints the command's status lines on stderr; ``records``:
-    the records library's folder (:mod:`bocast.library`); ``plot`` (as ``--plot``): draw the
-    run's figure beside its summary, ``convergence.png/.pdf/.svg`` (best so far and every
-    trial, failures marked, the reference named; needs ``bocast[plot]``, checked first).
+    summary.json in its ``output``, resumed when they exist. ``runner`` overrides the config's:
+    a kind (as ``--runner``) or, as MetaSchedule's tune functions take one, a
+    :class:`bocast.measure.runner.Runner` object (a subclass of one's own, one of
+    :func:`bocast.measure.parts.make_runner`; a ``ReplayRunner`` replays its dataset); the run
+    records its ``name``. ``builder``: a :class:`bocast.measure.builder.Builder` object for a
+    live run. Objects passed in are the caller's: bocast uses them and never closes them.
+    ``progress`` prints the command's status lines on stderr; ``records``: the records library's
+    folder (:mod:`bocast.library`); ``plot`` (as ``--plot``): draw the run's figure beside its
+    summary, ``convergence.png/.pdf/.svg`` (best so far and every trial, failures marked, the
+    reference named; needs ``bocast[plot]``, checked first).
 
     Without a configuration, ``op`` and ``shape`` name the workload and ``settings`` any other
     field, as ``bocast tune gemm --shape ...`` (:func:`quick_config`): ``tune(op="gemm",
@@ -147,10 +175,11 @@ def tune(config: str | os.PathLike | Mapping[str, Any] | None = None, *,
     if config is None:
         if op is None:
             raise InputError("tune: give a configuration, or op= (and shape=)")
-        config = quick_config(op, shape, runner=runner, **settings)
+        config = quick_config(op, shape, runner=runner if isinstance(runner, str) else None,
+                              **settings)
     elif op is not None or shape is not None or settings:
         raise InputError("tune: give a configuration or op=/shape=/settings, not both")
-    run = prepare(config, runner=runner, records=records, plot=plot)
+    run = prepare(config, runner=runner, builder=builder, records=records, plot=plot)
     summary, _ = run.execute(progress=progress)
     return TuneResult(summary.get("best_config"), summary.get("best_tflops"), summary["trials"],
                       run.store_path, summary, summary.get("figures", []))
@@ -252,7 +281,8 @@ def need_compiler(what: str) -> None:
         raise InputError(f"{what}: {reason}; nothing was written")
 
 
-def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None = None,
+def prepare(config: str | os.PathLike | Mapping[str, Any], *,
+            runner: str | Runner | None = None, builder: Builder | None = None,
             rpc: Mapping[str, Any] | None = None,
             records: str | os.PathLike | None = None, plot: bool = False) -> TuneRun:
     """Check a tune configuration whole, and the store already in its output (which must hold
@@ -260,7 +290,8 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
     :meth:`TuneRun.execute` has started the runner. Errors of a file's configuration start with
     the file's name (as the command prints them). ``warm_start: auto`` (the default) is
     resolved here (:func:`bocast.warm_sources.resolve`; ``records``: the library's folder).
-    ``plot``: the run draws its figure (:attr:`TuneRun.figure_prefix`), matplotlib checked here."""
+    ``plot``: the run draws its figure (:attr:`TuneRun.figure_prefix`), matplotlib checked here.
+    ``runner``/``builder``: as :func:`tune` takes them (checked here; objects the caller's)."""
     from bocast import config as cfgmod
     from bocast import identity, library, warm_sources
     from bocast.candidates import SpaceCandidates
@@ -269,10 +300,14 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
     from bocast.strategies import make_strategy
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
+    kind, given = cfgmod.runner_argument(runner, builder)
+    replayed = cast("ReplayRunner", given).dataset if kind == "replay" and given else None
+    fixed: dict[str, Any] = {"runner": kind, "rpc": rpc,
+                             "dataset": replayed.prefix if replayed else None}
     try:
-        cfg = (cfgmod.parse(plain(config), runner=runner, rpc=rpc)
+        cfg = (cfgmod.parse(plain(config), **fixed)
                if not isinstance(config, (str, os.PathLike))
-               else cfgmod.load(os.fspath(config), runner=runner, rpc=rpc))
+               else cfgmod.load(os.fspath(config), **fixed))
         if plot:
             figures.require("plot (the run's figure)")
         # a resumed run rewrites its own summary and figure (existing=None), never a file it reads
@@ -281,25 +316,30 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
                       {"configuration file": path or [],
                        "dataset": dataset_files(cfg.dataset) if cfg.dataset else []},
                       existing=None)
-        op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
+        op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset,
+                                                  opened=replayed)
         if dataset is not None:
             candidates = dataset.candidates()
         else:
-            if cfg.runner == "local":  # rpc: kernels run on the servers; this host only builds
+            # rpc: kernels run on the servers, this host only builds; a runner object times
+            # them where it does
+            if cfg.runner == "local" and given is None:
                 need_gpu("runner local", "use --runner replay with a recorded dataset")
-            if cfg.runner != "standin":  # the stand-in lowers but never compiles
+            if cfg.runner != "standin" and builder is None:  # the stand-in lowers only
                 need_compiler(f"runner {cfg.runner}")
             candidates = SpaceCandidates(op.space, op.workload)
         store_path = cfg.store or f"{cfg.output}/records.db"
         folder = library.directory(records, cfg.records)
-        warm = _warm_start(cfg, op, dataset, store_path, folder)
+        warm = _warm_start(cfg, op, dataset, store_path, folder,
+                           probe=given is None or kind != "local")
         options = cfg.strategy_options if warm is None else \
             warm_sources.warm_options(cfg.strategy, cfg.strategy_options, warm.sources)
         strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **options)
         ident = identity.run_identity(
             strategy=cfg.strategy, options=_identity_options(cfg.strategy_options, options),
             seed=cfg.seed,
-            batch_size=cfg.batch_size, runner=cfg.runner, dataset=cfg.dataset,
+            batch_size=cfg.batch_size, runner=given.name if given else cfg.runner,
+            dataset=cfg.dataset,
             warm_start=None if warm is None else [library.portable(p) for p in warm.sources])
         identity.check_path(store_path, op.workload, ident)
     except InputError as e:
@@ -307,7 +347,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *, runner: str | None
             raise
         raise cfgmod.in_file(e, path) from None
     return TuneRun(cfg, op, dataset, strategy, store_path, ident, warm=warm, records=folder,
-                   plot=plot)
+                   plot=plot, runner=given, builder=builder)
 
 
 def _identity_options(given: dict[str, Any], used: dict[str, Any]) -> dict[str, Any]:
@@ -316,10 +356,12 @@ def _identity_options(given: dict[str, Any], used: dict[str, Any]) -> dict[str, 
     return {**given, **{k: v for k, v in used.items() if k not in given and k != "warm_start"}}
 
 
-def _warm_start(cfg: TuneConfig, op, dataset, store_path: str, folder: str):
+def _warm_start(cfg: TuneConfig, op, dataset, store_path: str, folder: str, *,
+                probe: bool = True):
     """The run's warm-start sources (:class:`bocast.warm_sources.Choice`) when its strategy has the
     option and it is ``auto``; None otherwise (a list or ``none``: used as given). A resumed
-    run keeps the sources its store's identity names."""
+    run keeps the sources its store's identity names. ``probe`` False: the run's GPU is not
+    known before it starts (a runner object's), so sources of any GPU may serve."""
     from bocast import library, warm_sources
     from bocast.bo.transfer import AUTO
     from bocast.store import Store
@@ -337,8 +379,10 @@ def _warm_start(cfg: TuneConfig, op, dataset, store_path: str, folder: str):
                 "warm start: as this run began, from " + (", ".join(held) or "nothing (cold)")])
     return warm_sources.resolve(AUTO, op, runner=cfg.runner, dataset=cfg.dataset, store=store_path,
                                 records=folder,
-                                gpu=warm_sources.run_gpu(cfg.runner, dataset=dataset, rpc=cfg.rpc),
-                                arch=warm_sources.run_architecture(cfg.runner, dataset=dataset))
+                                gpu=warm_sources.run_gpu(cfg.runner, dataset=dataset, rpc=cfg.rpc)
+                                if probe else None,
+                                arch=warm_sources.run_architecture(cfg.runner, dataset=dataset)
+                                if probe else None)
 
 
 

@@ -27,10 +27,17 @@ import yaml
 from bocast import options, schema
 from bocast.errors import InputError
 from bocast.locations import check_writable
-from bocast.measure.parts import RUNNER_KINDS, make_builder, make_runner, runner_kind
+from bocast.measure.parts import (
+    RUNNER_KINDS,
+    make_builder,
+    make_runner,
+    runner_argument,
+    runner_kind,
+)
 from bocast.schema import ConfigError, Field, Section
 
-__all__ = ["ConfigError", "TuneConfig", "load", "parse", "read_yaml", "workload_and_dataset"]
+__all__ = ["ConfigError", "TuneConfig", "load", "parse", "read_yaml", "runner_argument",
+           "workload_and_dataset"]
 
 RUNNERS = RUNNER_KINDS  # bocast.measure.parts: local | rpc | replay | standin
 WORKLOAD = Field("workload", dict, doc="op, shape and the operator's options")
@@ -82,8 +89,11 @@ class RunSpec:
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.raw, sort_keys=True).encode()).hexdigest()[:16]
 
-    def make_runner(self, *, seed: int = 0):
-        """The live runner this spec names (``seed``: its input data); a replay has none."""
+    def make_runner(self, *, seed: int = 0, dataset=None):
+        """The runner this spec names: a live one with its options (``seed``: its input data),
+        or replay of ``dataset`` (the spec's, opened: :func:`workload_and_dataset`)."""
+        if self.runner == "replay":
+            return make_runner("replay", dataset=dataset)
         ro = self.runner_options
         return make_runner(self.runner, timeout_s=ro["run_timeout"], repeats=ro["repeats"],
                            seed=seed, rpc=self.rpc)
@@ -132,10 +142,13 @@ def strategy_entry(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
 
 
 def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
-          rpc: Mapping[str, Any] | None = None) -> TuneConfig:
+          rpc: Mapping[str, Any] | None = None, dataset: str | None = None) -> TuneConfig:
+    """A tune configuration checked whole; ``runner``, ``rpc`` and ``dataset`` override its
+    fields (the command line's, or the dataset of a replay runner object)."""
     if isinstance(raw, Mapping):
         runner = runner_kind(runner or raw.get("runner")) or None
-    top = TUNE.check({**raw, **({"runner": runner} if runner else {})}
+    top = TUNE.check({**raw, **({"runner": runner} if runner else {}),
+                      **({"dataset": dataset} if dataset else {})}
                      if isinstance(raw, Mapping) else raw)
     budget = options.BUDGET.check(top["budget"], "budget.")
     ropts = options.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
@@ -251,15 +264,17 @@ def in_file(e: InputError, path: str) -> InputError:
         return InputError(f"{path}: {e}")
 
 
-def load(path: str, *, runner: str | None = None, rpc: Mapping[str, Any] | None = None
-         ) -> TuneConfig:
-    return parse(read_yaml(path), path=path, runner=runner, rpc=rpc)
+def load(path: str, *, runner: str | None = None, rpc: Mapping[str, Any] | None = None,
+         dataset: str | None = None) -> TuneConfig:
+    return parse(read_yaml(path), path=path, runner=runner, rpc=rpc, dataset=dataset)
 
 
-def workload_and_dataset(workload: Mapping[str, Any], runner: str, dataset: str | None):
+def workload_and_dataset(workload: Mapping[str, Any], runner: str, dataset: str | None, *,
+                         opened=None):
     """The operator of a config's workload and, for the replay runner, its recorded dataset
-    (checked to be of that workload); a ConfigError names the field that is wrong."""
-    from bocast.measure.replay import ReplayDataset, ReplayError
+    (checked to be of that workload; ``opened``: that dataset already opened, a replay runner
+    object's); a ConfigError names the field that is wrong."""
+    from bocast.measure.replay import ReplayDataset, ReplayError, check_workload
     from bocast.operator import WorkloadError, from_workload
 
     try:
@@ -271,6 +286,9 @@ def workload_and_dataset(workload: Mapping[str, Any], runner: str, dataset: str 
     if dataset is None:
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
     try:
+        if opened is not None:
+            check_workload(opened.prefix, opened.meta, op)
+            return op, opened
         return op, ReplayDataset(dataset, op)
     except ReplayError as e:
         raise ConfigError(f"dataset: {e}") from None

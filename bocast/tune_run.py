@@ -16,6 +16,8 @@ from bocast.errors import InputError
 
 if TYPE_CHECKING:
     from bocast.config import TuneConfig
+    from bocast.measure.builder import Builder
+    from bocast.measure.runner import Runner
     from bocast.strategies.base import Strategy
 
 
@@ -40,6 +42,14 @@ class TuneRun:
     warm: Any = None  # bocast.warm_sources.Choice of warm_start: auto (None: the option as given)
     records: str = ""  # the records library's folder
     plot: bool = False  # draw the run's figure (figure_prefix.png/.pdf/.svg)
+    runner: Runner | None = None  # the caller's runner object (bocast.tune), never closed here
+    builder: Builder | None = None  # the caller's builder object, never closed here
+
+    @property
+    def runner_name(self) -> str:
+        """The runner the run records (identity, sessions, summary): the object's name, or the
+        configuration's kind."""
+        return self.runner.name if self.runner is not None else self.cfg.runner
 
     @property
     def summary_path(self) -> str:
@@ -62,48 +72,46 @@ class TuneRun:
         """Run to the budget (resuming the store's trials), write summary.json; return the
         summary and the command's result lines."""
         from bocast import identity
-        from bocast.measure.replay import ReplayMeasurer
+        from bocast.measure.parts import make_measurer
         from bocast.progress import Progress, reference_label, say
         from bocast.records import atomic_write, provenance
         from bocast.tuner import Tuner
 
         cfg, op, dataset = self.cfg, self.op, self.dataset
         note = say if progress else (lambda _: None)
-        closers: list[Any] = []  # runner, store and builder: closed when the run ends
+        closers: list[Any] = []  # the runner, store and builder it made: closed when it ends
         ref: dict[str, Any] = {}  # a live run's reference (the vendor library's timing)
-        device: dict[str, Any] = {}
-        measurer: ReplayMeasurer | Measurer
         if op.space_choice:  # space auto: which space, and why
             note(f"space {op.space_choice}; --space names one")
         try:
-            if dataset is None:
-                from bocast.measure.engine import Measurer
-
-                runner = cfg.make_runner(seed=cfg.seed)
+            runner, builder, session = self.runner, self.builder, None
+            if runner is None:
+                runner = cfg.make_runner(seed=cfg.seed, dataset=dataset)
                 closers.append(runner)
-                device = runner.device()
+            device = runner.device()
             # the run can start: only now is its store created (or opened for writing), so a
             # runner that fails to start leaves no store stamped with this run behind
             store = identity.open_store(self.store_path, op.workload, self.identity)
             closers.append(store)
             previous = store.records()
             if dataset is not None:
-                measurer = ReplayMeasurer(dataset, store)
                 reference = (dataset.reference or {}).get("tflops")
                 label = reference_label(dataset.reference, recorded=True)
                 note(f"runner: replay of {cfg.dataset} ({len(dataset.configs)} recorded "
                      "configurations; no GPU is used)")
             else:
-                ref = store.get_meta("reference") or runner.reference(op)
-                builder = cfg.make_builder()
-                closers.append(builder)
+                ref = store.get_meta("reference") or runner.reference(op) or {}
+                if builder is None:
+                    builder = cfg.make_builder()
+                    closers.append(builder)
                 store.set_meta("reference", ref)
                 reference = ref.get("tflops")
                 label = reference_label(ref)
-                measurer = Measurer(op, store, builder, runner, session_info={
-                    "device": device, "runner": cfg.runner, "config": cfg.raw,
-                    "warm_start_sources": self.warm_start_sources})
-                note(f"runner: live on {device.get('gpu')}; reference {reference:.1f} TFLOPS")
+                session = {"device": device, "runner": self.runner_name, "config": cfg.raw,
+                           "warm_start_sources": self.warm_start_sources}
+                note(f"runner: live on {device.get('gpu')}; " + (
+                    f"reference {reference:.1f} TFLOPS" if reference else "no reference"))
+            measurer = make_measurer(op, store, runner, builder, session_info=session)
             for line in self.warm.notes if self.warm is not None else []:
                 note(line)
             if previous:
@@ -120,13 +128,12 @@ class TuneRun:
                 c.close()
             copy = self._to_library(note)
         sources = self.warm_start_sources
-        gpu = (dataset.meta.get("device") or {}).get("gpu") if dataset is not None \
-            else device.get("gpu")
+        gpu = device.get("gpu")  # replay: the dataset's recorded device
         drawn = self._draw(result, gpu=gpu, reference=reference, label=label) \
             if self.plot else []
         summary = {**result.summary(), "config": cfg.path, "config_sha256": cfg.digest,
                    "strategy": cfg.strategy, "strategy_options": self.strategy.hyper,
-                   "seed": cfg.seed, "runner": cfg.runner, "dataset": cfg.dataset,
+                   "seed": cfg.seed, "runner": self.runner_name, "dataset": cfg.dataset,
                    "output": cfg.output, "store": self.store_path,
                    "warm_start_sources": sources, "library_copy": copy, "gpu": gpu,
                    **({"figures": drawn} if drawn else {}),

@@ -19,8 +19,9 @@ from bocast.strategies.base import Strategy
 @runtime_checkable
 class SupportsMeasure(Protocol):
     """What :class:`Tuner` calls on its measurer: the live engine
-    (:class:`bocast.measure.engine.Measurer`) and replay
-    (:class:`bocast.measure.replay.ReplayMeasurer`). A ``clock_s`` attribute, where present,
+    (:class:`bocast.measure.engine.Measurer`) and the measurer of a runner that answers whole
+    records, replay's (:class:`bocast.measure.engine.RecordMeasurer`), both made by
+    :func:`bocast.measure.parts.make_measurer`. A ``clock_s`` attribute, where present,
     is the simulated time of the trials (replay: their recorded build and run seconds)."""
 
     def measure(self, configs: Sequence[Config], *, source: str = "") -> list[Record]:

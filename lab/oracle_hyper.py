@@ -23,7 +23,8 @@ from unittest import mock
 import numpy as np
 from scipy.stats import wilcoxon
 
-from bocast.measure.replay import ReplayDataset, ReplayMeasurer
+from bocast.measure.parts import make_measurer, make_runner
+from bocast.measure.replay import ReplayDataset
 from bocast.operator import from_workload
 from bocast.records import load_dataset, provenance
 from bocast.strategies import make_strategy
@@ -46,15 +47,19 @@ def oracle_hyper(ds: ReplayDataset, points: int) -> dict:
     return s.surrogate._hyper
 
 
+def replay(ds: ReplayDataset):
+    return make_measurer(ds.op, None, make_runner("replay", dataset=ds))
+
+
 def run(ds: ReplayDataset, seed: int, hyper: dict | None) -> int:
     """Trials to 95% of the table's optimum (BUDGET + 1 if never)."""
     s = make_strategy("bo", ds.candidates(), seed=seed, **BO)
     if hyper is None:
-        res = Tuner(s, ReplayMeasurer(ds), trials=BUDGET, batch_size=BATCH).run()
+        res = Tuner(s, replay(ds), trials=BUDGET, batch_size=BATCH).run()
     else:  # every round starts from the oracle's hyperparameters and does not refit them
         s.surrogate._hyper = hyper
         with mock.patch("botorch.fit.fit_gpytorch_mll", lambda mll, **kw: mll):
-            res = Tuner(s, ReplayMeasurer(ds), trials=BUDGET, batch_size=BATCH).run()
+            res = Tuner(s, replay(ds), trials=BUDGET, batch_size=BATCH).run()
     return res.trials_to(0.95, ds.best_tflops) or BUDGET + 1
 
 

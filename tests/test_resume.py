@@ -21,7 +21,8 @@ import yaml
 
 from bocast import api
 from bocast.interrupt import Interrupted
-from bocast.measure.replay import ReplayDataset, ReplayMeasurer
+from bocast.measure.parts import make_measurer, make_runner
+from bocast.measure.replay import ReplayDataset
 from bocast.operator import get_operator
 from bocast.space import Space
 from bocast.store import Store
@@ -94,12 +95,17 @@ def tables(dataset):
     return table
 
 
+def replay(dataset, store=None):
+    """The measurer of a replay run of ``dataset`` (into ``store``, where given)."""
+    return make_measurer(dataset.op, store, make_runner("replay", dataset=dataset))
+
+
 class StopAt:
     """A replay measurer that stops (as SIGINT does, between records) once its store holds
     ``rows`` records."""
 
     def __init__(self, dataset, store, rows: int):
-        self.inner, self.store, self.rows = ReplayMeasurer(dataset, store), store, rows
+        self.inner, self.store, self.rows = replay(dataset, store), store, rows
 
     def measure(self, configs, *, source=""):
         out = []
@@ -114,7 +120,7 @@ def tune(dataset, store, name, h, *, trials=TRIALS, stop=None):
     """One call of a tune run on ``store`` (resuming what it holds); ``stop``: rows at which
     the call is interrupted."""
     strategy = make_strategy(name, dataset.candidates(), seed=3, **h)
-    measurer = ReplayMeasurer(dataset, store) if stop is None else StopAt(dataset, store, stop)
+    measurer = replay(dataset, store) if stop is None else StopAt(dataset, store, stop)
     Tuner(strategy, measurer, trials=trials, batch_size=BATCH).run(store.records())
 
 
@@ -182,10 +188,10 @@ def test_interleaved_runs_resume_inside_a_batch(dataset, tmp_path):
             tune(dataset, store, name, h)
         whole.append(stored(tmp_path / f"whole{i}.db"))
         store = Store(str(tmp_path / f"stopped{i}.db"), OP.workload)
-        ReplayMeasurer(dataset, store).measure(
+        replay(dataset, store).measure(
             [OP.space.from_json(r.config) for r in whole[-1][:rows]], source=name)
         tuner = Tuner(make_strategy(name, dataset.candidates(), seed=3, **h),
-                      ReplayMeasurer(dataset, store), trials=TRIALS, batch_size=BATCH)
+                      replay(dataset, store), trials=TRIALS, batch_size=BATCH)
         tuner.start(store.records())
         tuners.append(tuner)
     run_interleaved(tuners)
@@ -198,7 +204,7 @@ def test_store_not_written_by_this_run_is_told_as_it_is(dataset, tmp_path):
     """Trials the strategy would not have asked for (another seed's): resumed as before the
     replay existed, every trial kept, none proposed twice."""
     with Store(str(tmp_path / "s.db"), OP.workload) as store:
-        ReplayMeasurer(dataset, store).measure(dataset.configs[:13])
+        replay(dataset, store).measure(dataset.configs[:13])
         tune(dataset, store, "cga", CGA)
         keys = [r.key for r in store.records()]
     assert keys[:13] == [Space.key(c) for c in dataset.configs[:13]]
@@ -214,15 +220,15 @@ def test_store_not_written_by_this_run_is_told_as_it_is(dataset, tmp_path):
 DRIVER = """
 import sys, time
 from bocast import cli
-from bocast.measure import replay
-measure = replay.ReplayMeasurer.measure
+from bocast.measure import engine
+measure = engine.RecordMeasurer.measure
 def slow(self, configs, **kwargs):
     out = []
     for c in configs:
         time.sleep(0.03)
         out += measure(self, [c], **kwargs)
     return out
-replay.ReplayMeasurer.measure = slow
+engine.RecordMeasurer.measure = slow
 sys.exit(cli.main(sys.argv[1:]))
 """
 

@@ -239,8 +239,7 @@ def cmd_measure(args) -> int:
 
 
 def _measure(args, op, configs, what, subspace) -> int:
-    from bocast.measure.engine import Measurer
-    from bocast.measure.parts import make_builder
+    from bocast.measure.parts import make_builder, make_measurer
     from bocast.records import Store, export_dataset
 
     runner = _make_runner(args.runner, args)
@@ -278,9 +277,9 @@ def _measure(args, op, configs, what, subspace) -> int:
                         best[0] = max(best[0], rec.tflops)
                     meter.update(step=1, best=best[0] or None)
 
-                measurer = Measurer(op, store, builder, runner, on_record=progress,
-                                    session_info={"device": device, "runner": runner.name,
-                                                  "command": " ".join(sys.argv)})
+                measurer = make_measurer(op, store, runner, builder, on_record=progress,
+                                         session_info={"device": device, "runner": runner.name,
+                                                       "command": " ".join(sys.argv)})
                 # the one loop, over a strategy that lists the configurations: batch i + 1
                 # builds while batch i runs, and no batch is asked after --max-seconds
                 listed = Listed(SpaceCandidates(op.space, op.workload), todo, seed=args.seed)

@@ -24,6 +24,7 @@ from bocast.comparison.config import (
 )
 from bocast.comparison.summary import summarize
 from bocast.config import ConfigError
+from bocast.measure.parts import make_measurer
 from bocast.progress import Progress, reference_label
 
 
@@ -41,7 +42,7 @@ def _job_process(stop) -> None:
 def _replay_run(job) -> dict[str, Any]:
     """One strategy x seed on replay: resumes its record store (a finished run is only read);
     returns its curve."""
-    from bocast.measure.replay import ReplayDataset, ReplayMeasurer
+    from bocast.measure.replay import ReplayDataset
     from bocast.operator import from_workload
     from bocast.store import Store
     from bocast.strategies import make_strategy
@@ -58,7 +59,8 @@ def _replay_run(job) -> dict[str, Any]:
             res = Trajectory(done, best_so_far(done), 0.0, None)
         else:
             strategy = make_strategy(s["name"], ds.candidates(), seed=seed, **_hyper(s))
-            res = Tuner(strategy, ReplayMeasurer(ds, store), trials=trials,
+            res = Tuner(strategy, make_measurer(op, store, cfg.make_runner(dataset=ds)),
+                        trials=trials,
                         batch_size=entry_batch(cfg, s), optimum=ds.best_tflops).run(done)
     out = _curve(res, s["label"], seed, trials)
     out.update(optimum=ds.best_tflops, reference=(ds.reference or {}).get("tflops"),
@@ -73,11 +75,12 @@ def run(cfg: CompareConfig, *, progress: Callable[[str], None] | None = None,
         only: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the comparison and write its outputs. ``progress`` receives a line per notable
     event, ``meter`` the counts (runs or trials done, best so far). ``runner``/``builder``
-    replace the local GPU runner and nvcc builder of a live comparison (tests pass the CPU
-    stand-in). ``only`` runs just those strategy labels of a live comparison, so that one can be
-    spread over several sessions; the outputs are written once every run has finished (else the
-    summary lists what is ``missing``). An empty ``only`` runs nothing and needs no GPU: it
-    writes the outputs from the finished stores.
+    replace the runner and builder of a live comparison (:func:`bocast.compare`'s objects; tests
+    pass the CPU stand-in): the caller's, never closed here. ``only`` runs just those strategy
+    labels of a live comparison, so that one can be spread over several sessions; the outputs
+    are written once every run has finished (else the summary lists what is ``missing``). An
+    empty ``only`` runs nothing and needs no GPU: it writes the outputs from the finished
+    stores.
 
     Every run resumes its record store, replay and live alike: a stopped comparison goes on
     where it stopped, and one whose runs have all finished only reads them. The outputs are
@@ -157,7 +160,6 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
 
     from bocast import metaschedule
     from bocast.candidates import SpaceCandidates
-    from bocast.measure.engine import Measurer
     from bocast.operator import from_workload
     from bocast.store import Store
     from bocast.strategies import make_strategy
@@ -167,9 +169,9 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
     runs_plan = plan(cfg)
     if only is not None and not only:
         return _read_live(op, runs_plan)
-    runner = runner or cfg.make_runner()
-    builder = builder or cfg.make_builder()
-    with runner, builder, contextlib.ExitStack() as stores:
+    with contextlib.ExitStack() as stores:  # closes the runner and builder made here, last
+        runner = runner or stores.enter_context(cfg.make_runner())
+        builder = builder or stores.enter_context(cfg.make_builder())
         device = runner.device()
         # one reference for the whole comparison: the one timed when it started, if it did
         reference = None
@@ -180,7 +182,7 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
         reference = reference or runner.reference(op)
         progress(f"live on {device.get('gpu')}; reference {reference['tflops']:.1f} TFLOPS "
                  f"({reference.get('what', '')})")
-        info = {"device": device, "runner": cfg.runner, "compare": cfg.name,
+        info = {"device": device, "runner": runner.name, "compare": cfg.name,
                 "config_sha256": cfg.digest}
         runs: list[dict] = []
         missing: list[str] = []
@@ -198,7 +200,7 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
                 store.set_meta("reference", reference)
                 strategy = make_strategy(s["name"], SpaceCandidates(op.space, op.workload),
                                          seed=seed, **_hyper(s))
-                measurer = Measurer(op, store, builder, runner, session_info={
+                measurer = make_measurer(op, store, runner, builder, session_info={
                     **info, "strategy": s["label"], "seed": seed})
                 tuner = Tuner(strategy, measurer, trials=trials, batch_size=entry_batch(cfg, s),
                               reference=reference["tflops"],

@@ -1,6 +1,6 @@
 """The one path from proposed configurations to records.
 
-Every measurement goes through :meth:`Measurer.measure`: it rejects configurations that break a
+Every live measurement goes through :meth:`Measurer.measure`: it rejects configurations that break a
 known constraint (recorded as ``invalid`` without building), skips those already in the store,
 builds the rest in parallel, runs the kernels that built, and appends each finished record to
 the store before anyone else sees it. A run killed at any point therefore resumes from the store
@@ -10,6 +10,10 @@ with no finished row lost and none repeated.
 the two halves of a measurement, so that building one batch can overlap running another: the
 next batch of the same run, or of another run that shares the builder and runner
 (:func:`bocast.tuner.run_interleaved`).
+
+A runner that answers whole records (:class:`~bocast.measure.runner.RecordRunner`: replay) has
+:class:`RecordMeasurer` instead: nothing to validate or build, each record written as asked.
+:func:`bocast.measure.parts.make_measurer` makes the one a runner needs.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from bocast import interrupt
 from bocast.knobs import Config
 from bocast.measure.builder import Builder, BuildResult
-from bocast.measure.runner import Runner, RunResult
+from bocast.measure.runner import RecordRunner, Runner, RunResult
 from bocast.measure.status import Status
 from bocast.operator import Operator
 from bocast.provenance import provenance
@@ -86,6 +91,47 @@ class Measurer:
         batch.records.append(rec)
         if batch.on_record is not None:
             batch.on_record(rec)
+
+
+class RecordMeasurer:
+    """The measurer of a :class:`~bocast.measure.runner.RecordRunner` (replay): each
+    configuration's record is the runner's, appended to the store (where there is one) in the
+    order asked, with no validation, build or skip (the Tuner's strategies never ask a
+    configuration twice; the store refuses one it holds). ``clock_s``, the simulated time of
+    the trials, advances by each record's build and run seconds."""
+
+    def __init__(self, runner: RecordRunner, store: Store | None = None, *,
+                 session_info: dict | None = None,
+                 on_record: Callable[[Record], None] | None = None):
+        self.runner, self.store, self.on_record = runner, store, on_record
+        self.clock_s = 0.0
+        self.session = store.start_session({"runner": runner.name, **runner.origin(),
+                                            **(session_info or {})}) \
+            if store is not None else None
+
+    def prepare(self, configs: Sequence[Config], *, source: str = "",
+                on_record: Callable[[Record], None] | None = None):
+        """The engine's two halves (:func:`bocast.tuner.run_interleaved`): a lookup has
+        nothing to build, so all the work happens in :meth:`run`."""
+        return list(configs), source, on_record
+
+    def run(self, batch) -> list[Record]:
+        configs, source, on_record = batch
+        return self.measure(configs, source=source, on_record=on_record)
+
+    def measure(self, configs: Sequence[Config], *, source: str = "",
+                on_record: Callable[[Record], None] | None = None) -> list[Record]:
+        out, on_record = [], on_record or self.on_record
+        for c in configs:
+            interrupt.check()  # between records (replay job processes stop here)
+            rec = self.runner.record(c, source)
+            self.clock_s += (rec.build_s or 0.0) + (rec.run_s or 0.0)
+            if self.store is not None:
+                self.store.append(rec, self.session)
+            out.append(rec)
+            if on_record is not None:
+                on_record(rec)
+        return out
 
 
 @dataclass

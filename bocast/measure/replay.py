@@ -3,20 +3,21 @@
 Only the dataset's configurations can be measured (strategies draw from
 :class:`~bocast.candidates.TableCandidates`); a measurement returns the recorded row, failures
 with their recorded status; a simulated clock advances by the recorded build and run time. This
-is the default runner on a machine without a GPU.
+is the default runner on a machine without a GPU. :class:`ReplayRunner` answers whole records
+(a :class:`~bocast.measure.runner.RecordRunner`); ``make_runner("replay", dataset=...)`` makes
+it and :func:`bocast.measure.parts.make_measurer` its measurer.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
-from bocast import interrupt
 from bocast.candidates import TableCandidates
 from bocast.datasets import DATASET_COLUMNS, dataset_configs, dataset_csv
 from bocast.errors import InputError
 from bocast.knobs import Config
+from bocast.measure.runner import RecordRunner
 from bocast.measure.status import Status
 from bocast.operator import Operator, canonical_workload
 from bocast.record import OPTIONAL, Record, RecordError, check_record, measured_values
@@ -41,10 +42,7 @@ class ReplayDataset:
 
     def __init__(self, prefix: str, op: Operator):
         meta = _read_meta(prefix)
-        if _canon(canonical_workload(meta["workload"])) != _canon(
-                canonical_workload(op.workload)):
-            raise ReplayError(f"dataset {prefix} was recorded for workload {meta.get('workload')}, "
-                              f"not {op.workload}")
+        check_workload(prefix, meta, op)
         df = _read_rows(prefix, meta)
         self.prefix, self.meta, self.op = prefix, meta, op
         self.configs = _configs(dataset_csv(prefix), df, meta["knob_columns"], op.space)
@@ -79,39 +77,34 @@ class ReplayDataset:
             error="replayed" if r["status"] != "ok" else "", source=source)
 
 
-class ReplayMeasurer:
-    """Measures by lookup; same ``measure`` signature as the live engine's Measurer."""
+class ReplayRunner(RecordRunner):
+    """A recorded dataset as a runner: a configuration's record is its row (build outcome,
+    features and timing as recorded); the device and the reference are the dataset's."""
 
     name = "replay"
 
-    def __init__(self, dataset: ReplayDataset, store=None):
-        self.dataset, self.store = dataset, store
-        self.clock_s = 0.0
-        self.session = store.start_session({"runner": "replay", "dataset": dataset.prefix}) \
-            if store is not None else None
+    def __init__(self, dataset: ReplayDataset):
+        self.dataset = dataset
 
-    def prepare(self, configs: Sequence[Config], *, source: str = "", on_record=None):
-        """The engine's two-phase interface (:func:`bocast.tuner.run_interleaved`); a lookup
-        has nothing to build, so all the work happens in :meth:`run`."""
-        return list(configs), source, on_record
+    def record(self, config: Config, source: str = "") -> Record:
+        return self.dataset.record(config, source)
 
-    def run(self, batch) -> list[Record]:
-        configs, source, on_record = batch
-        return self.measure(configs, source=source, on_record=on_record)
+    def origin(self) -> dict[str, Any]:
+        return {"dataset": self.dataset.prefix}
 
-    def measure(self, configs: Sequence[Config], *, source: str = "",
-                on_record=None) -> list[Record]:
-        out = []
-        for c in configs:
-            interrupt.check()  # between records (replay job processes stop here)
-            rec = self.dataset.record(c, source)
-            self.clock_s += (rec.build_s or 0.0) + (rec.run_s or 0.0)
-            if self.store is not None:
-                self.store.append(rec, self.session)
-            out.append(rec)
-            if on_record is not None:
-                on_record(rec)
-        return out
+    def reference(self, op: Operator) -> dict[str, Any] | None:
+        return self.dataset.reference
+
+    def device(self) -> dict[str, Any]:
+        return dict(self.dataset.meta.get("device") or {})
+
+
+def check_workload(prefix: str, meta: dict[str, Any], op: Operator) -> None:
+    """A ReplayError unless the dataset of ``prefix`` (its .json: ``meta``) is of ``op``'s
+    workload."""
+    if _canon(canonical_workload(meta["workload"])) != _canon(canonical_workload(op.workload)):
+        raise ReplayError(f"dataset {prefix} was recorded for workload {meta.get('workload')}, "
+                          f"not {op.workload}")
 
 
 def _read_meta(prefix: str) -> dict[str, Any]:

@@ -14,11 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bocast.knobs import Config
 from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure, TimedPool
 from bocast.measure.status import Status, tail
 from bocast.operator import Operator
-from bocast.record import RUN_FIELDS, Measurement
+from bocast.record import RUN_FIELDS, Measurement, Record
 
 
 @dataclass
@@ -43,9 +44,10 @@ class Runner(ABC):
     (``bocast tune``/``measure``/``compare``) call on a runner; ``name`` is recorded with the
     session. Implementations: :class:`GpuRunner` (this machine's GPU),
     :class:`bocast.measure.standin.StandinRunner` (synthetic timings, for tests on a CPU) and
-    :class:`bocast.measure.rpc.RpcRunner` (GPU servers). Replay is not a runner: a dataset row
-    is a whole record (build time and features too), so
-    :class:`bocast.measure.replay.ReplayMeasurer` stands in for the whole Measurer."""
+    :class:`bocast.measure.rpc.RpcRunner` (GPU servers); :class:`RecordRunner` for a runner that
+    answers whole records (replay). :func:`bocast.measure.parts.make_runner` makes each kind,
+    :func:`bocast.measure.parts.make_measurer` the measurer of any runner; a user's own subclass
+    may be passed to :func:`bocast.tune` instead of a kind."""
 
     name: str = "runner"
 
@@ -80,6 +82,30 @@ class Runner(ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+class RecordRunner(Runner):
+    """A runner whose answer for a configuration is its whole record: build outcome, features
+    and timing together, as a recorded dataset's row holds them (Kernel Tuner's simulation
+    mode; :class:`bocast.measure.replay.ReplayRunner`). It needs no builder, and it times no
+    built kernel (:meth:`run` refuses): its measurer
+    (:class:`bocast.measure.engine.RecordMeasurer`, from
+    :func:`bocast.measure.parts.make_measurer`) writes its records in the order asked and
+    charges their recorded build and run seconds to a simulated clock."""
+
+    @abstractmethod
+    def record(self, config: Config, source: str = "") -> Record:
+        """The record of ``config`` (its ``source`` column: ``source``); an InputError for a
+        configuration it holds no record of."""
+
+    def origin(self) -> dict[str, Any]:
+        """Where the records come from, for the session's provenance (replay: the dataset)."""
+        return {}
+
+    def run(self, op: Operator, builds: Sequence[BuildResult], *,
+            on_result: OnResult | None = None) -> list[RunResult]:
+        raise TypeError(f"runner {self.name} answers whole records, not runs of built kernels: "
+                        "measure through bocast.measure.parts.make_measurer")
 
 
 def kernel_task(op: Operator, b: BuildResult, *, seed: int, repeats: int,

@@ -140,7 +140,8 @@ def test_default_fast_posterior_is_within_the_jitter_of_the_fitted_gps():
 def test_fast_posterior_of_a_replay_fit_is_botorchs():
     """On a real fit: BO's GP after 40 trials of replay (relative TFLOPS, noise cap) on the
     GEMM table, scored on the whole table."""
-    from bocast.measure.replay import ReplayDataset, ReplayMeasurer
+    from bocast.measure.parts import make_measurer, make_runner
+    from bocast.measure.replay import ReplayDataset
     from bocast.operator import get_operator
     from bocast.strategies import make_strategy
     from bocast.strategies.bo import gp_target
@@ -150,7 +151,8 @@ def test_fast_posterior_of_a_replay_fit_is_botorchs():
     ds = ReplayDataset("experiments/data/gemm_32_2048_1000", op)
     bo = make_strategy("bo", ds.candidates(), seed=0, n_init=16, pool_size=512, fit_maxiter=25,
                        y_transform="relative", noise_sd_max=0.02)
-    res = Tuner(bo, ReplayMeasurer(ds), trials=40, batch_size=8).run()
+    res = Tuner(bo, make_measurer(op, None, make_runner("replay", dataset=ds)), trials=40,
+                batch_size=8).run()
     ok = [r for r in res.records if r.ok]
     x = bo._inputs([bo.config_of(r) for r in ok])
     y = gp_target(np.array([r.tflops for r in ok]), "relative")

@@ -75,8 +75,8 @@ def test_every_runner_takes_the_call_the_engine_makes():
 
 def test_measurers_offer_what_the_tuner_calls(tmp_path):
     from bocast.measure.builder import Builder
-    from bocast.measure.engine import Measurer
-    from bocast.measure.replay import ReplayDataset, ReplayMeasurer
+    from bocast.measure.parts import make_measurer, make_runner
+    from bocast.measure.replay import ReplayDataset
     from bocast.operator import from_workload
     from bocast.records import Store, load_dataset
     from bocast.strategies import make_strategy
@@ -84,9 +84,10 @@ def test_measurers_offer_what_the_tuner_calls(tmp_path):
 
     prefix = "experiments/data/gemm_1024_1024_1024"
     op = from_workload(load_dataset(prefix)[1]["workload"])
-    replay = ReplayMeasurer(ReplayDataset(prefix, op))
+    dataset = ReplayDataset(prefix, op)
+    replay = make_measurer(op, None, make_runner("replay", dataset=dataset))
     with Store(str(tmp_path / "s.db"), OP.workload) as store, Builder(workers=1) as builder:
-        live = Measurer(OP, store, builder, None)
+        live = make_measurer(OP, store, None, builder)
         assert isinstance(live, SupportsPrepareRun) and isinstance(replay, SupportsPrepareRun)
 
     class OnlyMeasure:
@@ -94,7 +95,7 @@ def test_measurers_offer_what_the_tuner_calls(tmp_path):
             return replay.measure(configs, source=source)
 
     def trajectory(measurer):  # a measure-only measurer runs in the same loop, unpipelined
-        strategy = make_strategy("random", replay.dataset.candidates(), seed=0)
+        strategy = make_strategy("random", dataset.candidates(), seed=0)
         return run_interleaved([Tuner(strategy, measurer, trials=8, batch_size=4)])[0]
 
     one_phase = trajectory(OnlyMeasure())

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from bocast.candidates import SpaceCandidates
-from bocast.measure.replay import ReplayDataset, ReplayMeasurer
+from bocast.measure.parts import make_measurer, make_runner
+from bocast.measure.replay import ReplayDataset
 from bocast.measure.status import Status
 from bocast.operator import get_operator
 from bocast.record import Record
@@ -30,6 +31,11 @@ VARIANTS += [(name, {}) for name in strategies() if name not in ("random", "bo")
 FAST = {"n_init": 16, "pool_size": 512, "fit_maxiter": 25}
 
 
+def replay(dataset, store=None):
+    """The measurer of a replay run of ``dataset`` (into ``store``, where given)."""
+    return make_measurer(dataset.op, store, make_runner("replay", dataset=dataset))
+
+
 def hyper(name, h):
     return {**h, **FAST} if name == "bo" else h
 
@@ -41,14 +47,14 @@ def dataset():
 
 def run(dataset, name, h, seed, trials=64):
     strategy = make_strategy(name, dataset.candidates(), seed=seed, **hyper(name, h))
-    return Tuner(strategy, ReplayMeasurer(dataset), trials=trials, batch_size=16,
+    return Tuner(strategy, replay(dataset), trials=trials, batch_size=16,
                  optimum=dataset.best_tflops).run()
 
 
 @pytest.mark.parametrize("name, h", VARIANTS, ids=lambda v: str(v))
 def test_ask_tell_contract(dataset, name, h):
     strategy = make_strategy(name, dataset.candidates(), seed=0, **hyper(name, h))
-    measurer = ReplayMeasurer(dataset)
+    measurer = replay(dataset)
     seen = set()
     for _ in range(4):
         configs = strategy.ask(16)
@@ -77,7 +83,7 @@ def test_interleaved_runs_keep_their_own_trajectories(dataset):
     specs = [("bo", {"acquisition": "ts"}, 1), ("cga", {}, 1), ("random", {}, 2)]
     alone = [run(dataset, n, h, s, trials=48) for n, h, s in specs]
     tuners = [Tuner(make_strategy(n, dataset.candidates(), seed=s, **hyper(n, h)),
-                    ReplayMeasurer(dataset), trials=48, batch_size=16) for n, h, s in specs]
+                    replay(dataset), trials=48, batch_size=16) for n, h, s in specs]
     order = []
     together = run_interleaved(tuners, on_batch=lambda t: order.append(tuners.index(t)))
     for a, b in zip(alone, together):
@@ -102,7 +108,7 @@ class FlakyMeasurer:
     classifier replaced by one that always answers "feasible" 10 and 7."""
 
     def __init__(self, dataset):
-        self.inner = ReplayMeasurer(dataset)
+        self.inner = replay(dataset)
 
     def measure(self, configs, **kw):
         out = []
@@ -151,7 +157,7 @@ def test_recorded_launch_failures_teach_the_classifier():
     op = get_operator("conv3d").from_args((4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1), space="v1")
     ds = ReplayDataset("experiments/data/conv3d_4_16_28_28_64_64_3_3_3_1_1_1", op)
     strategy = make_strategy("bo", ds.candidates(), seed=0, acquisition="logei", **FAST)
-    res = Tuner(strategy, ReplayMeasurer(ds), trials=48, batch_size=16).run()
+    res = Tuner(strategy, replay(ds), trials=48, batch_size=16).run()
     assert sum(r.status is Status.LAUNCH_ERROR for r in res.records) >= 2
     seen = {r.key for r in res.records}
     rest = [(c, row) for c, row in zip(ds.configs, ds.rows) if Space.key(c) not in seen]
@@ -178,7 +184,7 @@ def test_bo_round_caps_torch_threads_and_restores_them(dataset, monkeypatch):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        Tuner(strategy, ReplayMeasurer(dataset), trials=48, batch_size=16).run()
+        Tuner(strategy, replay(dataset), trials=48, batch_size=16).run()
         after = torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
@@ -197,7 +203,7 @@ def test_a_failed_gp_fit_is_reported_and_anything_else_propagates(dataset, monke
     from bocast.bo.surrogate import FitWarning
 
     strategy = make_strategy("bo", dataset.candidates(), seed=0, **FAST)
-    measurer = ReplayMeasurer(dataset)
+    measurer = replay(dataset)
     for _ in range(2):  # n_init uniform samples, then a fitted round
         strategy.tell(measurer.measure(strategy.ask(16)))
     assert strategy.last_round["fit_failures"] == 0

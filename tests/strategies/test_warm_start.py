@@ -10,7 +10,8 @@ import pytest
 from bocast.bo.sources import translate
 from bocast.candidates import SpaceCandidates, TableCandidates
 from bocast.datasets import load_dataset
-from bocast.measure.replay import ReplayDataset, ReplayMeasurer
+from bocast.measure.parts import make_measurer, make_runner
+from bocast.measure.replay import ReplayDataset
 from bocast.operator import get_operator
 from bocast.space import Space
 from bocast.strategies import StrategyError, make_strategy
@@ -22,6 +23,11 @@ T4096 = "experiments/data/exhaustive/gemm_4096_4096_4096_v2"
 OP1024 = get_operator("gemm").from_args((1024, 1024, 1024))
 OP4096 = get_operator("gemm").from_args((4096, 4096, 4096))
 FAST = {"pool_size": 512, "fit_maxiter": 25, "warm_start_points": 128}
+
+
+def replay(dataset, store=None):
+    """The measurer of a replay run of ``dataset`` (into ``store``, where given)."""
+    return make_measurer(dataset.op, store, make_runner("replay", dataset=dataset))
 
 
 def subset(src: str, dst: str, rows, **change) -> str:
@@ -79,7 +85,7 @@ def test_source_rows_are_not_trials_and_stay_proposable(target, tmp_path):
     cands = TableCandidates(OP1024.space, [target.configs[i] for i in rows], OP1024.workload)
     s = make_strategy("bo", cands, seed=0, warm_start=[src], **FAST)
     assert not s.history and not s.proposed
-    res = Tuner(s, ReplayMeasurer(target), trials=24, batch_size=8).run()
+    res = Tuner(s, replay(target), trials=24, batch_size=8).run()
     assert len(res.records) == len(s.history) == len(s.proposed) == 24
     assert {r.key for r in res.records} <= set(cands.keys)
 
@@ -87,7 +93,7 @@ def test_source_rows_are_not_trials_and_stay_proposable(target, tmp_path):
 def test_same_seed_same_trajectory(target, source):
     def run(seed):
         s = make_strategy("bo", target.candidates(), seed=seed, warm_start=[source], **FAST)
-        return [r.key for r in Tuner(s, ReplayMeasurer(target), trials=16, batch_size=8)
+        return [r.key for r in Tuner(s, replay(target), trials=16, batch_size=8)
                 .run().records]
 
     first = run(3)
