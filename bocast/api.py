@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from bocast import figures
 from bocast.errors import InputError
+from bocast.locations import check_outputs, check_writable
 from bocast.options import plain
+from bocast.progress import Progress
 from bocast.study import Study, create_study
 from bocast.tune_run import TuneRun, figure_prefix
 
@@ -60,7 +62,6 @@ def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
     from bocast import comparison as cmp
     from bocast import config as cfgmod
     from bocast.datasets import dataset_files
-    from bocast.locations import check_outputs, check_writable
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
     if isinstance(runner, str):
@@ -125,7 +126,6 @@ def run_compare(cfg: CompareConfig, *, only: Sequence[str] | None = None,
                 builder: Builder | None = None) -> dict[str, Any]:
     """:func:`compare` of a configuration that :func:`prepare_compare` checked."""
     from bocast import comparison as cmp
-    from bocast.progress import Progress
 
     live = cfg.runner in cmp.LIVE
     with (Progress(f"compare {cfg.name}", None if live else len(cmp.plan(cfg)),
@@ -296,7 +296,6 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
     from bocast import identity, library, warm_sources
     from bocast.candidates import SpaceCandidates
     from bocast.datasets import dataset_files
-    from bocast.locations import check_outputs
     from bocast.strategies import make_strategy
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None

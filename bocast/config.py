@@ -34,7 +34,11 @@ from bocast.measure.parts import (
     runner_argument,
     runner_kind,
 )
+from bocast.measure.replay import ReplayDataset, ReplayError, check_workload
+from bocast.measure.rpc import parse_options
+from bocast.operator import WorkloadError, from_workload
 from bocast.schema import ConfigError, Field, Section
+from bocast.strategies import StrategyError, strategy_class
 
 __all__ = ["ConfigError", "TuneConfig", "load", "parse", "read_yaml", "runner_argument",
            "workload_and_dataset"]
@@ -126,7 +130,6 @@ COMPARISON_KEYS = ("label", "trials", "seeds", "batch_size")
 def strategy_entry(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
     """(name, hyperparameters checked against the strategy's options) of a strategy mapping;
     ``where`` prefixes the messages (``strategy.``, ``strategies[0] (bo): ``)."""
-    from bocast.strategies import StrategyError, strategy_class
 
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where.rstrip('. :')}: expected a mapping with a name, got {raw!r}")
@@ -186,7 +189,6 @@ def rpc_options(runner: str, section: Mapping[str, Any] | None,
     the runner is rpc (tune and compare configurations alike); {} for other runners."""
     if runner != "rpc":
         return {}
-    from bocast.measure.rpc import parse_options
 
     try:
         return parse_options({**(section or {}), **(overrides or {})})
@@ -274,8 +276,6 @@ def workload_and_dataset(workload: Mapping[str, Any], runner: str, dataset: str 
     """The operator of a config's workload and, for the replay runner, its recorded dataset
     (checked to be of that workload; ``opened``: that dataset already opened, a replay runner
     object's); a ConfigError names the field that is wrong."""
-    from bocast.measure.replay import ReplayDataset, ReplayError, check_workload
-    from bocast.operator import WorkloadError, from_workload
 
     try:
         op = from_workload(workload)

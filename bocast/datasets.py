@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bocast.files import atomic_write
+from bocast.knobs import Split
 from bocast.record import FEATURES, MEASURED, column_docs
 from bocast.store import _COLUMNS, load
 
@@ -69,8 +70,6 @@ def dataset_configs(df, knob_columns: Iterable[str], space) -> list[dict[str, An
     """Configurations of a dataset's rows, rebuilt from its knob columns. A value that is not
     one a knob can take as read (a fraction where an integer belongs, a missing column) raises
     ValueError naming the row (1 = the first under the header) and the knob."""
-    from bocast.knobs import Split
-
     out = []
     cols = list(knob_columns)
     for i, row in enumerate(df[cols].itertuples(index=False)):

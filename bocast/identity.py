@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from bocast.bo.transfer import source_paths
 from bocast.measure.parts import runner_kind
 from bocast.schema import ConfigError
-
-if TYPE_CHECKING:
-    from bocast.store import Store
+from bocast.store import Store
+from bocast.strategies import StrategyError, strategy_class
 
 RESOLVED = "resolved"
 
@@ -39,9 +39,6 @@ def run_identity(*, strategy: str, options: Mapping[str, Any], seed: int,
     sources an ``auto`` warm start resolved to (:func:`bocast.warm_sources.resolve`); resolved, the
     option is always the list of sources the run uses ([]: a cold start), so the identity names
     them and a cold run of before ``auto`` existed (``[]``) is the same run as one of ``none``."""
-    from bocast.bo.transfer import source_paths
-    from bocast.strategies import StrategyError, strategy_class
-
     try:
         resolved = strategy_class(strategy).options.check(dict(options), "", StrategyError)
     except StrategyError:
@@ -105,8 +102,6 @@ def check_path(path: str, workload: Mapping[str, Any], ident: dict[str, Any]) ->
     """The checks of :func:`open_store` on the store at ``path`` if there is one, only
     reading: nothing is written to it or created beside it (a run checked before it can
     start)."""
-    from bocast.store import Store
-
     if os.path.exists(path) and os.path.getsize(path) > 0:
         with Store.open(path, workload) as store:
             check(store, ident, path, write=False)
@@ -115,8 +110,6 @@ def check_path(path: str, workload: Mapping[str, Any], ident: dict[str, Any]) ->
 def open_store(path: str, workload: Mapping[str, Any], ident: dict[str, Any]) -> Store:
     """The record store at ``path`` (created if missing), checked with :func:`check`; closed
     again, and the error raised, if it holds another run."""
-    from bocast.store import Store
-
     store = Store(path, workload)
     try:
         check(store, ident, path)

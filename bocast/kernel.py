@@ -25,7 +25,10 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from bocast import interrupt
+from bocast.api import need_compiler
 from bocast.errors import InputError
+from bocast.locations import check_writable
 
 FORMAT = "bocast-kernel"
 FILES = ("schedule.py", "schedule.json", "kernel.cu", "kernel.cubin", "kernel.so")
@@ -39,8 +42,6 @@ def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | st
     highest TFLOPS), a row id or a configuration key; a status other than ok only with
     ``any_status``. Needs TVM, nvcc and a C compiler, no GPU; writes the whole folder or
     nothing."""
-    from bocast.api import need_compiler
-    from bocast.locations import check_writable
     from bocast.measure.builder import build_one
     from bocast.measure.nvcc import compile_cubin
     from bocast.operator import from_workload
@@ -173,8 +174,6 @@ def _write(out: str, built, meta: dict[str, Any]) -> None:
     """Every file into a temporary folder beside ``out``, renamed to ``out`` when all are
     written: an interrupt or a failure leaves no half-written export."""
     import tvm
-
-    from bocast import interrupt
 
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)

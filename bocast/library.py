@@ -25,7 +25,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bocast import interrupt
+from bocast.datasets import load_dataset
 from bocast.errors import InputError
+from bocast.operator import canonical_workload
+from bocast.store import StoreError, _check_existing, _read_only
 
 ENV = "BOCAST_RECORDS"
 #: the shipped datasets: the repository's, beside the package
@@ -86,8 +90,6 @@ class Entry:
 
 def _store_entry(path: str, *, stats: bool) -> Entry:
     """The entry of a store, after the checks every command makes (StoreError if unsound)."""
-    from bocast.store import _check_existing, _read_only
-
     workload = _check_existing(path)
     conn = _read_only(path)
     try:
@@ -141,8 +143,6 @@ def _dataset_entry(prefix: str, *, stats: bool) -> Entry:
     entry = Entry(prefix, meta["workload"], (meta.get("device") or {}).get("gpu"),
                   int(meta.get("rows") or 0), shipped=True, arch=architecture(meta.get("device")))
     if stats:
-        from bocast.datasets import load_dataset
-
         df, _ = load_dataset(prefix)
         ok = df[df["status"] == "ok"]
         entry.ok, entry.best = len(ok), float(ok["tflops"].max()) if len(ok) else None
@@ -164,8 +164,6 @@ def scan(records: str | None = None, *, shipped: bool = True, stores: bool = Tru
     """(every entry of the library, one line per file skipped). ``records``: the folder
     (:func:`directory`'s result); ``shipped``, ``stores``: which part of it;
     ``stats``: count a dataset's ok rows and best (reads it)."""
-    from bocast.store import StoreError
-
     entries, skipped = [], []
     for prefix in shipped_datasets() if shipped else []:
         try:
@@ -199,9 +197,6 @@ def _one_line(e: BaseException) -> str:
 def _copy_name(path: str) -> str:
     """The library's name for a store's copy: its workload, GPU and first row, so the same
     store (grown or not) always has the same name."""
-    from bocast.operator import canonical_workload
-    from bocast.store import _read_only
-
     entry = _store_entry(path, stats=False)
     conn = _read_only(path)
     try:
@@ -219,9 +214,6 @@ def add(store: str, records: str | None = None) -> tuple[str, str]:
     """Copy the store at ``store`` into the library: (the copy's path, what happened: "added",
     "updated" (it had grown) or "already there"). A LibraryError says why not (not a sound
     store, no records)."""
-    from bocast import interrupt
-    from bocast.store import StoreError, _read_only
-
     folder = records or directory()
     try:
         entry = _store_entry(store, stats=False)

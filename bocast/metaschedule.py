@@ -29,7 +29,7 @@ from bocast.operator import Operator
 from bocast.provenance import provenance
 from bocast.record import Record
 from bocast.store import Store
-from bocast.tensorcore import SM90_TARGET
+from bocast.tensorcore import SM90_TARGET, import_all_intrinsics
 from bocast.tuner import Trajectory, best_so_far
 
 NAME = "metaschedule"
@@ -125,8 +125,6 @@ def tune(op: Operator, *, trials: int, seed: int, store: Store, builder: Builder
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
     from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
-
-    from bocast.tensorcore import import_all_intrinsics
 
     import_all_intrinsics()  # the WMMA/MMA intrinsics its Tensor Core rules use
 

@@ -132,8 +132,6 @@ def check_record(record: Record) -> None:
     numbers, the text fields text. Every writer of a record calls it
     (:meth:`bocast.store.Store.append`, a replay dataset as it is opened), so a row that is
     written can always be read back."""
-    from bocast.measure.status import Status
-
     if not isinstance(record.status, Status):
         raise RecordError(f"status: expected one of {[s.value for s in Status]}, "
                           f"got {record.status!r}")

@@ -12,7 +12,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from bocast.errors import InputError
+from bocast.measure.status import Status
 from bocast.options import Options, plain
+from bocast.record import Record, best_record, check_record
+from bocast.schema import SEED, ConfigError
 
 if TYPE_CHECKING:
     from bocast.measure.status import Status
@@ -36,7 +39,6 @@ def create_study(workload: Mapping[str, Any] | Options, *, strategy: str | Optio
     from bocast import config as cfgmod
     from bocast import identity
     from bocast.candidates import SpaceCandidates
-    from bocast.schema import SEED, ConfigError
     from bocast.strategies import make_strategy
 
     op, _ = cfgmod.workload_and_dataset(plain(workload), "local", None)
@@ -93,8 +95,6 @@ class Study:
     def _record(self, config: Mapping[str, Any], tflops: float | None = None,
                 status: str | Status = "ok", **fields: Any) -> Record:
         """:meth:`tell` but the strategy's: checked, stored and kept."""
-        from bocast.measure.status import Status
-        from bocast.record import Record, check_record
         from bocast.space import Space
 
         try:
@@ -158,7 +158,6 @@ class Study:
     @property
     def best(self) -> Record | None:
         """The told trial of highest TFLOPS among the successful ones."""
-        from bocast.record import best_record
 
         return best_record(self.records)
 

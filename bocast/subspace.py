@@ -27,7 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bocast.config import ConfigError, read_yaml
 from bocast.knobs import Config, SpaceError, Split, Value
+from bocast.operator import WorkloadError, from_workload
 from bocast.space import Space
 
 _TOP = {"name", "description", "workload", "fix", "feasible"}
@@ -122,9 +124,6 @@ def parse_fix_args(space: Space, items: Sequence[str]) -> dict[str, list[Value]]
 
 def load(path: str) -> Subspace:
     """A sub-space file; its workload's operator is built to check every knob and value."""
-    from bocast.config import ConfigError, read_yaml
-    from bocast.operator import WorkloadError, from_workload
-
     raw = read_yaml(path)
     where = os.path.basename(path)
     if not isinstance(raw, Mapping):

@@ -29,7 +29,9 @@ from typing import Any
 import numpy as np
 
 from bocast import library, warm_sources
+from bocast.bo.transfer import best_rows, interleave, source_model
 from bocast.candidates import Candidates, SpaceCandidates
+from bocast.features import Features
 from bocast.knobs import Config
 from bocast.space import Space
 
@@ -83,9 +85,6 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
     ``shipped_only``: as :func:`bocast.warm_sources.choose` (held-out evaluation: the table's own
     dataset, no record of its workload). Raises :class:`bocast.library.LibraryError` when the
     library holds no record of the same schedule."""
-    from bocast.bo.transfer import interleave, source_model
-    from bocast.features import Features
-
     if not (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 1000):
         raise library.LibraryError(f"k: expected an integer from 1 to 1000, got {k!r}")
     choice = warm_sources.choose(target_op, gpu=gpu, records=records, exclude=exclude,
@@ -126,8 +125,6 @@ def _pool(cands: Candidates, model, seed: int) -> tuple[list[Config], int]:
     """(a pool: the best source rows the candidates hold, best first, then their one-knob
     neighbours and a uniform sample of the candidates, each once; how many source rows lead
     it)."""
-    from bocast.bo.transfer import best_rows
-
     rng = np.random.default_rng(seed)
     pool = best_rows(model.ranked, cands, set(), TOP_ROWS)
     seen = {Space.key(c) for c in pool}

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from bocast import figures
 from bocast.errors import InputError
+from bocast.progress import Progress, reference_label, say
 
 if TYPE_CHECKING:
     from bocast.config import TuneConfig
@@ -73,7 +74,6 @@ class TuneRun:
         summary and the command's result lines."""
         from bocast import identity
         from bocast.measure.parts import make_measurer
-        from bocast.progress import Progress, reference_label, say
         from bocast.records import atomic_write, provenance
         from bocast.tuner import Tuner
 

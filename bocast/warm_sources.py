@@ -33,7 +33,9 @@ from typing import Any
 from bocast.bo.transfer import AUTO, WarmStartError, incompatibility, load_sources
 from bocast.errors import InputError
 from bocast.library import Entry, _one_line, architecture, scan
+from bocast.measure.standin import run_task
 from bocast.operator import WorkloadError, canonical_workload, from_workload
+from bocast.strategies import strategy_class
 
 #: at most this many sources for ``warm_start: auto``
 MAX_SOURCES = 3
@@ -164,8 +166,6 @@ def warm_options(strategy: str, options: dict[str, Any], sources: Sequence[str])
     for the options the run left unset, unless it gave one they yield to (a cold run, or an
     explicit list, keeps the plain defaults: explicit warm starts reproduce as they always
     did)."""
-    from bocast.strategies import strategy_class
-
     cls = strategy_class(strategy)
     given = any(k in options for k in cls.warm_defaults_yield_to)
     extra = cls.warm_defaults if sources and not given else {}
@@ -205,8 +205,6 @@ def run_gpu(runner: str, *, dataset=None, rpc: dict | None = None) -> str | None
     if runner == "replay":
         return (getattr(dataset, "meta", None) or {}).get("device", {}).get("gpu")
     if runner == "standin":
-        from bocast.measure.standin import run_task
-
         return str(run_task({"kind": "device"})["gpu"])
     if runner == "rpc":
         model = (rpc or {}).get("gpu_model")

@@ -1,33 +1,86 @@
 """The package's import graph (issue 27): no import circles among module-level imports, and no
-new function-local import of a bocast module beyond the counts below. A function-local import
-hides an arrow of the graph; those left are the lazy ones (``import bocast`` stays cheap:
-torch, TVM and pandas load on first use, and the modules that pull them in are imported where
-used) and the ones the redesign has not reached yet. Lower a count when you remove some; a
-module over its count should import at the top, or say here why it cannot."""
+function-local import of a bocast module outside :data:`LAZY`, the documented list of those
+that must stay local, each with why. A function-local import hides an arrow of the graph, so
+one is kept only for a measured reason: its target pulls torch; it keeps ``import bocast`` or
+``bocast --help`` from loading what one function or command alone needs; or it would close a
+circle. A listed pair no longer imported fails too, so the lists stay
+true, and :func:`test_startup_stays_light` checks in a fresh process what the reasons claim.
+
+Everything else imports at the top: a module whose target is light (none of bocast's modules
+imports torch, TVM, pandas, SciPy or matplotlib at import time but the three ``bocast.bo``
+ones below; the others import them inside the functions that use them) and no circle."""
 
 import ast
 import collections
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "bocast"
 
-#: function-local imports of bocast modules per module, 2026-11-26 (153 in all: the two tool
-#: commands import their modules lazily, as serve does; issue 27 moved the
-#: counts of the modules it split to their parts; 149 since replay became a runner: the
-#: measuring parts import the runner, builder and engine at the top, one measurer for both)
-LAZY = {
-    "bocast.api": 26, "bocast.bo.sources": 4, "bocast.bo.transfer": 1, "bocast.cli": 1,
-    "bocast.cli.common": 4,
-    "bocast.cli.run_commands": 10, "bocast.cli.space_commands": 7, "bocast.comparison.config": 6,
-    "bocast.comparison.running": 15,
-    "bocast.comparison.summary": 2, "bocast.config": 4, "bocast.datasets": 1, "bocast.identity": 4,
-    "bocast.kernel": 11, "bocast.library": 7, "bocast.measure.builder": 2,
-    "bocast.measure.gpu_worker": 1, "bocast.measure.parts": 3, "bocast.measure.rpc_service": 1,
-    "bocast.metaschedule": 1, "bocast.options": 1, "bocast.record": 1,
-    "bocast.spaces._pipelined_matmul": 1, "bocast.strategies.base": 3, "bocast.strategies.bo": 5,
-    "bocast.strategies.ga": 1, "bocast.study": 11, "bocast.subspace": 2, "bocast.suggestions": 3,
-    "bocast.tune_run": 8, "bocast.warm_sources": 2,
+#: the kinds of reason; test_startup_stays_light checks the first three
+TORCH = "pulls torch"
+IMPORT_BOCAST = "import bocast"
+HELP = "bocast --help"
+CIRCLE = "circle"
+
+_NUMPY = "numpy and the operators' space files (about 60-110 ms)"
+
+#: (importing module, imported module): (kind, why). Costs measured 2026-11-26 on the 2-core
+#: CPU machine, on top of what the importer's context already loads.
+LAZY: dict[tuple[str, str], tuple[str, str]] = {
+    # BO's pieces import torch, botorch and gpytorch (about 1 s, 900 modules): they load when a
+    # BO strategy is made (strategies.bo._import_model) or a source model is fitted, so a
+    # configuration's check (issue 25), import bocast and bocast --help never pay it
+    ("bocast.bo.transfer", "bocast.bo.surrogate"): (TORCH, "source_model's GP"),
+    ("bocast.strategies.bo", "bocast.bo.acquisition"): (TORCH, "_import_model"),
+    ("bocast.strategies.bo", "bocast.bo.feasibility"): (TORCH, "_import_model"),
+    ("bocast.strategies.bo", "bocast.bo.surrogate"): (TORCH, "_import_model"),
+    # bocast/__init__ imports these modules; import bocast loads 12 bocast modules, no numpy
+    ("bocast.options", "bocast.operator"): (IMPORT_BOCAST, f"Workload's check: {_NUMPY}"),
+    ("bocast.kernel", "bocast.operator"): (IMPORT_BOCAST, f"export: {_NUMPY}"),
+    ("bocast.kernel", "bocast.store"): (IMPORT_BOCAST, f"export: {_NUMPY}, sqlite3"),
+    ("bocast.kernel", "bocast.measure.builder"): (IMPORT_BOCAST, f"export: {_NUMPY}"),
+    ("bocast.kernel", "bocast.measure.nvcc"): (
+        IMPORT_BOCAST, "export: subprocess (with provenance and tensorcore: 12 ms of 45)"),
+    ("bocast.kernel", "bocast.provenance"): (IMPORT_BOCAST, "export: platform, datetime"),
+    ("bocast.kernel", "bocast.tensorcore"): (IMPORT_BOCAST, "export: 3.5 ms alone"),
+    # the API's entry points (api, study, tune_run: import bocast loads them) import what one
+    # call needs when it is called
+    **{("bocast.api", f"bocast.{t}"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}") for t in (
+        "bo.transfer", "candidates", "comparison", "config", "datasets", "identity", "library",
+        "measure.runner", "operator", "store", "strategies", "suggestions", "warm_sources")},
+    ("bocast.api", "bocast.measure.nvcc"): (IMPORT_BOCAST, "need_compiler: subprocess"),
+    **{("bocast.study", f"bocast.{t}"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}")
+       for t in ("candidates", "config", "identity", "space", "store", "strategies", "tuner")},
+    **{("bocast.tune_run", f"bocast.{t}"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}") for t in (
+        "bo.transfer", "identity", "library", "measure.parts", "records", "tuner")},
+    # the CLI loads what every command needs; what one command alone needs loads when it runs
+    ("bocast.cli.common", "bocast.subspace"): (HELP, "--subspace, --fix: yaml (+15 ms)"),
+    ("bocast.cli.run_commands", "bocast.suggestions"): (
+        HELP, "suggest: multiprocessing, socket (+10-26 ms)"),
+    ("bocast.cli.run_commands", "bocast.measure.rpc_server"): (
+        HELP, "serve: socket, hmac, multiprocessing (+16 ms)"),
+    ("bocast.cli.run_commands", "bocast.remeasure"): (
+        HELP, "remeasure: multiprocessing, socket (+14-17 ms)"),
+    ("bocast.cli.run_commands", "bocast.ablation"): (
+        HELP, "ablation: yaml, multiprocessing, socket (+33-50 ms)"),
+    ("bocast.measure.parts", "bocast.measure.engine"): (
+        HELP, "make_measurer (tune, measure, compare): multiprocessing, socket (+13-17 ms)"),
+    ("bocast.measure.parts", "bocast.measure.rpc"): (
+        HELP, "runner rpc: socket, hmac, the protocol (+16 ms)"),
+    # strategies() imports the strategy modules to register them; each imports base to
+    # subclass Strategy and call register()
+    ("bocast.strategies.base", "bocast.strategies.bo"): (CIRCLE, "the strategy registry"),
+    ("bocast.strategies.base", "bocast.strategies.ga"): (CIRCLE, "the strategy registry"),
+    ("bocast.strategies.base", "bocast.strategies.random"): (CIRCLE, "the strategy registry"),
 }
+
+
+
+def _kind(kind: str) -> set[tuple[str, str]]:
+    return {pair for pair, (k, _) in LAZY.items() if k == kind}
 
 
 def _modules() -> dict[str, Path]:
@@ -39,8 +92,9 @@ def _modules() -> dict[str, Path]:
 
 
 def _graph():
-    """(module -> bocast modules imported at module level, including under ``if``; module ->
-    count of bocast imports inside functions or classes)."""
+    """(modules; module -> bocast modules imported at module level, including under ``if``;
+    (module, imported module) -> line numbers of the imports inside functions or classes).
+    ``from P import a`` imports the module P.a where there is one, else P."""
     mods = _modules()
 
     def owner(name: str) -> str | None:
@@ -48,26 +102,25 @@ def _graph():
             name = name.rpartition(".")[0]
         return name or None
 
-    edges, local = collections.defaultdict(set), collections.Counter()
+    edges, local = collections.defaultdict(set), collections.defaultdict(list)
     for mod, path in mods.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         top = {id(n) for stmt in tree.body if not isinstance(stmt, (ast.FunctionDef,
                ast.AsyncFunctionDef, ast.ClassDef)) for n in ast.walk(stmt)}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods
+                         else node.module for a in node.names]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             else:
                 continue
             targets = {owner(n) for n in names if n.split(".")[0] == "bocast"} - {None, mod}
-            targets = {t for t in targets if t != "bocast"} or targets
-            if not targets:
-                continue
             if id(node) in top:
                 edges[mod] |= targets
             else:
-                local[mod] += 1
+                for t in targets:
+                    local[mod, t].append(node.lineno)
     return mods, edges, local
 
 
@@ -91,10 +144,47 @@ def test_no_import_circles():
             assert circle is None, "import circle: " + " -> ".join(circle)
 
 
-def test_no_new_function_local_imports_of_our_own_modules():
-    _, _, local = _graph()
-    over = {m: (n, LAZY.get(m, 0)) for m, n in local.items() if n > LAZY.get(m, 0)}
-    assert not over, f"function-local bocast imports over the documented counts: {over}"
+def test_function_local_imports_of_our_own_modules_are_the_listed_ones():
+    _, edges, local = _graph()
+    allowed = set(LAZY)
+    new = {f"{m} -> {t} (lines {lines})" for (m, t), lines in local.items()
+           if (m, t) not in allowed}
+    assert not new, ("function-local imports of bocast modules not in LAZY: import them at "
+                     f"the top, or list them with why: {sorted(new)}")
+    gone = sorted(allowed - set(local))
+    assert not gone, f"listed but no longer imported inside a function: drop them: {gone}"
+
+    def reaches(a: str, b: str, seen: set[str]) -> bool:
+        seen.add(a)
+        return a == b or any(reaches(n, b, seen) for n in edges[a] - seen)
+
+    no_circle = sorted(p for p in _kind(CIRCLE) if not reaches(p[1], p[0], set()))
+    assert not no_circle, f"these would close no circle at the top: {no_circle}"
+
+
+#: libraries import bocast and bocast --help must not load
+HEAVY = ("torch", "tvm", "pandas", "botorch", "gpytorch", "scipy", "sklearn", "matplotlib",
+         "xgboost")
+
+
+def test_startup_stays_light():
+    """In one fresh process: ``import bocast`` loads none of HEAVY, nor numpy, nor a module an
+    ``import bocast`` entry of LAZY keeps out; ``import bocast.cli`` (what ``bocast --help``
+    runs) none of HEAVY nor a ``bocast --help`` entry's target; the importers of the torch
+    entries load without torch."""
+    torch_importers = sorted({m for m, _ in _kind(TORCH)})
+    code = ("import json, sys\nimport bocast\na = sorted(sys.modules)\nimport bocast.cli\n"
+            f"b = sorted(sys.modules)\nimport {', '.join(torch_importers)}\n"
+            "print(json.dumps([a, b, sorted(sys.modules)]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=PACKAGE.parent, check=True).stdout
+    after_bocast, after_cli, after_torch_importers = map(set, json.loads(out.splitlines()[-1]))
+    loaded = sorted((set(HEAVY) | {"numpy"} | {t for _, t in _kind(IMPORT_BOCAST)})
+                    & after_bocast)
+    assert not loaded, f"import bocast loads {loaded}"
+    loaded = sorted((set(HEAVY) | {t for _, t in _kind(HELP)}) & after_cli)
+    assert not loaded, f"import bocast.cli (bocast --help) loads {loaded}"
+    assert "torch" not in after_torch_importers, f"one of {torch_importers} imports torch"
 
 
 #: issue 27: a module is at most this many lines (``wc -l``)

@@ -37,6 +37,8 @@ import numpy as np
 
 from bocast.datasets import dataset_csv
 from bocast.errors import InputError
+from bocast.measure.replay import ReplayDataset, ReplayError, _read_meta
+from bocast.operator import WorkloadError, canonical_workload, from_workload
 from bocast.records import Store, StoreError
 from bocast.space import Config, Space, Split
 
@@ -61,8 +63,6 @@ class Source:
 def _workload(path: str) -> dict[str, Any]:
     """The workload a dataset (prefix) or a record store (``.db``) was recorded for."""
     import sqlite3
-
-    from bocast.measure.replay import ReplayError, _read_meta
 
     if not path.endswith(".db"):
         try:
@@ -103,8 +103,6 @@ def _dataset_key(path: str, op) -> tuple:
 def _ok_rows(path: str, op) -> list[tuple[Config, float]]:
     """(configuration of ``op``'s space, TFLOPS) of every ok row, checked as replay checks a
     dataset (a store: as a store is opened)."""
-    from bocast.measure.replay import ReplayDataset, ReplayError
-
     try:
         if not path.endswith(".db"):
             key = _dataset_key(path, op)
@@ -174,8 +172,6 @@ def _fill_feasible(configs: list[Config], names: Sequence[str], target: Space) -
 def load_sources(paths: Sequence[str], target_op) -> list[Source]:
     """Every source read, checked against the target and translated; a
     :class:`WarmStartError` names the first that cannot be used."""
-    from bocast.operator import WorkloadError, canonical_workload, from_workload
-
     out = []
     for path in paths:
         workload = _workload(path)
@@ -254,8 +250,6 @@ def incompatibility(workload: Mapping[str, Any], target_op) -> tuple[str | None,
     shape, another operator on the same matmul schedule (:func:`same_schedule`), or the same
     operator in another space whose knobs map one to one (:func:`same_knobs`): records of one
     space never seed another otherwise. The one check of explicit and ``auto`` sources."""
-    from bocast.operator import WorkloadError, canonical_workload, from_workload
-
     got, want = canonical_workload(workload), canonical_workload(target_op.workload)
     differs = sorted(k for k in set(got) | set(want)
                      if k != "shape" and got.get(k) != want.get(k))

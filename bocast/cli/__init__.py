@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from bocast import interrupt
 from bocast.cli.parser import build_parser
 from bocast.cli.run_commands import cmd_ablation, cmd_remeasure, cmd_serve
-from bocast.errors import InputError
+from bocast.errors import InputError, RpcUnavailable
 
 # the commands live in the package's modules (common, space_commands, run_commands, parser);
 # build_parser is named here as well, where it was defined when the package was one module
@@ -44,8 +44,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _guarded(command: Callable[[], int], debug: bool) -> int:
     """``command`` under the contract above: interrupts, input errors and bugs each end in one
     line and their exit code."""
-    from bocast.measure.rpc import RpcUnavailable
-
     before = {s: signal.getsignal(s) for s in interrupt.SIGNALS}
     interrupt.install()
     try:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bocast.api import need_compiler, need_gpu
 from bocast.errors import InputError
 from bocast.operator import from_workload, make_named, parse_shape
 
@@ -51,14 +52,10 @@ def _operator_from(args):
 
 
 def _need_compiler(what: str) -> None:
-    from bocast.api import need_compiler
-
     need_compiler(what)
 
 
 def _need_gpu(what: str, alternative: str) -> None:
-    from bocast.api import need_gpu
-
     need_gpu(what, alternative)
 
 

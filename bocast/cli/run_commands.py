@@ -9,9 +9,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from bocast import figures
+from bocast import api, figures, library
 from bocast.cli.common import UsageError, _emit, _operator_from
 from bocast.errors import InputError
+from bocast.kernel import export
 from bocast.operator import get_operator, operators, parse_shape
 from bocast.progress import say
 
@@ -28,8 +29,6 @@ QUICK_FLAGS = (("--shape", "shape"), ("--dtype", "dtype"), ("--layout", "layout"
 def _quick_config(args) -> dict[str, Any]:
     """The configuration of ``bocast tune OP --shape ... [--set key=value]``."""
     import yaml
-
-    from bocast import api
 
     settings: dict[str, Any] = {}
     for _, name in QUICK_FLAGS:
@@ -53,8 +52,6 @@ def _quick_config(args) -> dict[str, Any]:
 
 
 def cmd_tune(args) -> int:
-    from bocast import api
-
     overrides = {k: v for k, v in (("tracker", args.tracker), ("key", args.key),
                                    ("gpu_model", args.gpu_model)) if v}
     quick = args.config in operators() and not os.path.exists(args.config)
@@ -79,8 +76,6 @@ def cmd_tune(args) -> int:
 
 
 def cmd_records(args) -> int:
-    from bocast import library
-
     folder = library.directory(args.records)
     if args.action != "list":
         if not args.store:
@@ -111,7 +106,6 @@ def cmd_records(args) -> int:
 
 
 def cmd_suggest(args) -> int:
-    from bocast import library
     from bocast.suggestions import suggest
 
     op = _operator_from(args)
@@ -138,8 +132,6 @@ def cmd_suggest(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from bocast import api
-
     try:
         cfg = api.prepare_compare(args.config, summarize=args.summarize)
     except InputError as e:
@@ -175,8 +167,6 @@ def cmd_compare(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from bocast.kernel import export
-
     record = "best" if args.best else args.id if args.id is not None else args.key
     kernel = export(args.store, out=args.out, record=record, any_status=args.any_status)
     rec, k = kernel.meta["record"], kernel.meta["kernel"]

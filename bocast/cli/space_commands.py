@@ -28,9 +28,14 @@ from bocast.cli.common import (
     _restriction,
     _table_of,
 )
+from bocast.datasets import dataset_files
+from bocast.files import atomic_write
 from bocast.locations import check_outputs, check_writable
+from bocast.measure.parts import make_builder, make_measurer, make_runner
 from bocast.progress import Progress, say
+from bocast.records import export_dataset
 from bocast.space import MAX_ENUMERATION, Space
+from bocast.store import Store
 from bocast.strategies.listed import Listed
 from bocast.tuner import Tuner
 
@@ -51,7 +56,6 @@ def cmd_space(args) -> int:
     if args.check_build and args.sample:
         _need_compiler("--check-build")
     allowed = _restriction(args, op)
-    from bocast.files import atomic_write
 
     lines = [f"{op.name} {op.workload}"] + ([f"space {op.space_choice}"]
                                            if op.space_choice else []) + [
@@ -95,8 +99,6 @@ def cmd_space(args) -> int:
         lines.append(f"wrote {args.out}")
 
     if args.check_build and configs:
-        from bocast.measure.parts import make_builder
-
         t = time.perf_counter()
         with make_builder(workers=args.workers, timeout_s=args.build_timeout,
                           reject_spills=args.reject_spills) as builder, \
@@ -146,8 +148,6 @@ def cmd_space(args) -> int:
 
 
 def _make_runner(name: str, args):
-    from bocast.measure.parts import make_runner
-
     return make_runner(name, timeout_s=args.run_timeout, repeats=args.repeats, seed=args.seed,
                        rpc={"tracker": getattr(args, "tracker", None),
                             "key": getattr(args, "key", None)} if name == "rpc" else None)
@@ -175,8 +175,6 @@ def _check_store(args, op, allowed, subspace: dict | None) -> None:
     """An existing ``--store`` opens (a sound bocast store of this workload) and, for a table,
     holds none of another sub-space; only read (the run creates or writes it once its runner
     has started)."""
-    from bocast.store import Store
-
     if not (os.path.isfile(args.store) and os.path.getsize(args.store) > 0):
         return
     with Store.open(args.store, op.workload) as store:
@@ -206,8 +204,6 @@ def cmd_measure(args) -> int:
         _need_compiler("bocast measure --runner rpc")
     check_writable(args.store, "--store")
     if args.export:
-        from bocast.datasets import dataset_files
-
         for path in dataset_files(args.export):
             check_writable(path, "--export")
         check_outputs({"--export": dataset_files(args.export)},
@@ -239,8 +235,6 @@ def cmd_measure(args) -> int:
 
 
 def _measure(args, op, configs, what, subspace) -> int:
-    from bocast.measure.parts import make_builder, make_measurer
-    from bocast.records import Store, export_dataset
 
     runner = _make_runner(args.runner, args)
     t0 = time.perf_counter()

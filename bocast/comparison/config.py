@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bocast import identity, options, schema
+from bocast import identity, library, options, schema, warm_sources
+from bocast.bo.transfer import AUTO
+from bocast.candidates import SpaceCandidates
 from bocast.config import (
     DATASET,
     RPC,
@@ -28,7 +30,9 @@ from bocast.config import (
     workload_and_dataset,
 )
 from bocast.measure.parts import LIVE_KINDS, runner_kind
+from bocast.operator import WorkloadError, from_workload
 from bocast.schema import Field, Section
+from bocast.strategies import StrategyError, make_strategy
 
 #: strategy-entry keys that are not hyperparameters; ``trials`` lets one strategy run longer
 #: than the budget (random search through a whole table, so its trials-to-95% is not censored),
@@ -170,10 +174,6 @@ def _resolve_auto(strategies: list[dict[str, Any]], workload: dict[str, Any],
     picks for replay (shipped datasets of other workloads: the repository's, never this
     machine's library) and the strategy's warm defaults, so a replay comparison can show what
     ``bocast tune``'s default does on a table the library does not hold."""
-    from bocast import warm_sources
-    from bocast.bo.transfer import AUTO
-    from bocast.operator import WorkloadError, from_workload
-
     auto = [s for s in strategies if s.get("warm_start") == AUTO]
     if not auto:
         return
@@ -207,9 +207,6 @@ def validate(cfg: CompareConfig):
     """Build every piece once (workload, dataset, each strategy) and check the stores already
     under ``output``, so that a bad field fails before anything runs or is written. Returns
     (operator, dataset or None)."""
-    from bocast.candidates import SpaceCandidates
-    from bocast.strategies import StrategyError, make_strategy
-
     op, dataset = workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
     cands = dataset.candidates() if dataset else SpaceCandidates(op.space, op.workload)
     for i, s in enumerate(cfg.strategies):
@@ -242,8 +239,6 @@ def run_identity(cfg: CompareConfig, s: Mapping[str, Any], seed: int) -> dict[st
     """The identity (:mod:`bocast.identity`) of strategy entry ``s``'s run with ``seed``."""
     options = _hyper(s)
     if isinstance(options.get("warm_start"), list):  # named alike wherever the tree is
-        from bocast import library
-
         options["warm_start"] = [library.portable(p) for p in options["warm_start"]]
     return identity.run_identity(strategy=s["name"], options=options, seed=seed,
                                  batch_size=entry_batch(cfg, s), runner=cfg.runner,

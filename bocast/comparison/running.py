@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from bocast import identity, interrupt
+from bocast import identity, interrupt, metaschedule
+from bocast.candidates import SpaceCandidates
 from bocast.comparison.config import (
     LIVE,
     METASCHEDULE,
@@ -25,7 +26,12 @@ from bocast.comparison.config import (
 from bocast.comparison.summary import summarize
 from bocast.config import ConfigError
 from bocast.measure.parts import make_measurer
+from bocast.measure.replay import ReplayDataset
+from bocast.operator import from_workload
 from bocast.progress import Progress, reference_label
+from bocast.store import Store
+from bocast.strategies import make_strategy
+from bocast.tuner import Trajectory, Tuner, best_so_far, first_reaching, run_interleaved
 
 
 def _job_process(stop) -> None:
@@ -42,11 +48,6 @@ def _job_process(stop) -> None:
 def _replay_run(job) -> dict[str, Any]:
     """One strategy x seed on replay: resumes its record store (a finished run is only read);
     returns its curve."""
-    from bocast.measure.replay import ReplayDataset
-    from bocast.operator import from_workload
-    from bocast.store import Store
-    from bocast.strategies import make_strategy
-    from bocast.tuner import Trajectory, Tuner, best_so_far, first_reaching
 
     cfg, s, seed, path, trials = job
     interrupt.check()  # a job handed out as the command stopped
@@ -158,12 +159,6 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
     ``only``, just those labels run; the others' finished stores are read."""
     import contextlib
 
-    from bocast import metaschedule
-    from bocast.candidates import SpaceCandidates
-    from bocast.operator import from_workload
-    from bocast.store import Store
-    from bocast.strategies import make_strategy
-    from bocast.tuner import Tuner, run_interleaved
 
     op = from_workload(cfg.workload)
     runs_plan = plan(cfg)
@@ -246,7 +241,6 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
 def _read_live(op, plan) -> tuple[list[dict], dict[str, Any]]:
     """The runs of a live comparison from their record stores, without a GPU: the device and
     the reference are those the stores recorded."""
-    from bocast.store import Store
 
     runs, missing, device, reference = [], [], None, None
     for s, seed, path, trials in plan:
@@ -267,8 +261,6 @@ def _read_live(op, plan) -> tuple[list[dict], dict[str, Any]]:
 
 def _finished_run(op, s, seed: int, path: str, trials: int) -> dict | None:
     """The curve of a run whose store holds all its trials; None if it is absent or short."""
-    from bocast.store import Store
-    from bocast.tuner import Trajectory, best_so_far
 
     if not os.path.exists(path):
         return None
@@ -280,8 +272,6 @@ def _finished_run(op, s, seed: int, path: str, trials: int) -> dict | None:
 
 
 def _finish_live(plan, runs, missing, device, reference) -> tuple[list[dict], dict[str, Any]]:
-    from bocast.tuner import first_reaching
-
     order = [(s["label"], seed) for s, seed, _, _ in plan]
     runs.sort(key=lambda r: order.index((r["label"], r["seed"])))
     if not runs:

@@ -9,6 +9,8 @@ from typing import Any
 
 from bocast.comparison.config import CompareConfig
 from bocast.comparison.outputs import _write_outputs
+from bocast.provenance import provenance
+from bocast.tuner import first_reaching
 
 
 def _quartiles(v):
@@ -25,9 +27,6 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
     """Statistics and outputs of finished runs. ``prov``: provenance taken before anything was
     written (a caller that writes several comparisons; else it is taken here)."""
     from scipy.stats import mannwhitneyu
-
-    from bocast.provenance import provenance
-    from bocast.tuner import first_reaching
 
     labels = [s["label"] for s in cfg.strategies]
     optimum = runs[0]["optimum"]

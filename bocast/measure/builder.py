@@ -26,6 +26,7 @@ from bocast.measure.pool import TaskFailure, TimedPool
 from bocast.measure.status import Status, tail
 from bocast.operator import Operator, from_workload
 from bocast.space import Space
+from bocast.tensorcore import lower, lower_tirx, source_only
 
 
 @dataclass
@@ -80,8 +81,6 @@ _PRIMITIVE = re.compile(r"schedule primitive '([\w-]+)'")
 
 def build_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """Build one configuration; runs inside a pool worker. Returns ``BuildResult.to_dict``."""
-    from bocast.tensorcore import source_only
-
     source_only()
     return build_one(task).result.to_dict(with_cubin=True)
 
@@ -99,8 +98,6 @@ class Built:
 def build_one(task: Mapping[str, Any]) -> Built:
     """Build one task (``{"workload", "config" | "key" + "module", "compile", ...}``) in this
     process: the stages and failure classes of the module docstring."""
-    from bocast.tensorcore import lower, lower_tirx
-
     op = _operator(task["workload"])
     t0 = time.perf_counter()
     sch = None

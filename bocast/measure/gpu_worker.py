@@ -23,6 +23,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from bocast.operator import from_workload
+
 _CU = None
 _OPS: dict[str, Any] = {}
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -189,8 +191,6 @@ class Kernel:
 
 def _operator(workload: Mapping[str, Any]):
     import json
-
-    from bocast.operator import from_workload
 
     key = json.dumps(workload, sort_keys=True)
     if key not in _OPS:

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from bocast.errors import InputError
 from bocast.measure.builder import Builder
-from bocast.measure.engine import Measurer, RecordMeasurer
+from bocast.measure.replay import ReplayRunner
 from bocast.measure.runner import GpuRunner, RecordRunner, Runner
+from bocast.measure.standin import StandinRunner
 from bocast.progress import say
 
 if TYPE_CHECKING:
-    from bocast.measure.replay import ReplayDataset, ReplayRunner
+    from bocast.measure.engine import Measurer, RecordMeasurer
+    from bocast.measure.replay import ReplayDataset
     from bocast.operator import Operator
     from bocast.record import Record
     from bocast.store import Store
@@ -60,7 +62,7 @@ def make_runner(kind: str, *, timeout_s: float | None = None, repeats: int | Non
     if kind == "replay":
         if dataset is None:
             raise ValueError("runner kind 'replay' needs dataset (a ReplayDataset)")
-        return _replay_runner()(dataset)
+        return ReplayRunner(dataset)
     if kind not in LIVE_KINDS:
         raise ValueError(f"runner kind {kind!r}: make_runner makes {', '.join(RUNNER_KINDS)}")
     if dataset is not None or timeout_s is None or repeats is None:
@@ -72,8 +74,6 @@ def make_runner(kind: str, *, timeout_s: float | None = None, repeats: int | Non
         from bocast.measure.rpc import RpcRunner
 
         return RpcRunner(**dict(rpc or {}), **live)
-    from bocast.measure.standin import StandinRunner
-
     return StandinRunner(**live)
 
 
@@ -95,6 +95,8 @@ def make_measurer(op: Operator, store: Store | None, runner: Runner | None,
     live one (or None: build only) a :class:`~bocast.measure.engine.Measurer` that validates,
     builds with ``builder`` and times with ``runner`` into ``store``, its session the
     provenance with ``session_info``. ``on_record`` is told every record as it is written."""
+    from bocast.measure.engine import Measurer, RecordMeasurer
+
     if isinstance(runner, RecordRunner):
         if builder is not None:
             raise ValueError(f"runner {runner.name} answers whole records: it takes no builder")
@@ -123,7 +125,7 @@ def runner_argument(runner: Any, builder: Any = None) -> tuple[str | None, Runne
         raise InputError(f"runner: expected a kind ({', '.join(RUNNER_KINDS)}) or a "
                          f"bocast.measure.runner.Runner, got {type(runner).__name__}")
     if isinstance(runner, RecordRunner):
-        if not isinstance(runner, _replay_runner()):
+        if not isinstance(runner, ReplayRunner):
             raise InputError(f"runner: {type(runner).__name__} answers whole records; the "
                              "API replays a ReplayRunner (make_runner('replay', dataset=...))")
         if builder is not None:
@@ -131,9 +133,3 @@ def runner_argument(runner: Any, builder: Any = None) -> tuple[str | None, Runne
                              "records)")
         return "replay", runner
     return ("standin" if runner.name == "standin" else "local"), runner
-
-
-def _replay_runner() -> type[ReplayRunner]:
-    from bocast.measure.replay import ReplayRunner
-
-    return ReplayRunner

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from bocast.errors import RpcUnavailable
 from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
 from bocast.measure.builder import BuildResult
@@ -51,11 +52,6 @@ from bocast.operator import Operator
 
 OPTIONS = {"tracker", "key", "gpu_model", "sessions", "slack_s", "server_wait_s",
            "max_attempts", "token_file"}
-
-
-class RpcUnavailable(RuntimeError):
-    """No server could be had for a batch (tracker gone, no server under the key, or none of
-    the required GPU model)."""
 
 
 def parse_options(raw: Any) -> dict[str, Any]:

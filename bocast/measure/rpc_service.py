@@ -24,6 +24,7 @@ from typing import Any
 from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
 from bocast.measure.pool import TaskFailure, TimedPool
+from bocast.provenance import git_sha
 
 PROTOCOL = 1
 WORKERS = {"gpu": "bocast.measure.gpu_worker:run_task",
@@ -286,7 +287,6 @@ def run_server(args) -> int:
         return 3
     listen = _bind(args.host, args.port, args.port_end)
     port = listen.getsockname()[1]
-    from bocast.provenance import git_sha
 
     service.info.update({
         "protocol": PROTOCOL, "host": socket.gethostname(), "addr": args.custom_addr,

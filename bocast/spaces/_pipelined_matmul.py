@@ -55,7 +55,7 @@ import numpy as np
 
 from bocast.knobs import Categorical, Constraint, Knob, Ordinal, PowerOfTwo, Split
 from bocast.space import Space
-from bocast.tensorcore import mma_intrin, wmma_intrin
+from bocast.tensorcore import ldmatrix_layout, mma_intrin, wmma_intrin
 
 from . import _matmul as mm
 from ._matmul import copy_loop, fetch, inline_producers, spread, tile2, tile_dims
@@ -319,8 +319,6 @@ def schedule(spec, func, config, prepare):
     b_tile = (n, kk) if trans_b else (kk, n)
     store_scope = stage_scope if staged else "global"
     if use_mma:
-        from bocast.tensorcore import ldmatrix_layout
-
         la, lb = tile2(sch, frag_a, m, kk), tile2(sch, frag_b, *b_tile)
         tile2(sch, acc_frag, m, n)
         # the fragment buffers of a batched matmul keep the batch axis in front

@@ -16,6 +16,8 @@ import numpy as np
 
 from bocast.candidates import Candidates
 from bocast.errors import InputError
+from bocast.features import FeatureError, Features
+from bocast.operator import WorkloadError, from_workload
 from bocast.options import Options
 from bocast.records import Record
 from bocast.registry import lookup
@@ -87,8 +89,6 @@ class Strategy(ABC):
 
     def model_inputs(self):
         """The model's input encoding chosen by the ``features`` option (bocast.features)."""
-        from bocast.features import FeatureError, Features
-
         try:
             return Features(self.candidates, self.hyper["features"])
         except FeatureError as e:  # derived features on a space that derives too little
@@ -100,8 +100,6 @@ class Strategy(ABC):
     def warm_start_target(self, paths) -> Any:
         """The target operator of a ``warm_start`` option's ``paths`` (checked here, for every
         strategy that has the option; :mod:`bocast.bo.transfer`)."""
-        from bocast.operator import WorkloadError, from_workload
-
         where = f"strategy {self.name!r}: "
         if not all(isinstance(p, str) and p for p in paths):
             raise StrategyError(f"{where}warm_start: expected a list of dataset prefixes or "

@@ -55,7 +55,15 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
 
-from bocast.bo.transfer import WARM_START_OPTION, source_paths
+from bocast.bo.transfer import (
+    WARM_START_OPTION,
+    SourceModel,
+    WarmStartError,
+    best_rows,
+    interleave,
+    source_model,
+    source_paths,
+)
 from bocast.features import FEATURES_OPTION, FeatureKind
 from bocast.measure.status import Status
 from bocast.records import best_record
@@ -69,7 +77,6 @@ if TYPE_CHECKING:
     from bocast.bo import acquisition as acq
     from bocast.bo.feasibility import AlwaysFeasible, make_classifier
     from bocast.bo.surrogate import Surrogate
-    from bocast.bo.transfer import SourceModel
 
 
 def _import_model() -> None:
@@ -111,8 +118,7 @@ class BOOptions(StrategyOptions):
         "gp", doc="the feasibility classifier, fitted once failures have been seen: gp (a "
                   "variational GP classifier) or ensemble (small MLPs, as BE-CBO uses) "
                   "(bocast.bo.feasibility)")
-    fit_points: int = opt(384, min=3, max=100_000,
-                          doc="observations used to fit hyperparameters")
+    fit_points: int = opt(384, min=3, max=100_000, doc="observations used to fit hyperparameters")
     fit_maxiter: int = opt(75, min=1, max=100_000,
                            doc="iterations of a GP hyperparameter fit (L-BFGS-B; a refit from "
                                "the last round's hyperparameters gets a third, at least 10)")
@@ -198,8 +204,6 @@ class BayesOpt(Strategy):
         self.classifier = None  # the last round's feasibility classifier (for diagnostics)
 
     def _source_model(self, paths):
-        from bocast.bo.transfer import WarmStartError, source_model
-
         target = self.warm_start_target(paths)
         try:
             return source_model(paths, target, self.features,
@@ -259,8 +263,6 @@ class BayesOpt(Strategy):
         ``warm_start_share`` of the batch, in turn with the model's picks), and LogEI on the
         source model (Kriging believer) over a uniform pool plus the best source rows the
         candidates contain and their neighbours."""
-        from bocast.bo.transfer import best_rows, interleave
-
         share = self.hyper["warm_start_share"]
         top = best_rows(source.ranked, self.candidates, self.proposed,
                         min(n, self.hyper["warm_start_top"] or round(share * n)))

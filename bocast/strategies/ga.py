@@ -23,7 +23,13 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from bocast.bo.transfer import WARM_START_OPTION, best_rows, source_paths
+from bocast.bo.transfer import (
+    WARM_START_OPTION,
+    WarmStartError,
+    best_rows,
+    ranked_configs,
+    source_paths,
+)
 from bocast.features import FEATURES_OPTION, FeatureKind
 from bocast.measure.status import Status
 from bocast.schema import Section, opt
@@ -134,8 +140,6 @@ class ConstrainedGA(Strategy):
         self.ranked: list[Config] = self._ranked(paths) if paths else []
 
     def _ranked(self, paths) -> list[Config]:
-        from bocast.bo.transfer import WarmStartError, ranked_configs
-
         target = self.warm_start_target(paths)
         try:
             return ranked_configs(paths, target)
