@@ -25,6 +25,7 @@ _REGISTRY: dict[str, type[Operator]] = {}
 #: error ||out - ref|| / ||ref|| used by correctness checks (fp16 inputs, fp32 reference).
 DTYPES = {"float16": 2, "float32": 4}
 TOLERANCE = {"float32": 1e-3, "float16": 5e-3}
+ITEMSIZE = {"float32": 4, "float16": 2}
 
 
 #: Elements of one tensor, at most: the kernels index tensors with 32-bit integers (TVM's
@@ -120,6 +121,13 @@ class Operator(ABC):
     def tolerance(self) -> float:
         out = [t for t in self.tensors() if t.role == "output"][0]
         return TOLERANCE[out.dtype]
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """Useful flops per byte of the operands and the result, each moved once: below the
+        GPU's ridge point (peak flops over memory bandwidth) a kernel's time is its traffic."""
+        moved = sum(math.prod(t.shape) * ITEMSIZE[t.dtype] for t in self.tensors())
+        return self.flops / moved
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.workload})"

@@ -16,10 +16,11 @@ knob the source's operator lacks (bmm's ``batch_bind`` under GEMM records) takes
 value (a column no source varies is left out of the source model, so the value says nothing);
 knobs only the source has are dropped.
 
-**Rescaling.** Where both spaces derive a wave efficiency (v3), a row's TFLOPS is carried
-over as what it should reach at the target's shape: times the ratio of its tile slots doing
-real work there and at the source (:func:`_wave_shift`). Everything downstream (the best rows
-that start a run, the source model, ``bocast suggest``'s predictions) reads the rescaled value.
+**Rescaling.** Where both spaces derive a wave efficiency (v3) and both workloads are
+compute-bound, a row's TFLOPS is carried over as what it should reach at the target's shape:
+times the ratio of its tile slots doing real work there and at the source
+(:func:`_wave_shift`). Everything downstream (the best rows that start a run, the source
+model, ``bocast suggest``'s predictions) reads the rescaled value.
 """
 
 from __future__ import annotations
@@ -212,16 +213,16 @@ def _wave_shift(configs: list[Config], source_op, translated: list[Config],
     wave on the same SMs, so what changes with the shape is how many of its tile slots do real
     work: live on the H200, conv2d 16x28x28x128's cold best were 128 x 128 tiles (98 tiles:
     0.74), which rank low in the 14 x 14 table (50 tiles for 132 SMs), whose best 64 x 128
-    tiles (0.74 there and at 28 x 28) filled the first batch. Measured on the three exhaustive
-    GEMM v3 tables (the same 2,576 kernels at three shapes), the log change of a kernel's
-    TFLOPS from one shape to another follows this log ratio (correlation 0.90-0.91; the
-    measured order across shapes, Spearman 0.17-0.19, becomes 0.84-0.87). A memory-bound
+    tiles (0.74 there and at 28 x 28) filled the first batch. On the three exhaustive GEMM v3
+    tables (the same 2,576 kernels at three shapes), between 1024^3 and the other two the log
+    change of a kernel's TFLOPS follows this log ratio (correlation 0.90-0.91), and the order
+    carried over (Spearman 0.17-0.19 against the target's) becomes 0.84-0.87. A memory-bound
     workload's time is its traffic, which idle SMs do not change: rescaled, bmm 32x1024x1024x128
     (57 flops a byte) started from 128 x 256 tiles of the GEMM 1024^3 table (4x: 32 tiles
     there) and its first batch reached 0.91 of cold's best@200 on each of 3 seeds, 0.98-1.00
     carried as measured (experiments/results/warm_default_live_h200.md)."""
-    if not configs or min(arithmetic_intensity(source_op),
-                          arithmetic_intensity(target_op)) < COMPUTE_BOUND:
+    if not configs or min(source_op.arithmetic_intensity,
+                          target_op.arithmetic_intensity) < COMPUTE_BOUND:
         return 0.0
     space, target = source_op.space, target_op.space
     if not all("wave_efficiency" in sp.columns(c[:1]) for sp, c in
@@ -231,17 +232,12 @@ def _wave_shift(configs: list[Config], source_op, translated: list[Config],
     return np.log(dst["wave_efficiency"]) - np.log(src["wave_efficiency"])
 
 
-#: flops per byte of the operands above which a workload counts as compute-bound for
+#: flops per byte (:attr:`bocast.operator.Operator.arithmetic_intensity`) above which a
+#: workload counts as compute-bound for
 #: :func:`_wave_shift`: half the H100's ridge point (989 dense fp16 TFLOPS over 3.35 TB/s is
 #: 295; the H200's, 4.8 TB/s, 206). Measured cases lie far either side: the GEMM and conv2d
 #: workloads of the tables and live checks 256-1,024, the bmms 28 and 57.
 COMPUTE_BOUND = 150.0
-
-
-def arithmetic_intensity(op) -> float:
-    """``op``'s useful flops per byte of its operands and result, each moved once."""
-    moved = sum(math.prod(t.shape) * np.dtype(t.dtype).itemsize for t in op.tensors())
-    return op.flops / moved
 
 
 def incompatibility(workload: Mapping[str, Any], target_op) -> tuple[str | None, Any]:

@@ -287,10 +287,10 @@ def test_v3_source_rows_are_rescaled_by_their_wave_efficiency():
     assert wave_t[int(np.argmax(src.log_tflops))] > 0.9
     # a memory-bound target (a bmm of 57 flops a byte: its time is its traffic) takes the
     # rows as measured; 1024^3 moves 8 MB for 2.1 GFLOP (256 a byte)
-    from bocast.bo.sources import COMPUTE_BOUND, arithmetic_intensity
+    from bocast.bo.sources import COMPUTE_BOUND
 
     bmm = make("bmm", (32, 1024, 1024, 128), space="v3")
-    assert arithmetic_intensity(bmm) < COMPUTE_BOUND <= arithmetic_intensity(target) == 256
+    assert bmm.arithmetic_intensity < COMPUTE_BOUND <= target.arithmetic_intensity == 256
     (to_bmm,) = load_sources([path], bmm)
     assert np.allclose(np.sort(to_bmm.log_tflops), np.sort(measured[
         [i for i, (c, _) in enumerate(rows) if translate(c, bmm.space)]]))
