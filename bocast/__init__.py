@@ -4,7 +4,9 @@ The Python API (:mod:`bocast.api`): :func:`tune` runs a tune configuration as ``
 does, :func:`suggest` ranks a new shape's configurations from the records library with no
 measurement, :func:`load` reads a record store into a DataFrame, :func:`create_study` gives ask/tell
 for a measurement loop of one's own (:mod:`bocast.study`); :func:`export` writes a record's kernel
-to a folder and :func:`load_kernel` loads it to call on torch tensors (:mod:`bocast.kernel`).
+to a folder and :func:`load_kernel` loads it to call on torch tensors (:mod:`bocast.kernel`);
+:func:`report` reads finished runs' stores and reports them per budget, as ``bocast report``
+(:mod:`bocast.reporting`).
 :class:`Workload`, :class:`Budget`, :class:`RunnerOptions` and each strategy's options
 (``bocast.strategies.BOOptions``, ...) are typed forms of a configuration's mappings
 (:mod:`bocast.options`)."""
@@ -13,8 +15,10 @@ from bocast.api import TuneResult, compare, load, suggest, tune
 from bocast.errors import InputError
 from bocast.kernel import Kernel, export, load_kernel
 from bocast.options import Budget, RunnerOptions, Workload
+from bocast.reporting import Report, report
 from bocast.study import Study, create_study
 
 __version__ = "0.1.0"
-__all__ = ["Budget", "InputError", "Kernel", "RunnerOptions", "Study", "TuneResult", "Workload",
-           "compare", "create_study", "export", "load", "load_kernel", "suggest", "tune"]
+__all__ = ["Budget", "InputError", "Kernel", "Report", "RunnerOptions", "Study", "TuneResult",
+           "Workload", "compare", "create_study", "export", "load", "load_kernel", "report",
+           "suggest", "tune"]

@@ -137,14 +137,6 @@ def _reference_level(runs: list[dict], ref: list[dict], at: int, within: int) ->
             "share_ref_level_within": sum(x <= within for x in t) / len(t), "within": within}
 
 
-def _wilcoxon(d: np.ndarray) -> float:
-    from scipy.stats import wilcoxon
-
-    if not np.any(d):
-        return 1.0
-    return float(wilcoxon(d, zero_method="wilcox", alternative="two-sided").pvalue)
-
-
 def _boot_ci(d: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:
     idx = rng.integers(0, len(d), (N_BOOT, len(d)))
     meds = np.median(d[idx], axis=1)
@@ -226,7 +218,7 @@ def run_file(path: str) -> None:
             if lab != ref:
                 d = t95[lab] - t95[ref]
                 row.update(median_diff=float(np.median(d)), diff_ci95=_boot_ci(d, rng),
-                           wilcoxon_p=_wilcoxon(d))
+                           wilcoxon_p=compare.wilcoxon_p(d))
             rows[lab] = row
         tables.append({"table": os.path.relpath(cfg.dataset), "rows": n_rows, "good_rows": k_good,
                        "optimum": runs[cfg.name][0]["optimum"],

@@ -447,6 +447,18 @@ def cases() -> list[Case]:
                                                     "{tmp}/out"],
         "is not a bocast record store", setup=foreign_sqlite)
 
+    fil("report of a damaged store", ["report", "{tmp}/s.db"], "is damaged (SQLite quick_check",
+        setup=damaged_store)
+    fil("report of another program's SQLite file", ["report", "{tmp}/s.db"],
+        "is not a bocast record store", setup=foreign_sqlite)
+    fil("report --out over an existing file", ["report", "{tmp}/s.db", "--out", "{tmp}/file"],
+        "out: {tmp}/file.md exists; give force=True (--force) to replace it",
+        setup=lambda t: (_store(t), Path(t, "file.md").write_text("mine\n")))
+    fil("report --out onto a store it reads, even with --force",
+        ["report", "{tmp}/s.md", "--out", "{tmp}/s", "--force"],
+        "out: {tmp}/s.md is also the record store, which it would overwrite",
+        setup=lambda t: _store(t, "s.md"))
+
     # --- keys given twice (YAML keeps the last without a word)
     fil("tune: budget given twice", TUNE_ARGV, "line 19, column 1: key 'budget' given twice "
         "(first at line 2)", setup=twice("budget", {"trials": 48}))

@@ -56,6 +56,13 @@ LAZY: dict[tuple[str, str], tuple[str, str]] = {
        for t in ("candidates", "config", "identity", "space", "store", "strategies", "tuner")},
     **{("bocast.tune_run", f"bocast.{t}"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}") for t in (
         "bo.transfer", "identity", "library", "measure.parts", "records", "tuner")},
+    # bocast.reporting (bocast.report(), bocast report) reads stores and counts when called
+    **{("bocast.reporting", f"bocast.reporting.{t}"): (IMPORT_BOCAST, f"report(): {why}")
+       for t, why in (
+           ("inputs", f"the stores: {_NUMPY}, sqlite3 (about 200 ms)"),
+           ("stats", f"the comparison's statistics: {_NUMPY} (about 200 ms)"),
+           ("text", f"the comparison's format_p: {_NUMPY} (about 200 ms)"))},
+    ("bocast.reporting", "bocast.provenance"): (IMPORT_BOCAST, "write(): platform, datetime"),
     # the CLI loads what every command needs; what one command alone needs loads when it runs
     ("bocast.cli.common", "bocast.subspace"): (HELP, "--subspace, --fix: yaml (+15 ms)"),
     ("bocast.cli.run_commands", "bocast.suggestions"): (

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from bocast import schema
+from bocast import reporting, schema
 from bocast.cli.run_commands import (
     cmd_ablation,
     cmd_compare,
@@ -15,6 +15,7 @@ from bocast.cli.run_commands import (
     cmd_ops,
     cmd_records,
     cmd_remeasure,
+    cmd_report,
     cmd_serve,
     cmd_suggest,
     cmd_tune,
@@ -203,6 +204,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="live: run nothing, write the results from the finished record stores "
                         "(needs no GPU)")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("report", parents=[common],
+                       help="finished runs read from their record stores (read only): best "
+                            "so far per budget, trials to a target, tests between arms")
+    p.add_argument("paths", nargs="+", help="record stores, a comparison's output folder "
+                   "(LABEL_seedN.db), tune-run folders (records.db) or folders of them")
+    p.add_argument("--pattern", help="the stores under each folder whose path matches, e.g. "
+                                     "'{label}_s{seed}/records.db'")
+    p.add_argument("--arms", nargs="+", metavar="LABEL", help="only these arms, in this order")
+    _opt(p, "--seeds", reporting.SEED, nargs="+")
+    _opt(p, "--at", reporting.AT, nargs="+")
+    _opt(p, "--level", reporting.LEVEL)
+    p.add_argument("--baseline", metavar="LABEL",
+                   help="each seed's target is this arm's best at --budget on the same seed "
+                        "(default: the best of every store)")
+    _opt(p, "--budget", reporting.BUDGET)
+    _opt(p, "--within", reporting.WITHIN)
+    p.add_argument("--out", metavar="PREFIX", help="also write PREFIX.md and PREFIX.json")
+    _add_force(p, "--out's files")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("serve", help="RPC tracker and one GPU server per GPU for runner rpc "
                                      "(`bocast serve --help` lists the options)",

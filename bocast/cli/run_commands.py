@@ -1,6 +1,7 @@
 """The commands that run or read whole runs: ``bocast tune`` (a configuration file, or an
-operator's shape with flags), ``compare``, ``suggest``, ``records`` (the records library),
-``export`` (a record's kernel), ``ops`` and ``serve`` (the RPC tracker and GPU servers)."""
+operator's shape with flags), ``compare``, ``report`` (finished runs per budget, from their
+stores), ``suggest``, ``records`` (the records library), ``export`` (a record's kernel),
+``ops`` and ``serve`` (the RPC tracker and GPU servers)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from bocast import api, figures, library
+from bocast import api, figures, library, reporting
 from bocast.cli.common import UsageError, _emit, _operator_from
 from bocast.errors import InputError
 from bocast.kernel import export
@@ -160,6 +161,21 @@ def cmd_compare(args) -> int:
                             for lab, s in summary["strategies"].items()},
              "mann_whitney_u": summary["mann_whitney_u"]}
     _emit(args, brief, lines)
+    return 0
+
+
+# ------------------------------------------------------------------------------- report
+
+
+def cmd_report(args) -> int:
+    rep = reporting.report(args.paths, pattern=args.pattern, arms=args.arms, seeds=args.seeds,
+                        at=args.at, level=args.level, baseline=args.baseline,
+                        budget=args.budget, within=args.within, out=args.out,
+                        force=args.force)
+    lines = [rep.markdown()]
+    if args.out:
+        lines.append(f"\nwrote {args.out}.md and {args.out}.json")
+    _emit(args, rep.to_dict(), lines)
     return 0
 
 

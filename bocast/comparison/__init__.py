@@ -44,6 +44,7 @@ from bocast.comparison.config import (
     LIVE,
     MAX_SEEDS,
     METASCHEDULE,
+    STORE_NAME,
     CompareConfig,
     check_stores,
     entry_batch,
@@ -55,12 +56,13 @@ from bocast.comparison.config import (
 )
 from bocast.comparison.outputs import format_p
 from bocast.comparison.running import run
-from bocast.comparison.summary import summarize
+from bocast.comparison.summary import quartiles, summarize, wilcoxon_p
 from bocast.config import ConfigError
 from bocast.figures import PALETTE, STYLES, save_png  # defined in outputs before bocast.figures
 
 # the package's parts (config, running, summary, outputs) were one module; these names are how
 # the API, scripts and tests reach a comparison
-__all__ = ["COMPARE", "ENTRY", "LIVE", "MAX_SEEDS", "METASCHEDULE", "PALETTE", "STYLES",
-           "CompareConfig", "ConfigError", "check_stores", "entry_batch", "format_p", "load",
-           "parse", "plan", "run", "run_identity", "save_png", "summarize", "validate"]
+__all__ = ["COMPARE", "ENTRY", "LIVE", "MAX_SEEDS", "METASCHEDULE", "PALETTE", "STORE_NAME",
+           "STYLES", "CompareConfig", "ConfigError", "check_stores", "entry_batch", "format_p",
+           "load", "parse", "plan", "quartiles", "run", "run_identity", "save_png", "summarize",
+           "validate", "wilcoxon_p"]

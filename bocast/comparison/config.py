@@ -44,6 +44,8 @@ METASCHEDULE = "metaschedule"
 #: CPU stand-in (synthetic timings: a live comparison's mechanics without a GPU)
 LIVE = LIVE_KINDS
 MAX_SEEDS = 10_000
+#: a run's record store in the comparison's ``output`` folder (``bocast report`` reads them)
+STORE_NAME = "{label}_seed{seed}.db"
 COMPARE = Section((
     Field("name", str, doc="the comparison's name (the title of its results)"),
     Field("description", str, "", doc="free text (only the configuration's hash sees it)"),
@@ -230,7 +232,7 @@ def entry_batch(cfg: CompareConfig, s: Mapping[str, Any]) -> int:
 
 def plan(cfg: CompareConfig) -> list[tuple[dict, int, str, int]]:
     """(strategy entry, seed, record store, trials) of every run of the comparison."""
-    return [(s, seed, os.path.join(cfg.output, f"{s['label']}_seed{seed}.db"),
+    return [(s, seed, os.path.join(cfg.output, STORE_NAME.format(label=s["label"], seed=seed)),
              s.get("trials", cfg.trials)) for s in cfg.strategies
             for seed in s.get("seeds", cfg.seeds)]
 

@@ -1,6 +1,8 @@
 """A comparison's statistics over finished runs: per strategy the median and interquartile
 range of the best at each budget and of the trials to 95% of the optimum, and one-sided
-Mann-Whitney U tests against the baseline; :func:`summarize` writes the outputs."""
+Mann-Whitney U tests against the baseline; :func:`summarize` writes the outputs. The
+quartiles and the paired test are defined here once (``bocast ablation`` and ``bocast report``
+use them too)."""
 
 from __future__ import annotations
 
@@ -13,12 +15,24 @@ from bocast.provenance import provenance
 from bocast.tuner import first_reaching
 
 
-def _quartiles(v):
+def quartiles(v):
+    """(first quartile, median, third quartile) of ``v`` (statistics.quantiles' exclusive
+    method); one value is all three."""
     v = sorted(v)
     if len(v) < 2:
         return v[0], v[0], v[0]
     q = statistics.quantiles(v, n=4)
     return q[0], statistics.median(v), q[2]
+
+
+def wilcoxon_p(d) -> float:
+    """The two-sided Wilcoxon signed-rank p-value of paired differences ``d`` (zero
+    differences dropped); 1.0 when every difference is zero."""
+    from scipy.stats import wilcoxon
+
+    if not any(d):
+        return 1.0
+    return float(wilcoxon(d, zero_method="wilcox", alternative="two-sided").pvalue)
 
 
 def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
@@ -42,12 +56,12 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
         t95 = [r["trials_to_95pct"] or strat.get("trials", cfg.trials) + 1 for r in rs]
         per[lab] = {
             "runs": len(rs),
-            "median_best": {str(b): _quartiles([r["curve"][b - 1] for r in rs])[1]
+            "median_best": {str(b): quartiles([r["curve"][b - 1] for r in rs])[1]
                             for b in cfg.budgets},
-            "iqr_best": {str(b): _quartiles([r["curve"][b - 1] for r in rs])[::2]
+            "iqr_best": {str(b): quartiles([r["curve"][b - 1] for r in rs])[::2]
                          for b in cfg.budgets},
-            "median_trials_to_95pct": _quartiles(t95)[1],
-            "iqr_trials_to_95pct": _quartiles(t95)[::2],
+            "median_trials_to_95pct": quartiles(t95)[1],
+            "iqr_trials_to_95pct": quartiles(t95)[::2],
             "reached_95pct": sum(bool(r["trials_to_95pct"]) for r in rs),
             "median_proposal_s": (statistics.median(p for r in rs for p in r["proposal_s"])
                                   if any(r["proposal_s"] for r in rs) else None),
@@ -57,7 +71,7 @@ def summarize(cfg: CompareConfig, runs: list[dict], seconds: float,
         if base_target:
             tb = [first_reaching(r["curve"], 0.95 * base_target)
                   or strat.get("trials", cfg.trials) + 1 for r in rs]
-            per[lab]["median_trials_to_95pct_of_baseline"] = _quartiles(tb)[1]
+            per[lab]["median_trials_to_95pct_of_baseline"] = quartiles(tb)[1]
     tests = {}
     if cfg.baseline:
         base = [r for r in runs if r["label"] == cfg.baseline]
