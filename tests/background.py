@@ -6,9 +6,11 @@ itself keeps about one of a 2-core machine's cores busy, so such a process costs
 when the test waits for it inline, and little when it runs on the other core meanwhile.
 
 A module registers a job at import (:func:`job`) and marks the tests that read it
-``@pytest.mark.background("name")``; once collection ends ``tests/conftest.py`` starts the jobs
-of the selected tests one after another, in the order the tests read them (none when no test
-reading it is selected), and stops any left when the session ends. :func:`result` waits for a
+``@pytest.mark.background("name")``; ``tests/conftest.py`` runs those tests last (after every
+other test of the run, so the jobs have the whole run beside them) and, once collection ends,
+starts the jobs of the selected tests one after another, in the order the tests read them (none
+when no test reading it is selected), and stops any left when the session ends. While a test
+waits for a job, its process leaves a core idle: one more job runs then. :func:`result` waits for a
 job and returns what the process returned, as ``subprocess.run`` would have; the test asserts
 on it as before.
 """
@@ -39,8 +41,9 @@ class Job:
 
 
 JOBS: dict[str, Job] = {}
-_lock = threading.Lock()
+_lock = threading.Condition()
 _stopped = False
+_waiting = 0  # tests blocked in result(): each leaves its core to one more job
 
 
 def job(name: str, argv: list[str], *, timeout_s: float, cwd: str = ROOT) -> str:
@@ -54,16 +57,22 @@ def job(name: str, argv: list[str], *, timeout_s: float, cwd: str = ROOT) -> str
 def start_in_turn(names: list[str]) -> None:
     """Start the jobs one after another, each when the one before has ended (in a thread of
     this process), so that one job at a time takes the core the tests leave idle; several at
-    once would only share it, and the first test to wait for one would wait longer."""
+    once would only share it, and the first test to wait for one would wait longer. While
+    tests wait in :func:`result` (their process idle), one more job runs for each."""
     def go():
         for name in names:
-            start(name)
-            proc = JOBS[name].proc
-            if proc is None:  # the session ended
-                return
-            proc.wait()
+            with _lock:
+                while not _stopped and _running() >= 1 + _waiting:
+                    _lock.wait(timeout=0.2)  # a job's end is not notified: polled
+                if _stopped:  # the session ended
+                    return
+                _start(name)
 
     threading.Thread(target=go, name="background-jobs", daemon=True).start()
+
+
+def _running() -> int:
+    return sum(j.proc is not None and j.proc.poll() is None for j in JOBS.values())
 
 
 def start(name: str) -> None:
@@ -90,15 +99,22 @@ def result(name: str) -> tuple[subprocess.CompletedProcess, str]:
     """Wait for job ``name`` (starting it now if not started yet); returns the completed
     process (``stdout``, ``stderr`` as text) and its output folder. Past its timeout the
     process is killed and ``subprocess.TimeoutExpired`` raised, as ``subprocess.run`` does."""
+    global _waiting
     j = JOBS[name]
     if j.done is None:
         start(name)
         assert j.proc is not None
+        with _lock:
+            _waiting += 1
+            _lock.notify_all()
         try:
             j.proc.wait(timeout=j.timeout_s)
         except subprocess.TimeoutExpired:
             _kill(j)
             raise
+        finally:
+            with _lock:
+                _waiting -= 1
         for f in j.files:
             f.close()
         with open(os.path.join(j.out, "stdout")) as o, open(os.path.join(j.out, "stderr")) as e:

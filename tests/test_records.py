@@ -20,6 +20,7 @@ from bocast.operator import get_operator
 from bocast.record import FEATURES, MEASURED, Record
 from bocast.space import Space
 from bocast.store import Store, StoreError, load
+from tests import background
 
 OP = get_operator("gemm").from_args((64, 64, 64))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -221,8 +222,13 @@ def _rows(path):
         return []
 
 
-def test_sigkill_and_resume_loses_nothing_and_repeats_nothing(tmp_path):
-    path = str(tmp_path / "kill.db")
+def sigkill_and_resume(folder):
+    """``bocast measure`` (the stand-in slowed to 0.4 s a run) killed with SIGKILL once its
+    store holds 6 rows, then the same command again; writes ``seen.json``: the rows at the kill,
+    the second call's exit code and stderr, the rows at the end."""
+    import json
+
+    path = os.path.join(folder, "kill.db")
     cmd = [sys.executable, "-m", "bocast.cli", "measure", "gemm", "--shape", "64,64,64",
            "--sample", "24", "--seed", "7", "--store", path, "--runner", "standin",
            "--batch", "4", "--workers", "2"]
@@ -235,11 +241,30 @@ def test_sigkill_and_resume_loses_nothing_and_repeats_nothing(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     before = _rows(path)
-    assert 6 <= len(before) < 24, f"kill landed at {len(before)} rows"
-
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    after = _rows(path)
+    with open(os.path.join(folder, "seen.json"), "w") as f:
+        json.dump({"before": before, "exit": done.returncode, "stderr": done.stderr,
+                   "after": _rows(path)}, f)
+
+
+# a background job (tests/background.py): the two calls run beside the other tests in a fresh
+# process (they were subprocesses before too); the test reads what it saw
+SIGKILL_RUN = background.job("records_sigkill", [
+    sys.executable, "-c", "import sys; from tests.test_records import sigkill_and_resume; "
+    "sigkill_and_resume(sys.argv[1])", "{out}"], timeout_s=900)
+
+
+@pytest.mark.background(SIGKILL_RUN)
+def test_sigkill_and_resume_loses_nothing_and_repeats_nothing():
+    import json
+
+    proc, out = background.result(SIGKILL_RUN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(out, "seen.json")) as f:
+        seen = json.load(f)
+    before, after = seen["before"], seen["after"]
+    assert 6 <= len(before) < 24, f"kill landed at {len(before)} rows"
+    assert seen["exit"] == 0, seen["stderr"]
     assert after[:len(before)] == before          # no finished row lost or rewritten
     assert len(after) == 24                       # every sampled configuration, once
     assert len({k for _, k, _ in after}) == 24    # none measured twice

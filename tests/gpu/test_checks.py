@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from bocast.measure.runner import why_no_gpu
+from tests import background
 
 ROOT = __file__.rsplit("/tests/", 1)[0]
 NO_GPU = why_no_gpu()
@@ -21,12 +22,18 @@ def _module(name, *args, timeout=600):
                           capture_output=True, text=True, timeout=timeout)
 
 
+# a background job (tests/background.py): the test only reads what the process printed
+RESUME_DEMO = background.job("resume_demo_standin", [
+    sys.executable, "-m", "tests.gpu.resume_demo", "--store", "{out}/r.db", "--runner",
+    "standin", "--shape", "256,256,256", "--sample", "24", "--kill-at", "8"], timeout_s=600)
+
+
 @pytest.mark.slow  # tests/test_records.py checks the same in the default suite
-def test_a_killed_measure_resumes_without_losing_or_repeating_a_row(tmp_path):
+@pytest.mark.background(RESUME_DEMO)
+def test_a_killed_measure_resumes_without_losing_or_repeating_a_row():
     """The device's resume check on the stand-in: SIGKILL of ``bocast measure`` after 8 rows,
     then the same command: every finished row kept, none measured twice, the sample done."""
-    proc = _module("resume_demo", "--store", str(tmp_path / "r.db"), "--runner", "standin",
-                   "--shape", "256,256,256", "--sample", "24", "--kill-at", "8")
+    proc, _ = background.result(RESUME_DEMO)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 0 and result["ok"], (result, proc.stderr[-2000:])
     assert result["rows_at_kill"] >= 8 and result["rows_after_resume"] == 24
