@@ -130,7 +130,6 @@ COMPARISON_KEYS = ("label", "trials", "seeds", "batch_size")
 def strategy_entry(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
     """(name, hyperparameters checked against the strategy's options) of a strategy mapping;
     ``where`` prefixes the messages (``strategy.``, ``strategies[0] (bo): ``)."""
-
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where.rstrip('. :')}: expected a mapping with a name, got {raw!r}")
     if "name" not in raw:
@@ -276,7 +275,6 @@ def workload_and_dataset(workload: Mapping[str, Any], runner: str, dataset: str 
     """The operator of a config's workload and, for the replay runner, its recorded dataset
     (checked to be of that workload; ``opened``: that dataset already opened, a replay runner
     object's); a ConfigError names the field that is wrong."""
-
     try:
         op = from_workload(workload)
     except WorkloadError as e:

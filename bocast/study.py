@@ -158,7 +158,6 @@ class Study:
     @property
     def best(self) -> Record | None:
         """The told trial of highest TFLOPS among the successful ones."""
-
         return best_record(self.records)
 
     @property

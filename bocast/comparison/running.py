@@ -48,7 +48,6 @@ def _job_process(stop) -> None:
 def _replay_run(job) -> dict[str, Any]:
     """One strategy x seed on replay: resumes its record store (a finished run is only read);
     returns its curve."""
-
     cfg, s, seed, path, trials = job
     interrupt.check()  # a job handed out as the command stopped
     op = from_workload(cfg.workload)
@@ -159,7 +158,6 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
     ``only``, just those labels run; the others' finished stores are read."""
     import contextlib
 
-
     op = from_workload(cfg.workload)
     runs_plan = plan(cfg)
     if only is not None and not only:
@@ -241,7 +239,6 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
 def _read_live(op, plan) -> tuple[list[dict], dict[str, Any]]:
     """The runs of a live comparison from their record stores, without a GPU: the device and
     the reference are those the stores recorded."""
-
     runs, missing, device, reference = [], [], None, None
     for s, seed, path, trials in plan:
         if os.path.exists(path):
@@ -261,7 +258,6 @@ def _read_live(op, plan) -> tuple[list[dict], dict[str, Any]]:
 
 def _finished_run(op, s, seed: int, path: str, trials: int) -> dict | None:
     """The curve of a run whose store holds all its trials; None if it is absent or short."""
-
     if not os.path.exists(path):
         return None
     with Store.open(path, op.workload) as store:
