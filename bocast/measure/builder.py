@@ -187,7 +187,10 @@ class Builder:
         self.reject_spills = reject_spills
         if compile and why_no_compiler():
             raise RuntimeError(why_no_compiler())
-        self._pool = TimedPool("bocast.measure.builder:build_task", self.workers)
+        # tvm_ffi imports torch whenever it is installed (1-1.5 s and some 300 MB a worker);
+        # lowering and nvcc never use it
+        self._pool = TimedPool("bocast.measure.builder:build_task", self.workers,
+                               hide=("torch",))
 
     def __enter__(self):
         return self

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import multiprocessing as mp
+import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -30,8 +31,10 @@ class TaskFailure:
     seconds: float
 
 
-def _worker_main(conn, fn_ref: str) -> None:
+def _worker_main(conn, fn_ref: str, hide: tuple[str, ...] = ()) -> None:
     interrupt.ignore()  # started with both signals blocked (see _Worker); the parent decides
+    for lib in hide:  # `import lib` now raises ImportError in this worker
+        sys.modules.setdefault(lib, None)  # type: ignore[arg-type]
     module, name = fn_ref.split(":")
     fn = getattr(importlib.import_module(module), name)
     conn.send(("ready", None))
@@ -49,9 +52,9 @@ def _worker_main(conn, fn_ref: str) -> None:
 
 
 class _Worker:
-    def __init__(self, ctx, fn_ref: str):
+    def __init__(self, ctx, fn_ref: str, hide: tuple[str, ...] = ()):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, fn_ref), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, fn_ref, hide), daemon=True)
         with interrupt.blocked():  # until the worker ignores them itself
             self.proc.start()
         child.close()
@@ -70,11 +73,14 @@ class TimedPool:
 
     Results come back in task order: ``fn``'s return value, or a :class:`TaskFailure` for a task
     that timed out, crashed its worker, or raised (``kind`` "error", with the traceback). A task
-    whose result is a dict with a true ``_restart`` has its worker replaced after it."""
+    whose result is a dict with a true ``_restart`` has its worker replaced after it.
+    ``hide``: libraries the workers cannot import (ImportError), for those that other
+    libraries load only because they are installed."""
 
     def __init__(self, fn_ref: str, workers: int, *, start_method: str = "spawn",
-                 startup_timeout_s: float = 180.0):
+                 startup_timeout_s: float = 180.0, hide: tuple[str, ...] = ()):
         self.fn_ref = fn_ref
+        self.hide = tuple(hide)
         self.size = max(1, int(workers))
         self.startup_timeout_s = startup_timeout_s
         self._ctx = mp.get_context(start_method)
@@ -100,7 +106,7 @@ class TimedPool:
         pending = list(range(len(tasks)))[::-1]
         done = 0
         while len(self._workers) < min(self.size, len(tasks)):
-            self._workers.append(_Worker(self._ctx, self.fn_ref))
+            self._workers.append(_Worker(self._ctx, self.fn_ref, self.hide))
         spawned = time.monotonic()
 
         def finish(i: int, value: Any) -> None:
@@ -176,4 +182,4 @@ class TimedPool:
 
     def _replace(self, w: _Worker) -> None:
         w.kill()
-        self._workers[self._workers.index(w)] = _Worker(self._ctx, self.fn_ref)
+        self._workers[self._workers.index(w)] = _Worker(self._ctx, self.fn_ref, self.hide)

@@ -52,6 +52,18 @@ def test_pool_reports_errors_as_data():
     assert isinstance(out[1], TaskFailure) and out[1].kind == "error" and "boom" in out[1].detail
 
 
+def test_a_pool_hides_the_libraries_it_is_told_to_and_the_builders_hides_torch():
+    """tvm_ffi imports torch when it can; a builder worker, which never uses it, saves its
+    second and its memory. Checked in the worker itself."""
+    import bocast.measure.builder as builder
+
+    with TimedPool("tests.measure.pool_tasks:task", 1, hide=("torch",)) as pool:
+        out = pool.map([{"do": "import", "libs": ["torch", "json"]}], timeout_s=60)
+    assert out == [["json"]]
+    with builder.Builder(workers=1, compile=False) as b:
+        assert b._pool.hide == ("torch",)
+
+
 def test_every_runner_takes_the_call_the_engine_makes():
     """run(op, builds, *, on_result) on each runner; the results come back by index, once."""
     import inspect
