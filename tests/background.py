@@ -13,6 +13,10 @@ when no test reading it is selected), and stops any left when the session ends. 
 waits for a job, its process leaves a core idle: one more job runs then. :func:`result` waits for a
 job and returns what the process returned, as ``subprocess.run`` would have; the test asserts
 on it as before.
+
+Under pytest-xdist (``-n 2``, the README's command) every worker collects every test, so none
+starts jobs ahead: a test starts its job when it asks for it and waits, its core left to the
+job while the other worker goes on, and the tests that read jobs run first (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import threading
 from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: a pytest-xdist worker: every worker collects every test, so none starts jobs ahead
+IN_WORKER = "PYTEST_XDIST_WORKER" in os.environ
 
 
 @dataclass

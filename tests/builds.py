@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing as mp
+import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 WORKERS = 2
+#: under pytest-xdist the other workers keep the cores busy: build in the test's own process
+INLINE = "PYTEST_XDIST_WORKER" in os.environ
 _pool: ProcessPoolExecutor | None = None
 
 
 def _warm() -> None:
+    import sys
+
+    sys.modules.setdefault("torch", None)  # type: ignore[arg-type] # as bocast's builder pool
     import bocast.measure.builder  # noqa: F401 - TVM and the builder, once per worker
 
 
@@ -29,8 +35,8 @@ def build_all(tasks: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     from bocast.measure.builder import build_task
 
     tasks = [dict(t) for t in tasks]
-    if len(tasks) == 1:
-        return [build_task(tasks[0])]
+    if len(tasks) == 1 or INLINE:
+        return [build_task(t) for t in tasks]
     if _pool is None:
         _pool = ProcessPoolExecutor(WORKERS, mp_context=mp.get_context("spawn"),
                                     initializer=_warm)

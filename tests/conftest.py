@@ -53,15 +53,19 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(items):
     """The tests that read a background job (tests/background.py) run last, in their order:
     the jobs then run beside every other test of the run, not only the ones collected before
-    them (in the slow run the readers came early and waited 2-3 minutes in all)."""
-    items[:] = ([i for i in items if not any(i.iter_markers("background"))]
-                + [i for i in items if any(i.iter_markers("background"))])
+    them (in the slow run the readers came early and waited 2-3 minutes in all). Under
+    pytest-xdist they run first instead: a worker starts a job when its test asks for it and
+    waits, its core left to the job while the other workers go on, so the longest waits
+    should begin first, not last."""
+    readers = [i for i in items if any(i.iter_markers("background"))]
+    others = [i for i in items if not any(i.iter_markers("background"))]
+    items[:] = readers + others if background.IN_WORKER else others + readers
 
 
 def pytest_collection_finish(session):
     """Start the background jobs (tests/background.py) that the selected tests read."""
-    if session.config.option.collectonly:
-        return
+    if session.config.option.collectonly or background.IN_WORKER:
+        return  # a pytest-xdist worker starts a job when its test asks (background.result)
     wanted: list[str] = []  # in the order the tests will read them
     for item in session.items:
         for m in item.iter_markers("background"):

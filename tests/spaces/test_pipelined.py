@@ -5,7 +5,6 @@ on the GPU (every measured row against torch); here the checks are static: TVM l
 CPU and nvcc for sm_90."""
 
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +13,6 @@ from bocast.measure.nvcc import why_no_compiler
 from bocast.operator import get_operator
 from bocast.space import Space
 from bocast.spaces._pipelined_matmul import merged_dynamic_bytes
-from tests import background
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 Gemm = get_operator("gemm")
@@ -154,35 +152,12 @@ def test_the_best_live_kernel_compiles_without_spills():
     assert res["grid"][0] == 32 * 32 and tuple(res["block"][:2]) == (32, 4)
 
 
+# An mma build registers the codegen function TVM's full intrinsic module registers too, and
+# MetaSchedule's import of that module must still work after it: tests/test_metaschedule.py's
+# default run builds MMA_64 before it imports the whole set (a slow single-purpose test of that
+# order alone was dropped: 30 s of CPU for what that run covers)
 MMA_64 = dict(BEST_4096, tile_i=(1, 2, 2), tile_j=(1, 2, 2), tile_k=(2, 2), raster=1, stages=2,
               writeback="direct", out_vec=None, frag_pipeline="full")  # 64^3
-
-
-# slow: 30 s of CPU for TVM's intrinsic set; tests/test_metaschedule.py's default run covers
-# this order too. A background job (tests/background.py): it starts when collection ends.
-MMA_FIRST = background.job("mma_build_then_all_intrinsics", [sys.executable, "-c", (
-    "from bocast.operator import get_operator\n"
-    "from bocast.tensorcore import lower, import_all_intrinsics\n"
-    "import tvm_ffi\n"
-    "op = get_operator('gemm').from_args((64, 64, 64))\n"
-    f"c = {MMA_64!r}\n"
-    "assert op.space.validate(c) == []\n"
-    "o = op.build_options(c)\n"
-    "lower(op.apply(c).mod, pass_config=o['pass_config'], target_overrides=o['target'])\n"
-    "name = 'tirx.index_map.shared_16x16_to_ldmatrix_32x8_layout'\n"
-    "assert tvm_ffi.get_global_func(name, allow_missing=True) is not None\n"
-    "import_all_intrinsics()\n"
-    "from tvm.s_tir.tensor_intrin.cuda import LDMATRIX_f16_A_INTRIN\n"
-    "print('ok')\n")], timeout_s=1200)
-
-
-@pytest.mark.slow
-@pytest.mark.background(MMA_FIRST)
-def test_metaschedule_imports_every_intrinsic_after_an_mma_build():
-    """An mma build registers the codegen function TVM's full intrinsic module also registers;
-    MetaSchedule's import of that module (through import_all_intrinsics) still works."""
-    proc, _ = background.result(MMA_FIRST)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
 
 
 #: A GEMM 4096^3 kernel whose ptxas report shows 4 bytes of spill stores and an 8-byte stack frame
