@@ -175,34 +175,52 @@ def load_sources(paths: Sequence[str], target_op) -> list[Source]:
     :class:`WarmStartError` names the first that cannot be used."""
     out = []
     for path in paths:
-        workload = _workload(path)
-        got = canonical_workload(workload)
-        problem, src_op = incompatibility(workload, target_op)
-        if problem:
-            raise WarmStartError(f"warm_start: {path} holds records of {problem}")
-        try:
-            src_op = src_op or from_workload(workload)
-        except WorkloadError as e:
-            raise WarmStartError(f"warm_start: {path}: {e}") from None
-        rows = _ok_rows(path, src_op)
-        if not rows:
-            raise WarmStartError(f"warm_start: {path} has no successful (ok) rows")
-        kept, configs, ys = [], [], []
-        for c, tflops in rows:
-            t = translate(c, target_op.space)
-            if t is not None:
-                kept.append(c)
-                configs.append(t)
-                ys.append(math.log(tflops))
-        lacks = [k.name for k in target_op.space.knobs
-                 if not isinstance(k, Split) and k.name not in rows[0][0]]
-        configs = _fill_feasible(configs, lacks, target_op.space)
-        if not configs:
-            raise WarmStartError(f"warm_start: {path}: none of its {len(rows)} ok rows fits the "
-                                 f"target's shape {list(target_op.workload['shape'])}")
-        ys_arr = np.array(ys) + _wave_shift(kept, src_op, configs, target_op)
-        out.append(Source(path, got, configs, ys_arr, len(rows) - len(configs)))
+        if path.endswith(".db"):  # a live store grows: read each time
+            out.append(_source(path, target_op))
+            continue
+        key = (_dataset_key(path, target_op), path)
+        if key not in _SOURCES:
+            while len(_SOURCES) >= _DATASET_ROWS_MAX:
+                _SOURCES.pop(next(iter(_SOURCES)))
+            _SOURCES[key] = _source(path, target_op)
+        out.append(_SOURCES[key])
     return out
+
+
+#: a dataset translated for a target, per (its files' stamps, the target's workload): a run's
+#: automatic choice checks each candidate source (warm_sources), then its model reads the ones
+#: chosen; each is translated once. Shared like :data:`_DATASET_ROWS`: never changed.
+_SOURCES: dict[tuple, Source] = {}
+
+
+def _source(path: str, target_op) -> Source:
+    workload = _workload(path)
+    got = canonical_workload(workload)
+    problem, src_op = incompatibility(workload, target_op)
+    if problem:
+        raise WarmStartError(f"warm_start: {path} holds records of {problem}")
+    try:
+        src_op = src_op or from_workload(workload)
+    except WorkloadError as e:
+        raise WarmStartError(f"warm_start: {path}: {e}") from None
+    rows = _ok_rows(path, src_op)
+    if not rows:
+        raise WarmStartError(f"warm_start: {path} has no successful (ok) rows")
+    kept, configs, ys = [], [], []
+    for c, tflops in rows:
+        t = translate(c, target_op.space)
+        if t is not None:
+            kept.append(c)
+            configs.append(t)
+            ys.append(math.log(tflops))
+    lacks = [k.name for k in target_op.space.knobs
+             if not isinstance(k, Split) and k.name not in rows[0][0]]
+    configs = _fill_feasible(configs, lacks, target_op.space)
+    if not configs:
+        raise WarmStartError(f"warm_start: {path}: none of its {len(rows)} ok rows fits the "
+                             f"target's shape {list(target_op.workload['shape'])}")
+    ys_arr = np.array(ys) + _wave_shift(kept, src_op, configs, target_op)
+    return Source(path, got, configs, ys_arr, len(rows) - len(configs))
 
 
 def _wave_shift(configs: list[Config], source_op, translated: list[Config],

@@ -319,3 +319,20 @@ def best_rows_of(ranked, candidates, n):
     from bocast.bo.transfer import best_rows
 
     return best_rows(ranked, candidates, set(), n)
+
+
+def test_a_dataset_is_translated_once_per_target_and_read_again_when_it_changes(tmp_path):
+    # a run's automatic choice checks each candidate source, then its model reads the chosen:
+    # one translation; a rewritten dataset (another stamp) is read again
+    import os
+
+    from bocast.bo.sources import load_sources
+
+    path = subset(T4096, str(tmp_path / "g4096"), list(range(60)))
+    (a,) = load_sources([path], OP1024)
+    assert load_sources([path], OP1024)[0] is a
+    assert load_sources([path], get_operator("gemm").from_args((2048,) * 3))[0] is not a
+    subset(T4096, path, list(range(30)))
+    os.utime(path + ".csv.gz", (1, 1))  # a new stamp even within the clock's resolution
+    (b,) = load_sources([path], OP1024)
+    assert b is not a and len(b.configs) < len(a.configs)
