@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 from bocast import figures
 from bocast.errors import InputError
 from bocast.locations import check_outputs, check_writable
-from bocast.options import plain
+from bocast.options import QUICK_OPTIONS, plain
 from bocast.progress import Progress
 from bocast.study import Study, create_study
 from bocast.tune_run import TuneRun, figure_prefix
@@ -203,36 +203,29 @@ def suggest(op: str, shape: Sequence[int] | None = None, *, k: int = 8,
                               records=library.directory(records) if records else None)
 
 
-#: ``bocast tune OP`` settings that stand for a field of a section
-QUICK_ALIASES = {"dtype": "workload.dtype", "layout": "workload.layout",
-                 "space": "workload.space", "trials": "budget.trials",
-                 "seconds": "budget.seconds", "warm_start": "strategy.warm_start"}
-QUICK_DEFAULTS = {"runner": "local", "strategy": "bo", "batch_size": 16, "trials": 64, "seed": 0}
-
-
 def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | None = None,
                  **settings: Any) -> dict[str, Any]:
-    """The tune configuration of ``bocast tune OP --shape ...``: ``settings`` are its fields
-    (``seed``, ``batch_size``, ``dataset``, ``output``, ``store``, ...), a section's field as
-    ``"strategy.acquisition"`` (``--set key=value``), or an alias (:data:`QUICK_ALIASES`:
-    ``dtype``, ``layout``, ``space``, ``trials``, ``seconds``, ``warm_start``); ``strategy``
-    a name or a mapping. Defaults: :data:`QUICK_DEFAULTS`; replay without ``dataset``: the
-    shipped dataset of the workload with most rows; ``output``: ``runs/OP_SHAPE_SPACE_STRATEGY
-    _sSEED`` (with ``store``: the store's folder)."""
+    """The tune configuration of ``bocast tune OP --shape ...``: ``settings`` are the command's
+    options (:data:`bocast.options.QUICK_OPTIONS`: ``dtype``, ``space``, ``trials``, ``seed``,
+    ``warm_start``, ...; ``strategy`` a name or a mapping), any other field of the
+    configuration, or a section's field as ``"strategy.acquisition"`` (``--set key=value``).
+    Left out, an option takes its default there; the runner is ``local`` (this machine's
+    GPU); replay without ``dataset``: the shipped dataset of the workload with most rows;
+    ``output``: ``runs/OP_SHAPE_SPACE_STRATEGY_sSEED`` (with ``store``: the store's folder)."""
     from bocast.config import workload_and_dataset
     from bocast.library import shipped_datasets
-    from bocast.operator import AUTO_SPACE, canonical_workload
+    from bocast.operator import canonical_workload
 
-    cfg: dict[str, Any] = {"workload": {"op": op}, "strategy": {},
-                           "budget": {"trials": QUICK_DEFAULTS["trials"]}}
+    cfg: dict[str, Any] = {"workload": {"op": op}, "strategy": {}, "runner": runner or "local"}
     if shape is not None:
         cfg["workload"]["shape"] = list(shape)
-    for key, value in {**{k: v for k, v in QUICK_DEFAULTS.items() if k != "trials"},
-                       **({"runner": runner} if runner else {}), **settings}.items():
+    keys = {o.name: o.key for o in QUICK_OPTIONS}
+    given = {k: v for k, v in settings.items() if v is not None}  # None: not given
+    for key, value in {**{o.name: o.default for o in QUICK_OPTIONS}, **given}.items():
         if value is None:
             continue
-        key = QUICK_ALIASES.get(key, key)
-        if key == "strategy":
+        key = keys.get(key, key)
+        if key in ("strategy", "strategy.name"):
             cfg["strategy"].update({"name": value} if isinstance(value, str) else dict(value))
         elif "." in key:
             section, name = key.split(".", 1)
@@ -241,8 +234,6 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
             cfg[section][name] = value
         else:
             cfg[key] = value
-    # an operator and a shape, no space named: the workload chooses (bocast.operator.make)
-    cfg["workload"].setdefault("space", AUTO_SPACE)
     target, _ = workload_and_dataset(cfg["workload"], "local", None)  # the workload's own checks
     w = target.workload
     if cfg["runner"] == "replay" and not cfg.get("dataset"):

@@ -62,6 +62,18 @@ def reference() -> str:
                       options.BUDGET)
     lines += _section("`runner_options`", "How kernels are built and timed (live runners).",
                       options.RUNNER_OPTIONS)
+    lines += ["", "## `bocast tune OP --shape ...` (`bocast.tune(op=..., shape=...)`)", "",
+              "A tune without a file: each option sets the configuration field named (the "
+              "flag is `--` and the name with dashes; `bocast.tune` takes the name as a "
+              "keyword). Left out, an option takes the default shown, else the field's own; "
+              "the runner is `local`. `--set key=value` (`bocast.tune(**{key: value})`) sets "
+              "any other field.", "", "| option | field | value | default | what |",
+              "| --- | --- | --- | --- | --- |"]
+    for o in options.QUICK_OPTIONS:
+        f = o.field
+        default = f"`{o.default}`" if o.default is not None else _default(f)
+        lines.append(f"| `{o.name}` | `{o.key}` | {f.expected(storage_limits=False)} | "
+                     f"{default} | {' '.join(f.doc.split())} |")
     lines += _section("A comparison (`bocast compare FILE`, `bocast.compare`)",
                       "The top level of a comparison file; each entry of `strategies` is a "
                       "strategy's options plus the entry fields below.", comparison.COMPARE)

@@ -115,8 +115,9 @@ class Workload(Options):
     op: str = dataclasses.field(metadata=about(doc="operator name (bocast ops lists them)"))
     shape: list[int] = dataclasses.field(
         metadata=about(doc="the operator's extents, e.g. [M, N, K] for gemm"))
-    dtype: str | None = opt(None, doc="input:accumulator types")
-    layout: str | None = opt(None, doc="gemm, bmm: the layout of B")
+    dtype: str | None = opt(None, doc="input:output types: fp16:fp32 (the default) or "
+                                      "fp16:fp16")
+    layout: str | None = opt(None, doc="gemm, bmm: the layout of B: NT (the default) or NN")
     space: str | None = opt(None, doc="schedule-space version: v1, v2, v3, or auto (the shape "
                                       "chooses: v3 where it beat v2 and takes the workload, "
                                       "else v2; docs/operators.md) (null: v2, so a file means "
@@ -137,3 +138,58 @@ class Workload(Options):
 BUDGET = Section.of(Budget)
 RUNNER_OPTIONS = Section.of(RunnerOptions)
 WORKLOAD = Section.of(Workload)
+
+
+@dataclass(frozen=True)
+class QuickOption:
+    """A setting of ``bocast tune OP --shape ...`` (its flag: ``--name-with-dashes``) and of
+    ``bocast.tune(op=..., shape=..., name=value)`` (:func:`bocast.api.quick_config`): it sets
+    the configuration's field ``key`` (``section.field`` inside a section), checked on the
+    command line by ``field`` (the configuration's own where it has one). ``default``: what a
+    quick run takes when it is left out (None: the configuration's own, as ``doc`` says)."""
+
+    name: str
+    key: str
+    field: schema.Field
+    default: Any = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def help(self) -> str:
+        f = self.field
+        said = [f.expected(cli=True, storage_limits=False)] if f.kind is not str else []
+        return f.doc + (f" ({'; '.join(said + [f'default {self.default}'])})"
+                         if self.default is not None else f" ({said[0]})" if said else "")
+
+
+def _text(name: str, doc: str) -> schema.Field:
+    return schema.Field(name, str, None, nullable=True, doc=doc)
+
+
+#: ``bocast tune OP --shape ...``'s settings, in its --help's order, and the keywords that
+#: ``bocast.tune(op=..., shape=...)`` takes for them: the one list of both
+QUICK_OPTIONS = (
+    QuickOption("dtype", "workload.dtype", WORKLOAD["dtype"]),
+    QuickOption("layout", "workload.layout", WORKLOAD["layout"]),
+    QuickOption("space", "workload.space", _text(
+        "space", "schedule space: auto (where it beat v2 at such shapes and takes the "
+                 "workload: v3, else v2), v3 (Hopper: GEMM, bmm, conv2d), v2 or v1"), "auto"),
+    QuickOption("strategy", "strategy.name", _text("strategy", "bo, cga, random, ..."), "bo"),
+    QuickOption("trials", "budget.trials", BUDGET["trials"], 64),
+    QuickOption("seconds", "budget.seconds", BUDGET["seconds"]),
+    QuickOption("seed", "seed", schema.SEED, 0),
+    QuickOption("batch_size", "batch_size", schema.BATCH_SIZE, 16),
+    QuickOption("dataset", "dataset", _text(
+        "dataset", "replay: a recorded dataset (default: the shipped one of the workload)")),
+    QuickOption("output", "output", _text(
+        "output", "folder of records.db and summary.json (default "
+                  "runs/OP_SHAPE_SPACE_STRATEGY_sSEED)")),
+    QuickOption("store", "store", _text("store", "the record store (default "
+                                                 "OUTPUT/records.db)")),
+    QuickOption("warm_start", "strategy.warm_start", _text(
+        "warm_start", "auto (default: from the records library), none, or sources, "
+                      "comma-separated")),
+)

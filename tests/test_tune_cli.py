@@ -121,3 +121,29 @@ def test_old_runner_names_still_work_and_say_their_new_name(tmp_path, capsys, mo
     err = capsys.readouterr().err.splitlines()
     assert err == ["note: runner 'tvm' is now called 'local' (the old name still works)",
                    "note: runner 'gpu' is now called 'local' (the old name still works)"]
+
+
+def test_every_quick_option_is_a_flag_and_sets_its_field(bocast_cli):
+    """bocast.options.QUICK_OPTIONS is the one list of `bocast tune OP` flags and of the
+    keywords of bocast.tune(op=...): each is in --help and lands on the field it names."""
+    from bocast.api import quick_config
+    from bocast.options import QUICK_OPTIONS
+
+    code, out, _ = bocast_cli("tune", "--help")
+    assert code == 0 and all(o.flag in out for o in QUICK_OPTIONS)
+    given = {"dtype": "fp16:fp16", "layout": "NN", "space": "v2", "strategy": "random",
+             "trials": 7, "seconds": 9.5, "seed": 3, "batch_size": 4, "dataset": "d",
+             "output": "o", "store": "s/x.db", "warm_start": "none"}
+    assert set(given) == {o.name for o in QUICK_OPTIONS}
+    cfg = quick_config("gemm", (256, 256, 256), runner="standin", **given)
+    for o in QUICK_OPTIONS:
+        node = cfg
+        for part in o.key.split("."):
+            node = node[part]
+        assert node == given[o.name], o
+    left_out = quick_config("gemm", (256, 256, 256), runner="standin", space=None)
+    assert (left_out["workload"]["space"], left_out["budget"]["trials"], left_out["seed"],
+            left_out["batch_size"], left_out["strategy"]["name"]) == ("auto", 64, 0, 16, "bo")
+    # the flag checks what the configuration's field checks (seed: 0 to 2**31 - 1)
+    code, _, err = bocast_cli("tune", "gemm", "--shape", "256,256,256", "--seed", str(2**31))
+    assert code == 2 and "--seed" in err and "2147483647" in err

@@ -23,6 +23,7 @@ from bocast.cli.run_commands import (
 from bocast.cli.space_commands import cmd_measure, cmd_space
 from bocast.measure.parts import RUNNER_KINDS, runner_kind
 from bocast.operator import operators
+from bocast.options import QUICK_OPTIONS
 
 # ------------------------------------------------------------------------------ parser
 
@@ -152,25 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(best so far and every trial; needs pip install 'bocast[plot]')")
     g = p.add_argument_group("an operator instead of a configuration file")
     g.add_argument("--shape", help="extents, comma-separated (see `bocast ops`)")
-    g.add_argument("--dtype", help="input:output types (default fp16:fp32)")
-    g.add_argument("--layout", help="operand layout (gemm: NT or NN)")
-    g.add_argument("--space", help="schedule space: auto (default: v3 where it beat v2 at such "
-                                   "shapes and takes the workload, else v2), v3 (Hopper: GEMM, "
-                                   "bmm, conv2d), v2 or v1")
-    g.add_argument("--strategy", help="bo (default), cga, random, ...")
-    _opt(g, "--trials", schema.Field("trials", int, None, min=1, max=10_000_000,
-                                     nullable=True, doc="trials (default 64)"))
-    _opt(g, "--seed", schema.Field("seed", int, None, min=0, max=2**32 - 1, nullable=True,
-                                   doc="seed (default 0)"))
-    _opt(g, "--batch-size", schema.Field("batch_size", int, None, min=1, max=100_000,
-                                         nullable=True, doc="batch size (default 16)"))
-    g.add_argument("--dataset", help="replay: a recorded dataset (default: the shipped one of "
-                                     "the workload)")
-    g.add_argument("--output", help="folder of records.db and summary.json (default "
-                                    "runs/OP_SHAPE_SPACE_STRATEGY_sSEED)")
-    g.add_argument("--store", help="the record store (default OUTPUT/records.db)")
-    g.add_argument("--warm-start", help="auto (default: from the records library), none, or "
-                                        "sources, comma-separated")
+    for o in QUICK_OPTIONS:
+        g.add_argument(o.flag, type=o.field.parse, help=o.help, metavar=None
+                       if o.field.kind is str else o.field.kind.__name__.upper())
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any configuration field (strategy.acquisition=ts, budget.seconds=600, "
                         "runner_options.repeats=20, ...); repeat for several")

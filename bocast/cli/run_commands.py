@@ -15,16 +15,14 @@ from bocast.cli.common import UsageError, _emit, _operator_from
 from bocast.errors import InputError
 from bocast.kernel import export
 from bocast.operator import get_operator, operators, parse_shape
+from bocast.options import QUICK_OPTIONS
 from bocast.progress import say
 
 # --------------------------------------------------------------------------------- tune
 
 
 #: ``bocast tune OP`` flags: (flag, setting of api.quick_config)
-QUICK_FLAGS = (("--shape", "shape"), ("--dtype", "dtype"), ("--layout", "layout"),
-               ("--space", "space"), ("--strategy", "strategy"), ("--trials", "trials"),
-               ("--seed", "seed"), ("--batch-size", "batch_size"), ("--dataset", "dataset"),
-               ("--output", "output"), ("--store", "store"), ("--warm-start", "warm_start"))
+QUICK_FLAGS = (("--shape", "shape"), *((o.flag, o.name) for o in QUICK_OPTIONS))
 
 
 def _quick_config(args) -> dict[str, Any]:
