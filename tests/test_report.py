@@ -189,3 +189,11 @@ def test_replay_tune_runs_read_as_their_own_summaries(tmp_path, monkeypatch):
             curve = best_so_far(store.records())
         expected = Trajectory([], curve, 0.0, None).trials_to(0.95, best)
         assert rep.arms["random"]["trials_to_target"]["per_seed"][str(seed)] == expected
+    # a replay times nothing: the reference is the one its (shipped) dataset recorded, so named
+    with open("experiments/data/gemm_32_2048_1000.json") as f:
+        recorded = json.load(f)["reference"]["tflops"]
+    ref = rep.arms["random"]["reference"]
+    assert ref["recorded"] == "gemm_32_2048_1000" and ref["tflops"] == recorded
+    assert rep.arms["random"]["best_at"]["24"]["vs_reference"] == pytest.approx(
+        rep.arms["random"]["best_at"]["24"]["median"] / recorded)
+    assert "recorded in dataset gemm_32_2048_1000" in rep.markdown()

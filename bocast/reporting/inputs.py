@@ -5,6 +5,7 @@ into a :class:`Run`."""
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -13,6 +14,7 @@ from typing import Any
 
 from bocast.comparison import STORE_NAME
 from bocast.errors import InputError
+from bocast.library import shipped_datasets
 from bocast.store import Store
 from bocast.tuner import best_so_far
 
@@ -107,6 +109,21 @@ def read(path: str, label: str, seed: int | None) -> Run:
         workload = store.workload
     if seed is None:
         seed = ident["seed"] if isinstance(ident.get("seed"), int) else 0
-    return Run(label, seed, path, tuple(best_so_far(records)),
-               reference if isinstance(reference, dict) and reference.get("tflops") else None,
+    if not (isinstance(reference, dict) and reference.get("tflops")):
+        reference = _recorded_reference(ident)
+    return Run(label, seed, path, tuple(best_so_far(records)), reference,
                {r.key: float(r.tflops or 0.0) for r in records if r.succeeded}, workload)
+
+
+def _recorded_reference(ident: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A replay store's reference: the timing its dataset recorded beside the kernels, marked
+    ``recorded`` with the dataset's name (a replay times nothing; its identity names the
+    dataset, found among the shipped ones), or None."""
+    name = ident.get("dataset") if ident.get("runner") == "replay" else None
+    for prefix in shipped_datasets() if name else ():
+        if os.path.basename(prefix) == name:
+            with open(prefix + ".json", encoding="utf-8") as f:
+                ref = json.load(f).get("reference")
+            return {**ref, "recorded": name} if isinstance(ref, dict) and ref.get("tflops") \
+                else None
+    return None

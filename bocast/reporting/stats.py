@@ -69,7 +69,7 @@ def arm(rs: Sequence[Run], at: Sequence[int], targets: Mapping[int, float | str]
     refs = [r.reference for r in rs if r.reference]
     ref = ({"tflops": statistics.median(x["tflops"] for x in refs),
             "what": refs[0].get("what", ""), "name": reference_label(refs[0]),
-            "stores": len(refs)} if refs else None)
+            "stores": len(refs), "recorded": refs[0].get("recorded")} if refs else None)
     best_at: dict[str, Any] = {}
     for b in at:
         vals = {r.seed: r.curve[b - 1] for r in rs if r.trials >= b}

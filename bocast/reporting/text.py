@@ -42,10 +42,13 @@ def markdown(rep: Report) -> str:
                      + (" (the stores hold different workloads)"
                         if len(d["workloads"]) > 1 else "") + ".")
     for a, arm in arms.items():
+        ref = arm["reference"]
         lines.append(f"- {a}: seeds {_seeds(arm['seeds'])} ({_trials(arm)}); reference "
-                     + (f"{_ref(arm['reference'])}, from {arm['reference']['stores']} of its "
-                        "stores' meta" if arm["reference"] else "none in its stores' meta "
-                        "(replay keeps it in the dataset): no ratios"))
+                     + ("none in its stores' meta (a replay of a dataset that is not shipped: "
+                        "the dataset keeps it): no ratios" if not ref else
+                        f"{_ref(ref)}, recorded in dataset {ref['recorded']} (the dataset's "
+                        "timing: a replay times nothing)" if ref.get("recorded") else
+                        f"{_ref(ref)}, from {ref['stores']} of its stores' meta"))
     lines += ["", "## Best so far (TFLOPS)", "",
               "Best ok trial after N trials: median [interquartile range] over the seeds that "
               "ran N trials (k/n: only k of the arm's n seeds did; -: none did, the arm's "
