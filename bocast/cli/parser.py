@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument(o.flag, type=o.field.parse, help=o.help, metavar=None
                        if o.field.kind is str else o.field.kind.__name__.upper())
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any configuration field (strategy.acquisition=ts, budget.seconds=600, "
+                   help="any configuration field (strategy.acquisition=ts, strategy.n_init=8, "
                         "runner_options.repeats=20, ...); repeat for several")
     p.set_defaults(func=cmd_tune)
 
