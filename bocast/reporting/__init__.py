@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bocast import schema
 from bocast.errors import InputError
 from bocast.files import atomic_write
 from bocast.locations import check_outputs, check_writable
@@ -48,7 +49,7 @@ BUDGET = Field("budget", int, None, min=1, max=10_000_000, nullable=True,
                doc="the target is the best at this many trials (default: each run's end)")
 WITHIN = Field("within", int, None, min=1, max=10_000_000, nullable=True,
                doc="count the seeds that reach the target within this many trials")
-SEED = Field("seeds", int, min=0, max=2**32 - 1, doc="only these seeds")
+SEED = Field("seeds", int, min=0, max=schema.SEED.max, doc="only these seeds")  # a run's
 
 
 @dataclass(frozen=True)
