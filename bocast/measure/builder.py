@@ -187,7 +187,7 @@ class Builder:
         self.reject_spills = reject_spills
         if compile and why_no_compiler():
             raise RuntimeError(why_no_compiler())
-        # tvm_ffi imports torch whenever it is installed (1-1.5 s and some 300 MB a worker);
+        # tvm_ffi imports torch whenever it is installed (1-1.5 s and 200 MB a worker here);
         # lowering and nvcc never use it
         self._pool = TimedPool("bocast.measure.builder:build_task", self.workers,
                                hide=("torch",))
