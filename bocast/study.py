@@ -18,8 +18,6 @@ from bocast.record import Record, best_record, check_record
 from bocast.schema import SEED, ConfigError
 
 if TYPE_CHECKING:
-    from bocast.measure.status import Status
-    from bocast.record import Record
     from bocast.store import Store
     from bocast.strategies.base import Strategy
 
