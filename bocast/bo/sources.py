@@ -26,11 +26,12 @@ model, ``bocast suggest``'s predictions) reads the rescaled value.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +96,17 @@ _DATASET_ROWS: dict[tuple, list[tuple[Config, float]]] = {}
 _DATASET_ROWS_MAX = 32
 
 
+def cached(cache: dict, key: Any, make: Callable[[], Any], limit: int) -> Any:
+    """``cache[key]``, made by ``make()`` the first time; the oldest entries go to keep at most
+    ``limit`` (this module's and bocast.bo.transfer's per-process caches)."""
+    if key not in cache:
+        value = make()
+        while len(cache) >= limit:
+            cache.pop(next(iter(cache)))
+        cache[key] = value
+    return cache[key]
+
+
 def _dataset_key(path: str, op) -> tuple:
     files = [os.path.abspath(f) for f in (path + ".json", dataset_csv(path))]
     return (*((f, os.path.getmtime(f), os.path.getsize(f)) if os.path.exists(f) else (f,)
@@ -106,19 +118,17 @@ def _ok_rows(path: str, op) -> list[tuple[Config, float]]:
     dataset (a store: as a store is opened)."""
     try:
         if not path.endswith(".db"):
-            key = _dataset_key(path, op)
-            if key not in _DATASET_ROWS:
-                ds = ReplayDataset(path, op)
-                while len(_DATASET_ROWS) >= _DATASET_ROWS_MAX:
-                    _DATASET_ROWS.pop(next(iter(_DATASET_ROWS)))
-                _DATASET_ROWS[key] = [(c, float(r["tflops"])) for c, r in
-                                      zip(ds.configs, ds.rows) if r["status"] == "ok"]
-            return _DATASET_ROWS[key]
+            return cached(_DATASET_ROWS, _dataset_key(path, op), lambda: _dataset_ok_rows(
+                ReplayDataset(path, op)), _DATASET_ROWS_MAX)
         with Store.open(path, op.workload) as store:  # only read: nothing created
             return [(op.space.from_json(r.config), float(r.tflops)) for r in store.records()
                     if r.succeeded]
     except (ReplayError, StoreError) as e:
         raise WarmStartError(f"warm_start: {e}") from None
+
+
+def _dataset_ok_rows(ds: ReplayDataset) -> list[tuple[Config, float]]:
+    return [(c, float(r["tflops"])) for c, r in zip(ds.configs, ds.rows) if r["status"] == "ok"]
 
 
 def translate(config: Config, target: Space) -> Config | None:
@@ -173,18 +183,10 @@ def _fill_feasible(configs: list[Config], names: Sequence[str], target: Space) -
 def load_sources(paths: Sequence[str], target_op) -> list[Source]:
     """Every source read, checked against the target and translated; a
     :class:`WarmStartError` names the first that cannot be used."""
-    out = []
-    for path in paths:
-        if path.endswith(".db"):  # a live store grows: read each time
-            out.append(_source(path, target_op))
-            continue
-        key = (_dataset_key(path, target_op), path)
-        if key not in _SOURCES:
-            while len(_SOURCES) >= _DATASET_ROWS_MAX:
-                _SOURCES.pop(next(iter(_SOURCES)))
-            _SOURCES[key] = _source(path, target_op)
-        out.append(_SOURCES[key])
-    return out
+    return [_source(path, target_op) if path.endswith(".db")  # a live store grows: read it
+            else cached(_SOURCES, (_dataset_key(path, target_op), path),
+                        functools.partial(_source, path, target_op), _DATASET_ROWS_MAX)
+            for path in paths]
 
 
 #: a dataset translated for a target, per (its files' stamps, the target's workload): a run's

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from bocast.bo.sources import Source, WarmStartError, incompatibility, load_sources
+from bocast.bo.sources import Source, WarmStartError, cached, incompatibility, load_sources
 from bocast.errors import InputError
 from bocast.records import dataset_csv
 from bocast.schema import Field
@@ -145,12 +145,7 @@ def _files_key(paths: Sequence[str], target_op) -> tuple:
 
 
 def _cached(key: tuple, make) -> Any:
-    if key not in _CACHE:
-        value = make()
-        while len(_CACHE) >= _CACHE_MAX:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = value
-    return _CACHE[key]
+    return cached(_CACHE, key, make, _CACHE_MAX)
 
 
 def ranked_configs(paths: Sequence[str], target_op) -> list[Config]:
