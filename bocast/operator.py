@@ -21,11 +21,11 @@ from bocast.space import Space
 
 _REGISTRY: dict[str, type[Operator]] = {}
 
-#: Input/output element types the Tensor Core spaces accept, with the tolerance of the relative
-#: error ||out - ref|| / ||ref|| used by correctness checks (fp16 inputs, fp32 reference).
+#: Input/output element types the Tensor Core spaces accept, with their size in bytes, and the
+#: tolerance of the relative error ||out - ref|| / ||ref|| used by correctness checks (fp16
+#: inputs, fp32 reference).
 DTYPES = {"float16": 2, "float32": 4}
 TOLERANCE = {"float32": 1e-3, "float16": 5e-3}
-ITEMSIZE = {"float32": 4, "float16": 2}
 
 
 #: Elements of one tensor, at most: the kernels index tensors with 32-bit integers (TVM's
@@ -126,7 +126,7 @@ class Operator(ABC):
     def arithmetic_intensity(self) -> float:
         """Useful flops per byte of the operands and the result, each moved once: below the
         GPU's ridge point (peak flops over memory bandwidth) a kernel's time is its traffic."""
-        moved = sum(math.prod(t.shape) * ITEMSIZE[t.dtype] for t in self.tensors())
+        moved = sum(math.prod(t.shape) * DTYPES[t.dtype] for t in self.tensors())
         return self.flops / moved
 
     def __repr__(self) -> str:
