@@ -4,6 +4,7 @@ into a :class:`Run`."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -39,7 +40,6 @@ class Run:
     @property
     def trials(self) -> int:
         return len(self.curve)
-
 
 
 def _regex(pattern: str) -> re.Pattern[str]:
@@ -120,10 +120,17 @@ def _recorded_reference(ident: Mapping[str, Any]) -> dict[str, Any] | None:
     ``recorded`` with the dataset's name (a replay times nothing; its identity names the
     dataset, found among the shipped ones), or None."""
     name = ident.get("dataset") if ident.get("runner") == "replay" else None
-    for prefix in shipped_datasets() if name else ():
+    ref = _shipped_reference(name) if isinstance(name, str) else None
+    return {**ref, "recorded": name} if ref else None
+
+
+@functools.lru_cache(maxsize=64)
+def _shipped_reference(name: str) -> dict[str, Any] | None:
+    """The reference recorded in shipped dataset ``name`` (None: none, or no such dataset),
+    read once per process: every seed's store of a comparison names the same dataset."""
+    for prefix in shipped_datasets():
         if os.path.basename(prefix) == name:
             with open(prefix + ".json", encoding="utf-8") as f:
                 ref = json.load(f).get("reference")
-            return {**ref, "recorded": name} if isinstance(ref, dict) and ref.get("tflops") \
-                else None
+            return ref if isinstance(ref, dict) and ref.get("tflops") else None
     return None
