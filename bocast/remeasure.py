@@ -2,10 +2,11 @@
 
 A tuning run times cuBLAS once, at its start, and each kernel once; on the H100 cuBLAS readings
 of one day differ 10-20% between processes, so "fraction of cuBLAS" from two runs mixes two
-readings. This script takes the N best distinct ``ok`` configurations of one or more stores (of
-one workload), builds them again, and then for R rounds times cuBLAS and every kernel (in a
-fresh random order per round) with the same runner, so each ratio is against a cuBLAS reading
-of the same process and minutes. It prints a table (median [min-max] over rounds) and writes
+readings. This script takes the N best distinct ``ok`` configurations of one or more stores
+(of one operator and shape; of each space where they hold several, so v2's and v3's best meet
+one cuBLAS), builds them again, and then for R rounds times cuBLAS and every kernel (in a fresh
+random order per round) with the same runner, so each ratio is against a cuBLAS reading of the
+same process and minutes. It prints a table (median [min-max] over rounds) and writes
 JSON with provenance.
 
     bocast remeasure runs/live_v2_gemm_4096_4096_4096/*.db --top 10 --rounds 5 \
@@ -35,23 +36,32 @@ from bocast.operator import canonical_workload, from_workload
 from bocast.records import Store, StoreError, provenance
 
 
-def best_configs(stores: list[str], top: int) -> tuple[dict, list[dict]]:
-    """The workload of ``stores`` and their ``top`` best distinct ok rows, best first. A
-    ``.json`` argument is the ``--picks`` output of an earlier call (a few KB to carry to the
-    GPU machine instead of the stores)."""
-    workload = None
-    rows: dict = {}  # configuration key -> the best record of it over the stores
+def best_configs(stores: list[str], top: int) -> list[tuple[dict, list[dict]]]:
+    """The ``top`` best distinct ok rows of ``stores``, best first, per workload: stores of one
+    operator and shape may hold several spaces (v2 and v3 of one bmm), each its own group, so
+    their best kernels are timed in one process against one cuBLAS. A ``.json`` argument is the
+    ``--picks`` output of an earlier call (a few KB to carry to the GPU machine instead of the
+    stores)."""
+    groups: dict[str, tuple[dict, dict]] = {}  # space -> (workload, configuration key -> row)
+
+    def group(w: dict, path: str) -> dict:
+        first = next(iter(groups.values()))[0] if groups else w
+        if _problem(w) != _problem(first):
+            raise SystemExit(f"{path}: workload {w} differs from the first store's {first} "
+                             "(stores may differ in their space only)")
+        return groups.setdefault(w.get("space", ""), (w, {}))[1]
+
+    def add(w: dict, path: str, row: dict) -> None:
+        rows = group(w, path)
+        if row["key"] not in rows or row["recorded_tflops"] > rows[row["key"]]["recorded_tflops"]:
+            rows[row["key"]] = row
+
     for path in stores:
         if path.endswith(".json"):
             with open(path) as f:
                 saved = json.load(f)
-            w = canonical_workload(saved["workload"])
-            if workload not in (None, w):
-                raise SystemExit(f"{path}: workload {w} differs from {workload}")
-            workload = w
             for r in saved["kernels"]:
-                if r["key"] not in rows or r["recorded_tflops"] > rows[r["key"]]["recorded_tflops"]:
-                    rows[r["key"]] = dict(r)
+                add(canonical_workload(r.get("workload", saved["workload"])), path, dict(r))
             continue
         try:
             with Store.open(path) as store:
@@ -59,18 +69,19 @@ def best_configs(stores: list[str], top: int) -> tuple[dict, list[dict]]:
                 found = [r for r in store.records() if r.ok and r.tflops is not None]
         except StoreError as e:
             raise SystemExit(str(e)) from None
-        if workload is None:
-            workload = w
-        elif w != workload:
-            raise SystemExit(f"{path}: workload {w} differs from the first store's {workload}")
+        group(w, path)  # an empty store of another problem is refused too
         for r in found:
-            if r.key not in rows or r.tflops > rows[r.key]["recorded_tflops"]:
-                rows[r.key] = {"key": r.key, "config": r.config, "recorded_tflops": r.tflops,
-                               "store": os.path.basename(path)}
-    if workload is None:
+            add(w, path, {"key": r.key, "config": r.config, "recorded_tflops": r.tflops,
+                          "store": os.path.basename(path)})
+    if not groups:
         raise SystemExit("no store given")
-    ranked = sorted(rows.values(), key=lambda r: -r["recorded_tflops"])
-    return workload, ranked[:top]
+    return [(w, sorted(rows.values(), key=lambda r: -r["recorded_tflops"])[:top])
+            for w, rows in groups.values()]
+
+
+def _problem(workload: dict) -> dict:
+    """A workload without its space: what the kernels of every group compute."""
+    return {k: v for k, v in workload.items() if k != "space"}
 
 
 def spread(xs: list[float]) -> dict:
@@ -80,8 +91,10 @@ def spread(xs: list[float]) -> dict:
 
 def main(argv=None, prog: str | None = None) -> int:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    ap.add_argument("stores", nargs="+", help="record stores (SQLite) of one workload")
-    ap.add_argument("--top", type=int, default=10, help="distinct best configurations")
+    ap.add_argument("stores", nargs="+", help="record stores (SQLite) of one operator and shape "
+                    "(of one space or several: each space's best are timed together)")
+    ap.add_argument("--top", type=int, default=10, help="distinct best configurations of each "
+                    "space")
     ap.add_argument("--rounds", type=int, default=5, help="cuBLAS + every kernel, this many times")
     ap.add_argument("--repeats", type=int, default=10, help="timed repeats per kernel per round")
     ap.add_argument("--runner", choices=("local", "standin"), default="local", type=runner_kind)
@@ -96,20 +109,30 @@ def main(argv=None, prog: str | None = None) -> int:
 
     RunnerClass = GpuRunner if args.runner == "local" else StandinRunner
 
-    workload, picked = best_configs(args.stores, args.top)
+    groups = best_configs(args.stores, args.top)
+    workload = groups[0][0]
+    picked = [dict(r, workload=w) for w, rows in groups for r in rows]
+    if not picked:
+        raise SystemExit(f"no ok measurement in {', '.join(args.stores)}")
     if args.picks:
         with open(args.picks, "w") as f:
             json.dump({"workload": workload, "kernels": picked}, f, indent=0)
-        print(f"{len(picked)} configurations of {workload} -> {args.picks}")
+        print(f"{len(picked)} configurations of {_problem(workload)} "
+              f"({', '.join(w.get('space', '?') for w, _ in groups)}) -> {args.picks}")
         return 0
-    op = from_workload(workload)
-    configs = [op.space.from_json(r["config"]) for r in picked]
+    ops = {w.get("space", ""): from_workload(w) for w, _ in groups}
+    op_of = [ops[r["workload"].get("space", "")] for r in picked]
     prov = provenance({"command": " ".join(sys.argv)})
     rng = np.random.default_rng(args.seed)
     with RunnerClass(repeats=args.repeats, seed=0) as runner, \
             Builder(workers=args.workers, compile=args.runner == "local") as builder:
         prov["device"] = runner.device()
-        builds = builder.build(op, configs)
+        builds: list = [None] * len(picked)
+        for op in ops.values():
+            mine = [i for i, o in enumerate(op_of) if o is op]
+            for i, b in zip(mine, builder.build(op, [op.space.from_json(picked[i]["config"])
+                                                     for i in mine])):
+                builds[i] = b
         for r, b in zip(picked, builds):
             r["build_status"] = str(b.status)
             if b.status is not Status.OK:
@@ -118,13 +141,14 @@ def main(argv=None, prog: str | None = None) -> int:
         ok = [i for i, b in enumerate(builds) if b.status is Status.OK]
         cublas = []
         for _ in range(args.rounds):
-            cublas.append(runner.reference(op)["tflops"])
-            order = [ok[j] for j in rng.permutation(len(ok))]
-            for i, res in zip(order, runner.run(op, [builds[i] for i in order])):
+            cublas.append(runner.reference(op_of[0])["tflops"])
+            # one random order over every space's kernels: each kernel its own run call
+            for i in (ok[j] for j in rng.permutation(len(ok))):
+                res = runner.run(op_of[i], [builds[i]])[0]
                 picked[i]["tflops"].append(res.tflops if res.status is Status.OK else None)
                 if res.status is not Status.OK:
                     picked[i].setdefault("errors", []).append(f"{res.status}: {res.error[:200]}")
-        cublas.append(runner.reference(op)["tflops"])
+        cublas.append(runner.reference(op_of[0])["tflops"])
     ref = spread(cublas)
     for r in picked:
         good = [t for t in r["tflops"] if t is not None]
@@ -141,15 +165,16 @@ def main(argv=None, prog: str | None = None) -> int:
         with open(tmp, "w") as f:
             json.dump(result, f, separators=(",", ":"))
         os.replace(tmp, args.out)
-    print(f"{workload}  cuBLAS {ref['median']:.1f} [{ref['min']:.1f}-{ref['max']:.1f}] TFLOPS "
+    print(f"{_problem(workload)}  cuBLAS {ref['median']:.1f} [{ref['min']:.1f}-{ref['max']:.1f}] TFLOPS "
           f"({len(cublas)} readings); device {prov['device'].get('gpu')}")
-    print("| # | recorded | re-measured median [min-max] | / cuBLAS | store |")
-    print("|---|---|---|---|---|")
+    print("| # | space | recorded | re-measured median [min-max] | / cuBLAS | store |")
+    print("|---|---|---|---|---|---|")
     for n, r in enumerate(picked, 1):
         m = r["remeasured"]
         got = (f"{m['median']:.1f} [{m['min']:.1f}-{m['max']:.1f}]" if m else r["build_status"])
         frac = f"{r['fraction_of_cublas']:.3f}" if m else "-"
-        print(f"| {n} | {r['recorded_tflops']:.1f} | {got} | {frac} | {r['store']} |")
+        print(f"| {n} | {r['workload'].get('space', '')} | {r['recorded_tflops']:.1f} | {got} | "
+              f"{frac} | {r.get('store', '')} |")
     return 0
 
 

@@ -198,11 +198,19 @@ def test_remeasure_picks_the_best_of_stores_through_the_records_api(tmp_path):
             for i, c in enumerate(configs[3 * j:3 * j + 3]):
                 store.append(_record(c, Status.OK if i else Status.RUN_TIMEOUT,
                                      tflops=i + 3 * j if i else None))
-    workload, picked = remeasure.best_configs(paths, 3)
+    ((workload, picked),) = remeasure.best_configs(paths, 3)
     assert workload == OP.workload
     assert [(p["recorded_tflops"], p["store"]) for p in picked] == [(5, "1.db"), (4, "1.db"),
                                                                     (2, "0.db")]
     assert picked[0]["config"] == _json(configs[5])
+    # another space of the same operator and shape is its own group, with its own top 3
+    v3 = get_operator("gemm").from_args((64, 64, 64), space="v3")
+    with Store(str(tmp_path / "v3.db"), v3.workload) as store:
+        for i, c in enumerate(v3.space.sample(4, rng=1, unique=True)):
+            store.append(_record(c, Status.OK, tflops=10 + i))
+    groups = remeasure.best_configs([*paths, str(tmp_path / "v3.db")], 3)
+    assert [(w["space"], [p["recorded_tflops"] for p in rows]) for w, rows in groups] == [
+        (OP.workload["space"], [5, 4, 2]), ("v3", [13, 12, 11])]
     with Store(str(tmp_path / "other.db"), get_operator("gemm").from_args((128, 64, 64))
                .workload):
         pass
