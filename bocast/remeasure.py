@@ -165,8 +165,8 @@ def main(argv=None, prog: str | None = None) -> int:
         with open(tmp, "w") as f:
             json.dump(result, f, separators=(",", ":"))
         os.replace(tmp, args.out)
-    print(f"{_problem(workload)}  cuBLAS {ref['median']:.1f} [{ref['min']:.1f}-{ref['max']:.1f}] TFLOPS "
-          f"({len(cublas)} readings); device {prov['device'].get('gpu')}")
+    print(f"{_problem(workload)}  cuBLAS {ref['median']:.1f} [{ref['min']:.1f}-"
+          f"{ref['max']:.1f}] TFLOPS ({len(cublas)} readings); device {prov['device'].get('gpu')}")
     print("| # | space | recorded | re-measured median [min-max] | / cuBLAS | store |")
     print("|---|---|---|---|---|---|")
     for n, r in enumerate(picked, 1):
