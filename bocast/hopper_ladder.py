@@ -144,6 +144,13 @@ CLUSTER: Rows = [
     ("cluster 1x2: live best, raster 8 + 1x2",
      dict(regs="40/232", raster=8, epilogue="v2", cluster="1x2")),
 ]
+# tile order (raster_major): groups of block rows (m) or of block columns (n), each pair the
+# same kernel otherwise; the second pair is GEMM 4096^3's best of BO's 5 x 200 live run
+ORDER: Rows = [
+    (f"order {major}, raster {g}, TMA store{', cluster 2x1' if c == '2x1' else ''}",
+     dict(regs=regs, raster=g, epilogue="tma", cluster=c, inflight=inf, raster_major=major))
+    for g, c, regs, inf in ((8, "1x1", "40/232", 0), (16, "2x1", "24/240", 1))
+    for major in ("m", "n")]
 # clusters on ragged extents (M and K; the shared B's N whole: cluster_shared_operand_whole)
 # and on a bmm (pairs inside a batch element): correctness first
 CLUSTER_RAGGED: Rows = [
@@ -251,10 +258,10 @@ V2_BMM_1024 = {"async_copy": "on", "batch_bind": "x", "frag_pipeline": "full",
                "unroll": 512, "vec": 8, "writeback": "direct"}
 # (operator, shape, space) -> variants; a v2 variant is a whole configuration
 SHAPES: dict[tuple[str, tuple[int, ...], str], Rows] = {
-          ("gemm", (4096, 4096, 4096), "v3"): LADDER,
+          ("gemm", (4096, 4096, 4096), "v3"): LADDER + ORDER,
           ("gemm", (1024, 1024, 1024), "v3"): SWEEP,
-          ("gemm", (2048, 8192, 1024), "v3"): SWEEP + CLUSTER,
-          ("gemm", (4096, 4096, 14336), "v3"): SWEEP + CLUSTER,
+          ("gemm", (2048, 8192, 1024), "v3"): SWEEP + CLUSTER + ORDER,
+          ("gemm", (4096, 4096, 14336), "v3"): SWEEP + CLUSTER + ORDER,
           ("gemm", (1000, 1024, 1000), "v3"): CLUSTER_RAGGED,
           ("bmm", (12, 512, 512, 64), "v3"): BMM + CLUSTER_BMM,
           ("bmm", (32, 1024, 1024, 128), "v3"): BMM,

@@ -143,7 +143,8 @@ def derive(spec, g: ConvGeometry):
 
 def constraints(spec, g: ConvGeometry) -> list[Constraint]:
     raster_doc = ("raster groups whole block rows: it divides the number of pixel tiles "
-                  "(ceil(N / tile_n) x ceil(OH / tile_h) x ceil(OW / tile_w))")
+                  "(ceil(N / tile_n) x ceil(OH / tile_h) x ceil(OW / tile_w)) (raster_major "
+                  "m), or whole block columns: it divides ceil(K / BN) (n)")
     gemm = [dataclasses.replace(c, doc=raster_doc) if c.name == "raster_divides_block_rows"
             else c for c in hm.constraints(spec)]
     return [

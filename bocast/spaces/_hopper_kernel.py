@@ -103,6 +103,7 @@ class Plan:
             int(c[k]) for k in ("bm", "bn", "bk", "stages", "consumers"))
         BM, BN, BK, S, NC = self.BM, self.BN, self.BK, self.S, self.NC
         self.G, self.inflight = int(c["raster"]), int(c["inflight"])
+        self.major = c.get("raster_major", "m")  # a configuration from before the knob: "m"
         self.split = REG_SPLITS[c["regs"]]
         self.pingpong = c["arrangement"] == "pingpong"
         self.WM = BM if self.pingpong else BM // NC  # rows of a tile one consumer computes
@@ -132,7 +133,7 @@ class Plan:
     def tile(self, t, rank):
         """(A/C block row, C block column, B's first row) of tile ``t`` of a CTA's walk."""
         return tile_coords(t, M=self.M, N=self.N, BM=self.BM, BN=self.BN, G=self.G,
-                           cluster=(self.CM, self.CN), rank=rank)
+                           cluster=(self.CM, self.CN), rank=rank, major=self.major)
 
     def kernel(self, main, tensor_maps: dict) -> TirxKernel:
         """The v3 kernel of prim_func ``main`` (the operator's, around the body), launched so."""

@@ -41,25 +41,32 @@ def encode_args(m: dict) -> list:
 
 
 def tile_coords(t, *, M: int, N: int, BM: int, BN: int, G: int,
-                cluster: tuple[int, int] = (1, 1), rank=0):
+                cluster: tuple[int, int] = (1, 1), rank=0, major: str = "m"):
     """Tile ``t`` of a CTA's walk (a TIR expression in the kernel, an int in tests): (A's and
     C's block row over the [b x M] rows, C's block column, B's first row over the [b x N] rows).
-    Batch element outermost; inside it grouped order, ``G`` block rows at a time, column by
-    column within a group (Triton's GROUP_M: neighbouring CTAs share operands in L2).
+    Batch element outermost; inside it grouped order (neighbouring CTAs share operands in L2):
+    ``major`` "m", ``G`` block rows a group, column by column within it (Triton's GROUP_M);
+    "n", ``G`` block columns a group, row by row within it (the same walk of C transposed).
 
     With a cluster of (rows, columns) tiles (:data:`CLUSTERS`), ``t`` counts the cluster's
     tiles, blocks of rows x columns tiles, in the same order (``G`` block rows a group, at least
-    one cluster row: max(1, G // rows) cluster rows), and the CTA of cluster rank ``rank`` takes
-    tile (rank % rows, rank // rows) of the block: both CTAs of a cluster walk the same blocks,
-    so their tiles pair up at every step (cluster_pairs_whole_tiles: the blocks tile C
-    exactly). (1, 1): the walk of one CTA, tile by tile."""
+    one cluster row: max(1, G // rows) cluster rows; "n": columns likewise), and the CTA of
+    cluster rank ``rank`` takes tile (rank % rows, rank // rows) of the block: both CTAs of a
+    cluster walk the same blocks, so their tiles pair up at every step
+    (cluster_pairs_whole_tiles: the blocks tile C exactly). (1, 1): the walk of one CTA, tile
+    by tile."""
     cm, cn = cluster
     tiles_m, tiles_n = -(-M // BM), -(-N // BN)  # ceil: the last row/column may be partial
-    ctm, ctn, gc = tiles_m // cm, tiles_n // cn, max(1, G // cm)  # cluster rows, columns
-    per_batch, per_group = ctm * ctn, gc * ctn
-    b, r = t // per_batch, t % per_batch
-    pn = r % per_group // gc
-    pm = r // per_group * gc + r % per_group % gc
+    ctm, ctn = tiles_m // cm, tiles_n // cn  # cluster rows, columns
+    b, r = t // (ctm * ctn), t % (ctm * ctn)
+    if major == "n":  # groups of gc cluster columns, walked row by row
+        gc = max(1, G // cn)
+        pm = r % (gc * ctm) // gc
+        pn = r // (gc * ctm) * gc + r % (gc * ctm) % gc
+    else:  # groups of gc cluster rows, walked column by column
+        gc = max(1, G // cm)
+        pn = r % (gc * ctn) // gc
+        pm = r // (gc * ctn) * gc + r % (gc * ctn) % gc
     tm = pm * cm + (rank % cm if cm > 1 else 0)
     tn = pn * cn + (rank // cm if cn > 1 else 0)
     return b * tiles_m + tm, tn, b * N + tn * BN

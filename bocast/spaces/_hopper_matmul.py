@@ -89,15 +89,20 @@ def knobs(spec) -> list[Knob]:
         Ordinal("inflight", (0, 1), doc="wgmma groups left in flight when a k block ends"),
         Categorical("persistent", ("on", "off"), doc="one CTA per SM looping over tiles, or "
                                                      "one CTA per tile"),
-        Ordinal("raster", (1, 2, 4, 8, 16), doc="block rows grouped in tile order (L2 reuse)"),
+        Ordinal("raster", (1, 2, 4, 8, 16), doc="block rows (raster_major m) or columns (n) "
+                                                 "grouped in tile order (L2 reuse)"),
         Categorical("epilogue", ("v2", "scalar", "tma"),
                     doc="accumulators to C as 8-byte vector stores, one float at a time, or "
                         "through a swizzled shared-memory box that TMA stores"),
-        # added after the v3 datasets and stores were recorded: theirs read as 1x1
+        # cluster and raster_major came after the v3 datasets and stores were recorded: theirs
+        # read as 1x1 and m
         Categorical("cluster", tuple(CLUSTERS), default="1x1",
                     doc="thread-block cluster: 2x1 pairs two block rows of one block column, "
                         "whose CTAs each load half of the shared B tile and multicast it to "
                         "both; 1x2 pairs two block columns sharing A's tile"),
+        Categorical("raster_major", ("m", "n"), default="m",
+                    doc="tile order: groups of raster block rows walked column by column (m), "
+                        "or groups of raster block columns walked row by row (n)"),
     ]
 
 
@@ -197,8 +202,10 @@ def constraints(spec) -> list[Constraint]:
                    lambda c: 128 * (c["producer_regs"] + c["consumers"] * _regs(c, 1))
                    <= REGISTERS_PER_SM),
         Constraint("raster_divides_block_rows",
-                   "raster groups whole block rows: it divides ceil(M / BM)",
-                   lambda c: (c["tiles_m"] % c["raster"] == 0)),
+                   "raster groups whole block rows: it divides ceil(M / BM) (raster_major m), "
+                   "or whole block columns: it divides ceil(N / BN) (n)",
+                   lambda c: np.where(c["raster_major"] == "n", c["tiles_n"], c["tiles_m"])
+                   % c["raster"] == 0),
         *cluster_constraints(spec),
     ]
 
