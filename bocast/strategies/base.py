@@ -74,6 +74,10 @@ class Strategy(ABC):
     def tell(self, records: Sequence[Record]) -> None:
         for r in records:
             self.proposed.add(r.key)
+            # a record made before a knob with a default existed (space v3's cluster,
+            # raster_major) names its configuration without it: the same configuration as
+            # the one completed with the default, which must not be proposed again
+            self.proposed.add(Space.key(self.space.complete(r.config)))
         self.history.extend(records)
         self._tell(records)
 

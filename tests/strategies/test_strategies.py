@@ -241,3 +241,16 @@ def test_a_failed_gp_fit_is_reported_and_anything_else_propagates(dataset, monke
 def test_bad_strategy_names_the_problem(dataset, name, h, message):
     with pytest.raises(StrategyError, match=message):
         make_strategy(name, dataset.candidates(), seed=0, **h)
+
+
+def test_a_record_from_before_a_knob_with_a_default_is_not_proposed_again():
+    """Space v3 gained knobs with defaults (cluster, raster_major) after stores were recorded:
+    such a record's configuration lacks them and its key differs from the completed one's, so
+    a resumed run must count the completed configuration as proposed."""
+    op = get_operator("gemm").from_args((1024, 1024, 1024), space="v3")
+    (config,) = op.space.sample(1, rng=0)
+    old = {k: v for k, v in config.items() if k not in ("cluster", "raster_major")}
+    strategy = make_strategy("random", SpaceCandidates(op.space), seed=0)
+    strategy.tell([Record(Space.key(old), old, Status.OK, tflops=1.0)])
+    assert Space.key(op.space.complete(old)) in strategy.proposed
+    assert Space.key(old) != Space.key(op.space.complete(old))
