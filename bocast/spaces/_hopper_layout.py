@@ -59,17 +59,21 @@ def tile_coords(t, *, M: int, N: int, BM: int, BN: int, G: int,
     tiles_m, tiles_n = -(-M // BM), -(-N // BN)  # ceil: the last row/column may be partial
     ctm, ctn = tiles_m // cm, tiles_n // cn  # cluster rows, columns
     b, r = t // (ctm * ctn), t % (ctm * ctn)
-    if major == "n":  # groups of gc cluster columns, walked row by row
-        gc = max(1, G // cn)
-        pm = r % (gc * ctm) // gc
-        pn = r // (gc * ctm) * gc + r % (gc * ctm) % gc
-    else:  # groups of gc cluster rows, walked column by column
-        gc = max(1, G // cm)
-        pn = r % (gc * ctn) // gc
-        pm = r // (gc * ctn) * gc + r % (gc * ctn) % gc
+    if major == "n":  # the walk of C transposed: groups of cluster columns, row by row
+        pn, pm = _grouped(r, max(1, G // cn), ctm)
+    else:
+        pm, pn = _grouped(r, max(1, G // cm), ctn)
     tm = pm * cm + (rank % cm if cm > 1 else 0)
     tn = pn * cn + (rank // cm if cn > 1 else 0)
     return b * tiles_m + tm, tn, b * N + tn * BN
+
+
+def _grouped(r, group: int, across: int):
+    """Step ``r`` of a walk over groups of ``group`` lines (cluster rows, or columns), each
+    group walked position by position across its ``across`` positions, the group's lines in
+    turn at each: (line, position)."""
+    return r // (group * across) * group + r % (group * across) % group, \
+        r % (group * across) // group
 
 
 def staging_offset(lt, jj, h):
