@@ -120,42 +120,32 @@ def main(argv=None, prog: str | None = None) -> int:
         print(f"{len(picked)} configurations of {_problem(workload)} "
               f"({', '.join(w.get('space', '?') for w, _ in groups)}) -> {args.picks}")
         return 0
-    ops = {w.get("space", ""): from_workload(w) for w, _ in groups}
-    op_of = [ops[r["workload"].get("space", "")] for r in picked]
+    ops = [from_workload(w) for w, _ in groups]
+    op_of = [op for op, (_, rows) in zip(ops, groups) for _ in rows]  # picked's order
     prov = provenance({"command": " ".join(sys.argv)})
     rng = np.random.default_rng(args.seed)
     with RunnerClass(repeats=args.repeats, seed=0) as runner, \
             Builder(workers=args.workers, compile=args.runner == "local") as builder:
         prov["device"] = runner.device()
-        builds: list = [None] * len(picked)
-        for op in ops.values():
-            mine = [i for i, o in enumerate(op_of) if o is op]
-            for i, b in zip(mine, builder.build(op, [op.space.from_json(picked[i]["config"])
-                                                     for i in mine])):
-                builds[i] = b
+        builds = [b for op, (_, rows) in zip(ops, groups)
+                  for b in builder.build(op, [op.space.from_json(r["config"]) for r in rows])]
         for r, b in zip(picked, builds):
             r["build_status"] = str(b.status)
             if b.status is not Status.OK:
                 r["build_error"] = b.error[-300:]
             r["tflops"] = []
         ok = [i for i, b in enumerate(builds) if b.status is Status.OK]
-        cublas, what = [], ""
-
-        def reference() -> None:
-            nonlocal what
-            got = runner.reference(op_of[0])
-            cublas.append(got["tflops"])
-            what = got.get("what", "")
-
+        references = []
         for _ in range(args.rounds):
-            reference()
+            references.append(runner.reference(op_of[0]))
             # one random order over every space's kernels: each kernel its own run call
             for i in (ok[j] for j in rng.permutation(len(ok))):
                 res = runner.run(op_of[i], [builds[i]])[0]
                 picked[i]["tflops"].append(res.tflops if res.status is Status.OK else None)
                 if res.status is not Status.OK:
                     picked[i].setdefault("errors", []).append(f"{res.status}: {res.error[:200]}")
-        reference()
+        references.append(runner.reference(op_of[0]))
+    cublas, what = [r["tflops"] for r in references], references[0].get("what", "")
     ref = spread(cublas)
     for r in picked:
         good = [t for t in r["tflops"] if t is not None]
