@@ -7,16 +7,20 @@ terminal, a line every few seconds elsewhere).
 Every option and configuration field is checked before any work (``bocast.schema``): bad input
 ends with one line ``bocast: error: ...`` and exit code 2, and leaves nothing behind. SIGINT or
 SIGTERM ends a command with one line and exit code 130; every finished record is kept and the
-same command resumes from it. ``--debug`` (or ``BOCAST_DEBUG=1``) adds the traceback.
+same command resumes from it. ``--debug`` (or ``BOCAST_DEBUG=1``) adds the traceback and
+lets other libraries' warnings through (without it only bocast's own reach the terminal:
+:func:`own_warnings_only`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 
 from bocast import interrupt
 from bocast.cli.parser import build_parser
@@ -47,7 +51,8 @@ def _guarded(command: Callable[[], int], debug: bool) -> int:
     before = {s: signal.getsignal(s) for s in interrupt.SIGNALS}
     interrupt.install()
     try:
-        return command()
+        with own_warnings_only(not debug):
+            return command()
     except (interrupt.Interrupted, KeyboardInterrupt) as e:
         name = str(e) if isinstance(e, interrupt.Interrupted) else "SIGINT"
         _fail(f"bocast: interrupted ({name}): every finished record is kept; the same command "
@@ -63,6 +68,42 @@ def _guarded(command: Callable[[], int], debug: bool) -> int:
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def own_warnings_only(on: bool) -> Iterator[None]:
+    """While ``on``: warnings of other libraries (BoTorch, GPyTorch, torch, TVM, ...) are not
+    shown, bocast's own are (a category defined in bocast, e.g. FitWarning). A user reads the
+    command's lines, not a library's advice to its own callers, and every warning of a live run
+    said the same thing (issue 40); ``--debug`` shows them all. The worker processes a command
+    starts (builders, the GPU runner) inherit ``PYTHONWARNINGS=ignore``: what they report comes
+    back as a record's status and error."""
+    if not on:
+        yield
+        return
+    env = os.environ.get("PYTHONWARNINGS")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.filterwarnings("default", category=_OwnWarning)
+        os.environ["PYTHONWARNINGS"] = "ignore"
+        try:
+            yield
+        finally:
+            if env is None:
+                os.environ.pop("PYTHONWARNINGS", None)
+            else:
+                os.environ["PYTHONWARNINGS"] = env
+
+
+class _OwnWarningMeta(type):
+    """``issubclass(c, _OwnWarning)`` for any warning category defined in a bocast module."""
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return sub.__module__.split(".")[0] == "bocast"
+
+
+class _OwnWarning(Warning, metaclass=_OwnWarningMeta):
+    """The category filter for bocast's own warnings (:func:`own_warnings_only`)."""
 
 
 def _one_line(e: BaseException) -> str:

@@ -217,7 +217,7 @@ class BayesOpt(Strategy):
         x = self.features(configs)
         if self.source is None:
             return x
-        return np.hstack([x, self.source.mean(x)[:, None]])
+        return np.hstack([x, self.source.column(x)[:, None]])
 
     def _ask(self, n):
         with _torch_threads(self.hyper["threads"]):

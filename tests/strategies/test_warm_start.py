@@ -3,6 +3,7 @@ GEMM 1024^3 table, warm-started from (small subsets of) the 4096^3 table."""
 
 import json
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -336,3 +337,33 @@ def test_a_dataset_is_translated_once_per_target_and_read_again_when_it_changes(
     os.utime(path + ".csv.gz", (1, 1))  # a new stamp even within the clock's resolution
     (b,) = load_sources([path], OP1024)
     assert b is not a and len(b.configs) < len(a.configs)
+
+
+def test_a_live_warm_start_keeps_the_gps_inputs_in_the_unit_cube():
+    """Issue 40: the source column's bounds came from a sample of the live space alone, and
+    the first batch (what the source model rates best) lay above it: BoTorch warned "not
+    contained to the unit cube" in every warm-started live run. The rows that would have left
+    the cube, and the second round's fit (where BoTorch checks), stay inside it now."""
+    from botorch.exceptions.warnings import InputDataWarning
+
+    from bocast.bo.transfer import mean_bounds
+    from bocast.measure.status import Status
+    from bocast.record import Record
+
+    op = get_operator("gemm").from_args((2048, 4096, 4096), space="v3")
+    sources = ["experiments/data/gemm_4096_4096_4096_v3"]
+    bo = make_strategy("bo", SpaceCandidates(op.space, op.workload), seed=0,
+                       warm_start=sources, warm_start_share=0.5, n_init=4, **FAST)
+    first = bo.ask(16)
+    x = bo.surrogate.scale(bo._inputs(first)).numpy()
+    assert x.min() >= 0 and x.max() <= 1
+    # the case that warned: the source mean of the first batch exceeds the sample's range
+    raw = bo.source.mean(bo.features(first))
+    sampled = bo.source.mean(bo.features(bo.candidates.reference_configs()))
+    assert raw.max() > sampled.max()
+    assert list(mean_bounds(np.array([0.0, 1.0]), np.array([2.0]))) == pytest.approx([-0.2, 2.2])
+    bo.tell([Record(Space.key(c), c, Status.OK, tflops=100.0 + i)
+             for i, c in enumerate(first)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InputDataWarning)
+        assert len(bo.ask(4)) == 4  # the GP's fit on the first batch: no warning
