@@ -100,7 +100,7 @@ class RunSpec:
             return make_runner("replay", dataset=dataset)
         ro = self.runner_options
         return make_runner(self.runner, timeout_s=ro["run_timeout"], repeats=ro["repeats"],
-                           seed=seed, rpc=self.rpc)
+                           seed=seed, rpc=self.rpc, l2=ro["l2"])
 
     def make_builder(self):
         """The builder this spec's runner options name (the stand-in's never compiles)."""

@@ -13,7 +13,7 @@ import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from bocast import schema
 from bocast.schema import ConfigError, Section, about, opt
@@ -103,6 +103,9 @@ class RunnerOptions(Options):
     build_timeout: float = schema.BUILD_TIMEOUT.opt()
     workers: int | None = schema.WORKERS.opt()
     reject_spills: bool = schema.REJECT_SPILLS.opt()
+    l2: Literal["warm", "flushed"] = schema.L2.opt()
+    retime_top: int = schema.RETIME_TOP.opt()
+    retime_rounds: int = schema.RETIME_ROUNDS.opt()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,6 +192,8 @@ QUICK_OPTIONS = (
                   "runs/OP_SHAPE_SPACE_STRATEGY_sSEED)")),
     QuickOption("store", "store", _text("store", "the record store (default "
                                                  "OUTPUT/records.db)")),
+    QuickOption("l2", "runner_options.l2", schema.L2, "warm"),
+    QuickOption("retime_top", "runner_options.retime_top", schema.RETIME_TOP, 5),
     QuickOption("warm_start", "strategy.warm_start", _text(
         "warm_start", "auto (default: from the records library), none, or sources, "
                       "comma-separated")),

@@ -57,6 +57,14 @@ class Measurement:
     tflops: float | None = _measured("TFLOP/s of the operator's FLOPs at the median latency")
     rel_error: float | None = _measured("||out - ref|| / ||ref|| against the reference, float64")
     run_s: float | None = _measured("wall seconds the runner spent on the kernel")
+    # the GPU's state right after the timed repeats (NVML): a figure timed at a clock well
+    # below the run's others is flagged (issue 40); rows from before have none
+    sm_clock_mhz: float | None = _measured("SM clock after the timed repeats (MHz, NVML)",
+                                           optional=True)
+    power_w: float | None = _measured("board power after the timed repeats (W, NVML)",
+                                      optional=True)
+    temperature_c: float | None = _measured("GPU temperature after the timed repeats (C, NVML)",
+                                            optional=True)
 
 
 #: Static features of a built kernel (``Record.features``), one float each.

@@ -1,13 +1,13 @@
 """Re-measure the best kernels of record stores beside cuBLAS, in one process, several rounds.
 
-A tuning run times cuBLAS once, at its start, and each kernel once; on the H100 cuBLAS readings
-of one day differ 10-20% between processes, so "fraction of cuBLAS" from two runs mixes two
-readings. This script takes the N best distinct ``ok`` configurations of one or more stores
-(of one operator and shape; of each space where they hold several, so v2's and v3's best meet
-one cuBLAS), builds them again, and then for R rounds times cuBLAS and every kernel (in a fresh
-random order per round) with the same runner, so each ratio is against a cuBLAS reading of the
-same process and minutes. It prints a table (median [min-max] over rounds) and writes
-JSON with provenance.
+A live run ends with this re-timing of its own best kernels (its figure); this command does it
+for any stores, later or elsewhere: on the H100 cuBLAS readings of one day differ 10-20%
+between processes, so "fraction of cuBLAS" from two runs mixes two readings. It takes the N
+best distinct ``ok`` configurations of one or more stores (of one operator and shape; of each
+space where they hold several, so v2's and v3's best meet one cuBLAS), builds them again, and
+times them with the reference in rounds in one runner process
+(:func:`bocast.measure.retime.retime`). It prints a table (median [min-max] over rounds) and
+writes JSON with provenance.
 
     bocast remeasure runs/live_v2_gemm_4096_4096_4096/*.db --top 10 --rounds 5 \
         --out $OUT/remeasure_4096.json
@@ -22,13 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-
-import numpy as np
 
 from bocast.measure.builder import Builder
 from bocast.measure.parts import runner_kind
+from bocast.measure.retime import retime
 from bocast.measure.runner import GpuRunner
 from bocast.measure.standin import StandinRunner
 from bocast.measure.status import Status
@@ -84,11 +82,6 @@ def _problem(workload: dict) -> dict:
     return {k: v for k, v in workload.items() if k != "space"}
 
 
-def spread(xs: list[float]) -> dict:
-    """median, min, max and count of timings (also tests/gpu/export_check.py's)."""
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
-
-
 def main(argv=None, prog: str | None = None) -> int:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("stores", nargs="+", help="record stores (SQLite) of one operator and shape "
@@ -121,44 +114,33 @@ def main(argv=None, prog: str | None = None) -> int:
               f"({', '.join(w.get('space', '?') for w, _ in groups)}) -> {args.picks}")
         return 0
     ops = [from_workload(w) for w, _ in groups]
-    op_of = [op for op, (_, rows) in zip(ops, groups) for _ in rows]  # picked's order
     prov = provenance({"command": " ".join(sys.argv)})
-    rng = np.random.default_rng(args.seed)
     with RunnerClass(repeats=args.repeats, seed=0) as runner, \
             Builder(workers=args.workers, compile=args.runner == "local") as builder:
         prov["device"] = runner.device()
-        builds = [b for op, (_, rows) in zip(ops, groups)
-                  for b in builder.build(op, [op.space.from_json(r["config"]) for r in rows])]
-        for r, b in zip(picked, builds):
-            r["build_status"] = str(b.status)
-            if b.status is not Status.OK:
-                r["build_error"] = b.error[-300:]
-            r["tflops"] = []
-        ok = [i for i, b in enumerate(builds) if b.status is Status.OK]
-        references = []
-        for _ in range(args.rounds):
-            references.append(runner.reference(op_of[0]))
-            # one random order over every space's kernels: each kernel its own run call
-            for i in (ok[j] for j in rng.permutation(len(ok))):
-                res = runner.run(op_of[i], [builds[i]])[0]
-                picked[i]["tflops"].append(res.tflops if res.status is Status.OK else None)
-                if res.status is not Status.OK:
-                    picked[i].setdefault("errors", []).append(f"{res.status}: {res.error[:200]}")
-        references.append(runner.reference(op_of[0]))
-    cublas, what = [r["tflops"] for r in references], references[0].get("what", "")
-    ref = spread(cublas)
-    for r in picked:
-        good = [t for t in r["tflops"] if t is not None]
-        r["remeasured"] = spread(good) if good else None
-        r["fraction_of_cublas"] = (r["remeasured"]["median"] / ref["median"]) if good else None
+        timed = retime(runner, builder,
+                       [(op, [op.space.from_json(r["config"]) for r in rows])
+                        for op, (_, rows) in zip(ops, groups)],
+                       rounds=args.rounds, seed=args.seed)
+    for r, k in zip(picked, timed["kernels"]):  # picked is in the groups' order, as retime's
+        r["build_status"] = k["build_status"]
+        if k["build_status"] != str(Status.OK):
+            r["build_error"] = k["errors"][0] if k["errors"] else ""
+        elif k["errors"]:
+            r["errors"] = k["errors"]
+        r["tflops"] = [x["tflops"] for x in k["readings"]]
+        r["readings"] = k["readings"]
+        r["remeasured"] = k["tflops"]
+        r["fraction_of_cublas"] = k["vs_reference"]
+    references = timed["reference"]["readings"]
+    cublas, what = [x["tflops"] for x in references], timed["reference"]["what"]
+    ref = timed["reference"]["tflops"]
     result = {"workload": workload, "stores": args.stores, "rounds": args.rounds,
               "repeats": args.repeats, "runner": args.runner, "reference": what,
               # "cublas": the vendor reference of the operator (cuDNN for a convolution)
               "cublas_tflops": ref,
-              "cublas_readings": cublas, "kernels": picked, "provenance": prov,
-              "timing": "the runner's method (CUDA events around CUDA-graph replays), cuBLAS "
-                        "before each round and after the last, kernels in a random order per "
-                        "round, all in one runner process"}
+              "cublas_readings": cublas, "reference_readings": references, "kernels": picked,
+              "provenance": prov, "method": timed["method"], "timing": timed["timing"]}
     if args.out:
         tmp = args.out + ".tmp"
         with open(tmp, "w") as f:

@@ -302,6 +302,17 @@ WORKERS = Field("workers", int, None, min=1, max=1024, nullable=True,
 REPEATS = Field("repeats", int, 10, min=1, max=10_000, doc="timed repeats per kernel")
 RUN_TIMEOUT = Field("run_timeout", float, 30.0, above=0, max=86_400,
                     doc="seconds per kernel run")
+L2 = Field("l2", str, "warm", choices=("warm", "flushed"),
+           doc="L2 cache before each timed launch: warm (the kernel's own inputs, as in a "
+               "loop of calls) or flushed (a buffer of twice the L2 written before every "
+               "launch and its time subtracted: cold-cache figures); recorded with every figure")
+RETIME_TOP = Field("retime_top", int, 5, min=0, max=100,
+                   doc="a live run ends by timing its best this many distinct kernels and the "
+                       "reference in turn, in rounds, in one process: the run's figure "
+                       "(0: none, the in-run figure stands)")
+RETIME_ROUNDS = Field("retime_rounds", int, 5, min=1, max=100,
+                      doc="rounds of that final re-timing (each times the reference, then every "
+                          "kernel in a fresh random order)")
 BUILD_TIMEOUT = Field("build_timeout", float, 180.0, above=0, max=86_400,
                       doc="seconds per build (apply, lower, nvcc)")
 SAMPLE = Field("sample", int, 0, min=0, max=1_000_000, doc="configurations to sample")

@@ -36,6 +36,10 @@ class StoreError(InputError):
     """A record store that cannot be used for this run (corrupt, foreign, another workload)."""
 
 
+#: one row per measured batch of a live run: what was read beside its kernels (JSON)
+_BATCHES = ("CREATE TABLE batches (id INTEGER PRIMARY KEY AUTOINCREMENT, session INTEGER, "
+            "created TEXT, info TEXT)")
+
 #: the measurements table, from the record's fields (bocast.record)
 _COLUMNS = {
     "id": "INTEGER PRIMARY KEY AUTOINCREMENT",
@@ -100,11 +104,13 @@ class Store:
         return self
 
     def _add_new_columns(self) -> None:
-        """Give a store written before a column existed that column (its rows read None)."""
+        """Give a store written before a column (or the batches table) existed that column
+        (its rows read None) and that table."""
         have = {r[1] for r in self._conn.execute("PRAGMA table_info(measurements)")}
         for name, kind in _COLUMNS.items():
             if name not in have:
                 self._conn.execute(f"ALTER TABLE measurements ADD COLUMN {name} {kind}")
+        self._conn.execute(_BATCHES.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
 
     def _create(self) -> None:
         with self._conn:
@@ -114,6 +120,7 @@ class Store:
                                + ", ".join(f"{n} {t}" for n, t in _COLUMNS.items()) + ")")
             self._conn.execute("CREATE TABLE sessions (id INTEGER PRIMARY KEY AUTOINCREMENT, "
                                "started TEXT, provenance TEXT)")
+            self._conn.execute(_BATCHES)
             self._conn.executemany("INSERT INTO meta VALUES (?, ?)", [
                 ("format", "bocast-records"), ("schema", str(SCHEMA_VERSION)),
                 ("workload", _canon(self.workload))])
@@ -156,6 +163,25 @@ class Store:
     def sessions(self) -> list[dict[str, Any]]:
         return [{"id": i, "started": s, **json.loads(p)} for i, s, p in
                 self._conn.execute("SELECT id, started, provenance FROM sessions ORDER BY id")]
+
+    def add_batch(self, session: int | None, info: Mapping[str, Any]) -> None:
+        """One measured batch's readings (:class:`bocast.measure.engine.Measurer`: the
+        reference re-timed after it, the GPU's clock, power and temperature), in order."""
+        self._writable()
+        with interrupt.held(), self._lock, self._conn:
+            self._conn.execute("INSERT INTO batches (session, created, info) VALUES (?, ?, ?)",
+                               (session, _now(), json.dumps(info, sort_keys=True)))
+
+    def batches(self) -> list[dict[str, Any]]:
+        """Every batch's readings in order, ``{"id", "session", "created", **info}``; none
+        for a store written before batches were recorded."""
+        try:
+            rows = self._conn.execute("SELECT id, session, created, info FROM batches "
+                                      "ORDER BY id").fetchall()
+        except sqlite3.OperationalError:  # no such table: a store from before, read-only
+            return []
+        return [{"id": i, "session": s, "created": c, **json.loads(info)}
+                for i, s, c, info in rows]
 
     # --- rows ----------------------------------------------------------------------------
     def keys(self) -> set[str]:
@@ -290,8 +316,12 @@ def _row(record: Record, session: int | None) -> dict[str, Any]:
         "session": session,
         "measured_on": json.dumps(record.measured_on, sort_keys=True)
         if record.measured_on else None,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
+        "created": _now(),
     }
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _canon(obj: Any) -> str:

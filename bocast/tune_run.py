@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from bocast import figures
 from bocast.errors import InputError
+from bocast.measure.telemetry import clock_summary, flag_line
 from bocast.progress import Progress, reference_label, say
 
 if TYPE_CHECKING:
@@ -81,6 +82,9 @@ class TuneRun:
         note = say if progress else (lambda _: None)
         closers: list[Any] = []  # the runner, store and builder it made: closed when it ends
         ref: dict[str, Any] = {}  # a live run's reference (the vendor library's timing)
+        final: dict[str, Any] | None = None  # a live run's figure: its best kernels re-timed
+        clocks: dict[str, Any] | None = None  # a live run's clocks per batch, flagged
+        timing: dict[str, Any] = {}  # how the runner timed
         if op.space_choice:  # space auto: which space, and why
             note(f"space {op.space_choice}; --space names one")
         try:
@@ -111,7 +115,8 @@ class TuneRun:
                            "warm_start_sources": self.warm_start_sources}
                 note(f"runner: live on {device.get('gpu')}; " + (
                     f"reference {reference:.1f} TFLOPS" if reference else "no reference"))
-            measurer = make_measurer(op, store, runner, builder, session_info=session)
+            measurer = make_measurer(op, store, runner, builder, session_info=session,
+                                     batch_reference=dataset is None)
             for line in self.warm.notes if self.warm is not None else []:
                 note(line)
             if previous:
@@ -123,6 +128,14 @@ class TuneRun:
                               optimum=dataset.best_tflops if dataset else None,
                               reference=reference, reference_label=label, meter=meter)
                 result = tuner.run(previous)
+                if dataset is None:
+                    final = self._final_figure(runner, builder, store, result, note)
+                    clocks = clock_summary(store.batches())
+                    timing = runner.timing()
+                    best = final.get("best") if final else None
+                    if meter is not None and best:  # the progress line ends on the figure
+                        meter.update(best=best["tflops"]["median"], note=(
+                            f"{best['vs_reference']:.2f}x {label}, re-timed"))
         finally:
             for c in closers:
                 c.close()
@@ -131,25 +144,24 @@ class TuneRun:
         gpu = device.get("gpu")  # replay: the dataset's recorded device
         drawn = self._draw(result, gpu=gpu, reference=reference, label=label) \
             if self.plot else []
-        summary = {**result.summary(), "config": cfg.path, "config_sha256": cfg.digest,
+        figure = self._figure(result, final, reference, what_ref=ref)
+        summary = {**result.summary(), **figure, "config": cfg.path, "config_sha256": cfg.digest,
                    "strategy": cfg.strategy, "strategy_options": self.strategy.hyper,
                    "seed": cfg.seed, "runner": self.runner_name, "dataset": cfg.dataset,
                    "output": cfg.output, "store": self.store_path,
                    "warm_start_sources": sources, "library_copy": copy, "gpu": gpu,
                    **({"figures": drawn} if drawn else {}),
+                   **({"timing": timing} if timing else {}),
+                   **({"clocks": clocks} if clocks else {}),
                    "export": f"bocast export {self.store_path} --best --out "
                              f"{os.path.join(os.path.dirname(self.store_path), 'kernel')}",
                    "provenance": provenance({"warm_start_sources": sources})}
         with atomic_write(self.summary_path) as f:
             json.dump(summary, f, indent=1, sort_keys=True, default=str)
-        best = result.best_tflops or 0.0
-        what = (dataset.reference if dataset is not None else ref) or {}
         lines = [f"{cfg.strategy} ({self.strategy.hyper.get('acquisition', '')}) seed "
-                 f"{cfg.seed}: {result.trials} trials, best {best:.1f} TFLOPS"
-                 + (f" = {best / reference:.2f}x "
-                    + (f"{what['what']}" if what.get("what") else "reference")
-                    + (" (recorded in the dataset)" if dataset is not None else "")
-                    if reference else "")]
+                 f"{cfg.seed}: {result.trials} trials, " + self._figure_text(summary, dataset)]
+        if flag_line(clocks):
+            lines.append(flag_line(clocks) or "")
         if result.optimum:
             lines.append(f"dataset best {result.optimum:.1f} TFLOPS; 95% reached at trial "
                          f"{result.trials_to(0.95)}")
@@ -161,6 +173,79 @@ class TuneRun:
             lines.append(f"figure: {self.figure_prefix}.png/.pdf/.svg")
         lines.append(f"export the best kernel: {summary['export']}")
         return summary, lines
+
+    def _final_figure(self, runner, builder, store, result, note) -> dict[str, Any] | None:
+        """The run's figure (:func:`bocast.measure.retime.final_figure`): its best
+        ``retime_top`` kernels timed with the reference in turn, kept in the store's meta
+        (``retimed``) and reused while the run's trials and best kernels are the same (a
+        finished run run again times nothing). None when it is off, when nothing succeeded,
+        or when the runner times no reference (said in one line)."""
+        from bocast.measure.retime import final_figure, top_configs
+
+        ro = self.cfg.runner_options
+        top, rounds = ro["retime_top"], ro["retime_rounds"]
+        picks = [r.key for r in top_configs(result.records, top)] if top else []
+        if not picks:
+            return None
+        kept = store.get_meta("retimed")
+        if isinstance(kept, dict) and kept.get("keys") == picks \
+                and kept.get("trials") == result.trials and kept.get("rounds") == rounds:
+            return kept
+        note(f"re-timing the best {len(picks)} kernels with the reference in turn, "
+             f"{rounds} rounds")
+        try:
+            final = final_figure(runner, builder, self.op, result.records, top=top,
+                                 rounds=rounds, seed=self.cfg.seed)
+        except RuntimeError as e:  # no reference, or the worker failed on it
+            note(f"re-timing: not done ({' '.join(str(e).split())[:300]}); the in-run figure "
+                 "stands")
+            return None
+        if final is not None:
+            final["trials"] = result.trials
+            store.set_meta("retimed", final)
+        return final
+
+    @staticmethod
+    def _figure(result: Any, final: dict[str, Any] | None, reference: float | None,
+                what_ref: dict[str, Any]) -> dict[str, Any]:
+        """The summary's figure: the re-timed best (``figure: retimed``) where the run ended
+        with a re-timing, else the in-run one (``in-run``; replay: ``recorded``). The in-run
+        figure is kept under ``in_run`` either way."""
+        in_run = {"best_tflops": result.best_tflops, "reference_tflops": reference,
+                  "best_vs_reference": (result.best_tflops / reference
+                                        if reference and result.best_tflops else None)}
+        best = final.get("best") if final else None
+        if final is None or not best:
+            return {"figure": "in-run" if what_ref else "recorded", "in_run": in_run}
+        ref = final["reference"]
+        return {"figure": "retimed", "in_run": in_run,
+                "best_tflops": best["tflops"]["median"], "best_config": best["config"],
+                "reference_tflops": ref["tflops"]["median"],
+                "best_vs_reference": best["vs_reference"],
+                "retimed": {"kernels": [{k: v for k, v in x.items() if k != "config"}
+                                        for x in final["kernels"]],
+                            "reference": ref, "rounds": final["rounds"],
+                            "method": final["method"], "best_key": best["key"]}}
+
+    @staticmethod
+    def _figure_text(summary: dict[str, Any], dataset: Any) -> str:
+        """The result line's figure: best TFLOPS, its ratio, and what the ratio is."""
+        best, ratio = summary.get("best_tflops") or 0.0, summary.get("best_vs_reference")
+        text = f"best {best:.1f} TFLOPS"
+        if summary.get("figure") == "retimed":
+            r = summary["retimed"]
+            what = r["reference"].get("what") or "reference"
+            in_run = summary["in_run"]
+            return (text + f" = {ratio:.2f}x {what} (re-timed: the best "
+                    f"{len(r['kernels'])} and {what} in turn, {r['rounds']} rounds, one "
+                    f"process; in-run figure {in_run['best_tflops']:.1f} TFLOPS"
+                    + (f" = {in_run['best_vs_reference']:.2f}x" if in_run["best_vs_reference"]
+                       else "") + ")")
+        if not ratio:
+            return text
+        what = ((dataset.reference if dataset is not None else None) or {}).get("what")
+        return (text + f" = {ratio:.2f}x " + (what or "reference")
+                + (" (recorded in the dataset)" if dataset is not None else " (in-run)"))
 
     def _draw(self, result: Any, *, gpu: str | None, reference: float | None,
               label: str) -> list[str]:

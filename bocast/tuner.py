@@ -254,8 +254,10 @@ class Tuner:
     def _show(self) -> None:
         b = self.best[-1] if self.best else 0.0
         note = []
-        if self.reference:
-            note.append(f"{b / self.reference:.2f}x {self.reference_label}")
+        # the reference re-timed after the last batch, where the measurer times one
+        reference = getattr(self.measurer, "latest_reference", None) or self.reference
+        if reference:
+            note.append(f"{b / reference:.2f}x {self.reference_label}")
         if self.optimum:
             note.append(f"{b / self.optimum:.0%} of dataset best")
         note.append(f"proposal {self.proposal_s[-1]:.1f} s" if self.proposal_s else "")

@@ -151,7 +151,7 @@ def cmd_compare(args) -> int:
              + (f" (no figure: {no_figure}; {figures.INSTALL})" if no_figure else "/.png/.pdf/.svg")
              + f" and records under {cfg.output} in {summary['seconds']:.0f} s"]
     keep = ("median_best", "median_trials_to_95pct", "median_best_vs_reference",
-            "median_trials_to_95pct_of_baseline")
+            "median_trials_to_95pct_of_baseline", "retimed")
     brief = {"name": cfg.name, "seconds": summary["seconds"], "results": cfg.results,
              "optimum_tflops": summary["optimum_tflops"], "optimum_kind": summary["optimum_kind"],
              "reference_tflops": summary["reference_tflops"],

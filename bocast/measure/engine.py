@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from bocast import interrupt
 from bocast.knobs import Config
 from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.runner import RecordRunner, Runner, RunResult
 from bocast.measure.status import Status
+from bocast.measure.telemetry import TELEMETRY, batch_telemetry
 from bocast.operator import Operator
 from bocast.provenance import provenance
 from bocast.record import FEATURES, RUN_FIELDS, Record
@@ -34,12 +36,21 @@ from bocast.store import Store
 
 
 class Measurer:
+    """``batch_reference``: after each batch that timed kernels, time the runner's reference
+    again and record it with the batch's clock, power and temperature
+    (:meth:`bocast.store.Store.add_batch`); :attr:`latest_reference` is then the newest
+    reading, which the progress line divides by (a reference timed once at the start, on a
+    cooler GPU, made the ratio overstate: issue 40)."""
+
     def __init__(self, op: Operator, store: Store, builder: Builder, runner: Runner | None, *,
                  session_info: dict | None = None,
-                 on_record: Callable[[Record], None] | None = None):
+                 on_record: Callable[[Record], None] | None = None,
+                 batch_reference: bool = False):
         self.op, self.store, self.builder, self.runner = op, store, builder, runner
         self.on_record = on_record  # told every record as it is written (a progress meter)
         self.session = store.start_session(provenance(session_info))
+        self.batch_reference = batch_reference
+        self.latest_reference: float | None = None  # TFLOPS of the newest batch reference
 
     def measure(self, configs: Sequence[Config], *, source: str = "",
                 on_record: Callable[[Record], None] | None = None) -> list[Record]:
@@ -84,7 +95,25 @@ class Measurer:
 
             assert self.runner is not None  # prepare() keeps builds runnable only with one
             self.runner.run(self.op, [b for _, b in batch.runnable], on_result=ran)
+            if self.batch_reference:
+                self._record_batch(batch)
         return batch.records
+
+    def _record_batch(self, batch: Prepared) -> None:
+        """The batch's readings: the median clock, power and temperature of its timed kernels
+        and the reference timed now (a failure to time it is recorded, never fatal)."""
+        assert self.runner is not None
+        info: dict[str, Any] = {"keys": [r.key for r in batch.records],
+                                **batch_telemetry(batch.records)}
+        try:
+            ref = self.runner.reference(self.op)
+        except RuntimeError as e:  # the runner's worker failed on it: the batch stands
+            ref, info["reference_error"] = None, str(e)[:300]
+        if ref and ref.get("tflops"):
+            info["reference"] = {k: ref[k] for k in ("tflops", "latency_ms", *TELEMETRY)
+                                 if k in ref}
+            self.latest_reference = float(ref["tflops"])
+        self.store.add_batch(self.session, info)
 
     def _keep(self, batch: Prepared, rec: Record) -> None:
         self.store.append(rec, self.session)  # on disk before anyone sees it

@@ -53,11 +53,12 @@ def runner_kind(name: Any) -> Any:
 
 def make_runner(kind: str, *, timeout_s: float | None = None, repeats: int | None = None,
                 seed: int = 0, rpc: Mapping[str, Any] | None = None,
-                dataset: ReplayDataset | None = None) -> Runner:
+                dataset: ReplayDataset | None = None, l2: str = "warm") -> Runner:
     """The runner of ``kind``. A live kind: ``timeout_s`` bounds one kernel's run, ``repeats``
     timed replays, ``seed`` the input data; ``rpc``: the tracker, key and GPU model (kind rpc).
     ``replay``: ``dataset``, a :class:`~bocast.measure.replay.ReplayDataset` (it has no other
-    option). A ValueError for a kind or an option that does not fit."""
+    option). ``l2``: warm or flushed before each timed launch (live kinds). A ValueError for a
+    kind or an option that does not fit."""
     kind = runner_kind(kind)
     if kind == "replay":
         if dataset is None:
@@ -67,7 +68,7 @@ def make_runner(kind: str, *, timeout_s: float | None = None, repeats: int | Non
         raise ValueError(f"runner kind {kind!r}: make_runner makes {', '.join(RUNNER_KINDS)}")
     if dataset is not None or timeout_s is None or repeats is None:
         raise ValueError(f"runner kind {kind!r} needs timeout_s and repeats, and no dataset")
-    live: dict[str, Any] = {"timeout_s": timeout_s, "repeats": repeats, "seed": seed}
+    live: dict[str, Any] = {"timeout_s": timeout_s, "repeats": repeats, "seed": seed, "l2": l2}
     if kind == "local":
         return GpuRunner(**live)
     if kind == "rpc":
@@ -87,14 +88,15 @@ def make_builder(*, workers: int | None, timeout_s: float, reject_spills: bool =
 
 def make_measurer(op: Operator, store: Store | None, runner: Runner | None,
                   builder: Builder | None = None, *, session_info: dict | None = None,
-                  on_record: Callable[[Record], None] | None = None
-                  ) -> Measurer | RecordMeasurer:
+                  on_record: Callable[[Record], None] | None = None,
+                  batch_reference: bool = False) -> Measurer | RecordMeasurer:
     """The measurer of any runner, what :class:`bocast.tuner.Tuner` drives. A runner that
     answers whole records (replay) gets a :class:`~bocast.measure.engine.RecordMeasurer`: no
     builder, ``store`` optional, its session ``{"runner", "dataset"}`` and ``session_info``; a
     live one (or None: build only) a :class:`~bocast.measure.engine.Measurer` that validates,
     builds with ``builder`` and times with ``runner`` into ``store``, its session the
-    provenance with ``session_info``. ``on_record`` is told every record as it is written."""
+    provenance with ``session_info``. ``on_record`` is told every record as it is written;
+    ``batch_reference`` (live): the reference re-timed after every batch and recorded with it."""
     from bocast.measure.engine import Measurer, RecordMeasurer
 
     if isinstance(runner, RecordRunner):
@@ -103,7 +105,8 @@ def make_measurer(op: Operator, store: Store | None, runner: Runner | None,
         return RecordMeasurer(runner, store, session_info=session_info, on_record=on_record)
     if store is None or builder is None:
         raise ValueError("a live measurement needs a store and a builder")
-    return Measurer(op, store, builder, runner, session_info=session_info, on_record=on_record)
+    return Measurer(op, store, builder, runner, session_info=session_info, on_record=on_record,
+                    batch_reference=batch_reference)
 
 
 def runner_argument(runner: Any, builder: Any = None) -> tuple[str | None, Runner | None]:

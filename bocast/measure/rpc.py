@@ -46,7 +46,14 @@ from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure
 from bocast.measure.rpc_batch import _Batch, _Call, _Session
 from bocast.measure.rpc_service import PROTOCOL
-from bocast.measure.runner import OnResult, Runner, RunResult, WorkerRunner, kernel_task
+from bocast.measure.runner import (
+    OnResult,
+    Runner,
+    RunResult,
+    WorkerRunner,
+    kernel_task,
+    timing_method,
+)
 from bocast.measure.status import Status
 from bocast.operator import Operator
 
@@ -104,8 +111,10 @@ class RpcRunner(Runner):
                  sessions: int | None = None, gpu_model: str | None = None,
                  slack_s: float = 120.0, connect_timeout_s: float = 30.0,
                  server_wait_s: float = 600.0, max_attempts: int = 3, priority: int = 1,
-                 token_file: str | None = None, log: Callable[[str], None] | None = None):
+                 token_file: str | None = None, log: Callable[[str], None] | None = None,
+                 l2: str = "warm"):
         self.tracker, self.key = proto.parse_addr(tracker), key
+        self.l2 = l2
         try:
             self.token = auth.load_token(token_file)
             auth.require(self.token, {"rpc tracker": self.tracker[0]})
@@ -130,7 +139,7 @@ class RpcRunner(Runner):
         calls = []
         for b in builds:
             task = kernel_task(op, b, seed=self.seed, repeats=self.repeats,
-                               warmup_ms=self.warmup_ms)  # the local runner's task
+                               warmup_ms=self.warmup_ms, l2=self.l2)  # the local runner's task
             cubin = task.pop("cubin") or b""
             calls.append(_Call(task, cubin, self.timeout_s))
         out: list[RunResult | None] = [None] * len(builds)
@@ -149,13 +158,16 @@ class RpcRunner(Runner):
 
     def reference(self, op: Operator) -> dict[str, Any]:
         task = {"kind": "reference", "workload": op.workload, "seed": self.seed,
-                "repeats": max(20, self.repeats)}
+                "repeats": max(20, self.repeats), "l2": self.l2}
         got: list[tuple[dict | None, dict]] = []
         self._run_batch([_Call(task, b"", 120.0)], lambda i, info, raw: got.append((info, raw)))
         info, raw = got[0]
         if "_failure" in raw:
             raise RuntimeError(f"reference on the RPC server failed: {raw['_failure']['detail']}")
         return {**raw, "measured_on": measured_on(info) if info else None}
+
+    def timing(self) -> dict[str, Any]:
+        return timing_method(self.repeats, self.warmup_ms, self.l2)
 
     def device(self) -> dict[str, Any]:
         """The servers registered under the key now; pins the runner to their GPU model."""

@@ -74,6 +74,11 @@ class Runner(ABC):
         "driver", clocks, ...}`` (empty where unknown)."""
         return {}
 
+    def timing(self) -> dict[str, Any]:
+        """How this runner times (recorded with every figure a run reports): ``{"method",
+        "l2", "repeats", ...}``; empty where it times nothing itself."""
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional: runners that hold nothing need no close
         """Stop worker processes or sessions; the runner is not used after."""
 
@@ -109,29 +114,45 @@ class RecordRunner(Runner):
 
 
 def kernel_task(op: Operator, b: BuildResult, *, seed: int, repeats: int,
-                warmup_ms: float) -> dict[str, Any]:
+                warmup_ms: float, l2: str = "warm") -> dict[str, Any]:
     """The worker task that times one built kernel (the local and the RPC runner send the same)."""
     return {"kind": "kernel", "key": b.key, "workload": op.workload, "cubin": b.cubin,
             "kernel": b.kernel, "grid": b.grid, "block": b.block, "args": b.args,
             "dynamic_smem": int(b.features.get("dynamic_smem_bytes", 0)),
             "tensor_maps": b.tensor_maps, "cluster": b.cluster,
-            "seed": seed, "repeats": repeats, "warmup_ms": warmup_ms, "tolerance": op.tolerance}
+            "seed": seed, "repeats": repeats, "warmup_ms": warmup_ms, "tolerance": op.tolerance,
+            "l2": l2}
+
+
+def timing_method(repeats: int, warmup_ms: float, l2: str) -> dict[str, Any]:
+    """The timing of the GPU worker (:func:`bocast.measure.gpu_worker.time_callable`), as a
+    run records it."""
+    return {"method": "CUDA events around replays of a CUDA graph of back-to-back launches "
+                      "(about 1 ms per replay), the median of the repeats",
+            "repeats": repeats, "warmup_ms": warmup_ms, "l2": l2,
+            "l2_means": "warm: launches follow one another; flushed: twice the L2 written "
+                        "before each launch, its time subtracted"}
 
 
 class WorkerRunner(Runner):
     """Runs each kernel as one task of a single-process :class:`TimedPool`."""
 
     def __init__(self, *, worker: str, timeout_s: float = 30.0, repeats: int = 10,
-                 warmup_ms: float = 20.0, seed: int = 0, startup_timeout_s: float = 300.0):
+                 warmup_ms: float = 20.0, seed: int = 0, startup_timeout_s: float = 300.0,
+                 l2: str = "warm"):
         self.timeout_s, self.repeats = timeout_s, repeats
-        self.warmup_ms, self.seed = warmup_ms, seed
+        self.warmup_ms, self.seed, self.l2 = warmup_ms, seed, l2
         self._pool = TimedPool(worker, 1, startup_timeout_s=startup_timeout_s)
+
+    def timing(self) -> dict[str, Any]:
+        return timing_method(self.repeats, self.warmup_ms, self.l2)
 
     def close(self) -> None:
         self._pool.close()
 
     def _task(self, op: Operator, b: BuildResult) -> dict[str, Any]:
-        return kernel_task(op, b, seed=self.seed, repeats=self.repeats, warmup_ms=self.warmup_ms)
+        return kernel_task(op, b, seed=self.seed, repeats=self.repeats, warmup_ms=self.warmup_ms,
+                           l2=self.l2)
 
     def run(self, op: Operator, builds: Sequence[BuildResult], *,
             on_result: OnResult | None = None) -> list[RunResult]:
@@ -156,7 +177,7 @@ class WorkerRunner(Runner):
                              error=tail(f"{raw.kind}: {raw.detail}"))
         res = RunResult(key, Status(raw["status"]), error=tail(raw.get("error", "")),
                         **{k: raw.get(k) for k in RUN_FIELDS})
-        res.extra = {k: raw[k] for k in ("number", "method") if k in raw}
+        res.extra = {k: raw[k] for k in ("number", "method", "l2") if k in raw}
         return res
 
     def _single(self, task: Mapping[str, Any], timeout_s: float) -> Any:
@@ -167,7 +188,7 @@ class WorkerRunner(Runner):
 
     def reference(self, op: Operator) -> dict[str, Any]:
         return self._single({"kind": "reference", "workload": op.workload, "seed": self.seed,
-                             "repeats": max(20, self.repeats)}, 120.0)
+                             "repeats": max(20, self.repeats), "l2": self.l2}, 120.0)
 
     def device(self) -> dict[str, Any]:
         return self._single({"kind": "device"}, 120.0)

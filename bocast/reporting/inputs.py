@@ -36,6 +36,9 @@ class Run:
     reference: dict[str, Any] | None
     tflops: Mapping[str, float]
     workload: Mapping[str, Any]
+    #: the run's figure where it ended with a re-timing (the store's ``retimed`` meta):
+    #: ``{"tflops", "vs_reference", "reference_tflops", "what"}`` of its best kernel
+    retimed: Mapping[str, Any] | None = None
 
     @property
     def trials(self) -> int:
@@ -107,12 +110,27 @@ def read(path: str, label: str, seed: int | None) -> Run:
         reference = store.get_meta("reference")
         ident = store.get_meta("run") or {}
         workload = store.workload
+        retimed = _retimed(store.get_meta("retimed"))
     if seed is None:
         seed = ident["seed"] if isinstance(ident.get("seed"), int) else 0
     if not (isinstance(reference, dict) and reference.get("tflops")):
         reference = _recorded_reference(ident)
     return Run(label, seed, path, tuple(best_so_far(records)), reference,
-               {r.key: float(r.tflops or 0.0) for r in records if r.succeeded}, workload)
+               {r.key: float(r.tflops or 0.0) for r in records if r.succeeded}, workload,
+               retimed)
+
+
+def _retimed(meta: Any) -> dict[str, Any] | None:
+    """The run's re-timed figure from its store's meta (what ``bocast tune`` printed), None
+    where it has none (a replay, a run from before, re-timing off)."""
+    try:
+        best = meta["best"]
+        return {"tflops": float(best["tflops"]["median"]),
+                "vs_reference": float(best["vs_reference"]),
+                "reference_tflops": float(meta["reference"]["tflops"]["median"]),
+                "what": str(meta["reference"].get("what", ""))}
+    except (TypeError, KeyError, ValueError):
+        return None
 
 
 def _recorded_reference(ident: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -96,7 +96,20 @@ def arm(rs: Sequence[Run], at: Sequence[int], targets: Mapping[int, float | str]
             "stores": [r.path for r in rs], "reference": ref, "best_at": best_at,
             "best": {**_spread([r.curve[-1] for r in rs]),
                      "per_seed": {str(r.seed): r.curve[-1] for r in rs}},
+            "retimed": _retimed(rs),
             "trials_to_target": reach}
+
+
+def _retimed(rs: Sequence[Run]) -> dict[str, Any] | None:
+    """The runs' own figures, where they ended with a re-timing: the best kernel's re-timed
+    TFLOPS and its ratio to the reference timed in turn with it, median over those seeds."""
+    got = {r.seed: r.retimed for r in rs if r.retimed}
+    if not got:
+        return None
+    return {**_spread([g["tflops"] for g in got.values()]),
+            "vs_reference": statistics.median(g["vs_reference"] for g in got.values()),
+            "what": next(iter(got.values()))["what"], "seeds": len(got),
+            "per_seed": {str(s): g for s, g in got.items()}}
 
 
 def tests(by_arm: Mapping[str, Sequence[Run]], at: Sequence[int],

@@ -70,8 +70,25 @@ def markdown(rep: Report) -> str:
     lines.append("| each run's end | " + " | ".join(
         f"{tflops(a['best']['median'])} [{tflops(a['best']['iqr'][0])}-"
         f"{tflops(a['best']['iqr'][1])}]" for a in arms.values()) + " |")
+    if any(a["retimed"] for a in arms.values()):
+        lines.append("| re-timed at the end (the runs' figure) | " + " | ".join(
+            _retimed_cell(a) for a in arms.values()) + " |")
+        lines += ["", "The rows above are in-run timings, each kernel timed once as the run "
+                  "went, against the reference of its store's meta. \"re-timed\": each live "
+                  "run ended by timing its best kernels and the reference in turn, in rounds, "
+                  "in one process (bocast.measure.retime): the figure `bocast tune` printed, "
+                  "median over seeds of the best kernel's median and of its ratio."]
     lines += _reaching(rep, d) + _tests(d)
     return "\n".join(lines)
+
+
+def _retimed_cell(arm: dict[str, Any]) -> str:
+    r = arm["retimed"]
+    if not r:
+        return "- (not re-timed)"
+    return (f"{tflops(r['median'])} [{tflops(r['iqr'][0])}-{tflops(r['iqr'][1])}]"
+            + (f" {r['seeds']}/{len(arm['seeds'])}" if r["seeds"] < len(arm["seeds"]) else "")
+            + f" = {r['vs_reference']:.2f}x {r['what'] or 'reference'}")
 
 
 def _reaching(rep: Report, d: dict[str, Any]) -> list[str]:

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-from bocast.remeasure import spread  # the same summary of timings
+from bocast.measure.retime import spread  # the same summary of timings
 
 TARGET = 0.03  # |exported / stored - 1|
 

@@ -1,0 +1,134 @@
+"""Re-timing: built kernels and the vendor reference timed in turn, in rounds, in one runner
+process, so that every ratio is to a reference reading of the same process and minutes.
+
+A run's kernels are timed one after another over minutes while the GPU warms and its clock
+falls (an H200 read 1980 MHz idle and 1530 MHz busy); a reference timed once, at the start, on
+the cooler GPU made the printed ratio overstate (1.14x printed, 1.02-1.05x interleaved: issue
+40). :func:`retime` is the remedy, shared by the end of every live run (:func:`final_figure`)
+and ``bocast remeasure``: each round times the reference, then every kernel in a fresh random
+order; a last reference closes the last round. A kernel's figure is the median of its rounds,
+its ratio that median over the median of the reference's readings.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from bocast.knobs import Config
+from bocast.measure.status import Status
+from bocast.measure.telemetry import TELEMETRY
+from bocast.operator import Operator
+from bocast.record import Record
+
+#: what a re-timing's figures mean, recorded with them
+METHOD = ("the best kernels and the reference timed in turn in one runner process: each round "
+          "the reference, then every kernel in a fresh random order; the reference once more "
+          "after the last round; a figure is the median over rounds, a ratio the kernel's "
+          "median over the reference's")
+
+
+def spread(xs: Sequence[float]) -> dict[str, float]:
+    """median, min, max and count of readings."""
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def retime(runner, builder, groups: Sequence[tuple[Operator, Sequence[Config]]], *,
+           rounds: int, seed: int = 0,
+           on_round: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Build each group's configurations with ``builder`` (groups: one operator each, as a
+    store of several spaces holds), then time ``rounds`` rounds with ``runner``; the
+    reference is the first group's operator's. Returns ``{"reference": {"readings", "tflops":
+    spread, "what"}, "kernels": [{"key", "config", "space", "build_status", "readings",
+    "tflops": spread or None, "vs_reference"}] (groups' order), "rounds", "method",
+    "timing"}``. A kernel that fails in a round keeps that round's error; one that never
+    times has no figure. ``on_round(i)`` after each round (progress)."""
+    rng = np.random.default_rng(seed)
+    kernels: list[dict[str, Any]] = []
+    builds = []
+    for op, configs in groups:
+        for c, b in zip(configs, builder.build(op, list(configs)) if configs else []):
+            kernels.append({"key": b.key, "config": _jsonable(c),
+                            "space": op.workload.get("space", ""),
+                            "build_status": str(b.status), "readings": [], "errors": []})
+            if b.status is not Status.OK:
+                kernels[-1]["errors"].append(b.error[-300:])
+            builds.append((op, b))
+    ok = [i for i, (_, b) in enumerate(builds) if b.status is Status.OK]
+    reference_op = groups[0][0]
+    references: list[dict[str, Any]] = []
+    for r in range(rounds):
+        references.append(_reading(runner.reference(reference_op)))
+        for i in (ok[j] for j in rng.permutation(len(ok))):
+            op, b = builds[i]
+            res = runner.run(op, [b])[0]
+            if res.status is Status.OK and res.tflops:
+                kernels[i]["readings"].append(
+                    {"tflops": res.tflops, "latency_ms": res.latency_ms,
+                     **{k: getattr(res, k) for k in TELEMETRY if getattr(res, k) is not None}})
+            else:
+                kernels[i]["errors"].append(f"round {r + 1}: {res.status}: {res.error[:200]}")
+        if on_round is not None:
+            on_round(r + 1)
+    references.append(_reading(runner.reference(reference_op)))
+    ref = spread([x["tflops"] for x in references])
+    for k in kernels:
+        got = [x["tflops"] for x in k["readings"]]
+        k["tflops"] = spread(got) if got else None
+        k["vs_reference"] = k["tflops"]["median"] / ref["median"] if got else None
+    return {"reference": {"readings": references, "tflops": ref,
+                          "what": references[0].get("what", "")},
+            "kernels": kernels, "rounds": rounds, "method": METHOD,
+            "timing": runner.timing() if hasattr(runner, "timing") else {}}
+
+
+def _jsonable(config: Config) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
+
+
+def _reading(ref: dict[str, Any] | None) -> dict[str, Any]:
+    if not ref or not ref.get("tflops"):
+        raise RuntimeError("the runner timed no reference, so nothing can be re-timed "
+                           "against one")
+    return {k: ref[k] for k in ("tflops", "latency_ms", "what", *TELEMETRY) if k in ref}
+
+
+def top_configs(records: Sequence[Record], n: int) -> list[Record]:
+    """The ``n`` fastest distinct succeeded records, fastest first (by their in-run figure)."""
+    ranked = sorted((r for r in records if r.succeeded), key=lambda r: -(r.tflops or 0.0))
+    out, seen = [], set()
+    for r in ranked:
+        if r.key not in seen:
+            seen.add(r.key)
+            out.append(r)
+        if len(out) == n:
+            break
+    return out
+
+
+def best_of(retimed: dict[str, Any]) -> dict[str, Any] | None:
+    """The re-timed kernel of the highest median (None if none timed)."""
+    timed = [k for k in retimed["kernels"] if k["tflops"] is not None]
+    return max(timed, key=lambda k: k["tflops"]["median"]) if timed else None
+
+
+def final_figure(runner, builder, op: Operator, records: Sequence[Record], *, top: int,
+                 rounds: int, seed: int = 0,
+                 on_round: Callable[[int], None] | None = None) -> dict[str, Any] | None:
+    """A live run's figure: its ``top`` best kernels re-timed with the reference
+    (:func:`retime`); ``{"best": the kernel of the highest median, ..., "keys": the re-timed
+    keys}``. None when the run has no succeeded kernel."""
+    picks = top_configs(records, top)
+    if not picks:
+        return None
+    out = retime(runner, builder, [(op, [op.space.from_json(r.config) for r in picks])],
+                 rounds=rounds, seed=seed, on_round=on_round)
+    in_run = {r.key: r.tflops for r in picks}
+    for k in out["kernels"]:
+        k["in_run_tflops"] = in_run.get(k["key"])
+    out["best"] = best_of(out)
+    out["keys"] = [r.key for r in picks]
+    return out
