@@ -38,8 +38,9 @@ META = "kernel.json"
 def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | str = "best",
            any_status: bool = False) -> Kernel:
     """Rebuild one record of ``store`` into the new or empty folder ``out``; the exported
-    :class:`Kernel` (loaded on its first call). ``record``: ``"best"`` (the first ok row of
-    highest TFLOPS), a row id or a configuration key; a status other than ok only with
+    :class:`Kernel` (loaded on its first call). ``record``: ``"best"`` (the kernel whose
+    figure the run printed: its re-timed best, else the first ok row of highest TFLOPS), a row
+    id or a configuration key; a status other than ok only with
     ``any_status``. Needs TVM, nvcc and a C compiler, no GPU; writes the whole folder or
     nothing."""
     from bocast.measure.builder import build_one
@@ -55,7 +56,8 @@ def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | st
         rows, workload = db.rows(), db.workload
         reference, subspace = db.get_meta("reference"), db.get_meta("subspace")
         sessions = {s["id"]: s for s in db.sessions()}
-    row_id, session, rec = _pick(rows, record, store)
+        figure = _figure_key(db.get_meta("retimed"))
+    row_id, session, rec = _pick(rows, record, store, figure)
     if not rec.ok and not any_status:
         raise InputError(f"{store}: record {row_id} has status {rec.status}"
                          f"{f' ({rec.error[:200]})' if rec.error else ''}; export it with "
@@ -88,9 +90,25 @@ def _arch(op, config) -> str:
                                                                               DEFAULT_ARCH)
 
 
-def _pick(rows, record: int | str, store: str):
-    """The (id, session, record) that ``record`` names, or an InputError that says why not."""
+def _figure_key(retimed: Any) -> str | None:
+    """The key of the kernel whose figure the run printed: the best of its final re-timing
+    (:func:`bocast.measure.retime.final_figure`, the store's ``retimed`` meta); None where
+    the run ended without one."""
+    try:
+        key = retimed["best"]["key"]
+    except (TypeError, KeyError):
+        return None
+    return key if isinstance(key, str) else None
+
+
+def _pick(rows, record: int | str, store: str, figure: str | None = None):
+    """The (id, session, record) that ``record`` names, or an InputError that says why not.
+    ``"best"``: the kernel of the run's figure (``figure``, its re-timed best) where the run
+    has one, else the ok row of highest in-run TFLOPS (the first of equals)."""
     if record == "best":
+        chosen = [r for r in rows if figure is not None and r[2].key == figure and r[2].ok]
+        if chosen:
+            return chosen[0]
         ok = [r for r in rows if r[2].succeeded]
         if ok:
             return max(ok, key=lambda r: (r[2].tflops, -r[0]))

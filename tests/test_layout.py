@@ -55,7 +55,8 @@ LAZY: dict[tuple[str, str], tuple[str, str]] = {
     **{("bocast.study", f"bocast.{t}"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}")
        for t in ("candidates", "config", "identity", "space", "store", "strategies", "tuner")},
     **{("bocast.tune_run", f"bocast.{t}"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}") for t in (
-        "bo.transfer", "identity", "library", "measure.parts", "records", "tuner")},
+        "bo.transfer", "identity", "library", "measure.parts", "measure.retime", "records",
+        "tuner")},
     # bocast.reporting (bocast.report(), bocast report) reads stores and counts when called
     **{("bocast.reporting", f"bocast.reporting.{t}"): (IMPORT_BOCAST, f"report(): {why}")
        for t, why in (

@@ -27,6 +27,7 @@ from bocast.comparison.summary import summarize
 from bocast.config import ConfigError
 from bocast.measure.parts import make_measurer
 from bocast.measure.replay import ReplayDataset
+from bocast.measure.retime import METHOD, retime, top_configs
 from bocast.operator import from_workload
 from bocast.progress import Progress, reference_label
 from bocast.store import Store
@@ -244,8 +245,6 @@ def _retime_bests(cfg: CompareConfig, op, runner, builder, tuners: Sequence[Tune
     tune run keeps its own) and returned per tuner as ``{"tflops", "vs_reference"}``: the
     figure a comparison quotes beside its in-run curves (issue 40). Runs whose stores hold a
     re-timing of the same best kernel and trial count are not timed again."""
-    from bocast.measure.retime import METHOD, retime, top_configs
-
     rounds = cfg.runner_options["retime_rounds"]
     if not cfg.runner_options["retime_top"]:
         return [None] * len(tuners)

@@ -17,12 +17,12 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import math
-import statistics
 import subprocess
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from bocast.measure.timing import time_callable
 from bocast.operator import from_workload
 
 _CU = None
@@ -215,129 +215,6 @@ def make_inputs(op, seed: int):
         else:
             out[t.name] = torch.full(t.shape, float("nan"), device="cuda", dtype=dtypes[t.dtype])
     return out
-
-
-def time_callable(fn, *, warmup_ms: float, repeats: int, target_ms: float = 1.0,
-                  max_number: int = 200, l2: str = "warm") -> dict[str, Any]:
-    """Per-call milliseconds of ``fn`` (which launches on torch's current stream): CUDA events
-    around replays of a CUDA graph of ``number`` calls, ``repeats`` samples after a warm-up.
-
-    ``l2="flushed"``: before every call the graph writes a buffer of twice the L2 (evicting
-    the inputs), and the time of a second graph holding the writes alone is subtracted from
-    each sample, so the figure is the call's own from a cold L2. ``"warm"``: the calls follow
-    one another, as in a loop of calls. The result names both (``method``, ``l2``) and the
-    GPU's clock, power and temperature read right after the samples (:class:`Nvml`)."""
-    import torch
-
-    flush = None
-    if l2 == "flushed":
-        size = 2 * int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
-        flush = torch.empty(max(size, 1 << 20), dtype=torch.uint8, device="cuda")
-    elif l2 != "warm":
-        raise ValueError(f"l2: expected 'warm' or 'flushed', got {l2!r}")
-
-    def call():
-        if flush is not None:
-            flush.fill_(1)
-        fn()
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        call()  # one eager call outside the capture (lazy init of handles, modules)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        single = max(start.elapsed_time(end), 1e-4)
-        number = int(min(max_number, max(1, math.ceil(target_ms / single))))
-
-        def captured(body):
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                for _ in range(number):
-                    body()
-            return graph
-
-        graph = captured(call)
-        writes = captured(lambda: flush.fill_(1)) if flush is not None else None
-        t0 = time.perf_counter()
-        while (time.perf_counter() - t0) * 1e3 < warmup_ms:
-            graph.replay()
-            torch.cuda.synchronize()
-
-        def per_call(g) -> float:
-            start.record()
-            g.replay()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / number
-
-        samples = []
-        for _ in range(repeats):
-            t = per_call(graph)
-            if writes is not None:
-                t = max(t - per_call(writes), 1e-6)
-            samples.append(t)
-    telemetry = Nvml.read()
-    samples.sort()
-    q = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
-    return {"latency_ms": statistics.median(samples), "latency_min_ms": samples[0],
-            "latency_q25_ms": q[0], "latency_q75_ms": q[2], "latency_max_ms": samples[-1],
-            "repeats": repeats, "number": number, "l2": l2,
-            "method": "cuda-graph-events" + ("-l2-flushed" if flush is not None else ""),
-            **telemetry}
-
-
-class Nvml:
-    """The GPU's clocks, power and temperature through NVML (``libnvidia-ml.so.1``, which the
-    driver installs; ctypes, no Python package needed), for the device torch calls cuda:0. NVML
-    numbers GPUs on its own, ignoring ``CUDA_VISIBLE_DEVICES`` (an RPC server's ``--gpus``), so
-    the device is found by its PCI bus id. Each reading takes microseconds, so every timed
-    kernel and reference carries one (a clock that fell while the kernels ran is seen in the
-    records, issue 40). Unavailable (no NVML, a call that fails): :meth:`read` returns {}."""
-
-    _lib: Any = None
-    _handle: Any = None
-    _failed = False
-
-    @classmethod
-    def _open(cls) -> bool:
-        if cls._handle is not None or cls._failed:
-            return cls._handle is not None
-        try:
-            lib = ctypes.CDLL("libnvidia-ml.so.1")
-            _check("nvmlInit_v2", lib.nvmlInit_v2())
-            # the PCI bus id of this process's device 0 (CUDA numbering) from the driver API
-            cu, dev, buf = _driver(), ctypes.c_int(), ctypes.create_string_buffer(32)
-            bus = b""
-            if cu.cuDeviceGet(ctypes.byref(dev), 0) == 0 and \
-                    cu.cuDeviceGetPCIBusId(buf, 32, dev) == 0:
-                bus = buf.value
-            handle = ctypes.c_void_p()
-            if not bus or lib.nvmlDeviceGetHandleByPciBusId_v2(bus, ctypes.byref(handle)) != 0:
-                _check("nvmlDeviceGetHandleByIndex_v2",
-                       lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)))
-            cls._lib, cls._handle = lib, handle
-        except (OSError, AttributeError, CudaError):
-            cls._failed = True
-        return cls._handle is not None
-
-    @classmethod
-    def read(cls) -> dict[str, float]:
-        """``{"sm_clock_mhz", "power_w", "temperature_c"}`` now (those NVML answered)."""
-        if not cls._open():
-            return {}
-        lib, h, v = cls._lib, cls._handle, ctypes.c_uint()
-        out: dict[str, float] = {}
-        if lib.nvmlDeviceGetClockInfo(h, 1, ctypes.byref(v)) == 0:  # NVML_CLOCK_SM
-            out["sm_clock_mhz"] = float(v.value)
-        if lib.nvmlDeviceGetPowerUsage(h, ctypes.byref(v)) == 0:  # milliwatts
-            out["power_w"] = v.value / 1000.0
-        if lib.nvmlDeviceGetTemperature(h, 0, ctypes.byref(v)) == 0:  # NVML_TEMPERATURE_GPU
-            out["temperature_c"] = float(v.value)
-        return out
 
 
 def rel_error(out, ref) -> float:

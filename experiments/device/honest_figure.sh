@@ -36,17 +36,16 @@ cat "$W/export_ratio.log"
 python3 - "$W" <<'PY'
 import glob, json, os, sys
 W = sys.argv[1]
-print("| run | printed ratio | in-run ratio | remeasure (new process) | printed / remeasure |"
-      " clock flags | third-party warnings |")
+print("| run | printed ratio | in-run ratio | remeasure of that kernel (new process) | printed /"
+      " remeasure | clock flags | third-party warnings |")
 print("|---|---|---|---|---|---|---|")
 for s in sorted(glob.glob(f"{W}/*/summary.json")):
     run = os.path.dirname(s); sm = json.load(open(s))
     try:
         rm = json.load(open(run + ".remeasure.json"))
-        best = max((k for k in rm["kernels"] if k["remeasured"]),
-                   key=lambda k: k["remeasured"]["median"])
-        r = best["fraction_of_cublas"]
-    except (OSError, ValueError, KeyError):
+        key = sm["retimed"]["best_key"]  # the kernel whose figure the run printed
+        r = next(k["fraction_of_cublas"] for k in rm["kernels"] if k["key"] == key)
+    except (OSError, ValueError, KeyError, StopIteration):
         r = None
     err = open(run + ".tune.err").read()
     warned = sum("Warning" in line for line in err.splitlines())
