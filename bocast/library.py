@@ -29,7 +29,7 @@ from bocast import interrupt
 from bocast.datasets import load_dataset
 from bocast.errors import InputError
 from bocast.operator import canonical_workload
-from bocast.store import StoreError, _check_existing, _read_only
+from bocast.store import Store, StoreError, _check_existing, _read_only
 
 ENV = "BOCAST_RECORDS"
 #: the shipped datasets: the repository's, beside the package
@@ -216,6 +216,10 @@ def add(store: str, records: str | None = None) -> tuple[str, str]:
     store, no records)."""
     folder = records or directory()
     try:
+        # every row read and checked as a warm start reads it: a row no measurement can hold
+        # (TFLOPS text, negative, infinite) is refused here, not copied into every later run
+        with Store.open(store) as opened:
+            opened.rows()
         entry = _store_entry(store, stats=False)
     except (StoreError, sqlite3.DatabaseError) as e:
         raise LibraryError(f"records add: {_one_line(e)}") from None

@@ -265,6 +265,22 @@ def _ok_row(lines: list[str]) -> int:
     return next(r for r in range(1, len(lines)) if lines[r].split(",")[i] == "ok")
 
 
+def tflops_store(value: str, name: str = "s.db") -> Callable[[str], None]:
+    """{tmp}/s.db (:func:`_store`) whose row 3 holds ``value`` (SQL) as its TFLOPS: a store
+    edited by another program, which no writer of bocast would have written."""
+    def setup(tmp: str) -> None:
+        conn = sqlite3.connect(_store(tmp, name))
+        with conn:
+            conn.execute(f"UPDATE measurements SET tflops = {value} WHERE id = 3")
+        conn.close()
+    return setup
+
+
+def picks_file(text: str) -> Callable[[str], None]:
+    """{tmp}/p.json holding ``text``: a --picks file of bocast remeasure, or not."""
+    return lambda tmp: Path(tmp, "p.json").write_text(text)
+
+
 TUNE_ARGV = ["tune", "{tmp}/c.yaml"]
 CMP_ARGV = ["compare", "{tmp}/c.yaml"]
 # space v2 named: OP --shape alone lets the shape choose (space auto: v3 at 64^3)
@@ -459,6 +475,48 @@ def cases() -> list[Case]:
         "out: {tmp}/s.md is also the record store, which it would overwrite",
         setup=lambda t: _store(t, "s.md"))
 
+    fil("report of an empty store", ["report", "{tmp}/s.db"],
+        "{tmp}/s.db holds no records: nothing to report", setup=lambda t: _store(t, rows=0))
+    fil("report --within beyond the longest run", ["report", "{tmp}/s.db", "--within",
+                                                   "10000000"],
+        "within: 10000000 trials is more than the longest run's 120", setup=_store)
+    fil("report --seeds repeated", ["report", "{tmp}/s.db", "--seeds", "0", "0"],
+        "seeds: [0] given more than once", setup=_store)
+
+    # --- the records library: a store no writer of bocast would write is not copied in
+    number = "tflops: expected None or a number >= 0, got"
+    for what, value, says in (("text", "'fast'", "could not convert string to float: 'fast'"),
+                              ("negative", "-5.0", f"{number} -5.0"),
+                              ("infinite", "9e999", f"{number} inf")):
+        fil(f"records add of a store with {what} TFLOPS",
+            ["records", "add", "{tmp}/s.db", "--records", "{tmp}/lib"],
+            f"records add: {{tmp}}/s.db: row 3 cannot be read ({says})", setup=tflops_store(value))
+
+    # --- remeasure: its outputs, its picks file, the machine
+    remeasure = ["remeasure", "{tmp}/s.db", "--runner", "standin"]
+    fil("remeasure --picks onto its store", remeasure + ["--picks", "{tmp}/s.db"],
+        "--picks: {tmp}/s.db is also the record store, which it would overwrite", setup=_store)
+    fil("remeasure --out onto its store", remeasure + ["--out", "{tmp}/s.db"],
+        "--out: {tmp}/s.db is also the record store, which it would overwrite", setup=_store)
+    fil("remeasure --out over an existing file", remeasure + ["--out", "{tmp}/file.txt"],
+        "--out: {tmp}/file.txt exists; give --force to replace it",
+        setup=lambda t: (_store(t), a_file(t)))
+    fil("remeasure --out and --picks one file", remeasure + ["--out", "{tmp}/p.json",
+                                                             "--picks", "{tmp}/p.json"],
+        "--out: {tmp}/p.json is also the --picks", setup=_store)
+    fil("remeasure of a picks file not JSON", ["remeasure", "{tmp}/p.json", "--runner", "standin"],
+        "{tmp}/p.json: not a --picks file of bocast remeasure (JSONDecodeError",
+        setup=picks_file("garbage\n"))
+    fil("remeasure of a picks file of the wrong shape",
+        ["remeasure", "{tmp}/p.json", "--runner", "standin"],
+        "not a --picks file of bocast remeasure (kernels[0]: expected key (text), config",
+        setup=picks_file('{"workload": {"op": "gemm"}, "kernels": [{"key": "a"}]}'))
+    fil("remeasure of a picks file whose configuration is not one",
+        ["remeasure", "{tmp}/p.json", "--runner", "standin"],
+        "not a --picks file of bocast remeasure (kernels[0]:",
+        setup=picks_file(json.dumps({"workload": SUB_WORKLOAD, "kernels": [
+            {"key": "k", "config": {**SUB_FIX, "stages": 99}, "recorded_tflops": 1.0}]})))
+
     # --- keys given twice (YAML keeps the last without a word)
     fil("tune: budget given twice", TUNE_ARGV, "line 19, column 1: key 'budget' given twice "
         "(first at line 2)", setup=twice("budget", {"trials": 48}))
@@ -589,6 +647,15 @@ def cases() -> list[Case]:
     cfg("tune: workload shape a string", tune_cfg(workload={"op": "gemm", "shape": "1,2,3"}),
         "shape: expected a list of integers")
     cfg("tune: replay without a dataset", tune_cfg(dataset=DROP), "the replay runner needs")
+    cfg("tune OP: --runner and --set runner", None, "--set runner: given already (--runner)",
+        argv=["tune", "gemm", "--shape", "64,64,64", "--runner", "replay", "--set",
+              "runner=standin", "--set", "output={tmp}/out"])
+    cfg("tune OP: --trials and --set budget.trials", None,
+        "--set budget.trials: given already (--trials)",
+        argv=["tune", "gemm", "--shape", "64,64,64", "--trials", "8", "--set", "budget.trials=9",
+              "--set", "output={tmp}/out"])
+    cfg("tune OP: --set shape", None, "--set shape: the operator and --shape name the workload",
+        argv=["tune", "gemm", "--set", "shape=[1,2,3]", "--set", "output={tmp}/out"])
 
     # --- compare configurations
     cfg("compare: seeds [0, 0, 1]", compare_cfg(seeds=[0, 0, 1]), "repeats [0]", argv=CMP_ARGV)
@@ -635,6 +702,9 @@ def cases() -> list[Case]:
         argv=CMP_ARGV + ["--only", "ga"])
 
     # --- the machine
+    c.append(Case("remeasure --runner local (the default) without a GPU",
+                  ["remeasure", "{tmp}/s.db", "--out", "{tmp}/r.json"], "needs a CUDA GPU",
+                  setup=_store, group="machine"))
     c.append(Case("measure --runner local (the default) without a GPU",
                   ["measure", "gemm", "--sample", "5", "--store", "{tmp}/new.db"],
                   "needs a CUDA GPU", group="machine"))

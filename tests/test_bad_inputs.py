@@ -28,6 +28,7 @@ from tests.bad_input_cases import (
     damaged_store,
     foreign_sqlite,
     run_case,
+    tflops_store,
 )
 
 CASES = cases()
@@ -205,3 +206,21 @@ def test_a_refused_field_imports_nothing_heavy(tmp_path, extra, message):
                           text=True, cwd=ROOT, timeout=120)
     assert message in done.stderr
     assert done.stdout.split() == ["2", "[]"], (done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("value", ["-5.0", "9e999", "'fast'"], ids=["negative", "inf", "text"])
+def test_a_library_store_no_writer_would_write_is_passed_over(tmp_path, value):
+    """warm_start: auto (tune, suggest) reads the records library: a store there holding a TFLOPS
+    no measurement has is passed over with one line, as a damaged one is (a file of the library
+    is never fatal), and never reaches the model (it broke it: NaN, math domain error)."""
+    from bocast import warm_sources
+    from bocast.operator import from_workload
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    tflops_store(value)(str(lib))
+    got = warm_sources.choose(from_workload({"op": "gemm", "shape": [128, 64, 64]}), gpu=None,
+                              records=str(lib))
+    assert str(lib / "s.db") not in got.sources
+    assert any(("passed over s.db" in n and "row 3 cannot be read" in n)
+               or (f"skipped {lib / 's.db'}" in n) for n in got.notes), got.notes
