@@ -281,6 +281,27 @@ def picks_file(text: str) -> Callable[[str], None]:
     return lambda tmp: Path(tmp, "p.json").write_text(text)
 
 
+def _bomb(flow: bool = False) -> str:
+    """YAML of 9 anchors each a list of 9 aliases of the one before: a few hundred bytes that
+    expand to 9^9 (387 million) items (a billion laughs), block style (a mapping's fields,
+    indented 2) or one flow list."""
+    items = [("a", ", ".join(['"lol"'] * 9))]
+    items += [(chr(ord("a") + i), ", ".join([f"*{chr(ord('a') + i - 1)}"] * 9))
+              for i in range(1, 9)]
+    if flow:
+        return "[" + ", ".join(f"&{k} [{v}]" for k, v in items) + "]"
+    return "".join(f"  {k}: &{k} [{v}]\n" for k, v in items)
+
+
+def tune_yaml(text: str) -> Callable[[str], None]:
+    """{tmp}/c.yaml: the tune configuration with ``text`` (YAML) after it."""
+    def setup(tmp: str) -> None:
+        tune_cfg()(tmp)
+        with open(os.path.join(tmp, "c.yaml"), "a") as f:
+            f.write(text)
+    return setup
+
+
 TUNE_ARGV = ["tune", "{tmp}/c.yaml"]
 CMP_ARGV = ["compare", "{tmp}/c.yaml"]
 # space v2 named: OP --shape alone lets the shape choose (space auto: v3 at 64^3)
@@ -551,6 +572,21 @@ def cases() -> list[Case]:
     fil("configuration not YAML", TUNE_ARGV, "not valid YAML",
         setup=lambda t: Path(t, "c.yaml").write_text("workload: [unclosed\n"))
     fil("configuration is a folder", ["tune", "{tmp}"], "is a folder, not a configuration file")
+    # --- configurations past the limits of bocast.config (a run would hang, or crash)
+    for section in ("rpc", "runner_options", "description"):
+        fil(f"configuration's {section} a billion laughs", TUNE_ARGV,
+            "column 6: more than 50,000 items once its aliases are expanded)",
+            setup=tune_yaml(f"{section}:\n{_bomb()}"))
+    fil("configuration nested 900 deep", TUNE_ARGV, "nested deeper than 32 levels",
+        setup=tune_yaml("description: " + "[" * 900 + "]" * 900 + "\n"))
+    fil("configuration of 100,000 keys (1.5 MB)", TUNE_ARGV,
+        "bytes, more than the 65,536 a configuration file may have",
+        setup=tune_yaml("description:\n" + "".join(f"  k{i}: {i}\n" for i in range(100_000))))
+    fil("configuration is a FIFO", ["tune", "{tmp}/fifo"],
+        "{tmp}/fifo: not a regular file (a pipe or a device?)",
+        setup=lambda t: os.mkfifo(os.path.join(t, "fifo")))
+    fil("an alias inside its own anchor", TUNE_ARGV, "an alias inside its own anchor",
+        setup=tune_yaml("description: &d [1, *d]\n"))
     fil("configuration is a list", TUNE_ARGV, "expected a mapping of fields",
         setup=lambda t: _yaml(os.path.join(t, "c.yaml"), [1, 2]))
 
@@ -654,6 +690,10 @@ def cases() -> list[Case]:
         "--set budget.trials: given already (--trials)",
         argv=["tune", "gemm", "--shape", "64,64,64", "--trials", "8", "--set", "budget.trials=9",
               "--set", "output={tmp}/out"])
+    cfg("tune OP: --set strategy.warm_start a billion laughs", None,
+        "--set strategy.warm_start: more than 50,000 items once its aliases are expanded",
+        argv=["tune", "gemm", "--set", "strategy.warm_start=" + _bomb(flow=True), "--set",
+              "output={tmp}/out"])
     cfg("tune OP: --set shape", None, "--set shape: the operator and --shape name the workload",
         argv=["tune", "gemm", "--set", "shape=[1,2,3]", "--set", "output={tmp}/out"])
 
@@ -723,6 +763,9 @@ def _files(tmp: str) -> dict[str, str]:
             out[os.path.relpath(os.path.join(folder, name), tmp) + "/"] = ""
         for name in names:
             path = os.path.join(folder, name)
+            if not os.path.isfile(path):  # a FIFO: opening it would wait for a writer
+                out[os.path.relpath(path, tmp)] = "not a regular file"
+                continue
             with open(path, "rb") as f:
                 out[os.path.relpath(path, tmp)] = hashlib.sha256(f.read()).hexdigest()
     return out

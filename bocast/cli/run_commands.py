@@ -30,6 +30,8 @@ def _quick_config(args) -> dict[str, Any]:
     """The configuration of ``bocast tune OP --shape ... [--set key=value]``."""
     import yaml
 
+    from bocast.config import YamlLimitError, parse_yaml
+
     settings: dict[str, Any] = {}
     for _, name in QUICK_FLAGS:
         value = getattr(args, name)
@@ -55,7 +57,9 @@ def _quick_config(args) -> dict[str, Any]:
             raise UsageError(f"--set {key}: given already ({given[key]}); give it once")
         given[key] = f"--set {key}"
         try:
-            value = yaml.safe_load(text) if text else ""
+            value = parse_yaml(text) if text else ""
+        except YamlLimitError as e:  # within the limits of a configuration file
+            raise UsageError(f"--set {key}: {e.problem}") from None
         except yaml.YAMLError:
             value = text
         if key == "runner":  # quick_config's own argument, as --runner's
