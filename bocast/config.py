@@ -187,9 +187,12 @@ def rpc_options(runner: str, section: Mapping[str, Any] | None,
                 overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A configuration's ``rpc`` mapping, with the command line's fields over it, checked when
     the runner is rpc (tune and compare configurations alike); {} for other runners."""
-    if runner != "rpc":
+    if runner != "rpc":  # else ignored without a word: a replay run given --tracker
+        given = sorted({*(section or {}), *(overrides or {})})
+        if given:
+            raise ConfigError(f"rpc ({', '.join(given)}): only for runner rpc; this run's "
+                              f"runner is {runner}")
         return {}
-
     try:
         return parse_options({**(section or {}), **(overrides or {})})
     except ValueError as e:

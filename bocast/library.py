@@ -48,14 +48,21 @@ class LibraryError(InputError):
 def directory(records: str | os.PathLike | None = None, config: str | None = None) -> str:
     """The library's folder: ``records`` (argument), else ``$BOCAST_RECORDS``, else a
     configuration's ``records``, else ``$XDG_CACHE_HOME/bocast/records``."""
+    if records is not None and not os.fspath(records):
+        raise LibraryError("records: an empty path; leave it out for the default")
     if records:
-        return os.path.abspath(os.fspath(records))
-    if os.environ.get(ENV):
-        return os.path.abspath(os.environ[ENV])
-    if config:
-        return os.path.abspath(config)
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "bocast", "records")
+        folder = os.path.abspath(os.fspath(records))
+    elif os.environ.get(ENV):
+        folder = os.path.abspath(os.environ[ENV])
+    elif config:
+        folder = os.path.abspath(config)
+    else:
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                 ".cache")
+        folder = os.path.join(cache, "bocast", "records")
+    if os.path.exists(folder) and not os.path.isdir(folder):  # else read as an empty library
+        raise LibraryError(f"records: {folder} is a file, not the records library's folder")
+    return folder
 
 
 @dataclass

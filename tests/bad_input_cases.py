@@ -683,6 +683,15 @@ def cases() -> list[Case]:
     cfg("tune: workload shape a string", tune_cfg(workload={"op": "gemm", "shape": "1,2,3"}),
         "shape: expected a list of integers")
     cfg("tune: replay without a dataset", tune_cfg(dataset=DROP), "the replay runner needs")
+    cfg("tune: --tracker and --key on replay", tune_cfg(),
+        "rpc (key, tracker): only for runner rpc; this run's runner is replay",
+        argv=TUNE_ARGV + ["--tracker", "127.0.0.1:9", "--key", "h100"])
+    cfg("tune: an rpc section on replay", tune_cfg(rpc={"tracker": "127.0.0.1:9", "key": "h"}),
+        "rpc (key, tracker): only for runner rpc; this run's runner is replay")
+    cfg("tune: warm start from its own replay dataset",
+        tune_cfg(strategy={"name": "bo", "warm_start": [os.path.join(DATA, DATASET)]}),
+        f"strategy.warm_start: {os.path.join(DATA, DATASET)} is this run's own dataset: its "
+        "answers would leak into the search")
     cfg("tune OP: --runner and --set runner", None, "--set runner: given already (--runner)",
         argv=["tune", "gemm", "--shape", "64,64,64", "--runner", "replay", "--set",
               "runner=standin", "--set", "output={tmp}/out"])
@@ -694,6 +703,20 @@ def cases() -> list[Case]:
         "--set strategy.warm_start: more than 50,000 items once its aliases are expanded",
         argv=["tune", "gemm", "--set", "strategy.warm_start=" + _bomb(flow=True), "--set",
               "output={tmp}/out"])
+    quick = ["tune", "gemm", "--shape", "64,64,64", "--runner", "standin", "--set",
+             "output={tmp}/out"]
+    cfg("tune OP: --records a file", a_file, "records: {tmp}/file.txt is a file, not the records "
+        "library's folder", argv=quick + ["--records", "{tmp}/file.txt"])
+    cfg("tune OP: --records empty", None, "records: an empty path", argv=quick + ["--records", ""])
+    for flag in ("--store", "--dataset", "--warm-start"):
+        key = flag[2:].replace("-", "_")
+        cfg(f"tune OP: {flag} empty", None, f"{key}: empty; leave it out for its default",
+            argv=quick + [flag, ""])
+    cfg("tune OP: --set output empty", None, "output: empty; leave it out for its default",
+        argv=quick[:-2] + ["--set", "output="])
+    cfg("tune OP: --set rpc on the stand-in", None,
+        "rpc (tracker): only for runner rpc; this run's runner is standin",
+        argv=quick + ["--set", "rpc={tracker: '127.0.0.1:9'}"])
     cfg("tune OP: --set shape", None, "--set shape: the operator and --shape name the workload",
         argv=["tune", "gemm", "--set", "shape=[1,2,3]", "--set", "output={tmp}/out"])
 
@@ -742,6 +765,16 @@ def cases() -> list[Case]:
         argv=CMP_ARGV + ["--only", "ga"])
 
     # --- the machine
+    serve = ["serve", "--key", "h100", "--worker", "standin"]
+    opt("serve --port-end below --port", serve + ["--port", "9100", "--port-end", "9050"],
+        "--port-end 9050: the range from --port 9100 (the end not included) holds no port")
+    opt("serve tracker --port-end at --port", ["serve", "tracker", "--port", "9195",
+                                              "--port-end", "9195"],
+        "--port-end 9195: the range from --port 9195")
+    opt("serve --token SECRET (not --token-file)", serve + ["--token", "SECRET"],
+        "--token: a token is never given on the command line")
+    opt("serve --tok SECRET (an abbreviation)", serve + ["--tok", "SECRET"],
+        "unrecognized argument(s) --tok; their values are not repeated")
     c.append(Case("remeasure --runner local (the default) without a GPU",
                   ["remeasure", "{tmp}/s.db", "--out", "{tmp}/r.json"], "needs a CUDA GPU",
                   setup=_store, group="machine"))

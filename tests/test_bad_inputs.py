@@ -224,3 +224,11 @@ def test_a_library_store_no_writer_would_write_is_passed_over(tmp_path, value):
     assert str(lib / "s.db") not in got.sources
     assert any(("passed over s.db" in n and "row 3 cannot be read" in n)
                or (f"skipped {lib / 's.db'}" in n) for n in got.notes), got.notes
+
+
+def test_a_token_on_the_command_line_is_never_repeated():
+    for argv in (["serve", "--key", "h", "--token", "SECRET"],
+                 ["serve", "--key", "h", "--tok", "SECRET"],
+                 ["serve", "tracker", "--token=SECRET"]):
+        code, out, err = _in_process(argv)
+        assert code == 2 and "SECRET" not in err + out and len(err.splitlines()) == 1, err

@@ -38,7 +38,7 @@ def _quick_config(args) -> dict[str, Any]:
         if value is not None and name != "shape":
             settings[name] = value
     if isinstance(settings.get("warm_start"), str) and settings["warm_start"] not in (
-            "auto", "none"):
+            "auto", "none", ""):  # "": refused by quick_config
         settings["warm_start"] = [p for p in settings["warm_start"].split(",") if p]
     # a setting's flag and its field are one setting: given both ways, or twice, is refused
     # (else the last would win without a word)
