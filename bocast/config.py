@@ -164,6 +164,8 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
     check_writable(output, "output", directory=True)
     if top["store"]:
         check_writable(resolve(top["store"]), "store")
+    _check_sources(top["strategy"].get("warm_start") if isinstance(top["strategy"], Mapping)
+                   else None)
     # the strategy last: its options are its module's, and a strategy's module may import
     # torch (seconds), which the refusal of any other field should not wait for
     name, _ = strategy_entry(top["strategy"], "strategy.")
@@ -181,6 +183,18 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
                       store=resolve(top["store"]) if top["store"] else None,
                       records=resolve(top["records"]) if top["records"] else None,
                       name=top["name"], path=path, raw=dict(raw))
+
+
+def _check_sources(sources: Any) -> None:
+    """Warm-start sources that are not there, refused before the strategy's module (torch) is
+    imported; the strategy checks the rest of each as it reads it."""
+    for p in sources if isinstance(sources, list) else []:
+        if not isinstance(p, str):
+            continue  # the strategy's own check names it
+        if p.endswith(".db") and not os.path.isfile(p):
+            raise ConfigError(f"strategy.warm_start: record store {p} not found")
+        if not p.endswith(".db") and not os.path.isfile(p + ".json"):
+            raise ConfigError(f"strategy.warm_start: dataset {p} not found ({p}.json)")
 
 
 def rpc_options(runner: str, section: Mapping[str, Any] | None,

@@ -712,6 +712,12 @@ def cases() -> list[Case]:
         key = flag[2:].replace("-", "_")
         cfg(f"tune OP: {flag} empty", None, f"{key}: empty; leave it out for its default",
             argv=quick + [flag, ""])
+    cfg("tune OP: --dataset on the stand-in", None,
+        "dataset: only for runner replay; this run's runner is standin",
+        argv=quick + ["--dataset", os.path.join(DATA, DATASET)])
+    cfg("tune OP: --warm-start a store that is not there", None,
+        "strategy.warm_start: record store {tmp}/none.db not found",
+        argv=quick + ["--warm-start", "{tmp}/none.db"])
     cfg("tune OP: --set output empty", None, "output: empty; leave it out for its default",
         argv=quick[:-2] + ["--set", "output="])
     cfg("tune OP: --set rpc on the stand-in", None,

@@ -189,6 +189,10 @@ FIELDS = [
     ("a key twice", "seed: 1\n", "key 'seed' given twice"),
     ("output under a file", "output: /etc/passwd/out\n", "output: cannot create"),
     ("a BO option", "strategy: {name: bo, pool_size: big}\n", "strategy.pool_size: expected"),
+    ("a warm-start store missing", "strategy: {name: bo, warm_start: [/no/such.db]}\n",
+     "strategy.warm_start: record store /no/such.db not found"),
+    ("a warm-start dataset missing", "strategy: {name: bo, warm_start: [/no/such]}\n",
+     "strategy.warm_start: dataset /no/such not found"),
 ]
 
 
