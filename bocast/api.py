@@ -237,9 +237,11 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
             cfg[section][name] = value
         else:
             cfg[key] = value
-    if cfg.get("dataset") and cfg["runner"] != "replay":  # else ignored without a word
-        raise InputError(f"dataset: only for runner replay; this run's runner is "
-                         f"{cfg['runner']}")
+    # else ignored without a word (a configuration file may keep them for another runner)
+    for key, runner_of_it in (("dataset", "replay"), ("rpc", "rpc")):
+        if cfg.get(key) and cfg["runner"] != runner_of_it:
+            raise InputError(f"{key}: only for runner {runner_of_it}; this run's runner is "
+                             f"{cfg['runner']}")
     target, _ = workload_and_dataset(cfg["workload"], "local", None)  # the workload's own checks
     w = target.workload
     if cfg["runner"] == "replay" and not cfg.get("dataset"):

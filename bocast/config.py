@@ -201,11 +201,12 @@ def rpc_options(runner: str, section: Mapping[str, Any] | None,
                 overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A configuration's ``rpc`` mapping, with the command line's fields over it, checked when
     the runner is rpc (tune and compare configurations alike); {} for other runners."""
-    if runner != "rpc":  # else ignored without a word: a replay run given --tracker
-        given = sorted({*(section or {}), *(overrides or {})})
-        if given:
-            raise ConfigError(f"rpc ({', '.join(given)}): only for runner rpc; this run's "
-                              f"runner is {runner}")
+    if runner != "rpc":
+        # the command line's fields (--tracker, --key) would be ignored without a word; the
+        # file's section stays, for the run of an rpc configuration given --runner replay
+        if overrides:
+            raise ConfigError(f"rpc ({', '.join(sorted(overrides))}): only for runner rpc; "
+                              f"this run's runner is {runner}")
         return {}
     try:
         return parse_options({**(section or {}), **(overrides or {})})

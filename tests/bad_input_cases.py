@@ -686,8 +686,6 @@ def cases() -> list[Case]:
     cfg("tune: --tracker and --key on replay", tune_cfg(),
         "rpc (key, tracker): only for runner rpc; this run's runner is replay",
         argv=TUNE_ARGV + ["--tracker", "127.0.0.1:9", "--key", "h100"])
-    cfg("tune: an rpc section on replay", tune_cfg(rpc={"tracker": "127.0.0.1:9", "key": "h"}),
-        "rpc (key, tracker): only for runner rpc; this run's runner is replay")
     cfg("tune: warm start from its own replay dataset",
         tune_cfg(strategy={"name": "bo", "warm_start": [os.path.join(DATA, DATASET)]}),
         f"strategy.warm_start: {os.path.join(DATA, DATASET)} is this run's own dataset: its "
@@ -721,7 +719,7 @@ def cases() -> list[Case]:
     cfg("tune OP: --set output empty", None, "output: empty; leave it out for its default",
         argv=quick[:-2] + ["--set", "output="])
     cfg("tune OP: --set rpc on the stand-in", None,
-        "rpc (tracker): only for runner rpc; this run's runner is standin",
+        "rpc: only for runner rpc; this run's runner is standin",
         argv=quick + ["--set", "rpc={tracker: '127.0.0.1:9'}"])
     cfg("tune OP: --set shape", None, "--set shape: the operator and --shape name the workload",
         argv=["tune", "gemm", "--set", "shape=[1,2,3]", "--set", "output={tmp}/out"])
