@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -240,6 +241,7 @@ def add(store: str, records: str | None = None) -> tuple[str, str]:
             if _store_entry(dest, stats=False).rows >= entry.rows:
                 return dest, "already there"
     os.makedirs(folder, exist_ok=True)
+    _remove_stale_copies(folder)
     tmp = os.path.join(folder, f".{os.path.basename(dest)}.{os.getpid()}.tmp")
     try:
         src = _read_only(store)
@@ -260,6 +262,25 @@ def add(store: str, records: str | None = None) -> tuple[str, str]:
         if os.path.exists(tmp):
             os.remove(tmp)
     return dest, "updated" if existed else "added"
+
+
+def _remove_stale_copies(folder: str) -> None:
+    """Delete the partial copies (``.NAME.PID.tmp``) that an :func:`add` killed by SIGKILL left
+    (its ``finally`` never ran): hidden, never listed, each as large as its store. A copy whose
+    process still runs (another add under way) is left alone."""
+    for name in os.listdir(folder):
+        m = re.fullmatch(r"\..+\.db\.(\d+)\.tmp", name)
+        if m is None or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue  # alive (or a process of another user, PermissionError below)
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(folder, name))
 
 
 def remove(name: str, records: str | None = None) -> str:

@@ -236,3 +236,21 @@ def test_a_token_on_the_command_line_is_never_repeated():
                  ["serve", "tracker", "--token=SECRET"]):
         code, out, err = _in_process(argv)
         assert code == 2 and "SECRET" not in err + out and len(err.splitlines()) == 1, err
+
+
+def test_records_add_removes_the_partial_copies_of_killed_adds(tmp_path):
+    """A SIGKILL during ``records add`` leaves its hidden ``.NAME.PID.tmp`` copy; the next add
+    removes those of processes that are gone, and leaves a running one's."""
+    from bocast import library
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = lib / f".gemm_x.db.{gone}.tmp"
+    running = lib / f".gemm_y.db.{os.getppid()}.tmp"
+    for p in (stale, running):
+        p.write_bytes(b"partial copy")
+    path, what = library.add(_store(str(tmp_path)), str(lib))
+    assert what == "added" and not stale.exists() and running.exists()
+    assert sorted(os.listdir(lib)) == sorted([running.name, os.path.basename(path)])
