@@ -221,6 +221,9 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
         cfg["workload"]["shape"] = list(shape)
     keys = {o.name: o.key for o in QUICK_OPTIONS}
     given = {k: v for k, v in settings.items() if v is not None}  # None: not given
+    for key, value in given.items():
+        if value == "" and (key in keys or key in keys.values()):  # else the default, silently
+            raise InputError(f"{key}: empty; leave it out for its default")
     for key, value in {**{o.name: o.default for o in QUICK_OPTIONS}, **given}.items():
         if value is None:
             continue
@@ -234,6 +237,11 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
             cfg[section][name] = value
         else:
             cfg[key] = value
+    # else ignored without a word (a configuration file may keep them for another runner)
+    for key, runner_of_it in (("dataset", "replay"), ("rpc", "rpc")):
+        if cfg.get(key) and cfg["runner"] != runner_of_it:
+            raise InputError(f"{key}: only for runner {runner_of_it}; this run's runner is "
+                             f"{cfg['runner']}")
     target, _ = workload_and_dataset(cfg["workload"], "local", None)  # the workload's own checks
     w = target.workload
     if cfg["runner"] == "replay" and not cfg.get("dataset"):
@@ -354,11 +362,19 @@ def _warm_start(cfg: TuneConfig, op, dataset, store_path: str, folder: str, *,
     known before it starts (a runner object's), so sources of any GPU may serve."""
     from bocast import library, warm_sources
     from bocast.bo.transfer import AUTO
+    from bocast.schema import ConfigError
     from bocast.store import Store
     from bocast.strategies import strategy_class
 
-    if "warm_start" not in strategy_class(cfg.strategy).options.names \
-            or cfg.strategy_options.get("warm_start", AUTO) != AUTO:
+    given = cfg.strategy_options.get("warm_start", AUTO)
+    own = {os.path.realpath(p): what for what, p in (("dataset", cfg.dataset),
+                                                      ("store", store_path)) if p}
+    for p in given if isinstance(given, list) else []:
+        if isinstance(p, str) and os.path.realpath(p) in own:  # what auto never picks either
+            raise ConfigError(f"strategy.warm_start: {p} is this run's own "
+                              f"{own[os.path.realpath(p)]}: its answers would leak into the "
+                              "search")
+    if "warm_start" not in strategy_class(cfg.strategy).options.names or given != AUTO:
         return None
     if os.path.isfile(store_path) and os.path.getsize(store_path) > 0:
         with Store.open(store_path, op.workload) as store:

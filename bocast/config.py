@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,6 +164,8 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
     check_writable(output, "output", directory=True)
     if top["store"]:
         check_writable(resolve(top["store"]), "store")
+    _check_sources(top["strategy"].get("warm_start") if isinstance(top["strategy"], Mapping)
+                   else None)
     # the strategy last: its options are its module's, and a strategy's module may import
     # torch (seconds), which the refusal of any other field should not wait for
     name, _ = strategy_entry(top["strategy"], "strategy.")
@@ -182,13 +185,29 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
                       name=top["name"], path=path, raw=dict(raw))
 
 
+def _check_sources(sources: Any) -> None:
+    """Warm-start sources that are not there, refused before the strategy's module (torch) is
+    imported; the strategy checks the rest of each as it reads it."""
+    for p in sources if isinstance(sources, list) else []:
+        if not isinstance(p, str):
+            continue  # the strategy's own check names it
+        if p.endswith(".db") and not os.path.isfile(p):
+            raise ConfigError(f"strategy.warm_start: record store {p} not found")
+        if not p.endswith(".db") and not os.path.isfile(p + ".json"):
+            raise ConfigError(f"strategy.warm_start: dataset {p} not found ({p}.json)")
+
+
 def rpc_options(runner: str, section: Mapping[str, Any] | None,
                 overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A configuration's ``rpc`` mapping, with the command line's fields over it, checked when
     the runner is rpc (tune and compare configurations alike); {} for other runners."""
     if runner != "rpc":
+        # the command line's fields (--tracker, --key) would be ignored without a word; the
+        # file's section stays, for the run of an rpc configuration given --runner replay
+        if overrides:
+            raise ConfigError(f"rpc ({', '.join(sorted(overrides))}): only for runner rpc; "
+                              f"this run's runner is {runner}")
         return {}
-
     try:
         return parse_options({**(section or {}), **(overrides or {})})
     except ValueError as e:
@@ -205,10 +224,45 @@ class UnreadableFile(ConfigError):
     """A configuration file that cannot be read as YAML; the message names the file."""
 
 
+#: Limits on a configuration file (a YAML bomb is a few lines whose aliases expand to a billion
+#: items; a 100 MB file takes minutes to parse): refused before it is read, or as it is composed,
+#: never after. The largest shipped configuration is under 10 KB, 4 levels deep, 2,000 items.
+MAX_CONFIG_BYTES = 64 * 1024
+MAX_DEPTH = 32
+MAX_ITEMS = 50_000  # scalars, lists and mappings, counted with every alias expanded
+
+
+class YamlLimitError(yaml.composer.ComposerError):
+    """A document past :data:`MAX_DEPTH` or :data:`MAX_ITEMS`."""
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key given twice in one mapping: PyYAML keeps the last
     one without a word, so ``budget:`` written twice would run the budget a reader of the file
-    does not see first (YAML 1.2 says keys are unique)."""
+    does not see first (YAML 1.2 says keys are unique); and a document nested deeper than
+    :data:`MAX_DEPTH` (PyYAML recurses: 900 levels end in RecursionError) or of more than
+    :data:`MAX_ITEMS` items once its aliases are expanded (what every reader of the data would
+    walk: the configuration's checks, its identity's JSON), refused before it is constructed."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise YamlLimitError(None, None, f"nested deeper than {MAX_DEPTH} levels",
+                               self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _expanded_items(node)
+        return node
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, Any] = {}
@@ -227,12 +281,62 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _expanded_items(root: yaml.Node) -> int:
+    """The items of the document ``root`` with every alias expanded (an anchored node counts
+    each time it is used), counted once per node: YamlLimitError past :data:`MAX_ITEMS`, or for an
+    alias inside its own anchor (an endless document)."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_:
+            raise YamlLimitError(None, None, "an alias inside its own anchor", node.start_mark)
+        open_.add(id(node))
+        n = 1
+        if isinstance(node, yaml.SequenceNode):
+            n += sum(size(c) for c in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            n += sum(size(k) + size(v) for k, v in node.value)
+        open_.discard(id(node))
+        if n > MAX_ITEMS:
+            raise YamlLimitError(None, None, f"more than {MAX_ITEMS:,} items once its aliases are "
+                           "expanded", node.start_mark)
+        sizes[id(node)] = n
+        return n
+
+    return size(root)  # depth is bounded by MAX_DEPTH: the recursion is too
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text given on a command line (``--set key=VALUE``), under the limits of a
+    configuration file; a yaml.YAMLError when it is not YAML or passes them."""
+    if len(text.encode("utf-8", "replace")) > MAX_CONFIG_BYTES:
+        raise YamlLimitError(None, None, f"longer than {MAX_CONFIG_BYTES:,} bytes", None)
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: plain data only
+
+
 def read_yaml(path: str) -> Any:
     """A configuration file's content (a key given twice in a mapping refused, as not valid
-    YAML); an UnreadableFile names the file and the problem."""
+    YAML; so is a file past the limits above); an UnreadableFile names the file and the
+    problem."""
     try:
+        info = os.stat(path)
+        # a FIFO or a device would block the read, or never end
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnreadableFile(f"{path}: not a regular file (a pipe or a device?)")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise UnreadableFile(f"{path}: {info.st_size:,} bytes, more than the "
+                                 f"{MAX_CONFIG_BYTES:,} a configuration file may have")
         with open(path, encoding="utf-8") as f:
-            return yaml.load(f, Loader=_UniqueKeyLoader)  # a SafeLoader: plain data only
+            text = f.read(MAX_CONFIG_BYTES + 1)  # a file grown since the stat
+        if len(text) > MAX_CONFIG_BYTES:
+            raise UnreadableFile(f"{path}: more than the {MAX_CONFIG_BYTES:,} bytes a "
+                                 "configuration file may have")
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: plain data only
     except FileNotFoundError:
         raise UnreadableFile(f"{path}: no such file") from None
     except IsADirectoryError:

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from bocast import interrupt
 from bocast.datasets import load_dataset
 from bocast.errors import InputError
 from bocast.operator import canonical_workload
-from bocast.store import StoreError, _check_existing, _read_only
+from bocast.store import Store, StoreError, _check_existing, _read_only
 
 ENV = "BOCAST_RECORDS"
 #: the shipped datasets: the repository's, beside the package
@@ -48,14 +49,21 @@ class LibraryError(InputError):
 def directory(records: str | os.PathLike | None = None, config: str | None = None) -> str:
     """The library's folder: ``records`` (argument), else ``$BOCAST_RECORDS``, else a
     configuration's ``records``, else ``$XDG_CACHE_HOME/bocast/records``."""
+    if records is not None and not os.fspath(records):
+        raise LibraryError("records: an empty path; leave it out for the default")
     if records:
-        return os.path.abspath(os.fspath(records))
-    if os.environ.get(ENV):
-        return os.path.abspath(os.environ[ENV])
-    if config:
-        return os.path.abspath(config)
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "bocast", "records")
+        folder = os.path.abspath(os.fspath(records))
+    elif os.environ.get(ENV):
+        folder = os.path.abspath(os.environ[ENV])
+    elif config:
+        folder = os.path.abspath(config)
+    else:
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                 ".cache")
+        folder = os.path.join(cache, "bocast", "records")
+    if os.path.exists(folder) and not os.path.isdir(folder):  # else read as an empty library
+        raise LibraryError(f"records: {folder} is a file, not the records library's folder")
+    return folder
 
 
 @dataclass
@@ -216,6 +224,10 @@ def add(store: str, records: str | None = None) -> tuple[str, str]:
     store, no records)."""
     folder = records or directory()
     try:
+        # every row read and checked as a warm start reads it: a row no measurement can hold
+        # (TFLOPS text, negative, infinite) is refused here, not copied into every later run
+        with Store.open(store) as opened:
+            opened.rows()
         entry = _store_entry(store, stats=False)
     except (StoreError, sqlite3.DatabaseError) as e:
         raise LibraryError(f"records add: {_one_line(e)}") from None
@@ -229,6 +241,7 @@ def add(store: str, records: str | None = None) -> tuple[str, str]:
             if _store_entry(dest, stats=False).rows >= entry.rows:
                 return dest, "already there"
     os.makedirs(folder, exist_ok=True)
+    _remove_stale_copies(folder)
     tmp = os.path.join(folder, f".{os.path.basename(dest)}.{os.getpid()}.tmp")
     try:
         src = _read_only(store)
@@ -249,6 +262,25 @@ def add(store: str, records: str | None = None) -> tuple[str, str]:
         if os.path.exists(tmp):
             os.remove(tmp)
     return dest, "updated" if existed else "added"
+
+
+def _remove_stale_copies(folder: str) -> None:
+    """Delete the partial copies (``.NAME.PID.tmp``) that an :func:`add` killed by SIGKILL left
+    (its ``finally`` never ran): hidden, never listed, each as large as its store. A copy whose
+    process still runs (another add under way) is left alone."""
+    for name in os.listdir(folder):
+        m = re.fullmatch(r"\..+\.db\.(\d+)\.tmp", name)
+        if m is None or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue  # alive (or a process of another user, PermissionError below)
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(folder, name))
 
 
 def remove(name: str, records: str | None = None) -> str:

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
+from bocast.errors import InputError
+from bocast.locations import check_outputs, check_writable
 from bocast.measure.builder import Builder
 from bocast.measure.parts import runner_kind
 from bocast.measure.retime import retime
-from bocast.measure.runner import GpuRunner
+from bocast.measure.runner import GpuRunner, why_no_gpu
 from bocast.measure.standin import StandinRunner
 from bocast.measure.status import Status
 from bocast.operator import canonical_workload, from_workload
@@ -56,10 +59,8 @@ def best_configs(stores: list[str], top: int) -> list[tuple[dict, list[dict]]]:
 
     for path in stores:
         if path.endswith(".json"):
-            with open(path) as f:
-                saved = json.load(f)
-            for r in saved["kernels"]:
-                add(canonical_workload(r.get("workload", saved["workload"])), path, dict(r))
+            for w, r in read_picks(path):
+                add(w, path, r)
             continue
         try:
             with Store.open(path) as store:
@@ -75,6 +76,66 @@ def best_configs(stores: list[str], top: int) -> list[tuple[dict, list[dict]]]:
         raise SystemExit("no store given")
     return [(w, sorted(rows.values(), key=lambda r: -r["recorded_tflops"])[:top])
             for w, rows in groups.values()]
+
+
+def read_picks(path: str) -> list[tuple[dict, dict]]:
+    """(workload, row) of each kernel of a ``--picks`` file, every field checked before any
+    work (a GPU machine's time is not spent building a file that cannot be read): refused with
+    one line (SystemExit) when it is not such a file."""
+    def bad(why: str) -> SystemExit:
+        return SystemExit(f"{path}: not a --picks file of bocast remeasure ({why})")
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise bad(f"{type(e).__name__}: {e}") from None
+    if not (isinstance(saved, dict) and isinstance(saved.get("kernels"), list)):
+        raise bad("expected an object with a list 'kernels'")
+    out = []
+    for i, r in enumerate(saved["kernels"]):
+        if not isinstance(r, dict):
+            raise bad(f"kernels[{i}]: expected an object")
+        w = r.get("workload", saved.get("workload"))
+        tflops = r.get("recorded_tflops")
+        if not (isinstance(r.get("key"), str) and isinstance(r.get("config"), dict)
+                and isinstance(tflops, (int, float)) and not isinstance(tflops, bool)
+                and math.isfinite(tflops) and tflops > 0 and isinstance(w, dict)):
+            raise bad(f"kernels[{i}]: expected key (text), config (object), recorded_tflops "
+                      "(a number > 0) and a workload")
+        try:
+            op = from_workload(w)
+            problems = op.space.structural_violations(op.space.from_json(r["config"]))
+        except (InputError, TypeError, ValueError, KeyError) as e:
+            raise bad(f"kernels[{i}]: {e}") from None
+        if problems:
+            raise bad(f"kernels[{i}]: not a configuration of the space of {w} "
+                      f"({', '.join(problems)})")
+        out.append((canonical_workload(w), dict(r)))
+    return out
+
+
+def check_arguments(args) -> None:
+    """The outputs, refused before any store is read: one that is an input, another output or
+    (without --force) an existing file, or that cannot be written."""
+    outputs = {flag: path for flag, path in (("--picks", args.picks), ("--out", args.out))
+               if path is not None}
+    try:
+        check_outputs(outputs, {"record store": args.stores},
+                      existing=None if args.force else "--force")
+        for flag, path in outputs.items():
+            check_writable(path, flag)
+    except InputError as e:
+        raise SystemExit(str(e)) from None
+
+
+def need_gpu(runner: str) -> None:
+    """The local runner on a machine without a GPU, refused before its worker starts (which
+    would fail to start CUDA with a traceback)."""
+    reason = why_no_gpu() if runner == "local" else None
+    if reason:
+        raise SystemExit(f"--runner local needs a CUDA GPU: {reason}; nothing was written "
+                         "(--picks FILE picks the kernels on this machine, for a GPU one)")
 
 
 def _problem(workload: dict) -> dict:
@@ -96,9 +157,12 @@ def main(argv=None, prog: str | None = None) -> int:
     ap.add_argument("--out", help="JSON results")
     ap.add_argument("--picks", help="only write the picked configurations to this JSON file "
                     "(no GPU needed) and stop")
+    ap.add_argument("--force", action="store_true",
+                    help="replace --out or --picks if it exists (never an input)")
     args = ap.parse_args(argv)
     if args.top < 1 or args.rounds < 1 or args.repeats < 1:
         ap.error("--top, --rounds and --repeats must be >= 1")
+    check_arguments(args)
 
     RunnerClass = GpuRunner if args.runner == "local" else StandinRunner
 
@@ -113,6 +177,7 @@ def main(argv=None, prog: str | None = None) -> int:
         print(f"{len(picked)} configurations of {_problem(workload)} "
               f"({', '.join(w.get('space', '?') for w, _ in groups)}) -> {args.picks}")
         return 0
+    need_gpu(args.runner)
     ops = [from_workload(w) for w, _ in groups]
     prov = provenance({"command": " ".join(sys.argv)})
     with RunnerClass(repeats=args.repeats, seed=0) as runner, \

@@ -24,7 +24,15 @@ from bocast import interrupt
 from bocast.errors import InputError
 from bocast.measure.status import Status
 from bocast.operator import canonical_workload
-from bocast.record import _TYPES, FEATURES, MEASURED, Record, check_record, measured_values
+from bocast.record import (
+    _TYPES,
+    FEATURES,
+    MEASURED,
+    Record,
+    RecordError,
+    check_record,
+    measured_values,
+)
 
 #: Changes only with an incompatible change of the tables. A new measured value is a new
 #: nullable column: a store written before it gets the column when opened (its rows read None),
@@ -227,13 +235,17 @@ class Store:
             for values in cur:
                 r = dict(zip(names, values))
                 try:
-                    out.append((r["id"], r["session"], Record(
+                    record = Record(
                         key=r["key"], config=json.loads(r["config"]), status=Status(r["status"]),
                         **measured_values(r), stage=r["stage"], source=r["source"],
                         error=r["error"] or "",
                         measured_on=(json.loads(r["measured_on"]) if r.get("measured_on")
-                                     else None))))
-                except (TypeError, ValueError) as e:
+                                     else None))
+                    # a row edited or written by another program (TFLOPS negative, infinite)
+                    # would reach a model or a ranking: refused as the writer refuses it
+                    check_record(record)
+                    out.append((r["id"], r["session"], record))
+                except (TypeError, ValueError, RecordError) as e:
                     raise StoreError(f"{self.path}: row {r.get('id')} cannot be read ({e})") \
                         from None
         except sqlite3.DatabaseError as e:

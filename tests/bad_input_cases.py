@@ -265,6 +265,43 @@ def _ok_row(lines: list[str]) -> int:
     return next(r for r in range(1, len(lines)) if lines[r].split(",")[i] == "ok")
 
 
+def tflops_store(value: str, name: str = "s.db") -> Callable[[str], None]:
+    """{tmp}/s.db (:func:`_store`) whose row 3 holds ``value`` (SQL) as its TFLOPS: a store
+    edited by another program, which no writer of bocast would have written."""
+    def setup(tmp: str) -> None:
+        conn = sqlite3.connect(_store(tmp, name))
+        with conn:
+            conn.execute(f"UPDATE measurements SET tflops = {value} WHERE id = 3")
+        conn.close()
+    return setup
+
+
+def picks_file(text: str) -> Callable[[str], None]:
+    """{tmp}/p.json holding ``text``: a --picks file of bocast remeasure, or not."""
+    return lambda tmp: Path(tmp, "p.json").write_text(text)
+
+
+def _bomb(flow: bool = False) -> str:
+    """YAML of 9 anchors each a list of 9 aliases of the one before: a few hundred bytes that
+    expand to 9^9 (387 million) items (a billion laughs), block style (a mapping's fields,
+    indented 2) or one flow list."""
+    items = [("a", ", ".join(['"lol"'] * 9))]
+    items += [(chr(ord("a") + i), ", ".join([f"*{chr(ord('a') + i - 1)}"] * 9))
+              for i in range(1, 9)]
+    if flow:
+        return "[" + ", ".join(f"&{k} [{v}]" for k, v in items) + "]"
+    return "".join(f"  {k}: &{k} [{v}]\n" for k, v in items)
+
+
+def tune_yaml(text: str) -> Callable[[str], None]:
+    """{tmp}/c.yaml: the tune configuration with ``text`` (YAML) after it."""
+    def setup(tmp: str) -> None:
+        tune_cfg()(tmp)
+        with open(os.path.join(tmp, "c.yaml"), "a") as f:
+            f.write(text)
+    return setup
+
+
 TUNE_ARGV = ["tune", "{tmp}/c.yaml"]
 CMP_ARGV = ["compare", "{tmp}/c.yaml"]
 # space v2 named: OP --shape alone lets the shape choose (space auto: v3 at 64^3)
@@ -459,6 +496,48 @@ def cases() -> list[Case]:
         "out: {tmp}/s.md is also the record store, which it would overwrite",
         setup=lambda t: _store(t, "s.md"))
 
+    fil("report of an empty store", ["report", "{tmp}/s.db"],
+        "{tmp}/s.db holds no records: nothing to report", setup=lambda t: _store(t, rows=0))
+    fil("report --within beyond the longest run", ["report", "{tmp}/s.db", "--within",
+                                                   "10000000"],
+        "within: 10000000 trials is more than the longest run's 120", setup=_store)
+    fil("report --seeds repeated", ["report", "{tmp}/s.db", "--seeds", "0", "0"],
+        "seeds: [0] given more than once", setup=_store)
+
+    # --- the records library: a store no writer of bocast would write is not copied in
+    number = "tflops: expected None or a number >= 0, got"
+    for what, value, says in (("text", "'fast'", "could not convert string to float: 'fast'"),
+                              ("negative", "-5.0", f"{number} -5.0"),
+                              ("infinite", "9e999", f"{number} inf")):
+        fil(f"records add of a store with {what} TFLOPS",
+            ["records", "add", "{tmp}/s.db", "--records", "{tmp}/lib"],
+            f"records add: {{tmp}}/s.db: row 3 cannot be read ({says})", setup=tflops_store(value))
+
+    # --- remeasure: its outputs, its picks file, the machine
+    remeasure = ["remeasure", "{tmp}/s.db", "--runner", "standin"]
+    fil("remeasure --picks onto its store", remeasure + ["--picks", "{tmp}/s.db"],
+        "--picks: {tmp}/s.db is also the record store, which it would overwrite", setup=_store)
+    fil("remeasure --out onto its store", remeasure + ["--out", "{tmp}/s.db"],
+        "--out: {tmp}/s.db is also the record store, which it would overwrite", setup=_store)
+    fil("remeasure --out over an existing file", remeasure + ["--out", "{tmp}/file.txt"],
+        "--out: {tmp}/file.txt exists; give --force to replace it",
+        setup=lambda t: (_store(t), a_file(t)))
+    fil("remeasure --out and --picks one file", remeasure + ["--out", "{tmp}/p.json",
+                                                             "--picks", "{tmp}/p.json"],
+        "--out: {tmp}/p.json is also the --picks", setup=_store)
+    fil("remeasure of a picks file not JSON", ["remeasure", "{tmp}/p.json", "--runner", "standin"],
+        "{tmp}/p.json: not a --picks file of bocast remeasure (JSONDecodeError",
+        setup=picks_file("garbage\n"))
+    fil("remeasure of a picks file of the wrong shape",
+        ["remeasure", "{tmp}/p.json", "--runner", "standin"],
+        "not a --picks file of bocast remeasure (kernels[0]: expected key (text), config",
+        setup=picks_file('{"workload": {"op": "gemm"}, "kernels": [{"key": "a"}]}'))
+    fil("remeasure of a picks file whose configuration is not one",
+        ["remeasure", "{tmp}/p.json", "--runner", "standin"],
+        "not a --picks file of bocast remeasure (kernels[0]:",
+        setup=picks_file(json.dumps({"workload": SUB_WORKLOAD, "kernels": [
+            {"key": "k", "config": {**SUB_FIX, "stages": 99}, "recorded_tflops": 1.0}]})))
+
     # --- keys given twice (YAML keeps the last without a word)
     fil("tune: budget given twice", TUNE_ARGV, "line 19, column 1: key 'budget' given twice "
         "(first at line 2)", setup=twice("budget", {"trials": 48}))
@@ -493,6 +572,21 @@ def cases() -> list[Case]:
     fil("configuration not YAML", TUNE_ARGV, "not valid YAML",
         setup=lambda t: Path(t, "c.yaml").write_text("workload: [unclosed\n"))
     fil("configuration is a folder", ["tune", "{tmp}"], "is a folder, not a configuration file")
+    # --- configurations past the limits of bocast.config (a run would hang, or crash)
+    for section in ("rpc", "runner_options", "description"):
+        fil(f"configuration's {section} a billion laughs", TUNE_ARGV,
+            "column 6: more than 50,000 items once its aliases are expanded)",
+            setup=tune_yaml(f"{section}:\n{_bomb()}"))
+    fil("configuration nested 900 deep", TUNE_ARGV, "nested deeper than 32 levels",
+        setup=tune_yaml("description: " + "[" * 900 + "]" * 900 + "\n"))
+    fil("configuration of 100,000 keys (1.5 MB)", TUNE_ARGV,
+        "bytes, more than the 65,536 a configuration file may have",
+        setup=tune_yaml("description:\n" + "".join(f"  k{i}: {i}\n" for i in range(100_000))))
+    fil("configuration is a FIFO", ["tune", "{tmp}/fifo"],
+        "{tmp}/fifo: not a regular file (a pipe or a device?)",
+        setup=lambda t: os.mkfifo(os.path.join(t, "fifo")))
+    fil("an alias inside its own anchor", TUNE_ARGV, "an alias inside its own anchor",
+        setup=tune_yaml("description: &d [1, *d]\n"))
     fil("configuration is a list", TUNE_ARGV, "expected a mapping of fields",
         setup=lambda t: _yaml(os.path.join(t, "c.yaml"), [1, 2]))
 
@@ -589,6 +683,46 @@ def cases() -> list[Case]:
     cfg("tune: workload shape a string", tune_cfg(workload={"op": "gemm", "shape": "1,2,3"}),
         "shape: expected a list of integers")
     cfg("tune: replay without a dataset", tune_cfg(dataset=DROP), "the replay runner needs")
+    cfg("tune: --tracker and --key on replay", tune_cfg(),
+        "rpc (key, tracker): only for runner rpc; this run's runner is replay",
+        argv=TUNE_ARGV + ["--tracker", "127.0.0.1:9", "--key", "h100"])
+    cfg("tune: warm start from its own replay dataset",
+        tune_cfg(strategy={"name": "bo", "warm_start": [os.path.join(DATA, DATASET)]}),
+        f"strategy.warm_start: {os.path.join(DATA, DATASET)} is this run's own dataset: its "
+        "answers would leak into the search")
+    cfg("tune OP: --runner and --set runner", None, "--set runner: given already (--runner)",
+        argv=["tune", "gemm", "--shape", "64,64,64", "--runner", "replay", "--set",
+              "runner=standin", "--set", "output={tmp}/out"])
+    cfg("tune OP: --trials and --set budget.trials", None,
+        "--set budget.trials: given already (--trials)",
+        argv=["tune", "gemm", "--shape", "64,64,64", "--trials", "8", "--set", "budget.trials=9",
+              "--set", "output={tmp}/out"])
+    cfg("tune OP: --set strategy.warm_start a billion laughs", None,
+        "--set strategy.warm_start: more than 50,000 items once its aliases are expanded",
+        argv=["tune", "gemm", "--set", "strategy.warm_start=" + _bomb(flow=True), "--set",
+              "output={tmp}/out"])
+    quick = ["tune", "gemm", "--shape", "64,64,64", "--runner", "standin", "--set",
+             "output={tmp}/out"]
+    cfg("tune OP: --records a file", a_file, "records: {tmp}/file.txt is a file, not the records "
+        "library's folder", argv=quick + ["--records", "{tmp}/file.txt"])
+    cfg("tune OP: --records empty", None, "records: an empty path", argv=quick + ["--records", ""])
+    for flag in ("--store", "--dataset", "--warm-start"):
+        key = flag[2:].replace("-", "_")
+        cfg(f"tune OP: {flag} empty", None, f"{key}: empty; leave it out for its default",
+            argv=quick + [flag, ""])
+    cfg("tune OP: --dataset on the stand-in", None,
+        "dataset: only for runner replay; this run's runner is standin",
+        argv=quick + ["--dataset", os.path.join(DATA, DATASET)])
+    cfg("tune OP: --warm-start a store that is not there", None,
+        "strategy.warm_start: record store {tmp}/none.db not found",
+        argv=quick + ["--warm-start", "{tmp}/none.db"])
+    cfg("tune OP: --set output empty", None, "output: empty; leave it out for its default",
+        argv=quick[:-2] + ["--set", "output="])
+    cfg("tune OP: --set rpc on the stand-in", None,
+        "rpc: only for runner rpc; this run's runner is standin",
+        argv=quick + ["--set", "rpc={tracker: '127.0.0.1:9'}"])
+    cfg("tune OP: --set shape", None, "--set shape: the operator and --shape name the workload",
+        argv=["tune", "gemm", "--set", "shape=[1,2,3]", "--set", "output={tmp}/out"])
 
     # --- compare configurations
     cfg("compare: seeds [0, 0, 1]", compare_cfg(seeds=[0, 0, 1]), "repeats [0]", argv=CMP_ARGV)
@@ -635,6 +769,19 @@ def cases() -> list[Case]:
         argv=CMP_ARGV + ["--only", "ga"])
 
     # --- the machine
+    serve = ["serve", "--key", "h100", "--worker", "standin"]
+    opt("serve --port-end below --port", serve + ["--port", "9100", "--port-end", "9050"],
+        "--port-end 9050: the range from --port 9100 (the end not included) holds no port")
+    opt("serve tracker --port-end at --port", ["serve", "tracker", "--port", "9195",
+                                              "--port-end", "9195"],
+        "--port-end 9195: the range from --port 9195")
+    opt("serve --token SECRET (not --token-file)", serve + ["--token", "SECRET"],
+        "--token: a token is never given on the command line")
+    opt("serve --tok SECRET (an abbreviation)", serve + ["--tok", "SECRET"],
+        "unrecognized argument(s) --tok; their values are not repeated")
+    c.append(Case("remeasure --runner local (the default) without a GPU",
+                  ["remeasure", "{tmp}/s.db", "--out", "{tmp}/r.json"], "needs a CUDA GPU",
+                  setup=_store, group="machine"))
     c.append(Case("measure --runner local (the default) without a GPU",
                   ["measure", "gemm", "--sample", "5", "--store", "{tmp}/new.db"],
                   "needs a CUDA GPU", group="machine"))
@@ -653,6 +800,9 @@ def _files(tmp: str) -> dict[str, str]:
             out[os.path.relpath(os.path.join(folder, name), tmp) + "/"] = ""
         for name in names:
             path = os.path.join(folder, name)
+            if not os.path.isfile(path):  # a FIFO: opening it would wait for a writer
+                out[os.path.relpath(path, tmp)] = "not a regular file"
+                continue
             with open(path, "rb") as f:
                 out[os.path.relpath(path, tmp)] = hashlib.sha256(f.read()).hexdigest()
     return out

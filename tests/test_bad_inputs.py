@@ -28,6 +28,7 @@ from tests.bad_input_cases import (
     damaged_store,
     foreign_sqlite,
     run_case,
+    tflops_store,
 )
 
 CASES = cases()
@@ -188,6 +189,10 @@ FIELDS = [
     ("a key twice", "seed: 1\n", "key 'seed' given twice"),
     ("output under a file", "output: /etc/passwd/out\n", "output: cannot create"),
     ("a BO option", "strategy: {name: bo, pool_size: big}\n", "strategy.pool_size: expected"),
+    ("a warm-start store missing", "strategy: {name: bo, warm_start: [/no/such.db]}\n",
+     "strategy.warm_start: record store /no/such.db not found"),
+    ("a warm-start dataset missing", "strategy: {name: bo, warm_start: [/no/such]}\n",
+     "strategy.warm_start: dataset /no/such not found"),
 ]
 
 
@@ -205,3 +210,47 @@ def test_a_refused_field_imports_nothing_heavy(tmp_path, extra, message):
                           text=True, cwd=ROOT, timeout=120)
     assert message in done.stderr
     assert done.stdout.split() == ["2", "[]"], (done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("value", ["-5.0", "9e999", "'fast'"], ids=["negative", "inf", "text"])
+def test_a_library_store_no_writer_would_write_is_passed_over(tmp_path, value):
+    """warm_start: auto (tune, suggest) reads the records library: a store there holding a TFLOPS
+    no measurement has is passed over with one line, as a damaged one is (a file of the library
+    is never fatal), and never reaches the model (it broke it: NaN, math domain error)."""
+    from bocast import warm_sources
+    from bocast.operator import from_workload
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    tflops_store(value)(str(lib))
+    got = warm_sources.choose(from_workload({"op": "gemm", "shape": [128, 64, 64]}), gpu=None,
+                              records=str(lib))
+    assert str(lib / "s.db") not in got.sources
+    assert any(("passed over s.db" in n and "row 3 cannot be read" in n)
+               or (f"skipped {lib / 's.db'}" in n) for n in got.notes), got.notes
+
+
+def test_a_token_on_the_command_line_is_never_repeated():
+    for argv in (["serve", "--key", "h", "--token", "SECRET"],
+                 ["serve", "--key", "h", "--tok", "SECRET"],
+                 ["serve", "tracker", "--token=SECRET"]):
+        code, out, err = _in_process(argv)
+        assert code == 2 and "SECRET" not in err + out and len(err.splitlines()) == 1, err
+
+
+def test_records_add_removes_the_partial_copies_of_killed_adds(tmp_path):
+    """A SIGKILL during ``records add`` leaves its hidden ``.NAME.PID.tmp`` copy; the next add
+    removes those of processes that are gone, and leaves a running one's."""
+    from bocast import library
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = lib / f".gemm_x.db.{gone}.tmp"
+    running = lib / f".gemm_y.db.{os.getppid()}.tmp"
+    for p in (stale, running):
+        p.write_bytes(b"partial copy")
+    path, what = library.add(_store(str(tmp_path)), str(lib))
+    assert what == "added" and not stale.exists() and running.exists()
+    assert sorted(os.listdir(lib)) == sorted([running.name, os.path.basename(path)])

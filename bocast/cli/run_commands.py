@@ -14,6 +14,7 @@ from bocast import api, figures, library, reporting
 from bocast.cli.common import UsageError, _emit, _operator_from
 from bocast.errors import InputError
 from bocast.kernel import export
+from bocast.measure.parts import runner_kind
 from bocast.operator import get_operator, operators, parse_shape
 from bocast.options import QUICK_OPTIONS
 from bocast.progress import say
@@ -29,25 +30,45 @@ def _quick_config(args) -> dict[str, Any]:
     """The configuration of ``bocast tune OP --shape ... [--set key=value]``."""
     import yaml
 
+    from bocast.config import YamlLimitError, parse_yaml
+
     settings: dict[str, Any] = {}
     for _, name in QUICK_FLAGS:
         value = getattr(args, name)
         if value is not None and name != "shape":
             settings[name] = value
     if isinstance(settings.get("warm_start"), str) and settings["warm_start"] not in (
-            "auto", "none"):
+            "auto", "none", ""):  # "": refused by quick_config
         settings["warm_start"] = [p for p in settings["warm_start"].split(",") if p]
+    # a setting's flag and its field are one setting: given both ways, or twice, is refused
+    # (else the last would win without a word)
+    given = {o.key: o.flag for o in QUICK_OPTIONS if getattr(args, o.name) is not None}
+    given.update({o.name: o.flag for o in QUICK_OPTIONS if getattr(args, o.name) is not None})
+    given.update({"runner": "--runner"} if args.runner is not None else {})
+    runner = args.runner
     for item in args.set:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise UsageError(f"--set: expected KEY=VALUE, got {item!r}")
+        if key in ("op", "shape", "workload"):
+            raise UsageError(f"--set {key}: the operator and --shape name the workload "
+                             "(--set workload.dtype=... sets one of its fields)")
+        if key in given:
+            raise UsageError(f"--set {key}: given already ({given[key]}); give it once")
+        given[key] = f"--set {key}"
         try:
-            settings[key] = yaml.safe_load(text) if text else ""
+            value = parse_yaml(text) if text else ""
+        except YamlLimitError as e:  # within the limits of a configuration file
+            raise UsageError(f"--set {key}: {e.problem}") from None
         except yaml.YAMLError:
-            settings[key] = text
+            value = text
+        if key == "runner":  # quick_config's own argument, as --runner's
+            runner = runner_kind(value)
+        else:
+            settings[key] = value
     shape = parse_shape(args.shape) if args.shape is not None else None
     get_operator(args.config)
-    return api.quick_config(args.config, shape, runner=args.runner, **settings)
+    return api.quick_config(args.config, shape, runner=runner, **settings)
 
 
 def cmd_tune(args) -> int:

@@ -273,12 +273,22 @@ def _warn_open(hosts: dict[str, str], token: str | None) -> None:
                 "holding the token runs code on the GPU servers (docs/rpc.md, 'RPC security')")
 
 
+def _check_ports(port: int, port_end: int, n: int) -> None:
+    """``n`` listeners from ``port`` on, each trying ports below ``port_end`` (0: any free
+    port): a range that holds none of them would fail only once bound, or never bind."""
+    if port and port + n - 1 > 65535:
+        raise ValueError(f"--port {port}: {n} servers need ports up to {port + n - 1}, past "
+                         "65535")
+    if port and port + n > port_end:
+        raise ValueError(f"--port-end {port_end}: the range from --port {port} (the end not "
+                         f"included) holds no port for {'the last of ' if n > 1 else ''}"
+                         f"{n} listener{'s' if n > 1 else ''}")
+
+
 def _check_serve(args) -> None:
     args.token = auth.load_token(args.token_file)
     args.gpu_list = _gpus(args.gpus)
-    if args.port and args.port + len(args.gpu_list) - 1 > 65535:
-        raise ValueError(f"--port {args.port}: {len(args.gpu_list)} servers need ports up to "
-                         f"{args.port + len(args.gpu_list) - 1}, past 65535")
+    _check_ports(args.port, args.port_end, len(args.gpu_list))
     hosts = {"--host": args.host}
     if args.tracker:
         hosts["--tracker"] = proto.parse_addr(args.tracker)[0]
@@ -300,15 +310,35 @@ def _check_server(args) -> None:
 
 def _check_tracker(args) -> None:
     args.token = auth.load_token(args.token_file)
+    _check_ports(args.port, args.port_end, 1)
     _warn_open({"--host": args.host}, args.token)
 
 
 class _Parser(argparse.ArgumentParser):
     """The one-line error of bocast's other commands (``bocast.cli.parser._Parser``, not
-    imported: a server host need not import the tuner's command line); usage is in --help."""
+    imported: a server host need not import the tuner's command line); usage is in --help.
+    No abbreviations: ``--token SECRET`` would be ``--token-file SECRET``, and its error
+    would print the secret."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def error(self, message: str):
+        head, sep, rest = message.partition("unrecognized arguments: ")
+        if sep:  # the options alone: a value may be a secret (--tok SECRET)
+            flags = [a for a in rest.split() if a.startswith("-")]
+            message = (f"{head}unrecognized argument(s) {' '.join(flags) or '(not options)'}; "
+                       "their values are not repeated")
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _NoToken(argparse.Action):
+    """``--token VALUE``: refused without repeating the value (the secret), which a command
+    line shows every user of the machine (ps)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error("--token: a token is never given on the command line (every user sees it "
+                     "in ps); put it in a file of mode 600 and give --token-file FILE")
 
 
 _TOKEN_HELP = (f"file holding the fleet's shared token (mode 600); default: ${auth.TOKEN_ENV}. "
@@ -356,6 +386,7 @@ def build_parser(prog: str = "python -m bocast.measure.rpc_server") -> argparse.
                         "needs the token)")
     p.add_argument("--tracker-port", type=_port, default=9190)
     p.add_argument("--token-file", help=_TOKEN_HELP)
+    p.add_argument("--token", nargs="?", action=_NoToken, help=argparse.SUPPRESS)
     p.set_defaults(func=serve, check=_check_serve, prog=p.prog)
     p = sub.add_parser("tracker", prog=f"{prog} tracker", help="a tracker alone")
     p.add_argument("--host", default="127.0.0.1", type=_host,
@@ -363,6 +394,7 @@ def build_parser(prog: str = "python -m bocast.measure.rpc_server") -> argparse.
     p.add_argument("--port", type=_port, default=9190)
     p.add_argument("--port-end", type=_port_end, default=9199)
     p.add_argument("--token-file", help=_TOKEN_HELP)
+    p.add_argument("--token", nargs="?", action=_NoToken, help=argparse.SUPPRESS)
     p.set_defaults(func=run_tracker, check=_check_tracker, prog=p.prog)
     p = sub.add_parser("_server", help=argparse.SUPPRESS)  # one server, started by serve
     _server_args(p)

@@ -78,6 +78,13 @@ class Tracker:
     :meth:`start` serves in background threads; :meth:`serve_forever` in this one. Every peer
     must prove ``token``; without one, ``host`` must be loopback (an AuthError otherwise)."""
 
+    #: connections held at once (a thread each): a fleet is a few servers and clients; past
+    #: it a new connection is closed at once, so idle peers cannot exhaust the host's threads
+    MAX_CONNECTIONS = 128
+    #: seconds a peer has for its magic (and the token's proof), then for its first command:
+    #: a client or server sends one at once; a peer that does not speak is dropped
+    HANDSHAKE_S = 30.0
+
     def __init__(self, host: str = "127.0.0.1", port: int = 9190, port_end: int = 9199, *,
                  stop_key: str | None = None, token: str | None = None):
         auth.require(token, {"tracker address": host})
@@ -102,6 +109,7 @@ class Tracker:
         self._conns: set[_Conn] = set()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._slots = threading.BoundedSemaphore(self.MAX_CONNECTIONS)
 
     @property
     def addr(self) -> tuple[str, int]:
@@ -123,6 +131,9 @@ class Tracker:
             try:
                 sock, peer = self._listen.accept()
             except OSError:
+                continue
+            if not self._slots.acquire(blocking=False):  # full: this one is not served
+                sock.close()
                 continue
             threading.Thread(target=self._handle, args=(sock, peer[0]), daemon=True).start()
 
@@ -146,23 +157,28 @@ class Tracker:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         conn = _Conn(sock, peer)
         try:
-            sock.settimeout(30)  # a peer that never sends its magic
+            sock.settimeout(self.HANDSHAKE_S)  # a peer that never sends its magic
             if struct.unpack("<i", recv_exact(sock, 4))[0] != TRACKER_MAGIC:
                 return
             if self.token is None:
                 sock.sendall(struct.pack("<i", TRACKER_MAGIC))
             elif not _challenge(sock, self.token):
                 return  # closed before any command: nothing registered, nothing handed out
-            sock.settimeout(None)
+            sock.settimeout(self.HANDSHAKE_S)  # its first command, now
+            first = recv_msg(sock)
+            sock.settimeout(None)  # then idle is legitimate: a request waits, a server stays
             with self._lock:
                 self._conns.add(conn)
+            if not self._command(conn, first):
+                return
             while not self._stopped.is_set():
                 if not self._command(conn, recv_msg(sock)):
                     return
         except (OSError, ConnectionError, ValueError, struct.error):
             return
         finally:
-            self._drop(conn)
+            self._drop(conn)  # closes the socket
+            self._slots.release()
 
     def _command(self, conn: _Conn, args: Any) -> bool:
         if not isinstance(args, list) or not args:

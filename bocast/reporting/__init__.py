@@ -121,6 +121,9 @@ def report(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
     wanted = set(seeds) if seeds is not None else None
     for s in wanted or ():
         SEED.check(s)
+    repeated = sorted({s for s in seeds or () if list(seeds or ()).count(s) > 1})
+    if repeated:
+        raise InputError(f"seeds: {repeated} given more than once")
     found = [f for f in inputs.find_stores(names, pattern) if arms is None or f[1] in arms]
     if out is not None:
         _outputs(out, [p for p, _, _ in found], force)
@@ -131,6 +134,9 @@ def report(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
     if missing or not runs:
         raise InputError(f"arms: no store of {missing} under {names}" if missing else
                          f"{names}: no store" + (f" of seeds {sorted(wanted)}" if wanted else ""))
+    empty = [r.path for r in runs if not r.trials]
+    if empty:  # a store made and never measured into: no curve to report
+        raise InputError(f"{empty[0]} holds no records: nothing to report")
     seen: dict[tuple[str, int], str] = {}
     for r in runs:
         if (r.label, r.seed) in seen:
@@ -140,6 +146,8 @@ def report(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
     if baseline is not None and baseline not in labels:
         raise InputError(f"baseline: {baseline!r} is not one of the arms {labels}")
     longest = max(r.trials for r in runs)
+    if within is not None and within > longest:  # it would count every seed as reaching nothing
+        raise InputError(f"within: {within} trials is more than the longest run's {longest}")
     if at is None:
         at = [b for b in (2 ** k for k in range(3, 40)) if b < longest] + [longest]
     by_arm = {a: sorted((r for r in runs if r.label == a), key=lambda r: r.seed) for a in labels}
