@@ -34,11 +34,16 @@ and ThunderKittens' H100 GEMM; it computes C[M, N] = A[M, K] B[N, K]^T, both ope
       CTA exits while its peer may still arrive on its barriers. The launch gives the cluster
       dims (cuLaunchKernelEx, :attr:`TirxKernel.cluster`, as TVM's host code does)
 
-What the template does not do yet: clusters of more than 2 CTAs, stmatrix (it moves 16-bit
-elements: no use for the fp32 output), a conflict-free staging layout (the swizzled box costs 2
-shared-memory wavefronts a half-warp's store, see ``_hopper_layout.staging_offset``),
-overlapping a tile's epilogue with the next tile's main loop beyond what ping-pong gives, the
-NN layout and fp16 output.
+Operand and output types (``Plan.in_dtype``, ``out_dtype``): fp16 or bf16 operands (wgmma
+``.f16``/``.bf16``, k16), fp32 accumulators always, an fp32 or 16-bit output (rounded pairs
+stored 4 bytes at a time, or staged as 64-column boxes for TMA); every size derives from
+``_hopper_layout.DTYPE_BYTES``, so fp8 (k32, 1-byte elements) would change tables, not sums.
+
+What the template does not do yet: clusters of more than 2 CTAs, stmatrix for a 16-bit
+output's staging, a conflict-free staging layout for an fp32 output (the swizzled box costs 2
+shared-memory wavefronts a half-warp's store, see ``_hopper_layout.staging_offset``; a 16-bit
+output's takes 1), overlapping a tile's epilogue with the next tile's main loop beyond what
+ping-pong gives, the NN layout, fp8.
 
 One body, two operators. A :class:`Plan` is what a configuration fixes over an M x N x K matmul
 (tile, ring, warpgroups, the tiles' walk, the launch); :func:`device_body` turns it into the

@@ -5,13 +5,14 @@ derived columns, the named constraints of what the kernel and the H100 admit) an
 with the GEMM's hooks (A's box at k block and block row of a 2-D map; C's rows and columns).
 
 The matmul is the GEMM's NT layout (both operands K-major, which is wgmma's native form), fp16
-in, fp32 accumulate and out. A GEMM's extents may be ragged (M, N, K
-need not be multiples of BM, BN, BK; K % 8 == 0 remains, TMA's global rows being multiples of 16
-bytes): tiles and k blocks are counted by ceil-division, TMA zero-fills the parts of its boxes
-past an edge (the mbarrier still receives the whole box's bytes, as CUTLASS's fixed
-TmaTransactionBytes relies on), and the direct stores test their row and column against M and
-N (generated only for an extent that is ragged); the TMA store clips its boxes at C's edges
-(the tma epilogue needs N % 4 == 0: C's rows must be multiples of 16 bytes for its tensor map).
+or bf16 in, fp32 accumulate, fp32 or 16-bit out (the workload's dtype: ``mm.SPACE_DTYPES``).
+A GEMM's extents may be ragged (M, N, K need not be multiples of BM, BN, BK; K % 8 == 0 remains,
+TMA's global rows being multiples of 16 bytes): tiles and k blocks are counted by ceil-division,
+TMA zero-fills the parts of its boxes past an edge (the mbarrier still receives the whole box's
+bytes, as CUTLASS's fixed TmaTransactionBytes relies on), and the direct stores test their row
+and column against M and N (generated only for an extent that is ragged); the TMA store clips
+its boxes at C's edges (the tma epilogue needs C's rows to be multiples of 16 bytes for its
+tensor map: N % 4 == 0 for fp32, N % 8 == 0 for a 16-bit output).
 A bmm (C[b] = A[b] B[b]^T)
 is the same kernel over the batch's tiles: its operands are read as one [b x M, K] and one
 [b x N, K] matrix (2-D tensor maps) and the persistent loop walks batch x tiles, batch
@@ -21,7 +22,7 @@ for the workload, by :func:`check_workload`.
 
 Kernel arguments: the tensor maps of A and B (``__grid_constant__ CUtensorMap``, encoded by the
 runner with ``cuTensorMapEncodeTiled`` from :attr:`TirxKernel.tensor_maps`) and C's pointer, or
-with the tma epilogue C's tensor map (fp32).
+with the tma epilogue C's tensor map (in C's type).
 """
 
 from __future__ import annotations
@@ -188,9 +189,9 @@ def constraints(spec) -> list[Constraint]:
                    lambda c: (c["arrangement"] == "cooperative") | (c["consumers"] == 2)),
         *batch_constraints(spec),
         Constraint("v2_stores_need_even_n",
-                   f"the v2 epilogue's {2 * out_size}-byte stores (columns 2j, 2j + 1 of {out_name})"
-                   f" need N ({N}) even: aligned, and a pair is either inside C's row or past its "
-                   "end",
+                   f"the v2 epilogue's {2 * out_size}-byte stores (columns 2j, 2j + 1 of "
+                   f"{out_name}) need N ({N}) even: aligned, and a pair is either inside C's row "
+                   "or past its end",
                    lambda c: (c["epilogue"] != "v2") | (N % 2 == 0)),
         # the name says fp32's multiple (conv2d and the records before other outputs share it)
         Constraint("tma_store_needs_n_multiple_of_4",

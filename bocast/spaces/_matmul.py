@@ -6,8 +6,9 @@ Every operator here is, like in Heron, one matmul on Tensor Cores:
     C[(b,) i, j] = sum_k A[(b,) i, k] * B[(b,) k, j]      ("NN")
 
 with fp16 operands and an fp32 or fp16 accumulator (space v3: fp16 or bf16 operands, an fp32
-accumulator, an fp32 or 16-bit output; :data:`SPACE_DTYPES`). An operator describes its matmul with a
-:class:`MatmulSpec` and writes ``prim_func()`` so that one block (``spec.block``) is that einsum.
+accumulator, an fp32 or 16-bit output; :data:`SPACE_DTYPES`). An operator describes its matmul
+with a :class:`MatmulSpec` and writes ``prim_func()`` so that one block (``spec.block``) is
+that einsum.
 Its operands may be produced by other blocks (padding, an im2col gather, a reshape of the weights):
 the schedules inline every such producer into the shared-memory fetch, so the gather costs index
 arithmetic in the cooperative copy and no extra kernel. Its result may be copied by one more block

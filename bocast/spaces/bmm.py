@@ -1,6 +1,7 @@
 """Batched matmul on Tensor Cores (WMMA): C[b, M, N] = A[b, M, K] @ B[b], with B stored [b, N, K]
 ("NT", C = A B^T, attention scores Q K^T) or [b, K, N] ("NN", attention output P V); fp16 inputs,
-fp32 or fp16 accumulation and output.
+fp32 or fp16 accumulation and output (space v3: also bf16 inputs, fp32 accumulation, fp32 or
+16-bit output; ``_matmul.SPACE_DTYPES``).
 
 The knobs and constraints are the GEMM's (``gemm.py``, built by ``_wmma_matmul.py``)
 on the M, N, K of one batch element, plus ``batch_bind``: the batch axis runs on blockIdx.y, or

@@ -1,5 +1,6 @@
 """GEMM on Tensor Cores: C[M, N] = A[M, K] @ B, with B stored [N, K] ("NT", C = A B^T) or
-[K, N] ("NN"); fp16 inputs, fp32 or fp16 accumulation and output.
+[K, N] ("NN"); fp16 inputs, fp32 or fp16 accumulation and output (space v3: also bf16 inputs,
+fp32 accumulation, fp32 or 16-bit output; ``_matmul.SPACE_DTYPES``).
 
 Three schedule spaces (``--space``, the workload's ``space``; ``auto``, the default of ``bocast
 tune gemm --shape``, picks v3 where M and N >= 64, see :meth:`Gemm.prefers_v3`). v1 and v2 are
