@@ -80,9 +80,8 @@ def test_references_are_float64_and_the_vendor_baseline_runs_in_the_workloads_ty
     import torch
 
     for dtype, out in (("bf16:fp32", torch.float32), ("bf16:bf16", torch.bfloat16)):
-        for op, shapes in ((Gemm(64, 96, 32, dtype=dtype, space="v3"), None),
-                           (Bmm(2, 64, 64, 32, dtype=dtype, space="v3"), None)):
-            del shapes
+        for op in (Gemm(64, 96, 32, dtype=dtype, space="v3"),
+                   Bmm(2, 64, 64, 32, dtype=dtype, space="v3")):
             gen = torch.Generator().manual_seed(0)
             a, b = ((torch.rand(t.shape, generator=gen) * 2 - 1).to(torch.bfloat16)
                     for t in op.tensors()[:2])
