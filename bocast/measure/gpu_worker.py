@@ -64,7 +64,7 @@ def _check(call: str, code: int) -> None:
 
 
 #: CUtensorMapDataType of the tensors a TMA descriptor may describe
-_TMA_DTYPES = {"float16": 6, "float32": 7}
+_TMA_DTYPES = {"float16": 6, "float32": 7, "bfloat16": 9}
 
 
 class TensorMap:
@@ -206,7 +206,7 @@ def make_inputs(op, seed: int):
     import torch
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    dtypes = {"float16": torch.float16, "float32": torch.float32}
+    dtypes = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
     out = {}
     for t in op.tensors():
         if t.role == "input":

@@ -64,7 +64,8 @@ class Conv(mm.MatmulOperator):
         if values["dilation"] < self.min_dilation:
             raise WorkloadError(f"{name}: dilation must be >= {self.min_dilation}, got "
                                 f"{values['dilation']} (use conv2d for an undilated convolution)")
-        self.in_dtype, self.out_dtype = mm.dtype_pair(name, dtype)
+        # v3's conv2d is fp16:fp32 only (_hopper_conv.check_workload): the fp16 spaces' dtypes
+        self.in_dtype, self.out_dtype = mm.dtype_pair(name, dtype, space, ("v1", "v2"))
         self.N, self.C, self.K = (int(values[k]) for k in ("N", "C", "K"))
         self.size = tuple(int(values[k]) for k in self.spatial)
         self.ksize = tuple(int(values[k]) for k in self.kernel)
@@ -82,7 +83,8 @@ class Conv(mm.MatmulOperator):
                          "space": mm.space_version(name, space)}
         self.matmul = mm.MatmulSpec(
             self.N * math.prod(self.out), self.K, math.prod(self.ksize) * self.C,
-            self.in_dtype, self.out_dtype, trans_b=True, epilogue="Y",
+            self.in_dtype, mm.acc_dtype(space, self.out_dtype), out_dtype=self.out_dtype,
+            trans_b=True, epilogue="Y",
             epilogue_map=lambda n, *rest: (self._ravel(n, rest[:-1]), rest[-1]), space=space)
         self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_c", f"fetch vectors stay inside one tap's run of C={self.C} input "

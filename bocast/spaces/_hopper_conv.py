@@ -105,7 +105,7 @@ def check_workload(op) -> None:
         raise WorkloadError(f"{what} implements stride 1 only (a tile's pixels would read every "
                             f"stride-th input element: TMA elementStrides or im2col mode, not "
                             f"used yet), got stride {op.stride}; use space v2")
-    if op.in_dtype != "float16" or op.out_dtype != "float32":
+    if op.in_dtype != "float16" or op.out_dtype != "float32":  # fp16:fp16 (bf16: _conv's)
         raise WorkloadError(f"{what} implements fp16:fp32 only; use space v2")
     if op.C % MIN_BK:
         raise WorkloadError(f"{what} needs C % {MIN_BK} == 0 (a k block of BK = 32 or 64 "

@@ -34,11 +34,16 @@ and ThunderKittens' H100 GEMM; it computes C[M, N] = A[M, K] B[N, K]^T, both ope
       CTA exits while its peer may still arrive on its barriers. The launch gives the cluster
       dims (cuLaunchKernelEx, :attr:`TirxKernel.cluster`, as TVM's host code does)
 
-What the template does not do yet: clusters of more than 2 CTAs, stmatrix (it moves 16-bit
-elements: no use for the fp32 output), a conflict-free staging layout (the swizzled box costs 2
-shared-memory wavefronts a half-warp's store, see ``_hopper_layout.staging_offset``),
-overlapping a tile's epilogue with the next tile's main loop beyond what ping-pong gives, the
-NN layout and fp16 output.
+Operand and output types (``Plan.in_dtype``, ``out_dtype``): fp16 or bf16 operands (wgmma
+``.f16``/``.bf16``, k16), fp32 accumulators always, an fp32 or 16-bit output (rounded pairs
+stored 4 bytes at a time, or staged as 64-column boxes for TMA); every size derives from
+``_hopper_layout.DTYPE_BYTES``, so fp8 (k32, 1-byte elements) would change tables, not sums.
+
+What the template does not do yet: clusters of more than 2 CTAs, stmatrix for a 16-bit
+output's staging, a conflict-free staging layout for an fp32 output (the swizzled box costs 2
+shared-memory wavefronts a half-warp's store, see ``_hopper_layout.staging_offset``; a 16-bit
+output's takes 1), overlapping a tile's epilogue with the next tile's main loop beyond what
+ping-pong gives, the NN layout, fp8.
 
 One body, two operators. A :class:`Plan` is what a configuration fixes over an M x N x K matmul
 (tile, ring, warpgroups, the tiles' walk, the launch); :func:`device_body` turns it into the
@@ -64,14 +69,17 @@ from ._hopper_layout import (
     CLUSTERS,
     EPI_BOX_BYTES,
     EPI_BUFFERS,
-    EPI_COLS,
     EPI_SMEM_PER_CONSUMER,
     REG_SPLITS,
     SM_COUNT,
     SWIZZLE,
+    WGMMA_TYPES,
+    epi_cols,
     staging_offset,
     tile_coords,
+    wgmma_k,
 )
+from ._hopper_layout import DTYPE_BYTES as SIZE
 
 
 @dataclass
@@ -97,8 +105,16 @@ class Plan:
     the tiles' walk and the launch. M, N and K may be ragged: tiles and k blocks are counted by
     ceil-division (TMA zero-fills its boxes past an edge; the operator's stores test theirs)."""
 
-    def __init__(self, config, M: int, N: int, K: int, batch: int = 1):
+    def __init__(self, config, M: int, N: int, K: int, batch: int = 1, *,
+                 in_dtype: str = "float16", out_dtype: str = "float32"):
         c = config
+        #: the operands' and the output's element types (the accumulators are fp32 whatever
+        #: they are: wgmma has no other accumulator for bf16, and a 16-bit output is rounded
+        #: once, at the store, as cuBLAS does); their sizes set every byte count below
+        self.in_dtype, self.out_dtype = in_dtype, out_dtype
+        self.in_size, self.out_size = SIZE[in_dtype], SIZE[out_dtype]
+        self.wgmma_k = wgmma_k(in_dtype)
+        self.epi_cols = epi_cols(out_dtype)
         self.BM, self.BN, self.BK, self.S, self.NC = (
             int(c[k]) for k in ("bm", "bn", "bk", "stages", "consumers"))
         BM, BN, BK, S, NC = self.BM, self.BN, self.BK, self.S, self.NC
@@ -122,8 +138,8 @@ class Plan:
         self.clusters = self.grid // self.CS  # the walk's stride, in blocks of CS tiles
         self.threads = 128 * (NC + 1)
         self.half_n = BN // 2  # accumulators of one m64 atom per thread
-        self.stage_bytes = (BM + BN) * BK * 2
-        # fp16 elements of the ring; the tma epilogue's boxes follow it
+        self.stage_bytes = (BM + BN) * BK * self.in_size
+        # elements (of the operands' type) of the ring; the tma epilogue's boxes follow it
         self.ring = S * (BM + BN) * BK
         self.epi_bytes = NC * EPI_SMEM_PER_CONSUMER if self.tma_store else 0
         # the shared operand's box is half its tile: each CTA of a cluster loads (and
@@ -175,14 +191,20 @@ def device_body(p: Plan, ops: Operands):
     WM, atoms, half_n, threads, ring = p.WM, p.atoms, p.half_n, p.threads, p.ring
     tma_store, epi_bytes, stage_bytes, a_box, b_box = (
         p.tma_store, p.epi_bytes, p.stage_bytes, p.a_box, p.b_box)
-    box_chunks = BN // EPI_COLS  # staging boxes per m64 atom (even: BN is a multiple of 64)
-    assert box_chunks * EPI_COLS == BN and (atoms * box_chunks) % EPI_BUFFERS == 0
+    size, out_size, KW, epi_c = p.in_size, p.out_size, p.wgmma_k, p.epi_cols
+    box_chunks = BN // epi_c  # staging boxes per m64 atom
+    # the two buffers alternate box by box (even: every tile starts on buffer 0); an fp32
+    # output's 32-column boxes are even for any BN (a multiple of 64), a 16-bit output's
+    # 64-column boxes need BN // 64 * atoms even (the space's tma_boxes_pair_up)
+    assert box_chunks * epi_c == BN and (not tma_store or (atoms * box_chunks) % EPI_BUFFERS == 0)
     assert CN == 1 or ops.a_rank == 2, "A's multicast half is rows of a 2-D map"
-    swz = SWIZZLE[BK * 2]
-    sbo = 8 * BK * 2 // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
+    swz = SWIZZLE[BK * size]
+    sbo = 8 * BK * size // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
     tile, a_coords, store_box, store_rows = p.tile, ops.a_coords, ops.store_box, ops.store_rows
 
-    mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.f16.f16"
+    ab = WGMMA_TYPES[p.in_dtype]
+    mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ab}.{ab}"
+    stage_pair = store_pair(p.out_dtype, "shared")  # the tma epilogue's staging store, 16-bit
     tma_load = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
     tma, tma_a = tma_load.format(2), tma_load.format(ops.a_rank)  # B's map is 2-D, A's 2-D or 4-D
     tma_mc = tma + ".multicast::cluster"
@@ -191,7 +213,7 @@ def device_body(p: Plan, ops: Operands):
         *inner, row = a_coords(kb, tm)
         return (*inner, row + rank * a_box)
 
-    def sm(s, r, col):  # fp16 element (row r, column col) of stage s in the ring
+    def sm(s, r, col):  # element (row r, column col) of stage s in the ring
         return (s * (BM + BN) + r) * BK + col
 
     def acc_list(buf, a):
@@ -231,8 +253,10 @@ def device_body(p: Plan, ops: Operands):
         n_tiles = T.meta_var((tiles // CS - cl + clusters - 1) // clusters)  # its walk's length
         tx = T.thread_id([threads])
         # one dynamic allocation (TIRx allows one): stage s holds A's BM rows, then B's BN rows
-        # (sm(s, r, col)); after the ring, the tma epilogue's staging boxes (fp32 in fp16 pairs)
-        Sm = T.alloc_buffer((ring + epi_bytes // 2,), "float16", scope="shared.dyn", align=1024)
+        # (sm(s, r, col)); after the ring, the tma epilogue's staging boxes (output elements
+        # stored over the operands' type: indices in its units)
+        Sm = T.alloc_buffer((ring + epi_bytes // size,), p.in_dtype, scope="shared.dyn",
+                            align=1024)
         full = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
         empty = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
         # ping-pong: turn[w] completes when the other consumer ends a main loop, so w's loop
@@ -317,13 +341,13 @@ def device_body(p: Plan, ops: Operands):
                     s = T.meta_var(it % S)
                     T.cuda.mbarrier_wait(T.address_of(full[s]), (it // S) & 1)
                     T.ptx.wgmma.fence.sync.aligned()
-                    for kk in T.unroll(BK // 16):
+                    for kk in T.unroll(BK // KW):
                         T.cuda.wgmma.encode_matrix_descriptor(
-                            T.address_of(desc_b), T.address_of(Sm[sm(s, BM, kk * 16)]), 1, sbo, swz)
+                            T.address_of(desc_b), T.address_of(Sm[sm(s, BM, kk * KW)]), 1, sbo, swz)
                         for a in T.unroll(atoms):
                             T.cuda.wgmma.encode_matrix_descriptor(
                                 T.address_of(desc_a),
-                                T.address_of(Sm[sm(s, row0 + a * 64, kk * 16)]), 1, sbo, swz)
+                                T.address_of(Sm[sm(s, row0 + a * 64, kk * KW)]), 1, sbo, swz)
                             T.ptx[mma](*acc_list(acc, a), desc_a, desc_b,
                                        T.ptx.pred((kb > 0) or (kk > 0)), 1, 1, 0, 0)
                     T.ptx.wgmma.commit_group.sync.aligned()
@@ -342,9 +366,10 @@ def device_body(p: Plan, ops: Operands):
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
                 # columns 8 j + 2 (lt % 4) (+1)
                 if tma_store:
-                    # box by box (64 rows x 32 columns): every thread writes its 16 floats of the
-                    # box to a staging buffer in TMA's 128-byte swizzle (16-byte chunk q of row
-                    # i at chunk q ^ (i % 8)), fences them for the async proxy, the consumer's
+                    # box by box (64 rows x 128 bytes: 32 fp32 or 64 16-bit columns): every thread
+                    # writes its 16 values of the box (rounded to a 16-bit output's type) to a
+                    # staging buffer in TMA's 128-byte swizzle (16-byte chunk q of row i at
+                    # chunk q ^ (i % 8)), fences them for the async proxy, the consumer's
                     # 128 threads meet at named barrier 1 + cw, and one thread has TMA store
                     # the box (clipped at the output's edges). Two buffers alternate: before the
                     # barrier that thread waits until the previous box's store has read its
@@ -352,14 +377,17 @@ def device_body(p: Plan, ops: Operands):
                     for a in T.unroll(atoms):
                         for q in T.unroll(box_chunks):
                             buf = T.meta_var(ring + (cw * EPI_BUFFERS + (a * box_chunks + q)
-                                                     % EPI_BUFFERS) * (EPI_BOX_BYTES // 2))
-                            for jj in T.unroll(EPI_COLS // 8):
+                                                     % EPI_BUFFERS) * (EPI_BOX_BYTES // size))
+                            for jj in T.unroll(epi_c // 8):
                                 for h in T.unroll(2):
-                                    v = T.meta_var(a * half_n + (q * EPI_COLS // 8 + jj) * 4
+                                    v = T.meta_var(a * half_n + (q * epi_c // 8 + jj) * 4
                                                    + h * 2)
-                                    T.ptx["st.shared.v2.f32"](
-                                        T.address_of(Sm[buf + staging_offset(lt, jj, h) // 2]),
-                                        acc[v], acc[v + 1])
+                                    at = T.meta_var(T.address_of(
+                                        Sm[buf + staging_offset(lt, jj, h, out_size) // size]))
+                                    if out_size == 4:
+                                        T.ptx["st.shared.v2.f32"](at, acc[v], acc[v + 1])
+                                    else:
+                                        stage_pair(at, acc[v], acc[v + 1])
                             T.ptx.fence.proxy.async_.shared__cta()
                             if lt == 0:
                                 T.ptx["cp.async.bulk.wait_group.read"](0)
@@ -372,7 +400,7 @@ def device_body(p: Plan, ops: Operands):
                             else:
                                 T.ptx["bar.sync"](T.uint32(2), T.uint32(128))
                             store_box(out_map, T.address_of(Sm[buf]), tm, row0, a,
-                                      tn * BN + q * EPI_COLS, lt)
+                                      tn * BN + q * epi_c, lt)
                 else:
                     store_rows(out, acc, tm, tn, row0, lt)
             if tma_store and lt == 0:
@@ -386,3 +414,38 @@ def device_body(p: Plan, ops: Operands):
             T.cuda.cluster_sync()
 
     return body
+
+
+#: CUDA's conversion of two floats to a packed pair of each 16-bit output type (round to
+#: nearest even), and the pair's type
+_PAIRS = {"bfloat16": ("__floats2bfloat162_rn", "__nv_bfloat162"),
+          "float16": ("__floats2half2_rn", "__half2")}
+
+
+def store_pair(dtype: str, space: str):
+    """A function of (address, x, y) storing two fp32 accumulators, rounded to the 16-bit
+    ``dtype``, as one 4-byte store to ``space`` ("global" or "shared"): a TIR call of a small
+    CUDA helper (the PTX table of TVM 0.27 offers the fp32 pair's st.v2.f32, not the rounding
+    of two floats into one register). None for an fp32 ``dtype``."""
+    if dtype not in _PAIRS:
+        return None
+    from tvm.script import tirx as T
+
+    convert, pair = _PAIRS[dtype]
+    name = f"bocast_st_{space}_{pair.strip('_')}"
+    # a shared store through its 32-bit shared address (st.shared), a global one through the
+    # pointer (a generic store that ptxas makes st.global)
+    if space == "shared":
+        body = (f"  {pair} v = {convert}(x, y);\n"
+                "  asm volatile(\"st.shared.b32 [%0], %1;\" :: "
+                "\"r\"((unsigned)__cvta_generic_to_shared(p)), "
+                "\"r\"(*reinterpret_cast<unsigned*>(&v)) : \"memory\");\n")
+    else:
+        body = f"  *reinterpret_cast<{pair}*>(p) = {convert}(x, y);\n"
+    source = (f"__forceinline__ __device__ void {name}(void* p, float x, float y) {{\n"
+              f"{body}}}\n")
+
+    def call(address, x, y):
+        return T.cuda.func_call(name, address, x, y, source_code=source)
+
+    return call

@@ -5,23 +5,45 @@ and the tma epilogue's staging layout."""
 
 from __future__ import annotations
 
+# an element's bytes, by type: the one table every size in the template's arithmetic comes
+# from (stages, swizzles, descriptors, tensor maps, staging boxes)
+from bocast.operator import DTYPES as DTYPE_BYTES
+
 SM_COUNT = 132  # H100 SXM and H200: the persistent grid's size
 #: setmaxnreg pairs (producer, consumer); "off" leaves every thread at the launch's share
 REG_SPLITS = {"off": None, "24/240": (24, 240), "40/232": (40, 232), "56/224": (56, 224)}
 #: TMA swizzle mode (CUtensorMapSwizzle) and wgmma descriptor swizzle, by row bytes of a tile
 SWIZZLE = {128: 3, 64: 2}
-#: the "tma" epilogue's staging box: 64 rows x 32 fp32 columns (128-byte rows, the 128-byte
-#: swizzle's width), two of them per consumer (one is written while TMA stores the other)
-EPI_ROWS, EPI_COLS, EPI_BUFFERS = 64, 32, 2
-EPI_BOX_BYTES = EPI_ROWS * EPI_COLS * 4
+#: the "tma" epilogue's staging box: 64 rows of 128 bytes (the 128-byte swizzle's width: 32
+#: fp32 or 64 16-bit columns, :func:`epi_cols`), two of them per consumer (one is written while
+#: TMA stores the other)
+EPI_ROWS, EPI_ROW_BYTES, EPI_BUFFERS = 64, 128, 2
+EPI_BOX_BYTES = EPI_ROWS * EPI_ROW_BYTES
 EPI_SMEM_PER_CONSUMER = EPI_BUFFERS * EPI_BOX_BYTES
-DTYPE_BYTES = {"float16": 2, "float32": 4}
+#: wgmma's PTX name of each operand type the template implements (fp8, "e4m3"/"e5m2", would
+#: also need both operands K-major, which v3's are, and no transpose flags)
+WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16"}
+#: every wgmma reads 32 bytes of K a row, whatever the type: k16 for 16-bit types (k32 for fp8)
+WGMMA_K_BYTES = 32
+#: columns of the tma epilogue's staging box for an fp32 output (conv2d's, fp32 only)
+EPI_COLS = EPI_ROW_BYTES // DTYPE_BYTES["float32"]
+
 #: thread-block clusters, as (block rows, block columns) of C a cluster's CTAs hold at once: 2x1
 #: pairs two block rows of one block column (they share B's tile), 1x2 two block columns of one
 #: block row (they share A's); launched as a 1-D cluster of 2 CTAs along the grid either way
 CLUSTERS = {"1x1": (1, 1), "2x1": (2, 1), "1x2": (1, 2)}
 #: the multicast's CTA mask: both CTAs of a 2-CTA cluster receive each half of the shared tile
 CLUSTER_MASK = 0b11
+
+
+def epi_cols(dtype: str) -> int:
+    """Columns of the tma epilogue's staging box for an output of ``dtype``: a 128-byte row."""
+    return EPI_ROW_BYTES // DTYPE_BYTES[dtype]
+
+
+def wgmma_k(dtype: str) -> int:
+    """K of one wgmma on operands of ``dtype`` (m64nNk16 for 16-bit types)."""
+    return WGMMA_K_BYTES // DTYPE_BYTES[dtype]
 
 
 def tensor_map(tensor: str, rows: int, cols: int, box_rows: int, box_cols: int,
@@ -76,15 +98,18 @@ def _grouped(r, group: int, across: int):
         r % (group * across) // group
 
 
-def staging_offset(lt, jj, h):
+def staging_offset(lt, jj, h, size: int = 4):
     """Byte offset, in a staging box of the tma epilogue, of consumer thread ``lt``'s pair of
     accumulators (jj, h): row lt/32*16 + lt%32/4 + 8 h, columns 8 jj + 2 (lt % 4) (+1) of the
     box, at the address TMA's 128-byte swizzle gives them (16-byte chunk c of row r at chunk
-    c ^ (r % 8); the box's rows are 128 bytes). A TIR expression in the kernel, an int in tests.
+    c ^ (r % 8); the box's rows are 128 bytes), the output's elements being ``size`` bytes
+    (the pair: 8 bytes of fp32, 4 of a 16-bit type). A TIR expression in the kernel, an int in
+    tests.
 
     Bank conflicts: a half-warp's 8-byte stores (4 rows x 4 column pairs) land on 4 distinct
     16-byte chunks of the 8 a conflict-free store would use, so each store takes 2 shared-memory
     wavefronts per half-warp instead of 1 (a padded box would avoid it, but TMA reads the box
     unpadded; without a swizzle the 4 rows would share one chunk: 4-way)."""
     r = lt // 32 * 16 + lt % 32 // 4 + h * 8
-    return r * EPI_COLS * 4 + ((jj * 2 + lt % 4 // 2) ^ (r % 8)) * 16 + lt % 2 * 8
+    col_bytes = (jj * 8 + lt % 4 * 2) * size  # the pair's first byte in its unswizzled row
+    return r * EPI_ROW_BYTES + ((col_bytes // 16) ^ (r % 8)) * 16 + col_bytes % 16

@@ -5,13 +5,14 @@ derived columns, the named constraints of what the kernel and the H100 admit) an
 with the GEMM's hooks (A's box at k block and block row of a 2-D map; C's rows and columns).
 
 The matmul is the GEMM's NT layout (both operands K-major, which is wgmma's native form), fp16
-in, fp32 accumulate and out. A GEMM's extents may be ragged (M, N, K
-need not be multiples of BM, BN, BK; K % 8 == 0 remains, TMA's global rows being multiples of 16
-bytes): tiles and k blocks are counted by ceil-division, TMA zero-fills the parts of its boxes
-past an edge (the mbarrier still receives the whole box's bytes, as CUTLASS's fixed
-TmaTransactionBytes relies on), and the direct stores test their row and column against M and
-N (generated only for an extent that is ragged); the TMA store clips its boxes at C's edges
-(the tma epilogue needs N % 4 == 0: C's rows must be multiples of 16 bytes for its tensor map).
+or bf16 in, fp32 accumulate, fp32 or 16-bit out (the workload's dtype: ``mm.SPACE_DTYPES``).
+A GEMM's extents may be ragged (M, N, K need not be multiples of BM, BN, BK; K % 8 == 0 remains,
+TMA's global rows being multiples of 16 bytes): tiles and k blocks are counted by ceil-division,
+TMA zero-fills the parts of its boxes past an edge (the mbarrier still receives the whole box's
+bytes, as CUTLASS's fixed TmaTransactionBytes relies on), and the direct stores test their row
+and column against M and N (generated only for an extent that is ragged); the TMA store clips
+its boxes at C's edges (the tma epilogue needs C's rows to be multiples of 16 bytes for its
+tensor map: N % 4 == 0 for fp32, N % 8 == 0 for a 16-bit output).
 A bmm (C[b] = A[b] B[b]^T)
 is the same kernel over the batch's tiles: its operands are read as one [b x M, K] and one
 [b x N, K] matrix (2-D tensor maps) and the persistent loop walks batch x tiles, batch
@@ -21,7 +22,7 @@ for the workload, by :func:`check_workload`.
 
 Kernel arguments: the tensor maps of A and B (``__grid_constant__ CUtensorMap``, encoded by the
 runner with ``cuTensorMapEncodeTiled`` from :attr:`TirxKernel.tensor_maps`) and C's pointer, or
-with the tma epilogue C's tensor map (fp32).
+with the tma epilogue C's tensor map (in C's type).
 """
 
 from __future__ import annotations
@@ -37,12 +38,14 @@ from . import _hopper_kernel as hk
 from . import _matmul as mm
 from ._hopper_layout import (
     CLUSTERS,
-    EPI_COLS,
+    DTYPE_BYTES,
     EPI_ROWS,
     EPI_SMEM_PER_CONSUMER,
     REG_SPLITS,
     SM_COUNT,
+    WGMMA_TYPES,
     encode_args,
+    epi_cols,
     tensor_map,
 )
 
@@ -64,11 +67,13 @@ def check_workload(spec: mm.MatmulSpec) -> None:
     if not spec.trans_b:
         raise WorkloadError(f"{what} needs layout NT (B stored [N, K], K-major); use space v2 "
                             "for NN")
-    if spec.in_dtype != "float16" or spec.acc_dtype != "float32":
-        raise WorkloadError(f"{what} implements fp16:fp32 only; use space v2")
-    if spec.K % 8:
-        raise WorkloadError(f"{what} needs K % 8 == 0 (TMA: global rows a multiple of 16 "
-                            f"bytes), got K = {spec.K}")
+    # the dtype itself is checked with the workload (mm.dtype_pair: SPACE_DTYPES); this is
+    # what the kernel assumes of it
+    assert spec.in_dtype in WGMMA_TYPES and spec.acc_dtype == "float32", spec
+    row_elements = 16 // DTYPE_BYTES[spec.in_dtype]
+    if spec.K % row_elements:
+        raise WorkloadError(f"{what} needs K % {row_elements} == 0 (TMA: global rows a "
+                            f"multiple of 16 bytes), got K = {spec.K}")
     if max(spec.batch, 1) > 1 and (spec.M % 64 or spec.N % 64):
         raise WorkloadError(f"{what} needs a bmm's M and N to be multiples of 64 (a tile may "
                             f"not cross a batch element: bmm_tiles_within_batch), got M = "
@@ -119,6 +124,7 @@ def _regs(c, col: int):
 
 def derive(spec):
     M, N, K, batch = spec.M, spec.N, spec.K, max(spec.batch, 1)
+    in_size = DTYPE_BYTES[spec.in_dtype]
 
     def run(c):
         bm, bn, bk, cons = c["bm"], c["bn"], c["bk"], c["consumers"]
@@ -127,7 +133,7 @@ def derive(spec):
         atoms = rows // 64
         tiles_m, tiles_n = -(-M // bm), -(-N // bn)  # ceil: ragged edges are partial tiles
         epi = np.where(c["epilogue"] == "tma", cons * EPI_SMEM_PER_CONSUMER, 0)
-        smem = c["stages"] * (bm + bn) * bk * 2 + epi + BARRIER_SMEM
+        smem = c["stages"] * (bm + bn) * bk * in_size + epi + BARRIER_SMEM
         launch_cap = np.minimum(255, REGISTERS_PER_SM // threads // 8 * 8)
         consumer_regs = np.where(_regs(c, 1) > 0, _regs(c, 1), launch_cap)
         tiles = batch * tiles_m * tiles_n
@@ -172,7 +178,8 @@ def batch_constraints(spec) -> list[Constraint]:
 
 
 def constraints(spec) -> list[Constraint]:
-    N = spec.N
+    N, out, out_size = spec.N, spec.out_dtype, DTYPE_BYTES[spec.out_dtype]
+    out_name = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[out]
     return [
         Constraint("bm_whole_atoms", "a consumer's rows are whole m64 wgmma atoms: BM % (64 x "
                    "consumers) == 0 when they split a tile (cooperative)",
@@ -182,15 +189,25 @@ def constraints(spec) -> list[Constraint]:
                    lambda c: (c["arrangement"] == "cooperative") | (c["consumers"] == 2)),
         *batch_constraints(spec),
         Constraint("v2_stores_need_even_n",
-                   f"the v2 epilogue's 8-byte stores (columns 2j, 2j + 1) need N ({N}) even: "
-                   "aligned, and a pair is either inside C's row or past its end",
+                   f"the v2 epilogue's {2 * out_size}-byte stores (columns 2j, 2j + 1 of "
+                   f"{out_name}) need N ({N}) even: aligned, and a pair is either inside C's row "
+                   "or past its end",
                    lambda c: (c["epilogue"] != "v2") | (N % 2 == 0)),
+        # the name says fp32's multiple (conv2d and the records before other outputs share it)
         Constraint("tma_store_needs_n_multiple_of_4",
-                   f"the tma epilogue's tensor map of C needs its row stride, 4 N bytes (N = "
-                   f"{N}), a multiple of 16 (cuTensorMapEncodeTiled's global strides)",
-                   lambda c: (c["epilogue"] != "tma") | (N % 4 == 0)),
-        mm.shared_memory_constraint("stages x (BM + BN) x BK fp16, the tma epilogue's staging "
-                                    f"boxes ({EPI_SMEM_PER_CONSUMER // 1024} KB a consumer) "
+                   f"the tma epilogue's tensor map of C needs its row stride, {out_size} N bytes "
+                   f"(N = {N}, {out_name}), a multiple of 16 (cuTensorMapEncodeTiled's global "
+                   "strides)",
+                   lambda c: (c["epilogue"] != "tma") | (N * out_size % 16 == 0)),
+        *([] if out_size == 4 else [Constraint(
+            "tma_boxes_pair_up",
+            f"the tma epilogue's two staging buffers alternate box by box, each tile starting "
+            f"on the first: a consumer's boxes of 64 {out_name} columns, BN / 64 x its m64 "
+            "atoms, are even",
+            lambda c: (c["epilogue"] != "tma") | (c["bn"] // 64 * c["atoms"] % 2 == 0))]),
+        mm.shared_memory_constraint(f"stages x (BM + BN) x BK {spec.in_dtype}, the tma "
+                                    "epilogue's staging boxes "
+                                    f"({EPI_SMEM_PER_CONSUMER // 1024} KB a consumer) "
                                     "and the mbarriers fit the 227 KB per block"),
         Constraint("accumulators_fit_registers",
                    f"a consumer thread's fp32 accumulators (atoms x BN / 2) + {REGISTER_OVERHEAD}"
@@ -253,13 +270,15 @@ def build_options(config) -> dict:
 
 def schedule(spec, func, config, prepare) -> hk.TirxKernel:  # noqa: ARG001 - v1/v2's signature
     """The kernel of one configuration (``func`` and ``prepare`` belong to the s_tir spaces)."""
-    return kernel(spec.M, spec.N, spec.K, config, batch=max(spec.batch, 1))
+    return kernel(spec.M, spec.N, spec.K, config, batch=max(spec.batch, 1),
+                  in_dtype=spec.in_dtype, out_dtype=spec.out_dtype)
 
 
-def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> hk.TirxKernel:
+def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "float16",
+           out_dtype: str = "float32") -> hk.TirxKernel:
     from tvm.script import tirx as T
 
-    p = hk.Plan(config, M, N, K, batch)
+    p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype)
     BM, BN, BK, atoms, half_n = p.BM, p.BN, p.BK, p.atoms, p.half_n
     vec_store, tma_store = p.vec_store, p.tma_store
     # ragged M or N (a GEMM's only: bmm_tiles_within_batch): the direct stores test their rows
@@ -267,10 +286,12 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> hk.TirxKernel:
     pred_m, pred_n = M % BM != 0, N % BN != 0
     pred_n1 = N % 2 != 0  # scalar stores: column 2j + 1 may be past the edge while 2j is not
     tma_st = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
-    maps = {"A_map": tensor_map("A", batch * M, K, p.a_box, BK),
-            "B_map": tensor_map("B", batch * N, K, p.b_box, BK)}
+    maps = {"A_map": tensor_map("A", batch * M, K, p.a_box, BK, in_dtype),
+            "B_map": tensor_map("B", batch * N, K, p.b_box, BK, in_dtype)}
     if tma_store:
-        maps["C_map"] = tensor_map("C", batch * M, N, EPI_ROWS, EPI_COLS, "float32")
+        maps["C_map"] = tensor_map("C", batch * M, N, EPI_ROWS, epi_cols(out_dtype), out_dtype)
+    # a 16-bit output: two accumulators rounded into one 4-byte store (fp32: st.global.v2.f32)
+    store_pair = hk.store_pair(out_dtype, "global")
     a_tma, b_tma, *c_tma = (encode_args(m) for m in maps.values())
 
     @T.macro
@@ -292,29 +313,32 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1) -> hk.TirxKernel:
                 v = T.meta_var(a * half_n + jj * 4)
                 for h in T.unroll(2):  # rows row and row + 8
                     if (not pred_m or row + h * 8 < M) and (not pred_n or col < N):
-                        if vec_store:  # N even (v2_stores_need_even_n): col + 1 < N
+                        if vec_store and store_pair is None:  # N even (v2_stores_need_even_n)
                             T.ptx["st.global.v2.f32"](T.address_of(C[row + h * 8, col]),
                                                       acc[v + h * 2], acc[v + h * 2 + 1])
+                        elif vec_store:
+                            store_pair(T.address_of(C[row + h * 8, col]), acc[v + h * 2],
+                                       acc[v + h * 2 + 1])
                         else:
-                            C[row + h * 8, col] = acc[v + h * 2]
+                            C[row + h * 8, col] = T.cast(acc[v + h * 2], out_dtype)
                             if not pred_n1 or col + 1 < N:
-                                C[row + h * 8, col + 1] = acc[v + h * 2 + 1]
+                                C[row + h * 8, col + 1] = T.cast(acc[v + h * 2 + 1], out_dtype)
 
     body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
                                          store_box=store_box, store_rows=store_rows))
 
     @T.prim_func
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
-        A = T.match_buffer(A_ptr, (batch * M, K), "float16", align=16)
-        B = T.match_buffer(B_ptr, (batch * N, K), "float16", align=16)
-        C = T.match_buffer(C_ptr, (batch * M, N), "float32", align=16)
+        A = T.match_buffer(A_ptr, (batch * M, K), in_dtype, align=16)
+        B = T.match_buffer(B_ptr, (batch * N, K), in_dtype, align=16)
+        C = T.match_buffer(C_ptr, (batch * M, N), out_dtype, align=16)
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, "float16", 2, A.data, *a_tma)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, in_dtype, 2, A.data, *a_tma)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, "float16", 2, B.data, *b_tma)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, in_dtype, 2, B.data, *b_tma)
         if tma_store:  # C's tensor map exists only for the tma epilogue
             C_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-            T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, "float32", 2, C.data,
+            T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, out_dtype, 2, C.data,
                           *c_tma[0])
         T.device_entry()
         body(A_map, B_map, C, C_map if tma_store else None)

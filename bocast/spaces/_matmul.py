@@ -5,8 +5,10 @@ Every operator here is, like in Heron, one matmul on Tensor Cores:
     C[(b,) i, j] = sum_k A[(b,) i, k] * B[(b,) j, k]      (trans_b, "NT")
     C[(b,) i, j] = sum_k A[(b,) i, k] * B[(b,) k, j]      ("NN")
 
-with fp16 operands and an fp32 or fp16 accumulator. An operator describes its matmul with a
-:class:`MatmulSpec` and writes ``prim_func()`` so that one block (``spec.block``) is that einsum.
+with fp16 operands and an fp32 or fp16 accumulator (space v3: fp16 or bf16 operands, an fp32
+accumulator, an fp32 or 16-bit output; :data:`SPACE_DTYPES`). An operator describes its matmul
+with a :class:`MatmulSpec` and writes ``prim_func()`` so that one block (``spec.block``) is
+that einsum.
 Its operands may be produced by other blocks (padding, an im2col gather, a reshape of the weights):
 the schedules inline every such producer into the shared-memory fetch, so the gather costs index
 arithmetic in the cooperative copy and no extra kernel. Its result may be copied by one more block
@@ -35,7 +37,16 @@ from bocast.knobs import MAX_EXTENT, Categorical, Constraint
 from bocast.operator import Operator, WorkloadError, check_tensor
 from bocast.space import Space
 
-DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "float16")}
+#: a workload's ``dtype``, "input:output", as (the operands' element type, the output's)
+DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "float16"),
+               "bf16:fp32": ("bfloat16", "float32"), "bf16:bf16": ("bfloat16", "bfloat16")}
+#: the dtypes each space generation implements. v1 and v2 run fp16 mma.sync / WMMA (TVM's
+#: s_tir intrinsics here are fp16's) and accumulate in the output's type; v3's wgmma takes fp16
+#: or bf16 and accumulates in fp32 (bf16 has no other accumulator), rounding a 16-bit output
+#: once at the store (:func:`acc_dtype`). Space v3 implements these for GEMM and bmm; its
+#: conv2d, fp16:fp32 only (``_hopper_conv.check_workload``).
+SPACE_DTYPES = {"v1": ("fp16:fp32", "fp16:fp16"), "v2": ("fp16:fp32", "fp16:fp16"),
+                "v3": ("fp16:fp32", "fp16:fp16", "bf16:fp32", "bf16:bf16")}
 GRID_Y_LIMIT = 65535
 THREAD_LIMIT = 1024  # threads per block
 SMEM_LIMIT = 227 * 1024  # shared memory per block on the H100 (static + dynamic, with opt-in)
@@ -55,10 +66,26 @@ def round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def dtype_pair(op: str, dtype: str) -> tuple[str, str]:
-    if dtype not in DTYPE_PAIRS:
-        raise WorkloadError(f"{op}: dtype {dtype!r} not supported; use one of {list(DTYPE_PAIRS)}")
+def dtype_pair(op: str, dtype: str, space: str, spaces: Sequence[str] = SPACES
+               ) -> tuple[str, str]:
+    """(operand type, output type) of ``dtype`` on ``space``, for an operator whose spaces
+    implement :data:`SPACE_DTYPES` (``spaces``: those that do, all by default); one
+    WorkloadError naming the dtypes accepted, or the spaces that take this one."""
+    mine = [d for d in DTYPE_PAIRS if any(d in SPACE_DTYPES[s] for s in spaces)]
+    if dtype not in mine:
+        raise WorkloadError(f"{op}: dtype {dtype!r} not supported; use one of {mine}")
+    if space in SPACE_DTYPES and dtype not in SPACE_DTYPES[space]:
+        where = [s for s in spaces if dtype in SPACE_DTYPES[s]]
+        raise WorkloadError(f"{op}: dtype {dtype!r} needs space {' or '.join(where)}; space "
+                            f"{space} implements {list(SPACE_DTYPES[space])}")
     return DTYPE_PAIRS[dtype]
+
+
+def acc_dtype(space: str, out_dtype: str) -> str:
+    """The accumulator's type: v1 and v2 accumulate in the output's type (fp16:fp16 is fp16
+    mma.sync); v3 always in fp32 (wgmma's only accumulator for bf16; an fp16 output of v3 is
+    fp32 accumulation rounded once at the store, as cuBLAS's fp16 GEMM)."""
+    return "float32" if space == "v3" else out_dtype
 
 
 def space_version(op: str, space: str) -> str:
@@ -96,6 +123,8 @@ class MatmulSpec:
     K: int
     in_dtype: str = "float16"
     acc_dtype: str = "float32"
+    #: the output's type: the accumulator's, except on space v3 (:func:`acc_dtype`)
+    out_dtype: str = "float32"
     trans_b: bool = True  # B is [N, K] ("NT"); else [K, N] ("NN")
     batch: int = 0  # extent of a leading batch axis of A, B and C (0: none)
     block: str = "C"  # name of the matmul block
@@ -110,18 +139,21 @@ class MatmulSpec:
 
 
 def vendor_matmul(op, fn, a, b, what: str):
-    """cuBLAS as users call it on fp16 operands (``fn`` is torch.mm or torch.bmm): fp32 output
-    where the workload has it and torch offers ``out_dtype``, else fp16 output. Sets
-    ``op.reference_name`` to what ran."""
+    """cuBLAS as users call it on fp16 or bf16 operands (``fn`` is torch.mm or torch.bmm):
+    fp32 output where the workload has it and torch offers ``out_dtype``, else output in the
+    operands' type. Sets ``op.reference_name`` to what ran."""
     import torch
 
+    ins = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(a.dtype, str(a.dtype))
     if op.out_dtype == "float32":
         try:
             out = fn(a, b, out_dtype=torch.float32)
-            op.reference_name = f"{what}(out_dtype=float32) (cuBLAS, fp32 out)"
+            op.reference_name = f"{what}(out_dtype=float32) (cuBLAS, {ins} in, fp32 out)"
             return out
         except (TypeError, NotImplementedError):  # older torch; or a CPU tensor (tests)
-            op.reference_name = f"{what} (cuBLAS, fp16 out; no out_dtype here)"
+            op.reference_name = f"{what} (cuBLAS, {ins} in and out; no out_dtype here)"
+    else:
+        op.reference_name = f"{what} (cuBLAS, {ins} in and out)"
     return fn(a, b)
 
 

@@ -1,6 +1,7 @@
 """Batched matmul on Tensor Cores (WMMA): C[b, M, N] = A[b, M, K] @ B[b], with B stored [b, N, K]
 ("NT", C = A B^T, attention scores Q K^T) or [b, K, N] ("NN", attention output P V); fp16 inputs,
-fp32 or fp16 accumulation and output.
+fp32 or fp16 accumulation and output (space v3: also bf16 inputs, fp32 accumulation, fp32 or
+16-bit output; ``_matmul.SPACE_DTYPES``).
 
 The knobs and constraints are the GEMM's (``gemm.py``, built by ``_wmma_matmul.py``)
 on the M, N, K of one batch element, plus ``batch_bind``: the batch axis runs on blockIdx.y, or
@@ -40,7 +41,7 @@ class Bmm(mm.MatmulOperator):
     def __init__(self, B: int, M: int, N: int, K: int, *, dtype: str = "fp16:fp32",
                  layout: str = "NT", space: str = mm.DEFAULT_SPACE):
         mm.check_extents(self.name, self.extents, (B, M, N, K))
-        self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype)
+        self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype, space)
         if layout not in LAYOUTS:
             raise WorkloadError(f"bmm: layout {layout!r} not supported; use one of {list(LAYOUTS)}")
         self.B, self.M, self.N, self.K = int(B), int(M), int(N), int(K)
@@ -48,8 +49,9 @@ class Bmm(mm.MatmulOperator):
         self.workload = {"op": self.name, "shape": [self.B, self.M, self.N, self.K],
                          "dtype": dtype, "layout": layout,
                          "space": mm.space_version(self.name, space)}
-        self.matmul = mm.MatmulSpec(self.M, self.N, self.K, self.in_dtype, self.out_dtype,
-                                      trans_b=layout == "NT", batch=self.B, space=space)
+        self.matmul = mm.MatmulSpec(self.M, self.N, self.K, self.in_dtype,
+                                    mm.acc_dtype(space, self.out_dtype), out_dtype=self.out_dtype,
+                                    trans_b=layout == "NT", batch=self.B, space=space)
         b_extent = self.K if layout == "NT" else self.N
         self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_k", f"fetch vectors stay inside rows of A (K={self.K}) and "
@@ -66,8 +68,9 @@ class Bmm(mm.MatmulOperator):
                 TensorSpec("C", (self.B, self.M, self.N), self.out_dtype, "output")]
 
     def reference(self, a, b):
-        b = b.float().transpose(1, 2) if self.layout == "NT" else b.float()
-        return a.float() @ b
+        """The exact product of the fp16/bf16 inputs in float64 (every dtype's check)."""
+        b = b.double().transpose(1, 2) if self.layout == "NT" else b.double()
+        return a.double() @ b
 
     reference_name = "torch.bmm (cuBLAS)"
 
@@ -80,12 +83,14 @@ class Bmm(mm.MatmulOperator):
     def prim_func(self):
         from tvm import te
 
-        acc = self.out_dtype
+        acc, out = self.matmul.acc_dtype, self.out_dtype
         A = te.placeholder((self.B, self.M, self.K), self.in_dtype, name="A")
         B = te.placeholder(self.tensors()[1].shape, self.in_dtype, name="B")
         k = te.reduce_axis((0, self.K), name="k")
         nt = self.layout == "NT"
         C = te.compute((self.B, self.M, self.N), lambda b, i, j: te.sum(
             A[b, i, k].astype(acc) * (B[b, j, k] if nt else B[b, k, j]).astype(acc), axis=k),
-            name="C")
+            name="C" if acc == out else "C_acc")
+        if acc != out:  # space v3's 16-bit output: fp32 sums, rounded once
+            C = te.compute(C.shape, lambda b, i, j: C[b, i, j].astype(out), name="C")
         return te.create_prim_func([A, B, C])

@@ -1,5 +1,6 @@
 """GEMM on Tensor Cores: C[M, N] = A[M, K] @ B, with B stored [N, K] ("NT", C = A B^T) or
-[K, N] ("NN"); fp16 inputs, fp32 or fp16 accumulation and output.
+[K, N] ("NN"); fp16 inputs, fp32 or fp16 accumulation and output (space v3: also bf16 inputs,
+fp32 accumulation, fp32 or 16-bit output; ``_matmul.SPACE_DTYPES``).
 
 Three schedule spaces (``--space``, the workload's ``space``; ``auto``, the default of ``bocast
 tune gemm --shape``, picks v3 where M and N >= 64, see :meth:`Gemm.prefers_v3`). v1 and v2 are
@@ -76,7 +77,7 @@ class Gemm(mm.MatmulOperator):
     def __init__(self, M: int, N: int, K: int, *, dtype: str = "fp16:fp32", layout: str = "NT",
                  space: str = mm.DEFAULT_SPACE):
         mm.check_extents(self.name, self.extents, (M, N, K))
-        self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype)
+        self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype, space)
         if layout not in LAYOUTS:
             raise WorkloadError(f"gemm: layout {layout!r} not supported; "
                                 f"use one of {list(LAYOUTS)}")
@@ -85,7 +86,8 @@ class Gemm(mm.MatmulOperator):
         self.workload = {"op": self.name, "shape": [self.M, self.N, self.K], "dtype": dtype,
                          "layout": layout, "space": mm.space_version(self.name, space)}
         trans_b = layout == "NT"
-        self.matmul = mm.MatmulSpec(self.M, self.N, self.K, self.in_dtype, self.out_dtype,
+        self.matmul = mm.MatmulSpec(self.M, self.N, self.K, self.in_dtype,
+                                    mm.acc_dtype(space, self.out_dtype), out_dtype=self.out_dtype,
                                     trans_b=trans_b, space=space)
         vec_b_extent = self.K if trans_b else self.N
         self.space = self.matmul_space(mm.vec_constraint(
@@ -105,8 +107,9 @@ class Gemm(mm.MatmulOperator):
                 TensorSpec("C", (self.M, self.N), self.out_dtype, "output")]
 
     def reference(self, a, b):
-        b = b.float().t() if self.layout == "NT" else b.float()
-        return a.float() @ b
+        """The exact product of the fp16/bf16 inputs in float64 (every dtype's check)."""
+        b = b.double().t() if self.layout == "NT" else b.double()
+        return a.double() @ b
 
     reference_name = "torch.matmul (cuBLAS)"
 
@@ -119,11 +122,14 @@ class Gemm(mm.MatmulOperator):
     def prim_func(self):
         from tvm import te
 
-        acc = self.out_dtype
+        acc, out = self.matmul.acc_dtype, self.out_dtype
         A = te.placeholder((self.M, self.K), self.in_dtype, name="A")
         B = te.placeholder(self.tensors()[1].shape, self.in_dtype, name="B")
         k = te.reduce_axis((0, self.K), name="k")
         nt = self.layout == "NT"
         C = te.compute((self.M, self.N), lambda i, j: te.sum(
-            A[i, k].astype(acc) * (B[j, k] if nt else B[k, j]).astype(acc), axis=k), name="C")
+            A[i, k].astype(acc) * (B[j, k] if nt else B[k, j]).astype(acc), axis=k),
+            name="C" if acc == out else "C_acc")
+        if acc != out:  # space v3's 16-bit output: fp32 sums, rounded once
+            C = te.compute(C.shape, lambda i, j: C[i, j].astype(out), name="C")
         return te.create_prim_func([A, B, C])

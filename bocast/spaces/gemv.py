@@ -33,13 +33,15 @@ class Gemv(mm.MatmulOperator):
     def __init__(self, M: int, K: int, B: int = 1, *, dtype: str = "fp16:fp32",
                  space: str = mm.DEFAULT_SPACE):
         mm.check_extents(self.name, ("M", "K", "B"), (M, K, B))
-        self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype)
+        # gemv has no v3 (the fp16 spaces)
+        self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype, space, ("v1", "v2"))
         self.M, self.K, self.B = int(M), int(K), int(B)
         self.workload = {"op": self.name, "shape": [self.M, self.K, self.B], "dtype": dtype,
                          "space": mm.space_version(self.name, space)}
         # the vectors are the matmul's A operand and the matrix its (transposed) B
         self.matmul = mm.MatmulSpec(self.B, self.M, self.K, self.in_dtype, self.out_dtype,
-                                      trans_b=True, block="Y", space=space)
+                                    out_dtype=self.out_dtype, trans_b=True, block="Y",
+                                    space=space)
         self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_k", f"fetch vectors stay inside rows of X and A (K={self.K})", (self.K,)))
 
