@@ -180,7 +180,7 @@ class TuneRun:
         (``retimed``) and reused while the run's trials and best kernels are the same (a
         finished run run again times nothing). None when it is off, when nothing succeeded,
         or when the runner times no reference (said in one line)."""
-        from bocast.measure.retime import final_figure, top_configs
+        from bocast.measure.retime import METHOD, METHOD_PAIRED, final_figure, top_configs
 
         ro = self.cfg.runner_options
         top, rounds = ro["retime_top"], ro["retime_rounds"]
@@ -189,7 +189,8 @@ class TuneRun:
             return None
         kept = store.get_meta("retimed")
         if isinstance(kept, dict) and kept.get("keys") == picks \
-                and kept.get("trials") == result.trials and kept.get("rounds") == rounds:
+                and kept.get("trials") == result.trials and kept.get("rounds") == rounds \
+                and kept.get("method") in (METHOD, METHOD_PAIRED):  # not an older method's
             return kept
         note(f"re-timing the best {len(picks)} kernels with the reference in turn, "
              f"{rounds} rounds")

@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from bocast.measure.timing import time_callable
+from bocast.measure.timing import time_callable, time_pair
 from bocast.operator import from_workload
 
 _CU = None
@@ -235,7 +235,8 @@ def output_error(op, inputs) -> float:
 
 
 def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
-    """One task: {"kind": "kernel" | "reference" | "device", ...}; returns a plain dict."""
+    """One task: {"kind": "kernel" | "paired" (a kernel with the reference alternating:
+    :func:`bocast.measure.timing.time_pair`) | "reference" | "device", ...}; a plain dict."""
     kind = task.get("kind", "kernel")
     if kind == "device":
         return device_info()
@@ -296,10 +297,18 @@ def _run_kernel(task: Mapping[str, Any]) -> dict[str, Any]:
                    run_s=time.perf_counter() - t0)
         kernel.unload()
         return res
+    launch = lambda: kernel.launch(args, torch.cuda.current_stream().cuda_stream)  # noqa: E731
+    how = {"warmup_ms": task.get("warmup_ms", 20), "repeats": task.get("repeats", 10),
+           "l2": task.get("l2", "warm")}
     try:
-        timing = time_callable(lambda: kernel.launch(args, torch.cuda.current_stream().cuda_stream),
-                               warmup_ms=task.get("warmup_ms", 20), repeats=task.get("repeats", 10),
-                               l2=task.get("l2", "warm"))
+        if task.get("kind") == "paired":  # the reference's replays alternating with the kernel's
+            ins = [inputs[t.name] for t in op.tensors() if t.role == "input"]
+            timing = time_pair(launch, lambda: op.reference_fast(*ins), **how)
+            ref = timing["reference"]
+            ref["tflops"] = op.flops / (ref["latency_ms"] * 1e-3) / 1e12
+            ref["what"] = getattr(op, "reference_name", "torch reference")
+        else:
+            timing = time_callable(launch, **how)
     except (CudaError, RuntimeError) as e:
         res.update(status="runtime_error", error=f"while timing: {e}",
                    run_s=time.perf_counter() - t0, _restart=True)

@@ -6,10 +6,13 @@ falls (an H200 read 1980 MHz idle and 1530 MHz busy); a reference timed once, at
 the cooler GPU made the printed ratio overstate (1.14x printed, 1.02-1.05x interleaved: issue
 40). :func:`retime` is the remedy, shared by the end of every live run (:func:`final_figure`)
 and ``bocast remeasure``: each round times the reference, then every kernel in a fresh random
-order; a last reference closes the last round. A kernel's ratio in a round is its TFLOPS over
-the mean of the two reference readings around that round (the clock moves between rounds:
-1380-1740 MHz within one re-timing on an H200), its ratio the median over rounds; its figure
-the median of its TFLOPS.
+order; a last reference closes the last round. Where the runner can (:meth:`bocast.measure.runner.
+WorkerRunner.run_paired`), a kernel and the reference are timed in one task, their CUDA-graph
+replays alternating, and a kernel's ratio in a round is the median of those pairs: the clock
+moves on the scale of milliseconds under load (1380-1740 MHz within one re-timing on an H200),
+and readings seconds apart differed by 3-9% in a round (issue 40's first measurement).
+Otherwise a kernel's ratio in a round is its TFLOPS over the mean of the reference readings
+around that round. Its ratio is the median over rounds, its figure the median of its TFLOPS.
 
 Choosing the best of several kernels by the same readings that give its figure overstates it
 (the fastest of five near-equal medians is partly the luckiest): a run's figure is therefore
@@ -30,7 +33,16 @@ from bocast.measure.telemetry import TELEMETRY
 from bocast.operator import Operator
 from bocast.record import Record
 
-#: what a re-timing's figures mean, recorded with them
+#: what a re-timing's figures mean where the runner times a kernel and the reference in one
+#: task (:meth:`bocast.measure.runner.WorkerRunner.run_paired`), recorded with them
+METHOD_PAIRED = ("the best kernels timed in rounds in one runner process, each round every "
+                 "kernel in a fresh random order, each kernel's CUDA-graph replays alternating "
+                 "with the reference's in one task (20 pairs, about 1 ms each); a kernel's ratio "
+                 "in a round is the median over its pairs of the reference's time over its "
+                 "own, its ratio the median over rounds, its figure the median of its TFLOPS; "
+                 "a run's figure: the kernel of the highest ratio, timed again in new rounds "
+                 "(readings that did not choose it)")
+#: what a re-timing's figures mean otherwise, recorded with them
 METHOD = ("the best kernels and the reference timed in turn in one runner process: each round "
           "the reference, then every kernel in a fresh random order; the reference once more "
           "after the last round; a kernel's ratio in a round is its TFLOPS over the mean of the "
@@ -66,26 +78,40 @@ def retime(runner, builder, groups: Sequence[tuple[Operator, Sequence[Config]]],
                 kernels[-1]["errors"].append(b.error[-300:])
             builds.append((op, b))
     ok = [i for i, (_, b) in enumerate(builds) if b.status is Status.OK]
+    paired = callable(getattr(runner, "run_paired", None))
     reference_op = groups[0][0]
     references: list[dict[str, Any]] = []
     for r in range(rounds):
-        references.append(_reading(runner.reference(reference_op)))
+        if not paired:
+            references.append(_reading(runner.reference(reference_op)))
         for i in (ok[j] for j in rng.permutation(len(ok))):
             op, b = builds[i]
-            res = runner.run(op, [b])[0]
-            if res.status is Status.OK and res.tflops:
-                kernels[i]["readings"].append(
-                    {"round": r + 1, "tflops": res.tflops, "latency_ms": res.latency_ms,
-                     **{k: getattr(res, k) for k in TELEMETRY if getattr(res, k) is not None}})
+            if paired:
+                res, extra = runner.run_paired(op, b)
+            else:
+                res, extra = runner.run(op, [b])[0], {}
+            if res.status is Status.OK and res.tflops and (extra or not paired):
+                reading = {"round": r + 1, "tflops": res.tflops, "latency_ms": res.latency_ms,
+                           **{k: getattr(res, k) for k in TELEMETRY
+                              if getattr(res, k) is not None}}
+                if paired:
+                    reading["ratio"] = extra["ratio"]
+                    references.append({**_reading(extra["reference"]), "round": r + 1,
+                                       "with": b.key})
+                kernels[i]["readings"].append(reading)
             else:
                 kernels[i]["errors"].append(f"round {r + 1}: {res.status}: {res.error[:200]}")
         if on_round is not None:
             on_round(r + 1)
-    references.append(_reading(runner.reference(reference_op)))
+    if not paired:
+        references.append(_reading(runner.reference(reference_op)))
+    if not references:
+        raise RuntimeError("no kernel could be timed with the reference")
     ref = spread([x["tflops"] for x in references])
     for k in kernels:
         got = [x["tflops"] for x in k["readings"]]
-        ratios = [x["tflops"] / ((references[x["round"] - 1]["tflops"]
+        ratios = [x["ratio"] if paired else
+                  x["tflops"] / ((references[x["round"] - 1]["tflops"]
                                   + references[x["round"]]["tflops"]) / 2)
                   for x in k["readings"]]
         k["tflops"] = spread(got) if got else None
@@ -93,7 +119,8 @@ def retime(runner, builder, groups: Sequence[tuple[Operator, Sequence[Config]]],
         k["vs_reference"] = statistics.median(ratios) if ratios else None
     return {"reference": {"readings": references, "tflops": ref,
                           "what": references[0].get("what", "")},
-            "kernels": kernels, "rounds": rounds, "method": METHOD,
+            "kernels": kernels, "rounds": rounds, "paired": paired,
+            "method": METHOD_PAIRED if paired else METHOD,
             "timing": runner.timing() if hasattr(runner, "timing") else {}}
 
 

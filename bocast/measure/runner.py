@@ -190,6 +190,18 @@ class WorkerRunner(Runner):
         return self._single({"kind": "reference", "workload": op.workload, "seed": self.seed,
                              "repeats": max(20, self.repeats), "l2": self.l2}, 120.0)
 
+    def run_paired(self, op: Operator, build: BuildResult) -> tuple[RunResult, dict[str, Any]]:
+        """``build`` timed with the reference, their replays alternating in one task
+        (:func:`bocast.measure.timing.time_pair`): its result, and ``{"reference": the
+        reference's timing, "pair_ratios", "ratio"}`` (empty where it failed)."""
+        task = {**self._task(op, build), "kind": "paired",
+                "repeats": max(20, self.repeats)}  # pairs: the reference's repeats
+        (raw,) = self._pool.map([task], self.timeout_s * 2)
+        res = self._convert(build.key, raw)
+        extra = {k: raw[k] for k in ("reference", "pair_ratios", "ratio")} \
+            if isinstance(raw, dict) and "ratio" in raw else {}
+        return res, extra
+
     def device(self) -> dict[str, Any]:
         return self._single({"kind": "device"}, 120.0)
 

@@ -40,9 +40,13 @@ def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
     h = int.from_bytes(hashlib.sha256(task["key"].encode()).digest()[:4], "little")
     latency = 0.05 + (h % 1000) / 1000.0
     time.sleep(float(os.environ.get("BOCAST_STANDIN_SLEEP", "0")))
-    return {**res, "latency_ms": latency, "latency_min_ms": latency, "latency_q25_ms": latency,
-            "latency_q75_ms": latency, "latency_max_ms": latency, "repeats": 1,
-            "tflops": 1.0 / latency, "rel_error": 0.0, "run_s": 0.0}
+    out = {**res, "latency_ms": latency, "latency_min_ms": latency, "latency_q25_ms": latency,
+           "latency_q75_ms": latency, "latency_max_ms": latency, "repeats": 1,
+           "tflops": 1.0 / latency, "rel_error": 0.0, "run_s": 0.0}
+    if kind == "paired":  # the reference alternating with it: the stand-in's reference
+        out.update(reference={"latency_ms": 1.0, "tflops": 1.0, "what": "stand-in"},
+                   pair_ratios=[1.0 / latency], ratio=1.0 / latency)
+    return out
 
 
 class StandinRunner(WorkerRunner):

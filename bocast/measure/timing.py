@@ -11,6 +11,88 @@ import time
 from typing import Any
 
 
+class _Graphed:
+    """``fn`` (launching on torch's current stream) captured as a CUDA graph of ``number``
+    calls of about ``target_ms`` in all, on ``stream``; with ``flush`` (a buffer of twice the
+    L2) each call is preceded by a write of the buffer and a second graph holds the writes
+    alone, whose time :meth:`sample` subtracts."""
+
+    def __init__(self, fn, stream, flush, *, target_ms: float, max_number: int):
+        import torch
+
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+        def call():
+            if flush is not None:
+                flush.fill_(1)
+            fn()
+
+        call()  # one eager call outside the capture (lazy init of handles, modules)
+        self.start.record()
+        call()
+        self.end.record()
+        self.end.synchronize()
+        single = max(self.start.elapsed_time(self.end), 1e-4)
+        self.number = int(min(max_number, max(1, math.ceil(target_ms / single))))
+
+        def captured(body):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                for _ in range(self.number):
+                    body()
+            return graph
+
+        self.graph = captured(call)
+        self.writes = captured(lambda: flush.fill_(1)) if flush is not None else None
+
+    def _replay(self, graph) -> float:
+        self.start.record()
+        graph.replay()
+        self.end.record()
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) / self.number
+
+    def sample(self) -> float:
+        """One per-call time (ms) of a replay."""
+        t = self._replay(self.graph)
+        if self.writes is not None:
+            t = max(t - self._replay(self.writes), 1e-6)
+        return t
+
+
+def _flush_buffer(l2: str):
+    import torch
+
+    if l2 == "flushed":
+        size = 2 * int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
+        return torch.empty(max(size, 1 << 20), dtype=torch.uint8, device="cuda")
+    if l2 != "warm":
+        raise ValueError(f"l2: expected 'warm' or 'flushed', got {l2!r}")
+    return None
+
+
+def _stats(samples: list[float]) -> dict[str, Any]:
+    samples = sorted(samples)
+    q = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
+    return {"latency_ms": statistics.median(samples), "latency_min_ms": samples[0],
+            "latency_q25_ms": q[0], "latency_q75_ms": q[2], "latency_max_ms": samples[-1]}
+
+
+def _method(l2: str) -> str:
+    return "cuda-graph-events" + ("-l2-flushed" if l2 == "flushed" else "")
+
+
+def _warm_up(graphs, warmup_ms: float) -> None:
+    import torch
+
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1e3 < warmup_ms:
+        for g in graphs:
+            g.graph.replay()
+        torch.cuda.synchronize()
+
+
 def time_callable(fn, *, warmup_ms: float, repeats: int, target_ms: float = 1.0,
                   max_number: int = 200, l2: str = "warm") -> dict[str, Any]:
     """Per-call milliseconds of ``fn`` (which launches on torch's current stream): CUDA events
@@ -23,65 +105,45 @@ def time_callable(fn, *, warmup_ms: float, repeats: int, target_ms: float = 1.0,
     GPU's clock, power and temperature read right after the samples (:class:`Nvml`)."""
     import torch
 
-    flush = None
-    if l2 == "flushed":
-        size = 2 * int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
-        flush = torch.empty(max(size, 1 << 20), dtype=torch.uint8, device="cuda")
-    elif l2 != "warm":
-        raise ValueError(f"l2: expected 'warm' or 'flushed', got {l2!r}")
-
-    def call():
-        if flush is not None:
-            flush.fill_(1)
-        fn()
-
+    flush = _flush_buffer(l2)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        call()  # one eager call outside the capture (lazy init of handles, modules)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        single = max(start.elapsed_time(end), 1e-4)
-        number = int(min(max_number, max(1, math.ceil(target_ms / single))))
+        g = _Graphed(fn, stream, flush, target_ms=target_ms, max_number=max_number)
+        _warm_up([g], warmup_ms)
+        samples = [g.sample() for _ in range(repeats)]
+    return {**_stats(samples), "repeats": repeats, "number": g.number, "l2": l2,
+            "method": _method(l2), **Nvml.read()}
 
-        def captured(body):
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                for _ in range(number):
-                    body()
-            return graph
 
-        graph = captured(call)
-        writes = captured(lambda: flush.fill_(1)) if flush is not None else None
-        t0 = time.perf_counter()
-        while (time.perf_counter() - t0) * 1e3 < warmup_ms:
-            graph.replay()
-            torch.cuda.synchronize()
+def time_pair(fn, reference, *, warmup_ms: float, repeats: int, target_ms: float = 1.0,
+              max_number: int = 200, l2: str = "warm") -> dict[str, Any]:
+    """``fn`` and ``reference`` timed as :func:`time_callable` times one, their replays
+    alternating (which goes first alternates too), so that each of ``repeats`` pairs ran
+    within a millisecond or two of the same clock: the GPU's clock moves on that scale under
+    load (1380-1740 MHz within one re-timing on an H200), and a ratio of readings taken
+    seconds apart carries that drift. Returns ``fn``'s result (as :func:`time_callable`),
+    ``reference``: the reference's, and ``pair_ratios``: each pair's reference time over
+    ``fn``'s (above 1: ``fn`` is faster), with ``ratio`` their median."""
+    import torch
 
-        def per_call(g) -> float:
-            start.record()
-            g.replay()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / number
-
-        samples = []
-        for _ in range(repeats):
-            t = per_call(graph)
-            if writes is not None:
-                t = max(t - per_call(writes), 1e-6)
-            samples.append(t)
-    telemetry = Nvml.read()
-    samples.sort()
-    q = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
-    return {"latency_ms": statistics.median(samples), "latency_min_ms": samples[0],
-            "latency_q25_ms": q[0], "latency_q75_ms": q[2], "latency_max_ms": samples[-1],
-            "repeats": repeats, "number": number, "l2": l2,
-            "method": "cuda-graph-events" + ("-l2-flushed" if flush is not None else ""),
-            **telemetry}
+    flush = _flush_buffer(l2)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        a = _Graphed(fn, stream, flush, target_ms=target_ms, max_number=max_number)
+        b = _Graphed(reference, stream, flush, target_ms=target_ms, max_number=max_number)
+        _warm_up([a, b], warmup_ms)
+        mine: list[float] = []
+        theirs: list[float] = []
+        for i in range(repeats):
+            for g, out in ((a, mine), (b, theirs)) if i % 2 == 0 else ((b, theirs), (a, mine)):
+                out.append(g.sample())
+    ratios = [t / m for m, t in zip(mine, theirs)]
+    return {**_stats(mine), "repeats": repeats, "number": a.number, "l2": l2,
+            "method": _method(l2) + "-paired", **Nvml.read(),
+            "reference": {**_stats(theirs), "number": b.number},
+            "pair_ratios": ratios, "ratio": statistics.median(ratios)}
 
 
 class Nvml:

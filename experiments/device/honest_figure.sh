@@ -5,7 +5,8 @@
 # printed ratio is then set beside (1) an independent `bocast remeasure` of its store in a new
 # process (top 5, 5 rounds) and (2) its best kernel exported and called from torch, timed in
 # turn with the reference (tests/gpu/export_ratio.py). Resumable while the machine stays warm
-# (work in /tmp/i40: a finished tune is not run again); results packed into $OUT/i40.tar.gz.
+# (work in /tmp/i40) or with stores carried in .devcarry/i40/NAME/records.db: a finished tune
+# measures nothing again, it prints its figure; results packed into $OUT/i40.tar.gz.
 #   SHAPES="4096,11008,4096 2048,5120,5120" SEEDS="0 1 2" bash experiments/device/honest_figure.sh
 set -uo pipefail
 [ -n "${PYTHONPATH:-}" ] || source .devbundle/unpack.sh
@@ -17,13 +18,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,te
 runs=()
 for shape in $SHAPES; do for seed in $SEEDS; do
   out=$W/gemm_${shape//,/x}_s$seed; runs+=("$out")
-  if [ ! -f "$out/summary.json" ]; then
-    t0=$(date +%s)
-    python3 -m bocast.cli tune gemm --shape "$shape" --seed "$seed" --output "$out" \
-      > "$out.tune.out" 2> "$out.tune.err"
-    echo "tune $shape seed $seed: exit $? in $(( $(date +%s) - t0 )) s"
-    grep -E "^bo |warn|Warn|clock:" "$out.tune.out" "$out.tune.err" | tail -4
-  fi
+  # a finished store only prints its figure again (re-timed if its kept figure is of another
+  # method); .devcarry/i40/NAME/records.db, where carried, is such a store
+  [ -f "$out/records.db" ] || [ ! -f ".devcarry/i40/${out##*/}/records.db" ] || \
+    { mkdir -p "$out" && cp ".devcarry/i40/${out##*/}/records.db" "$out/"; }
+  t0=$(date +%s)
+  python3 -m bocast.cli tune gemm --shape "$shape" --seed "$seed" --output "$out" \
+    > "$out.tune.out" 2> "$out.tune.err"
+  echo "tune $shape seed $seed: exit $? in $(( $(date +%s) - t0 )) s"
+  grep -E "^bo |warn|Warn|clock:" "$out.tune.out" "$out.tune.err" | tail -4
   [ -f "$out/summary.json" ] || continue
   [ -d "$out/kernel" ] || python3 -m bocast.cli export "$out/records.db" --best --out "$out/kernel" \
     > "$out.export.log" 2>&1
