@@ -187,10 +187,11 @@ class TuneRun:
         picks = [r.key for r in top_configs(result.records, top)] if top else []
         if not picks:
             return None
+        method = METHOD_PAIRED if callable(getattr(runner, "run_paired", None)) else METHOD
         kept = store.get_meta("retimed")
         if isinstance(kept, dict) and kept.get("keys") == picks \
                 and kept.get("trials") == result.trials and kept.get("rounds") == rounds \
-                and kept.get("method") in (METHOD, METHOD_PAIRED):  # not an older method's
+                and kept.get("method") == method:  # not a figure of another method
             return kept
         note(f"re-timing the best {len(picks)} kernels with the reference in turn, "
              f"{rounds} rounds")
