@@ -213,7 +213,7 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
     GPU); replay without ``dataset``: the shipped dataset of the workload with most rows;
     ``output``: ``runs/OP_SHAPE_SPACE_STRATEGY_sSEED`` (with ``store``: the store's folder)."""
     from bocast.config import workload_and_dataset
-    from bocast.library import shipped_datasets
+    from bocast.datasets import shipped_datasets
     from bocast.operator import canonical_workload
 
     cfg: dict[str, Any] = {"workload": {"op": op}, "strategy": {}, "runner": runner or "local"}

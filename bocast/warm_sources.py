@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bocast.bo.transfer import AUTO, WarmStartError, incompatibility, load_sources
+from bocast.datasets import locate
 from bocast.errors import InputError
 from bocast.library import Entry, _one_line, architecture, scan
 from bocast.measure.standin import run_task
@@ -65,7 +66,7 @@ def choose(target_op, *, gpu: str | None, arch: tuple[str, int] | None = None,
     dataset, its store); ``other_workloads``: only records of other workloads (replay);
     ``shipped_only``: only shipped datasets (replay)."""
     entries, notes = scan(records, stores=not shipped_only)
-    never = {os.path.abspath(p) for p in exclude}
+    never = {os.path.abspath(locate(p)) for p in exclude}  # a shipped dataset by its name too
     want = canonical_workload(target_op.workload)
     own: list[Entry] = []
     others: list[Entry] = []  # records of another GPU model

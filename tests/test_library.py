@@ -11,14 +11,14 @@ import sqlite3
 import pytest
 
 import bocast
-from bocast import library, warm_sources
+from bocast import datasets, library, warm_sources
 from bocast.bo.transfer import AUTO, incompatibility
 from bocast.operator import get_operator, make
 from bocast.store import Store
 
 QUICK = {"runner": "standin", "strategy": "random", "trials": 8, "batch_size": 8}
-T1024 = "experiments/data/exhaustive/gemm_1024_1024_1024_v2"
-T1024_V3 = "experiments/data/exhaustive/gemm_1024_1024_1024_v3"
+T1024 = "exhaustive/gemm_1024_1024_1024_v2"
+T1024_V3 = "exhaustive/gemm_1024_1024_1024_v3"
 STANDIN = "stand-in (no GPU; synthetic timings)"
 
 
@@ -151,7 +151,7 @@ def test_records_of_one_space_never_seed_another():
                             shipped_only=True)
     # the other v3 workloads only (each once: its exhaustive table has more rows than the
     # uniform 4096^3 v3 dataset), never v2's records nor the target's own 1024^3 v3 tables
-    assert choice.sources == [os.path.join(library.SHIPPED, "exhaustive", t) for t in
+    assert choice.sources == [os.path.join(datasets.shipped_folder(), "exhaustive", t) for t in
                               ("gemm_2048_8192_1024_v3", "gemm_4096_4096_4096_v3")]
     v1 = make("gemm", (1024,) * 3, space="v1")
     picked = warm_sources.choose(v1, gpu="NVIDIA H100 80GB HBM3", shipped_only=True,
@@ -165,9 +165,9 @@ def test_replay_auto_never_uses_its_own_table_nor_a_machines_library(standin_sto
     choice = warm_sources.resolve(AUTO, op, runner="replay", gpu="NVIDIA H100 80GB HBM3",
                              dataset=T1024, records=folder)
     names = [library.portable(p) for p in choice.sources]
-    assert names == ["experiments/data/exhaustive/gemm_2048_8192_1024_v2",
-                     "experiments/data/exhaustive/gemm_4096_4096_4096_v2",
-                     "experiments/data/exhaustive/conv2d_16_14_14_256_256_3_3_1_1_1_v2"]
+    assert names == ["exhaustive/gemm_2048_8192_1024_v2",
+                     "exhaustive/gemm_4096_4096_4096_v2",
+                     "exhaustive/conv2d_16_14_14_256_256_3_3_1_1_1_v2"]
     assert warm_sources.resolve("none", op, runner="replay", gpu=None).sources == []
 
 
@@ -179,7 +179,7 @@ def test_one_command_replay_names_its_sources(tmp_path, bocast_cli):
     summary = json.loads(out.strip().splitlines()[-1])
     # no --space: the shape chooses (space auto), v3 at 1024^3, so its v3 table and sources
     assert summary["trials"] == 8 and summary["dataset"].endswith(T1024_V3)
-    assert summary["warm_start_sources"][0] == "experiments/data/exhaustive/gemm_2048_8192_1024_v3"
+    assert summary["warm_start_sources"][0] == "exhaustive/gemm_2048_8192_1024_v3"
     assert summary["export"].startswith("bocast export ")
     assert "warm start (auto) from" in err
     assert "x torch.mm(out_dtype=float32) (cuBLAS, fp32 out) (recorded in the dataset)" in out
@@ -227,7 +227,7 @@ def test_a_replay_comparison_takes_auto_from_the_shipped_datasets_a_live_one_ref
     from bocast.schema import ConfigError
 
     raw = {"name": "c", "workload": {"op": "gemm", "shape": [32, 2048, 1000], "space": "v1"},
-           "runner": "replay", "dataset": "experiments/data/gemm_32_2048_1000",
+           "runner": "replay", "dataset": "gemm_32_2048_1000",
            "strategies": [{"label": "bo", "name": "bo", "warm_start": "auto"},
                           {"label": "cga", "name": "cga", "warm_start": "auto"},
                           {"label": "cold", "name": "bo", "warm_start": "none"}],
@@ -239,8 +239,8 @@ def test_a_replay_comparison_takes_auto_from_the_shipped_datasets_a_live_one_ref
     assert names and cga["warm_start"] == bo["warm_start"] and cold["warm_start"] == "none"
     # shipped datasets of other gemm workloads of space v1, never the table's own, never the
     # machine's library (standin_store put a store there)
-    assert all(n.startswith("experiments/data/") and "gemm_32_2048_1000" not in n
-               for n in names)
+    shipped = {library.portable(p) for p in datasets.shipped_datasets()}
+    assert all(n in shipped and "gemm_32_2048_1000" not in n for n in names)
     ident = comparison.run_identity(cfg, bo, 0)
     assert ident["options"]["warm_start"] == names
     with pytest.raises(ConfigError, match="records library, which a live comparison's results"):

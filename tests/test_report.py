@@ -8,6 +8,7 @@ import os
 import pytest
 
 import bocast
+from bocast.datasets import locate
 from bocast.measure.status import Status
 from bocast.record import Record
 from bocast.store import Store
@@ -173,7 +174,7 @@ def test_replay_tune_runs_read_as_their_own_summaries(tmp_path, monkeypatch):
     is its summary's, and the trials to 95% of the best of every store are the tuner's."""
     monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     results = {seed: bocast.tune({
-        "workload": WORKLOAD, "runner": "replay", "dataset": "experiments/data/gemm_32_2048_1000",
+        "workload": WORKLOAD, "runner": "replay", "dataset": "gemm_32_2048_1000",
         "strategy": {"name": "random"}, "budget": {"trials": 24}, "batch_size": 8, "seed": seed,
         "output": str(tmp_path / f"random_s{seed}")}) for seed in (0, 1)}
     rep = bocast.report(str(tmp_path), at=[8, 24])
@@ -190,10 +191,11 @@ def test_replay_tune_runs_read_as_their_own_summaries(tmp_path, monkeypatch):
         expected = Trajectory([], curve, 0.0, None).trials_to(0.95, best)
         assert rep.arms["random"]["trials_to_target"]["per_seed"][str(seed)] == expected
     # a replay times nothing: the reference is the one its (shipped) dataset recorded, so named
-    with open("experiments/data/gemm_32_2048_1000.json") as f:
+    with open(locate("gemm_32_2048_1000") + ".json") as f:
         recorded = json.load(f)["reference"]["tflops"]
     ref = rep.arms["random"]["reference"]
     assert ref["recorded"] == "gemm_32_2048_1000" and ref["tflops"] == recorded
     assert rep.arms["random"]["best_at"]["24"]["vs_reference"] == pytest.approx(
         rep.arms["random"]["best_at"]["24"]["median"] / recorded)
     assert "recorded in dataset gemm_32_2048_1000" in rep.markdown()
+

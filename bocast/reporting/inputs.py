@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bocast.comparison import STORE_NAME
+from bocast.datasets import shipped_datasets
 from bocast.errors import InputError
-from bocast.library import shipped_datasets
 from bocast.store import Store
 from bocast.tuner import best_so_far
 

@@ -9,6 +9,7 @@ import pytest
 
 import bocast
 from bocast import interrupt
+from bocast.datasets import locate
 from bocast.measure.engine import Measurer, RecordMeasurer
 from bocast.measure.parts import make_measurer, make_runner
 from bocast.measure.replay import ReplayDataset, ReplayRunner
@@ -19,10 +20,10 @@ from bocast.strategies import make_strategy
 from bocast.tuner import Tuner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-GEMM = os.path.join(ROOT, "experiments", "data", "gemm_32_2048_1000")
+GEMM = locate("gemm_32_2048_1000")
 OP = get_operator("gemm").from_args((32, 2048, 1000), space="v1")
 # a table with failures (launch errors), so that failed rows are replayed too
-FAILING = os.path.join(ROOT, "experiments", "data", "conv3d_4_16_28_28_64_64_3_3_3_1_1_1")
+FAILING = locate("conv3d_4_16_28_28_64_64_3_3_3_1_1_1")
 CONV = {"op": "conv3d", "shape": [4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1], "space": "v1"}
 
 
