@@ -1,16 +1,28 @@
-"""The shipped datasets are package data (bocast/data/), found through one function
-(bocast.datasets.locate): by name, by their path in the package, and by the path they had
-before, experiments/data/..., which older configurations and stores name."""
+"""The package as a wheel installs it: ``bocast --version``, and the shipped datasets as
+package data (bocast/data/), found through one function (bocast.datasets.locate): by name, by
+their path in the package, and by the path they had before, experiments/data/..., which older
+configurations and stores name. (CI installs the wheel itself and runs the quick start:
+.ci/run.)"""
 
 import os
+import platform
 
 import pytest
 
+import bocast
 from bocast import identity, library
 from bocast.config import parse
 from bocast.datasets import locate, shipped_datasets, shipped_folder, shipped_name
 
 T1024 = "exhaustive/gemm_1024_1024_1024_v2"
+
+
+def test_version_names_bocast_python_tvm_and_torch(bocast_cli):
+    code, out, err = bocast_cli("--version")
+    assert code == 0 and err == ""
+    assert out.startswith(f"bocast {bocast.__version__}")
+    assert f"Python {platform.python_version()}" in out and "apache-tvm " in out
+    assert "torch " in out and len(out.strip().splitlines()) == 1
 
 
 def test_the_shipped_datasets_are_the_packages_data():
