@@ -4,6 +4,7 @@ comparison's own figures, and one clear error per bad input."""
 
 import json
 import os
+import re
 
 import pytest
 
@@ -199,3 +200,26 @@ def test_replay_tune_runs_read_as_their_own_summaries(tmp_path, monkeypatch):
         rep.arms["random"]["best_at"]["24"]["median"] / recorded)
     assert "recorded in dataset gemm_32_2048_1000" in rep.markdown()
 
+
+def test_report_reads_the_reference_of_the_very_table_a_replay_tune_ran(tmp_path, bocast_cli):
+    """A uniform sample and an exhaustive table share the name gemm_1024_1024_1024_v3, each
+    with its own cuBLAS timing (342.2 and 352.7 TFLOPS): the report takes the table the run
+    replayed (its store's session names it), so it prints the ratio the tune printed."""
+    run = tmp_path / "random_s0"
+    code, out, err = bocast_cli("tune", "gemm", "--shape", "1024,1024,1024", "--space", "v3",
+                                "--runner", "replay", "--strategy", "random", "--trials", "8",
+                                "--batch-size", "8", "--output", str(run))
+    assert code == 0, err
+    assert "runner: replay of " + locate("exhaustive/gemm_1024_1024_1024_v3") in err
+    tuned = re.search(r"best ([\d.]+) TFLOPS = ([\d.]+)x", out)
+    assert tuned, out
+    with open(locate("exhaustive/gemm_1024_1024_1024_v3") + ".json") as f:
+        recorded = json.load(f)["reference"]["tflops"]
+    with open(locate("gemm_1024_1024_1024_v3") + ".json") as f:
+        assert json.load(f)["reference"]["tflops"] != recorded  # the name alone is ambiguous
+    rep = bocast.report(str(run), at=[8])
+    ref = rep.arms["random"]["reference"]
+    assert ref["recorded"] == "exhaustive/gemm_1024_1024_1024_v3" and ref["tflops"] == recorded
+    code, out, err = bocast_cli("report", str(run), "--at", "8")
+    assert code == 0, err
+    assert f"| 8 | {tuned.group(1)} " in out and f"= {tuned.group(2)}x " in out

@@ -17,6 +17,7 @@ from bocast.candidates import TableCandidates
 from bocast.datasets import DATASET_COLUMNS, dataset_configs, dataset_csv, locate
 from bocast.errors import InputError
 from bocast.knobs import Config
+from bocast.library import portable
 from bocast.measure.runner import RecordRunner
 from bocast.measure.status import Status
 from bocast.operator import Operator, canonical_workload
@@ -93,7 +94,9 @@ class ReplayRunner(RecordRunner):
         return self.dataset.record(config, source)
 
     def origin(self) -> dict[str, Any]:
-        return {"dataset": self.dataset.prefix}
+        """The dataset replayed, as a run names a source (:func:`bocast.library.portable`: a
+        shipped one by its name): ``bocast report`` reads its recorded reference there."""
+        return {"dataset": portable(self.dataset.prefix)}
 
     def reference(self, op: Operator) -> dict[str, Any] | None:
         return self.dataset.reference
