@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import platform
+from importlib import metadata
 from typing import Any
 
-from bocast import reporting, schema
+from bocast import __version__, reporting, schema
 from bocast.cli.run_commands import (
     cmd_ablation,
     cmd_compare,
@@ -80,18 +82,13 @@ def version_line() -> str:
     """``bocast --version``: the installed distribution's version (the package's own
     ``__version__`` where it runs from a source tree not installed), and those of Python, TVM
     and torch as installed (read from their metadata: nothing heavy is imported)."""
-    import platform
-    from importlib import metadata
-
-    import bocast
-
     def installed(name: str) -> str | None:
         try:
             return metadata.version(name)
         except metadata.PackageNotFoundError:
             return None
 
-    own = installed("bocast") or f"{bocast.__version__} (not installed: run from its source)"
+    own = installed("bocast") or f"{__version__} (not installed: run from its source)"
     deps = ", ".join(f"{name} {installed(name) or 'not installed'}"
                      for name in ("apache-tvm", "torch"))
     return f"bocast {own} (Python {platform.python_version()}; {deps})"
