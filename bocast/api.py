@@ -337,7 +337,8 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
             raise
         raise cfgmod.in_file(e, path) from None
     return TuneRun(cfg, op, dataset, strategy, store_path, ident, warm=warm, records=folder,
-                   plot=plot, runner=given, builder=builder)
+                   records_named=bool(records or cfg.records), plot=plot, runner=given,
+                   builder=builder)
 
 
 def _identity_options(given: dict[str, Any], used: dict[str, Any]) -> dict[str, Any]:

@@ -2,11 +2,17 @@
 
 The library is the shipped datasets (package data, exhaustive tables included:
 :func:`bocast.datasets.shipped_datasets`; read only) plus a folder of record stores, one per
-tuned run: a live ``bocast tune`` (runner local, rpc or standin), finished or interrupted,
-copies its store there (:func:`add`; ``bocast records add`` does it by hand). The folder is,
-first that is set: the ``records`` argument (the API's, ``--records``), ``$BOCAST_RECORDS``, a
-tune configuration's ``records`` field, ``$XDG_CACHE_HOME/bocast/records``
+tuned run: a live ``bocast tune`` (runner local or rpc), finished or interrupted, copies its
+store there (:func:`add`; ``bocast records add`` does it by hand). The folder is, first that is
+set: the ``records`` argument (the API's, ``--records``), ``$BOCAST_RECORDS``, a tune
+configuration's ``records`` field, ``$XDG_CACHE_HOME/bocast/records``
 (``~/.cache/bocast/records``).
+
+Stand-in runs (synthetic timings) stay out unless asked: ``bocast tune --runner standin`` copies
+its store only into a library the run names (``--records``, ``records=``, a configuration's
+``records``), never into the default one, and ``bocast records add`` adds one by hand. Where
+one is in the library anyway, warm starts and suggestions leave it out unless the run is itself
+a stand-in run (:attr:`Entry.synthetic`; its TFLOPS say nothing of a GPU's).
 
 A copy is named by its workload, GPU and the store's first row, so the same store added twice
 is one file (replaced only when the store has grown: nothing is copied twice). A file there
@@ -29,6 +35,7 @@ from typing import Any
 from bocast import interrupt
 from bocast.datasets import load_dataset, locate, shipped_datasets, shipped_folder, shipped_name
 from bocast.errors import InputError
+from bocast.measure import standin
 from bocast.operator import canonical_workload
 from bocast.store import StoreError, _check_existing, _read_only
 
@@ -73,6 +80,13 @@ class Entry:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def synthetic(self) -> bool:
+        """Records of the stand-in (synthetic timings, no GPU), directly or through rpc
+        servers run as stand-ins: warm starts and suggestions leave them out unless the run
+        is itself the stand-in's (:func:`bocast.warm_sources.choose`)."""
+        return self.gpu == standin.GPU
+
+    @property
     def name(self) -> str:
         return portable(self.path) if self.shipped else os.path.basename(self.path)
 
@@ -81,7 +95,7 @@ class Entry:
         return {"name": self.name, "path": self.path, "op": w.get("op"),
                 "shape": w.get("shape"), "space": w.get("space", "v1"), "gpu": self.gpu,
                 "rows": self.rows, "ok": self.ok, "best_tflops": self.best,
-                "shipped": self.shipped}
+                "shipped": self.shipped, "synthetic": self.synthetic}
 
 
 # ------------------------------------------------------------------------------ reading

@@ -104,8 +104,10 @@ def test_auto_chooses_the_same_schedule_on_the_same_gpu(standin_store, tmp_path)
     a100 = warm_sources.choose(target, gpu="NVIDIA A100-SXM4-80GB", records=str(folder))
     assert a100.sources == [str(folder / "a100.db")]
     unknown = warm_sources.choose(target, gpu=None, records=str(folder))
-    # one source per workload: the stand-in's or the A100's copy, and two H100 datasets
+    # one source per workload: the A100's copy (the stand-in's own store is synthetic: left
+    # out where the run's GPU is not the stand-in) and two H100 datasets
     assert len(unknown.sources) == 3 and any("not known" in n for n in unknown.notes)
+    assert mine not in unknown.sources
     # never the run's own store (nor its library copy)
     own = warm_sources.resolve(AUTO, target, runner="standin", gpu=STANDIN, records=str(folder),
                           store=store)
@@ -208,6 +210,33 @@ def test_one_command_standin_warm_starts_from_the_library_and_opts_out(standin_s
     assert cold.summary["warm_start_sources"] == []
     with Store.open(cold.store) as s:
         assert s.get_meta("run")["resolved"]["warm_start"] == []
+
+
+def test_stand_in_runs_stay_out_of_the_library_unless_asked(standin_store, tmp_path,
+                                                             bocast_cli):
+    """A stand-in run's store goes only into a library the run names; one there anyway serves
+    no warm start or suggestion but a stand-in run's (issue 42: a suggestion of 4.2 TFLOPS
+    read on the stand-in's distribution)."""
+    default = os.environ[library.ENV]  # conftest's: this test's own default library
+    code, out, err = bocast_cli("tune", "gemm", "--shape", "256,256,256", "--space", "v2",
+                                "--runner", "standin", "--strategy", "random", "--trials", "8",
+                                "--batch-size", "8", "--output", str(tmp_path / "run"), "--json")
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["library_copy"] is None
+    assert not os.listdir(default) and "a stand-in run's store (synthetic timings) is not " \
+        "added" in err
+    _, folder = standin_store  # named by its run (records=): the copy is there
+    entries = [e for e in library.scan(folder)[0] if not e.shipped]
+    assert len(entries) == 1 and entries[0].synthetic
+    target = make("gemm", (512, 256, 256), space="v2")
+    for gpu in (None, "NVIDIA H100 80GB HBM3"):
+        choice = warm_sources.choose(target, gpu=gpu, records=folder)
+        assert entries[0].path not in choice.sources
+        assert any("1 stand-in store(s) of the library left out" in n for n in choice.notes)
+    assert warm_sources.choose(target, gpu=STANDIN, records=folder).sources == [entries[0].path]
+    got = bocast.suggest("gemm", (512, 256, 256), space="v2", k=2, records=folder)
+    assert got.sources and not any("stand-in" in s for s in got.sources)
+    assert entries[0].name not in got.sources
 
 
 def test_one_command_flags_belong_to_an_operator(tmp_path, bocast_cli):
