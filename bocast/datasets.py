@@ -43,8 +43,9 @@ def dataset_csv(prefix: str) -> str:
 
 def shipped_folder() -> str:
     """The folder of the shipped datasets: the package's ``data`` (a wheel installs packages
-    as plain files, so it is a real folder that pandas and open() read)."""
-    return os.path.abspath(os.fspath(importlib.resources.files("bocast") / "data"))
+    as plain files: the resource is a real folder, a pathlib.Path, that pandas and open()
+    read)."""
+    return os.path.abspath(str(importlib.resources.files("bocast").joinpath("data")))
 
 
 def shipped_datasets() -> list[str]:

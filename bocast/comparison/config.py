@@ -161,7 +161,7 @@ def parse(raw: Any, where: str) -> CompareConfig:
                               "depend on; name the sources (a list), or none")
     resolve = resolver(where)
     dataset = dataset_path(top["dataset"], where) if top["dataset"] else None
-    if runner == "replay":
+    if runner == "replay" and dataset:  # replay without a dataset was refused above
         _resolve_auto(strategies, top["workload"], dataset)
     return CompareConfig(
         name=top["name"], workload=dict(top["workload"]), runner=runner, dataset=dataset,
