@@ -43,6 +43,7 @@ import numpy as np
 from bocast import comparison as compare
 from bocast.comparison.running import _replay_run
 from bocast.config import read_yaml
+from bocast.datasets import locate
 from bocast.records import load_dataset, provenance
 from bocast.schema import ConfigError
 
@@ -51,10 +52,11 @@ N_BOOT = 10_000
 
 def _name(dataset: str, datasets: list[str]) -> str:
     """A table's folder name under ``output``: the dataset's file name, with its folder's in
-    front where two tables share a file name (data/gemm_X_v2 and data/exhaustive/gemm_X_v2)."""
+    front where two tables share a file name (data/gemm_X_v2 and data/exhaustive/gemm_X_v2:
+    the folders of the files found, so a shipped dataset named without its folder too)."""
     base = os.path.basename(dataset)
     if sum(os.path.basename(d) == base for d in datasets) > 1:
-        return f"{os.path.basename(os.path.dirname(dataset))}_{base}"
+        return f"{os.path.basename(os.path.dirname(locate(dataset)))}_{base}"
     return base
 
 

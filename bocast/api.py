@@ -213,7 +213,7 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
     GPU); replay without ``dataset``: the shipped dataset of the workload with most rows;
     ``output``: ``runs/OP_SHAPE_SPACE_STRATEGY_sSEED`` (with ``store``: the store's folder)."""
     from bocast.config import workload_and_dataset
-    from bocast.library import shipped_datasets
+    from bocast.datasets import shipped_datasets
     from bocast.operator import canonical_workload
 
     cfg: dict[str, Any] = {"workload": {"op": op}, "strategy": {}, "runner": runner or "local"}
@@ -345,7 +345,8 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
             raise
         raise cfgmod.in_file(e, path) from None
     return TuneRun(cfg, op, dataset, strategy, store_path, ident, warm=warm, records=folder,
-                   plot=plot, runner=given, builder=builder)
+                   records_named=bool(records or cfg.records), plot=plot, runner=given,
+                   builder=builder)
 
 
 def _identity_options(given: dict[str, Any], used: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@
     seed: 0
     runner: replay                              # replay | local (live, on a GPU) | rpc | standin
     rpc: {tracker: "host:9190", key: h100}      # rpc only: see bocast.measure.rpc
-    dataset: experiments/data/gemm_1024_1024_1024   # replay only
+    dataset: gemm_1024_1024_1024                 # replay only: a path or a shipped name
     output: runs/bo_logei_gemm1024             # records.db and summary.json go here
     runner_options: {repeats: 10, run_timeout: 30, build_timeout: 180, workers: null,
                      reject_spills: false}      # reject_spills: see bocast.measure.builder
@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from bocast import options, schema
+from bocast.datasets import locate
 from bocast.errors import InputError
 from bocast.locations import check_writable
 from bocast.measure.parts import (
@@ -178,7 +179,7 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
                       strategy_options={k: v for k, v in top["strategy"].items() if k != "name"},
                       batch_size=top["batch_size"], trials=budget["trials"],
                       seconds=budget["seconds"], seed=top["seed"], runner=top["runner"],
-                      dataset=resolve(top["dataset"]) if top["dataset"] else None,
+                      dataset=dataset_path(top["dataset"], base) if top["dataset"] else None,
                       output=output, runner_options=ropts, rpc=rpc_opts,
                       store=resolve(top["store"]) if top["store"] else None,
                       records=resolve(top["records"]) if top["records"] else None,
@@ -218,6 +219,14 @@ def resolver(config_dir: str):
     """Relative paths of a configuration, resolved as :func:`_repo_root` says."""
     root = _repo_root(config_dir)
     return lambda p: p if os.path.isabs(p) else os.path.join(root, p)
+
+
+def dataset_path(name: str, config_dir: str) -> str:
+    """A configuration's ``dataset`` (or ``--dataset``): a path, relative ones as
+    :func:`resolver` takes them, or a shipped dataset's name (:func:`bocast.datasets.locate`:
+    ``exhaustive/gemm_1024_1024_1024_v2``, or ``experiments/data/...``, where the shipped
+    datasets were before they became package data)."""
+    return locate(name, _repo_root(config_dir))
 
 
 class UnreadableFile(ConfigError):

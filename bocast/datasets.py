@@ -1,13 +1,23 @@
 """Datasets: a store's measurements as a compact table (``<prefix>.csv.xz``: knob columns,
 status, timings, features) and its description (``<prefix>.json``: workload, provenance,
 references, what each column holds), written from a store and read back; replay, the records
-library and warm starts read them."""
+library and warm starts read them.
+
+**Shipped datasets** are package data (``bocast/data/``, exhaustive tables under
+``exhaustive/``; datasheet ``bocast/data/README.md``), found through :func:`shipped_folder`
+alone, so a wheel's install has them as the repository does. A shipped dataset's *name* is its
+prefix under that folder (``gemm_1024_1024_1024``, ``exhaustive/gemm_4096_4096_4096_v2``);
+:func:`locate` takes it wherever a dataset's prefix is, and the spelling of before the datasets
+were package data (``experiments/data/NAME``, relative or absolute) names the same dataset.
+"""
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import lzma
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -29,6 +39,50 @@ def dataset_csv(prefix: str) -> str:
         if os.path.exists(prefix + suffix):
             return prefix + suffix
     return prefix + DATASET_SUFFIXES[0]
+
+
+def shipped_folder() -> str:
+    """The folder of the shipped datasets: the package's ``data`` (a wheel installs packages
+    as plain files: the resource is a real folder, a pathlib.Path, that pandas and open()
+    read)."""
+    return os.path.abspath(str(importlib.resources.files("bocast").joinpath("data")))
+
+
+def shipped_datasets() -> list[str]:
+    """The prefixes of the shipped datasets: the uniform samples, then the exhaustive tables."""
+    out = []
+    for folder in (shipped_folder(), os.path.join(shipped_folder(), "exhaustive")):
+        if os.path.isdir(folder):
+            out += sorted(os.path.join(folder, f[:-5]) for f in os.listdir(folder)
+                          if f.endswith(".json"))
+    return out
+
+
+#: where a shipped dataset's name starts in a path that names it: after the package's data
+#: folder, or after experiments/data/, where the datasets lived before they were package data
+#: (configurations, stores' identities and sessions still name them so)
+_SHIPPED_PART = re.compile(r"(?:^|.*/)(?:experiments|bocast)/data/")
+
+
+def shipped_name(prefix: str) -> str | None:
+    """The name of the shipped dataset that ``prefix`` names (its name, its path in the
+    package, or its old path ``experiments/data/NAME``); None if it names none."""
+    text = _SHIPPED_PART.sub("", prefix.replace(os.sep, "/").removeprefix("./"), count=1)
+    if not text or text.startswith("/") or ".." in text.split("/"):
+        return None
+    return text if os.path.isfile(os.path.join(shipped_folder(), text + ".json")) else None
+
+
+def locate(prefix: str, root: str | None = None) -> str:
+    """The prefix to open for a dataset named ``prefix`` (a relative one taken under ``root``,
+    else the working directory): that path where a dataset is there, else the shipped dataset
+    it names (:func:`shipped_name`), else the path as given (opening it says what is missing).
+    Every reader of a user's dataset name goes through here."""
+    path = prefix if root is None or os.path.isabs(prefix) else os.path.join(root, prefix)
+    if any(os.path.exists(f) for f in dataset_files(path)):
+        return path
+    name = shipped_name(prefix)
+    return os.path.join(shipped_folder(), name) if name else path
 
 
 def dataset_files(prefix: str) -> list[str]:
@@ -58,9 +112,11 @@ def export_dataset(store_path: str, out_prefix: str, meta: Mapping[str, Any]) ->
 
 
 def load_dataset(prefix: str):
-    """(DataFrame, meta) of a dataset written by :func:`export_dataset`."""
+    """(DataFrame, meta) of a dataset written by :func:`export_dataset` (``prefix`` found as
+    :func:`locate` finds it: a shipped dataset by its name)."""
     import pandas as pd
 
+    prefix = locate(prefix)
     with open(prefix + ".json") as f:
         meta = json.load(f)
     return pd.read_csv(dataset_csv(prefix)), meta

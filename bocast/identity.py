@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bocast.bo.transfer import source_paths
+from bocast.library import same_source
 from bocast.measure.parts import runner_kind
 from bocast.schema import ConfigError
 from bocast.store import Store
@@ -59,7 +60,8 @@ def mismatch(held: Mapping[str, Any] | None, ident: Mapping[str, Any]) -> str | 
     if held is None:  # a new store, or one written before runs carried their identity
         return None
     # the local runner was called tvm before 2026-11-26: the same run under its new name
-    held = {**held, "runner": runner_kind(held.get("runner"))}
+    held = {**_sources_as_named_now(held), "runner": runner_kind(held.get("runner"))}
+    ident = _sources_as_named_now(ident)
     skip = "options" if RESOLVED in held else RESOLVED
     keys = sorted(k for k in set(held) | set(ident) if k != skip)
     parts = [f"{k}: {held.get(k)!r} there, {ident.get(k)!r} here" for k in keys
@@ -85,6 +87,19 @@ def mismatch(held: Mapping[str, Any] | None, ident: Mapping[str, Any]) -> str | 
            "the run began, so set it as it was to resume the run") if defaults else ""
     return (f"holds a run of another configuration ({'; '.join(parts)}{why}); move it away, "
             "or set another output, to keep both")
+
+
+def _sources_as_named_now(ident: Mapping[str, Any]) -> dict[str, Any]:
+    """``ident`` with its warm-start sources (given and resolved) named as
+    :func:`bocast.library.portable` names them now: a shipped dataset was named
+    ``experiments/data/...`` before the datasets were package data, and is the same source."""
+    out = dict(ident)
+    for part in ("options", RESOLVED):
+        opts = out.get(part)
+        if isinstance(opts, Mapping) and isinstance(opts.get("warm_start"), list):
+            out[part] = {**opts, "warm_start": [same_source(p) if isinstance(p, str) else p
+                                                for p in opts["warm_start"]]}
+    return out
 
 
 def check(store: Any, ident: dict[str, Any], path: str, *, write: bool = True) -> None:

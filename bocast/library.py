@@ -1,11 +1,18 @@
 """The records library (issue 26): every measurement counts twice.
 
-The library is the shipped datasets (``experiments/data`` beside the package, exhaustive
-tables included; read only) plus a folder of record stores, one per tuned run: a live
-``bocast tune`` (runner local, rpc or standin), finished or interrupted, copies its store there
-(:func:`add`; ``bocast records add`` does it by hand). The folder is, first that is set: the
-``records`` argument (the API's, ``--records``), ``$BOCAST_RECORDS``, a tune configuration's
-``records`` field, ``$XDG_CACHE_HOME/bocast/records`` (``~/.cache/bocast/records``).
+The library is the shipped datasets (package data, exhaustive tables included:
+:func:`bocast.datasets.shipped_datasets`; read only) plus a folder of record stores, one per
+tuned run: a live ``bocast tune`` (runner local or rpc), finished or interrupted, copies its
+store there (:func:`add`; ``bocast records add`` does it by hand). The folder is, first that is
+set: the ``records`` argument (the API's, ``--records``), ``$BOCAST_RECORDS``, a tune
+configuration's ``records`` field, ``$XDG_CACHE_HOME/bocast/records``
+(``~/.cache/bocast/records``).
+
+Stand-in runs (synthetic timings) stay out unless asked: ``bocast tune --runner standin`` copies
+its store only into a library the run names (``--records``, ``records=``, a configuration's
+``records``), never into the default one, and ``bocast records add`` adds one by hand. Where
+one is in the library anyway, warm starts and suggestions leave it out unless the run is itself
+a stand-in run (:attr:`Entry.synthetic`; its TFLOPS say nothing of a GPU's).
 
 A copy is named by its workload, GPU and the store's first row, so the same store added twice
 is one file (replaced only when the store has grown: nothing is copied twice). A file there
@@ -27,17 +34,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bocast import interrupt
-from bocast.datasets import load_dataset
+from bocast.datasets import load_dataset, locate, shipped_datasets, shipped_folder, shipped_name
 from bocast.errors import InputError
+from bocast.measure import standin
 from bocast.operator import canonical_workload
 from bocast.store import Store, StoreError, _check_existing, _read_only
 
 ENV = "BOCAST_RECORDS"
-#: the shipped datasets: the repository's, beside the package
-SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "experiments", "data")
-#: the repository the shipped datasets belong to: sources under it are named relative to it
-ROOT = os.path.dirname(os.path.dirname(SHIPPED))
+#: the folder holding the package (the repository, or site-packages): a source under it that is
+#: not a shipped dataset is named relative to it
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: meta of a library copy: the absolute path of the store it was copied from
 ORIGIN = "library_origin"
 
@@ -82,6 +88,13 @@ class Entry:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def synthetic(self) -> bool:
+        """Records of the stand-in (synthetic timings, no GPU), directly or through rpc
+        servers run as stand-ins: warm starts and suggestions leave them out unless the run
+        is itself the stand-in's (:func:`bocast.warm_sources.choose`)."""
+        return self.gpu == standin.GPU
+
+    @property
     def name(self) -> str:
         return portable(self.path) if self.shipped else os.path.basename(self.path)
 
@@ -90,7 +103,7 @@ class Entry:
         return {"name": self.name, "path": self.path, "op": w.get("op"),
                 "shape": w.get("shape"), "space": w.get("space", "v1"), "gpu": self.gpu,
                 "rows": self.rows, "ok": self.ok, "best_tflops": self.best,
-                "shipped": self.shipped}
+                "shipped": self.shipped, "synthetic": self.synthetic}
 
 
 # ------------------------------------------------------------------------------ reading
@@ -155,16 +168,6 @@ def _dataset_entry(prefix: str, *, stats: bool) -> Entry:
         ok = df[df["status"] == "ok"]
         entry.ok, entry.best = len(ok), float(ok["tflops"].max()) if len(ok) else None
     return entry
-
-
-def shipped_datasets() -> list[str]:
-    """The prefixes of the shipped datasets (none where the package has no repository)."""
-    out = []
-    for folder in (SHIPPED, os.path.join(SHIPPED, "exhaustive")):
-        if os.path.isdir(folder):
-            out += sorted(os.path.join(folder, f[:-5]) for f in os.listdir(folder)
-                          if f.endswith(".json"))
-    return out
 
 
 def scan(records: str | None = None, *, shipped: bool = True, stores: bool = True,
@@ -302,12 +305,23 @@ def remove(name: str, records: str | None = None) -> str:
 
 
 def portable(path: str) -> str:
-    """A source as a run's identity and summary name it: relative to the repository when in
-    it (a copy of the tree elsewhere resumes the run), else absolute."""
-    a = os.path.abspath(path)
+    """A source as a run's identity and summary name it: a shipped dataset by its name
+    (:func:`bocast.datasets.shipped_name`: the same in the repository and from a wheel), else
+    relative to :data:`ROOT` when under it (a copy of the tree elsewhere resumes the run), else
+    absolute."""
+    a = os.path.abspath(locate(path))
+    if a.startswith(shipped_folder() + os.sep):
+        return shipped_name(a) or a
     return os.path.relpath(a, ROOT) if a.startswith(ROOT + os.sep) else a
 
 
 def local(name: str) -> str:
-    """The path of a source :func:`portable` named."""
-    return name if os.path.isabs(name) else os.path.join(ROOT, name)
+    """The path of a source :func:`portable` named (or a name of before the datasets were
+    package data: ``experiments/data/...``)."""
+    return locate(name, ROOT)
+
+
+def same_source(name: str) -> str:
+    """A source's name as :func:`portable` gives it now, for a name a store recorded (which
+    may be an older spelling of the same shipped dataset)."""
+    return portable(local(name))

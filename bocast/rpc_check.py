@@ -31,6 +31,7 @@ import time
 from typing import Any, cast
 
 from bocast.candidates import SpaceCandidates
+from bocast.datasets import locate
 from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.engine import Measurer
 from bocast.measure.replay import ReplayDataset
@@ -176,6 +177,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args(argv)
 
+    args.dataset = locate(args.dataset)  # a path, or a shipped dataset's name
     with open(args.dataset + ".json") as f:
         op = from_workload(json.load(f)["workload"])
     rpc = RpcRunner(args.tracker, args.key, timeout_s=args.run_timeout, repeats=args.repeats,

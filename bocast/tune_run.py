@@ -43,6 +43,7 @@ class TuneRun:
     identity: dict[str, Any]
     warm: Any = None  # bocast.warm_sources.Choice of warm_start: auto (None: the option as given)
     records: str = ""  # the records library's folder
+    records_named: bool = False  # the run named that folder (--records, records=, its config's)
     plot: bool = False  # draw the run's figure (figure_prefix.png/.pdf/.svg)
     runner: Runner | None = None  # the caller's runner object (bocast.tune), never closed here
     builder: Builder | None = None  # the caller's builder object, never closed here
@@ -268,12 +269,18 @@ class TuneRun:
 
     def _to_library(self, note) -> str | None:
         """A live run's store copied into the records library (also when interrupted); a
-        failure is one line, never fatal. None for replay (its rows are a dataset's)."""
+        failure is one line, never fatal. None for replay (its rows are a dataset's), and for
+        the stand-in unless the run named the library: synthetic timings would otherwise
+        reach the user's library, whose warm starts and suggestions stand for a GPU's."""
         import sqlite3
 
         from bocast import library
 
         if self.cfg.runner == "replay" or not os.path.isfile(self.store_path):
+            return None
+        if self.runner_name == "standin" and not self.records_named:
+            note("records library: a stand-in run's store (synthetic timings) is not added; "
+                 "--records FOLDER (records=) adds it there, `bocast records add` by hand")
             return None
         try:
             path, what = library.add(self.store_path, self.records)

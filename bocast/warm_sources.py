@@ -9,6 +9,8 @@ library (:mod:`bocast.library`), and the options a warm run takes (:func:`warm_o
   count as the model's own, after them at the same distance, and the run names them; records
   of other GPU models are left out and the run says so. Where the run's GPU is not known
   before it starts (rpc without ``gpu_model``), every GPU's records count, named.
+- **Never synthetic** records (a stand-in run's store, :attr:`bocast.library.Entry.synthetic`)
+  but for a stand-in run: their TFLOPS say nothing of a GPU's.
 - **Never the run's own**: not its dataset, not its own store (nor the library's copy of it);
   a replay run takes only shipped datasets of *other* workloads (so the answer never leaks
   into the search, and a replay result depends on the repository alone, never on a machine's
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bocast.bo.transfer import AUTO, WarmStartError, incompatibility, load_sources
+from bocast.datasets import locate
 from bocast.errors import InputError
 from bocast.library import Entry, _one_line, architecture, scan
 from bocast.measure.standin import run_task
@@ -65,12 +68,16 @@ def choose(target_op, *, gpu: str | None, arch: tuple[str, int] | None = None,
     dataset, its store); ``other_workloads``: only records of other workloads (replay);
     ``shipped_only``: only shipped datasets (replay)."""
     entries, notes = scan(records, stores=not shipped_only)
-    never = {os.path.abspath(p) for p in exclude}
+    never = {os.path.abspath(locate(p)) for p in exclude}  # a shipped dataset by its name too
     want = canonical_workload(target_op.workload)
     own: list[Entry] = []
     others: list[Entry] = []  # records of another GPU model
+    synthetic = 0
     for e in entries:
         if os.path.abspath(e.path) in never or (e.origin and os.path.abspath(e.origin) in never):
+            continue
+        if e.synthetic and e.gpu != gpu:  # the stand-in's only for a stand-in run
+            synthetic += 1
             continue
         w = canonical_workload(e.workload)
         if (other_workloads and w == want) or (e.ok is not None and e.ok == 0):
@@ -93,6 +100,9 @@ def choose(target_op, *, gpu: str | None, arch: tuple[str, int] | None = None,
                      f"{models}, the same architecture as this run's {gpu} (compute capability "
                      f"{arch[0]}, {arch[1]} SMs: the same kernels in the same waves; memory "
                      f"differs). --warm-start none for a cold start")
+    if synthetic:
+        notes.append(f"warm start: {synthetic} stand-in store(s) of the library left out "
+                     "(synthetic timings)")
     if other_gpu:
         what = ", ".join(f"{n} of {g}" for g, n in sorted(other_gpu.items()))
         notes.append(f"warm start: records of other GPU models left out ({what}); this run's "

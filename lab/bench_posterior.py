@@ -46,7 +46,7 @@ def _median_seconds(fns, repeats: int) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", default="experiments/data/gemm_4096_4096_4096_v2")
+    ap.add_argument("--dataset", default="gemm_4096_4096_4096_v2")
     ap.add_argument("--m", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--n", type=int, nargs="+", default=[32, 200])
     ap.add_argument("--repeats", type=int, default=5)

@@ -10,7 +10,7 @@ exercises it); the candidate pool is the live space (4096 fresh samples plus nei
 16 best), as in a live run.
 
     python lab/bench_proposal.py \
-        --dataset experiments/data/conv3d_4_16_28_28_64_64_3_3_3_1_1_1 \
+        --dataset conv3d_4_16_28_28_64_64_3_3_3_1_1_1 \
         --out experiments/results/proposal_cost_conv3d_cpu2.json
 
 ``--variant LABEL=JSON`` (repeatable) times BO with those options (e.g. ``derived={"features":
@@ -42,7 +42,7 @@ from bocast.strategies import make_strategy
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dataset", default="experiments/data/gemm_4096_4096_4096")
+    ap.add_argument("--dataset", default="gemm_4096_4096_4096")
     ap.add_argument("--sizes", type=int, nargs="*", default=[100, 500, 1000])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None,

@@ -30,9 +30,9 @@ from bocast.measure.replay import ReplayDataset
 from bocast.operator import from_workload
 from bocast.records import load_dataset, provenance
 
-TABLES = ["experiments/data/gemm_4096_4096_4096_v2", "experiments/data/gemm_1024_1024_1024_v2",
-          "experiments/data/gemm_4096_4096_4096",
-          "experiments/data/conv2d_16_14_14_256_256_3_3_1_1_1"]
+TABLES = ["gemm_4096_4096_4096_v2", "gemm_1024_1024_1024_v2",
+          "gemm_4096_4096_4096",
+          "conv2d_16_14_14_256_256_3_3_1_1_1"]
 
 
 def _gp(bounds, x_tr, y_tr, x_te, seed, *, transform):

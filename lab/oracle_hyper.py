@@ -31,8 +31,8 @@ from bocast.strategies import make_strategy
 from bocast.strategies.bo import gp_target
 from bocast.tuner import Tuner
 
-TABLES = ["experiments/data/exhaustive/conv2d_16_14_14_256_256_3_3_1_1_1_v2",
-          "experiments/data/exhaustive/gemm_1024_1024_1024_v2"]
+TABLES = ["exhaustive/conv2d_16_14_14_256_256_3_3_1_1_1_v2",
+          "exhaustive/gemm_1024_1024_1024_v2"]
 BO = {"acquisition": "becbo", "y_transform": "relative", "noise_sd_max": 0.02, "n_init": 8}
 BUDGET, BATCH = 200, 8
 

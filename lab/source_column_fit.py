@@ -33,8 +33,8 @@ from bocast.measure.replay import ReplayDataset
 from bocast.operator import from_workload
 from bocast.records import load_dataset
 
-TARGET = "experiments/data/exhaustive/gemm_2048_8192_1024_v3"
-SOURCES = ["experiments/data/gemm_4096_4096_4096_v3", "experiments/data/gemm_1024_1024_1024_v3"]
+TARGET = "exhaustive/gemm_2048_8192_1024_v3"
+SOURCES = ["gemm_4096_4096_4096_v3", "gemm_1024_1024_1024_v3"]
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ CPU only (about 30 s per table on a 2-core CPU). Writes PREFIX.md and PREFIX.jso
 
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -22,6 +21,7 @@ import time
 import numpy as np
 
 from bocast.bo.transfer import best_rows, ranked_configs
+from bocast.datasets import shipped_datasets
 from bocast.measure.replay import ReplayDataset
 from bocast.operator import from_workload
 from bocast.records import provenance
@@ -106,7 +106,7 @@ def _local(names):
 
 def main(out: str) -> None:
     prov = provenance()
-    tables = sorted(p[:-5] for p in glob.glob("experiments/data/exhaustive/*.json"))
+    tables = [p for p in shipped_datasets() if os.path.basename(os.path.dirname(p)) == "exhaustive"]
     res = []
     for p in tables:
         r = table(p)

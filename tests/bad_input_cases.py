@@ -28,8 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bocast.datasets import shipped_folder
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(ROOT, "experiments", "data")
+DATA = shipped_folder()
 DATASET = "gemm_32_2048_1000"  # recorded on the H100, space v1, 500 rows
 WORKLOAD = {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout": "NT",
             "space": "v1"}

@@ -38,7 +38,7 @@ COMPARE = {
     "workload": {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout": "NT",
                  "space": "v1"},
     "runner": "replay",
-    "dataset": os.path.join(ROOT, "experiments", "data", "gemm_32_2048_1000"),
+    "dataset": "gemm_32_2048_1000",  # a shipped dataset, by its name
     "strategies": [{"label": "bo", "name": "bo", "n_init": 16, "pool_size": 256,
                     "fit_maxiter": 20},
                    {"label": "cga", "name": "cga", "pop_size": 64, "generations": 2},

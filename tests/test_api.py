@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 import bocast
+from bocast.datasets import locate
 from bocast.errors import InputError
 from bocast.measure.status import Status
 from bocast.schema import ConfigError
@@ -29,7 +30,7 @@ GOOD = {
     "budget": {"trials": 24},
     "seed": 0,
     "runner": "replay",
-    "dataset": "experiments/data/gemm_32_2048_1000",
+    "dataset": "gemm_32_2048_1000",
 }
 
 
@@ -71,7 +72,7 @@ def test_tune_is_bocast_tune(tmp_path, bocast_cli):
 
 
 COMPARE = {"name": "api_compare", "workload": GOOD["workload"], "runner": "replay",
-           "dataset": os.path.join(ROOT, GOOD["dataset"]),
+           "dataset": locate(GOOD["dataset"]),
            "strategies": [{"label": "bo", "name": "bo", "n_init": 8},
                           {"label": "random", "name": "random"}],
            "seeds": 2, "budget": {"trials": 16}, "batch_size": 8}

@@ -12,6 +12,7 @@ import re
 import pytest
 
 import bocast
+from bocast.datasets import locate
 from bocast.errors import InputError
 from bocast.measure.builder import Builder
 from bocast.measure.parts import make_runner
@@ -78,7 +79,7 @@ def test_a_runner_of_ones_own_is_recorded_by_name(tmp_path):
 
 
 def test_a_replay_runner_replays_its_dataset(tmp_path):
-    prefix = os.path.join(ROOT, "experiments", "data", "gemm_32_2048_1000")
+    prefix = locate("gemm_32_2048_1000")
     op = get_operator("gemm").from_args((32, 2048, 1000), space="v1")
     quick = {"op": "gemm", "shape": (32, 2048, 1000), "space": "v1", "strategy": "random",
              "trials": 16, "batch_size": 8}
@@ -87,7 +88,7 @@ def test_a_replay_runner_replays_its_dataset(tmp_path):
                         output=str(tmp_path / "object"))
     assert _rows(given.store) == _rows(kind.store)
     assert given.summary["dataset"] == prefix and given.summary["runner"] == "replay"
-    other = ReplayDataset(os.path.join(ROOT, "experiments", "data", "gemm_32_4096_4096"),
+    other = ReplayDataset(locate("gemm_32_4096_4096"),
                           get_operator("gemm").from_args((32, 4096, 4096), space="v1"))
     with pytest.raises(InputError, match="was recorded for workload"):
         bocast.tune(**quick, runner=make_runner("replay", dataset=other),

@@ -14,7 +14,7 @@ GOOD = {
     "workload": {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout": "NT",
                  "space": "v1"},
     "runner": "replay",
-    "dataset": "experiments/data/gemm_32_2048_1000",
+    "dataset": "gemm_32_2048_1000",
     "strategies": [{"label": "bo", "name": "bo", "n_init": 16, "pool_size": 256,
                     "fit_maxiter": 20},
                    {"label": "cga", "name": "cga", "pop_size": 64, "generations": 2},
@@ -93,7 +93,7 @@ def test_compare_writes_tables_plot_records_and_json(tmp_path):
      "runner_options.reject_spills: expected true or false, got 3"),
     ({"budgets": [1000]}, "budgets: expected distinct integers between 1 and budget.trials"),
     ({"seedz": 3}, "unknown field(s) ['seedz']"),
-    ({"dataset": "experiments/data/gemm_1024_1024_1024"}, "was recorded for workload"),
+    ({"dataset": "gemm_1024_1024_1024"}, "was recorded for workload"),
 ])
 def test_bad_compare_config_names_the_field(tmp_path, change, message, bocast_cli, monkeypatch):
     cfg = {**GOOD, **change}

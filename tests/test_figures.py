@@ -13,10 +13,11 @@ import yaml
 
 import bocast
 from bocast import figures
+from bocast.datasets import locate
 from bocast.errors import InputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATASET = os.path.join(ROOT, "experiments/data/gemm_32_2048_1000")
+DATASET = locate("gemm_32_2048_1000")
 WORKLOAD = {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout": "NT",
             "space": "v1"}
 TUNE = {"workload": WORKLOAD, "strategy": {"name": "random"}, "batch_size": 8,

@@ -10,6 +10,7 @@ import yaml
 
 import bocast
 from bocast import identity
+from bocast.datasets import locate
 from bocast.schema import ConfigError
 from bocast.store import Store
 from bocast.strategies import strategy_class
@@ -19,7 +20,7 @@ SMALL = {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout"
          "space": "v1"}
 TUNE = {"workload": SMALL, "strategy": {"name": "random"}, "batch_size": 8,
         "budget": {"trials": 8}, "seed": 0, "runner": "replay",
-        "dataset": os.path.join(ROOT, "experiments/data/gemm_32_2048_1000")}
+        "dataset": locate("gemm_32_2048_1000")}
 
 
 def _digest(path):

@@ -11,14 +11,14 @@ import sqlite3
 import pytest
 
 import bocast
-from bocast import library, warm_sources
+from bocast import datasets, library, warm_sources
 from bocast.bo.transfer import AUTO, incompatibility
 from bocast.operator import get_operator, make
 from bocast.store import Store
 
 QUICK = {"runner": "standin", "strategy": "random", "trials": 8, "batch_size": 8}
-T1024 = "experiments/data/exhaustive/gemm_1024_1024_1024_v2"
-T1024_V3 = "experiments/data/exhaustive/gemm_1024_1024_1024_v3"
+T1024 = "exhaustive/gemm_1024_1024_1024_v2"
+T1024_V3 = "exhaustive/gemm_1024_1024_1024_v3"
 STANDIN = "stand-in (no GPU; synthetic timings)"
 
 
@@ -104,8 +104,10 @@ def test_auto_chooses_the_same_schedule_on_the_same_gpu(standin_store, tmp_path)
     a100 = warm_sources.choose(target, gpu="NVIDIA A100-SXM4-80GB", records=str(folder))
     assert a100.sources == [str(folder / "a100.db")]
     unknown = warm_sources.choose(target, gpu=None, records=str(folder))
-    # one source per workload: the stand-in's or the A100's copy, and two H100 datasets
+    # one source per workload: the A100's copy (the stand-in's own store is synthetic: left
+    # out where the run's GPU is not the stand-in) and two H100 datasets
     assert len(unknown.sources) == 3 and any("not known" in n for n in unknown.notes)
+    assert mine not in unknown.sources
     # never the run's own store (nor its library copy)
     own = warm_sources.resolve(AUTO, target, runner="standin", gpu=STANDIN, records=str(folder),
                           store=store)
@@ -151,7 +153,7 @@ def test_records_of_one_space_never_seed_another():
                             shipped_only=True)
     # the other v3 workloads only (each once: its exhaustive table has more rows than the
     # uniform 4096^3 v3 dataset), never v2's records nor the target's own 1024^3 v3 tables
-    assert choice.sources == [os.path.join(library.SHIPPED, "exhaustive", t) for t in
+    assert choice.sources == [os.path.join(datasets.shipped_folder(), "exhaustive", t) for t in
                               ("gemm_2048_8192_1024_v3", "gemm_4096_4096_4096_v3")]
     v1 = make("gemm", (1024,) * 3, space="v1")
     picked = warm_sources.choose(v1, gpu="NVIDIA H100 80GB HBM3", shipped_only=True,
@@ -165,9 +167,9 @@ def test_replay_auto_never_uses_its_own_table_nor_a_machines_library(standin_sto
     choice = warm_sources.resolve(AUTO, op, runner="replay", gpu="NVIDIA H100 80GB HBM3",
                              dataset=T1024, records=folder)
     names = [library.portable(p) for p in choice.sources]
-    assert names == ["experiments/data/exhaustive/gemm_2048_8192_1024_v2",
-                     "experiments/data/exhaustive/gemm_4096_4096_4096_v2",
-                     "experiments/data/exhaustive/conv2d_16_14_14_256_256_3_3_1_1_1_v2"]
+    assert names == ["exhaustive/gemm_2048_8192_1024_v2",
+                     "exhaustive/gemm_4096_4096_4096_v2",
+                     "exhaustive/conv2d_16_14_14_256_256_3_3_1_1_1_v2"]
     assert warm_sources.resolve("none", op, runner="replay", gpu=None).sources == []
 
 
@@ -179,7 +181,7 @@ def test_one_command_replay_names_its_sources(tmp_path, bocast_cli):
     summary = json.loads(out.strip().splitlines()[-1])
     # no --space: the shape chooses (space auto), v3 at 1024^3, so its v3 table and sources
     assert summary["trials"] == 8 and summary["dataset"].endswith(T1024_V3)
-    assert summary["warm_start_sources"][0] == "experiments/data/exhaustive/gemm_2048_8192_1024_v3"
+    assert summary["warm_start_sources"][0] == "exhaustive/gemm_2048_8192_1024_v3"
     assert summary["export"].startswith("bocast export ")
     assert "warm start (auto) from" in err
     assert "x torch.mm(out_dtype=float32) (cuBLAS, fp32 out) (recorded in the dataset)" in out
@@ -210,6 +212,33 @@ def test_one_command_standin_warm_starts_from_the_library_and_opts_out(standin_s
         assert s.get_meta("run")["resolved"]["warm_start"] == []
 
 
+def test_stand_in_runs_stay_out_of_the_library_unless_asked(standin_store, tmp_path,
+                                                             bocast_cli):
+    """A stand-in run's store goes only into a library the run names; one there anyway serves
+    no warm start or suggestion but a stand-in run's (issue 42: a suggestion of 4.2 TFLOPS
+    read on the stand-in's distribution)."""
+    default = os.environ[library.ENV]  # conftest's: this test's own default library
+    code, out, err = bocast_cli("tune", "gemm", "--shape", "256,256,256", "--space", "v2",
+                                "--runner", "standin", "--strategy", "random", "--trials", "8",
+                                "--batch-size", "8", "--output", str(tmp_path / "run"), "--json")
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["library_copy"] is None
+    assert not os.listdir(default) and "a stand-in run's store (synthetic timings) is not " \
+        "added" in err
+    _, folder = standin_store  # named by its run (records=): the copy is there
+    entries = [e for e in library.scan(folder)[0] if not e.shipped]
+    assert len(entries) == 1 and entries[0].synthetic
+    target = make("gemm", (512, 256, 256), space="v2")
+    for gpu in (None, "NVIDIA H100 80GB HBM3"):
+        choice = warm_sources.choose(target, gpu=gpu, records=folder)
+        assert entries[0].path not in choice.sources
+        assert any("1 stand-in store(s) of the library left out" in n for n in choice.notes)
+    assert warm_sources.choose(target, gpu=STANDIN, records=folder).sources == [entries[0].path]
+    got = bocast.suggest("gemm", (512, 256, 256), space="v2", k=2, records=folder)
+    assert got.sources and not any("stand-in" in s for s in got.sources)
+    assert entries[0].name not in got.sources
+
+
 def test_one_command_flags_belong_to_an_operator(tmp_path, bocast_cli):
     (tmp_path / "c.yaml").write_text("seed: 0\n")
     code, out, err = bocast_cli("tune", str(tmp_path / "c.yaml"), "--shape", "1,2,3")
@@ -227,7 +256,7 @@ def test_a_replay_comparison_takes_auto_from_the_shipped_datasets_a_live_one_ref
     from bocast.schema import ConfigError
 
     raw = {"name": "c", "workload": {"op": "gemm", "shape": [32, 2048, 1000], "space": "v1"},
-           "runner": "replay", "dataset": "experiments/data/gemm_32_2048_1000",
+           "runner": "replay", "dataset": "gemm_32_2048_1000",
            "strategies": [{"label": "bo", "name": "bo", "warm_start": "auto"},
                           {"label": "cga", "name": "cga", "warm_start": "auto"},
                           {"label": "cold", "name": "bo", "warm_start": "none"}],
@@ -239,8 +268,8 @@ def test_a_replay_comparison_takes_auto_from_the_shipped_datasets_a_live_one_ref
     assert names and cga["warm_start"] == bo["warm_start"] and cold["warm_start"] == "none"
     # shipped datasets of other gemm workloads of space v1, never the table's own, never the
     # machine's library (standin_store put a store there)
-    assert all(n.startswith("experiments/data/") and "gemm_32_2048_1000" not in n
-               for n in names)
+    shipped = {library.portable(p) for p in datasets.shipped_datasets()}
+    assert all(n in shipped and "gemm_32_2048_1000" not in n for n in names)
     ident = comparison.run_identity(cfg, bo, 0)
     assert ident["options"]["warm_start"] == names
     with pytest.raises(ConfigError, match="records library, which a live comparison's results"):

@@ -19,7 +19,7 @@ CLOCK = {"created", "session"}
 
 REPLAY = {"workload": {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32",
                        "layout": "NT", "space": "v1"},
-          "runner": "replay", "dataset": "experiments/data/gemm_32_2048_1000"}
+          "runner": "replay", "dataset": "gemm_32_2048_1000"}
 STANDIN = {"workload": {"op": "gemm", "shape": [256, 256, 256], "dtype": "fp16:fp32",
                         "layout": "NT", "space": "v2"},
            "runner": "standin", "runner_options": {"workers": 1}}

@@ -4,10 +4,12 @@ comparison's own figures, and one clear error per bad input."""
 
 import json
 import os
+import re
 
 import pytest
 
 import bocast
+from bocast.datasets import locate
 from bocast.measure.status import Status
 from bocast.record import Record
 from bocast.store import Store
@@ -173,7 +175,7 @@ def test_replay_tune_runs_read_as_their_own_summaries(tmp_path, monkeypatch):
     is its summary's, and the trials to 95% of the best of every store are the tuner's."""
     monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     results = {seed: bocast.tune({
-        "workload": WORKLOAD, "runner": "replay", "dataset": "experiments/data/gemm_32_2048_1000",
+        "workload": WORKLOAD, "runner": "replay", "dataset": "gemm_32_2048_1000",
         "strategy": {"name": "random"}, "budget": {"trials": 24}, "batch_size": 8, "seed": seed,
         "output": str(tmp_path / f"random_s{seed}")}) for seed in (0, 1)}
     rep = bocast.report(str(tmp_path), at=[8, 24])
@@ -190,10 +192,34 @@ def test_replay_tune_runs_read_as_their_own_summaries(tmp_path, monkeypatch):
         expected = Trajectory([], curve, 0.0, None).trials_to(0.95, best)
         assert rep.arms["random"]["trials_to_target"]["per_seed"][str(seed)] == expected
     # a replay times nothing: the reference is the one its (shipped) dataset recorded, so named
-    with open("experiments/data/gemm_32_2048_1000.json") as f:
+    with open(locate("gemm_32_2048_1000") + ".json") as f:
         recorded = json.load(f)["reference"]["tflops"]
     ref = rep.arms["random"]["reference"]
     assert ref["recorded"] == "gemm_32_2048_1000" and ref["tflops"] == recorded
     assert rep.arms["random"]["best_at"]["24"]["vs_reference"] == pytest.approx(
         rep.arms["random"]["best_at"]["24"]["median"] / recorded)
     assert "recorded in dataset gemm_32_2048_1000" in rep.markdown()
+
+
+def test_report_reads_the_reference_of_the_very_table_a_replay_tune_ran(tmp_path, bocast_cli):
+    """A uniform sample and an exhaustive table share the name gemm_1024_1024_1024_v3, each
+    with its own cuBLAS timing (342.2 and 352.7 TFLOPS): the report takes the table the run
+    replayed (its store's session names it), so it prints the ratio the tune printed."""
+    run = tmp_path / "random_s0"
+    code, out, err = bocast_cli("tune", "gemm", "--shape", "1024,1024,1024", "--space", "v3",
+                                "--runner", "replay", "--strategy", "random", "--trials", "8",
+                                "--batch-size", "8", "--output", str(run))
+    assert code == 0, err
+    assert "runner: replay of " + locate("exhaustive/gemm_1024_1024_1024_v3") in err
+    tuned = re.search(r"best ([\d.]+) TFLOPS = ([\d.]+)x", out)
+    assert tuned, out
+    with open(locate("exhaustive/gemm_1024_1024_1024_v3") + ".json") as f:
+        recorded = json.load(f)["reference"]["tflops"]
+    with open(locate("gemm_1024_1024_1024_v3") + ".json") as f:
+        assert json.load(f)["reference"]["tflops"] != recorded  # the name alone is ambiguous
+    rep = bocast.report(str(run), at=[8])
+    ref = rep.arms["random"]["reference"]
+    assert ref["recorded"] == "exhaustive/gemm_1024_1024_1024_v3" and ref["tflops"] == recorded
+    code, out, err = bocast_cli("report", str(run), "--at", "8")
+    assert code == 0, err
+    assert f"| 8 | {tuned.group(1)} " in out and f"= {tuned.group(2)}x " in out

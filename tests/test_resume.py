@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from bocast import api
+from bocast.datasets import locate
 from bocast.interrupt import Interrupted
 from bocast.measure.parts import make_measurer, make_runner
 from bocast.measure.replay import ReplayDataset
@@ -30,14 +31,14 @@ from bocast.strategies import make_strategy, strategies
 from bocast.tuner import Tuner, run_interleaved
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATASET = os.path.join(ROOT, "experiments", "data", "gemm_32_2048_1000")
-SOURCE = os.path.join(ROOT, "experiments", "data", "gemm_32_4096_4096")  # warm start
+DATASET = locate("gemm_32_2048_1000")
+SOURCE = locate("gemm_32_4096_4096")  # warm start
 WORKLOAD = {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout": "NT",
             "space": "v1"}
 OP = get_operator("gemm").from_args((32, 2048, 1000), space="v1")
 # a table with failures (13% launch errors), for BO's feasibility classifier: the GEMM table
 # has none, and the classifier is fitted only once a failure is seen
-FAILING = (os.path.join(ROOT, "experiments", "data", "conv3d_4_16_28_28_64_64_3_3_3_1_1_1"),
+FAILING = (locate("conv3d_4_16_28_28_64_64_3_3_3_1_1_1"),
            get_operator("conv3d").from_args((4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1),
                                             space="v1"))
 # small rounds: the model proposes from the second batch on (BO's n_init = one batch)

@@ -8,7 +8,7 @@ import pytest
 
 from bocast import comparison
 from bocast.config import load, read_yaml
-from bocast.datasets import dataset_csv
+from bocast.datasets import dataset_csv, locate
 
 
 def _ablation():
@@ -23,7 +23,9 @@ def _named_files(entries) -> list[str]:
 
 
 def _exists(path: str) -> bool:
-    return os.path.isfile(path) if path.endswith(".db") else os.path.isfile(dataset_csv(path))
+    """A store, or a dataset as a configuration names one (a path, or a shipped one's name)."""
+    return os.path.isfile(path) if path.endswith(".db") else \
+        os.path.isfile(dataset_csv(locate(path)))
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob("experiments/compare/*.yaml")))

@@ -8,17 +8,18 @@ import pytest
 
 import bocast
 from bocast import library
+from bocast.datasets import locate
 from bocast.measure.replay import ReplayDataset
 from bocast.operator import from_workload, make
 from bocast.space import Space
 from bocast.suggestions import suggest
 
-BMM = "experiments/data/exhaustive/bmm_12_512_512_64_v2"
+BMM = "exhaustive/bmm_12_512_512_64_v2"
 
 
 @pytest.fixture(scope="module")
 def held_out():
-    with open(BMM + ".json") as f:
+    with open(locate(BMM) + ".json") as f:
         op = from_workload(json.load(f)["workload"])
     ds = ReplayDataset(BMM, op)
     got = suggest(op, k=8, candidates=ds.candidates(), exclude=[BMM], other_workloads=True,
@@ -60,7 +61,7 @@ def test_command_and_api_agree(bocast_cli):
 
 
 def test_no_records_of_the_schedule_is_one_clear_error(bocast_cli, monkeypatch):
-    monkeypatch.setattr(library, "SHIPPED", "/nonexistent")  # a library with no shipped data
+    monkeypatch.setattr(library, "shipped_datasets", list)  # a library with no shipped data
     code, out, err = bocast_cli("suggest", "gemm", "--shape", "512,512,512")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "no records of the same schedule as gemm [512, 512, 512]" in err

@@ -17,7 +17,7 @@ GOOD = {
     "budget": {"trials": 48},
     "seed": 0,
     "runner": "replay",
-    "dataset": "experiments/data/gemm_32_2048_1000",
+    "dataset": "gemm_32_2048_1000",
 }
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

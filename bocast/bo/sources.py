@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from bocast.datasets import dataset_csv
+from bocast.datasets import dataset_csv, locate
 from bocast.errors import InputError
 from bocast.measure.replay import ReplayDataset, ReplayError, _read_meta
 from bocast.operator import WorkloadError, canonical_workload, from_workload
@@ -182,11 +182,13 @@ def _fill_feasible(configs: list[Config], names: Sequence[str], target: Space) -
 
 def load_sources(paths: Sequence[str], target_op) -> list[Source]:
     """Every source read, checked against the target and translated; a
-    :class:`WarmStartError` names the first that cannot be used."""
+    :class:`WarmStartError` names the first that cannot be used. A dataset is found as
+    :func:`bocast.datasets.locate` finds it (a shipped dataset by its name)."""
+    located = [locate(p) for p in paths]
     return [_source(path, target_op) if path.endswith(".db")  # a live store grows: read it
             else cached(_SOURCES, (_dataset_key(path, target_op), path),
                         functools.partial(_source, path, target_op), _DATASET_ROWS_MAX)
-            for path in paths]
+            for path in located]
 
 
 #: a dataset translated for a target, per (its files' stamps, the target's workload): a run's

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from bocast.bo.sources import Source, WarmStartError, cached, incompatibility, load_sources
+from bocast.datasets import dataset_csv, locate
 from bocast.errors import InputError
-from bocast.records import dataset_csv
 from bocast.schema import Field
 from bocast.space import Config, Space
 
@@ -174,7 +174,7 @@ def source_model(paths: Sequence[str], target_op, features, *, points: int,
 
 
 def _files_key(paths: Sequence[str], target_op) -> tuple:
-    return (tuple((os.path.abspath(p), *_stamp(p)) for p in paths),
+    return (tuple((os.path.abspath(locate(p)), *_stamp(p)) for p in paths),
             json.dumps(target_op.workload, sort_keys=True))
 
 
@@ -249,6 +249,7 @@ def interleave(a: Sequence, b: Sequence, key: Callable[[Any], Any] = lambda x: x
 
 
 def _stamp(path: str) -> tuple:
+    path = locate(path)
     files = [path] if path.endswith(".db") else [path + ".json", dataset_csv(path)]
     return tuple((os.path.getmtime(f), os.path.getsize(f)) if os.path.exists(f) else None
                  for f in files)

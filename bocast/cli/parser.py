@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import platform
+from importlib import metadata
 from typing import Any
 
-from bocast import reporting, schema
+from bocast import __version__, reporting, schema
 from bocast.cli.run_commands import (
     cmd_ablation,
     cmd_compare,
@@ -77,6 +79,22 @@ def _flag(p: argparse.ArgumentParser, flag: str, field: schema.Field) -> None:
     p.add_argument(flag, action="store_true", help=field.doc)
 
 
+def version_line() -> str:
+    """``bocast --version``: the installed distribution's version (the package's own
+    ``__version__`` where it runs from a source tree not installed), and those of Python, TVM
+    and torch as installed (read from their metadata: nothing heavy is imported)."""
+    def installed(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    own = installed("bocast") or f"{__version__} (not installed: run from its source)"
+    deps = ", ".join(f"{name} {installed(name) or 'not installed'}"
+                     for name in ("apache-tvm", "torch"))
+    return f"bocast {own} (Python {platform.python_version()}; {deps})"
+
+
 def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="bocast", description=(
@@ -89,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks (also BOCAST_DEBUG=1)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=version_line(),
+                        help="bocast's version, and those of Python, TVM and torch")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("space", parents=[common],

@@ -4,7 +4,7 @@ budget for all, from one configuration file.
     name: replay_gemm1024
     workload: {op: gemm, shape: [1024, 1024, 1024], dtype: "fp16:fp32", layout: NT}
     runner: replay
-    dataset: experiments/data/gemm_1024_1024_1024
+    dataset: gemm_1024_1024_1024      # a shipped dataset (bocast/data/README.md), or a path
     strategies:
       - {label: bo-logei, name: bo, acquisition: logei}
       - {label: cga, name: cga}

@@ -23,6 +23,7 @@ from bocast.config import (
     WORKLOAD,
     ConfigError,
     RunSpec,
+    dataset_path,
     read_yaml,
     resolver,
     rpc_options,
@@ -159,11 +160,11 @@ def parse(raw: Any, where: str) -> CompareConfig:
                               "records library, which a live comparison's results must not "
                               "depend on; name the sources (a list), or none")
     resolve = resolver(where)
-    if runner == "replay":
-        _resolve_auto(strategies, top["workload"], resolve(top["dataset"]))
+    dataset = dataset_path(top["dataset"], where) if top["dataset"] else None
+    if runner == "replay" and dataset:  # replay without a dataset was refused above
+        _resolve_auto(strategies, top["workload"], dataset)
     return CompareConfig(
-        name=top["name"], workload=dict(top["workload"]), runner=runner,
-        dataset=resolve(top["dataset"]) if top["dataset"] else None,
+        name=top["name"], workload=dict(top["workload"]), runner=runner, dataset=dataset,
         strategies=strategies, seeds=seeds, trials=trials, batch_size=top["batch_size"],
         budgets=sorted(budgets), baseline=baseline, output=resolve(top["output"]),
         results=resolve(top["results"]), workers=top["workers"], runner_options=ropts,

@@ -14,9 +14,10 @@ import json
 from typing import Any
 
 from bocast.candidates import TableCandidates
-from bocast.datasets import DATASET_COLUMNS, dataset_configs, dataset_csv
+from bocast.datasets import DATASET_COLUMNS, dataset_configs, dataset_csv, locate
 from bocast.errors import InputError
 from bocast.knobs import Config
+from bocast.library import portable
 from bocast.measure.runner import RecordRunner
 from bocast.measure.status import Status
 from bocast.operator import Operator, canonical_workload
@@ -38,9 +39,12 @@ class ReplayDataset:
     row a record that :func:`bocast.record.check_record` accepts (the check of every record
     written: an ``ok`` row's TFLOPS positive and possible, ...), every configuration
     structurally valid and unique. An
-    error names the file and, for a value, the data row (1 = the first under the header)."""
+    error names the file and, for a value, the data row (1 = the first under the header).
+    ``prefix`` is found as :func:`bocast.datasets.locate` finds it (a shipped dataset by its
+    name); :attr:`prefix` is the path opened."""
 
     def __init__(self, prefix: str, op: Operator):
+        prefix = locate(prefix)
         meta = _read_meta(prefix)
         check_workload(prefix, meta, op)
         df = _read_rows(prefix, meta)
@@ -90,7 +94,9 @@ class ReplayRunner(RecordRunner):
         return self.dataset.record(config, source)
 
     def origin(self) -> dict[str, Any]:
-        return {"dataset": self.dataset.prefix}
+        """The dataset replayed, as a run names a source (:func:`bocast.library.portable`: a
+        shipped one by its name): ``bocast report`` reads its recorded reference there."""
+        return {"dataset": portable(self.dataset.prefix)}
 
     def reference(self, op: Operator) -> dict[str, Any] | None:
         return self.dataset.reference

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bocast.comparison import STORE_NAME
+from bocast.datasets import shipped_datasets
 from bocast.errors import InputError
-from bocast.library import shipped_datasets
+from bocast.library import local, portable
 from bocast.store import Store
 from bocast.tuner import best_so_far
 
@@ -111,10 +112,11 @@ def read(path: str, label: str, seed: int | None) -> Run:
         ident = store.get_meta("run") or {}
         workload = store.workload
         retimed = _retimed(store.get_meta("retimed"))
+        replayed = [s["dataset"] for s in store.sessions() if isinstance(s.get("dataset"), str)]
     if seed is None:
         seed = ident["seed"] if isinstance(ident.get("seed"), int) else 0
     if not (isinstance(reference, dict) and reference.get("tflops")):
-        reference = _recorded_reference(ident)
+        reference = _recorded_reference(ident, replayed)
     return Run(label, seed, path, tuple(best_so_far(records)), reference,
                {r.key: float(r.tflops or 0.0) for r in records if r.succeeded}, workload,
                retimed)
@@ -133,22 +135,33 @@ def _retimed(meta: Any) -> dict[str, Any] | None:
         return None
 
 
-def _recorded_reference(ident: Mapping[str, Any]) -> dict[str, Any] | None:
+def _recorded_reference(ident: Mapping[str, Any],
+                        replayed: Sequence[str]) -> dict[str, Any] | None:
     """A replay store's reference: the timing its dataset recorded beside the kernels, marked
-    ``recorded`` with the dataset's name (a replay times nothing; its identity names the
-    dataset, found among the shipped ones), or None."""
-    name = ident.get("dataset") if ident.get("runner") == "replay" else None
-    ref = _shipped_reference(name) if isinstance(name, str) else None
-    return {**ref, "recorded": name} if ref else None
+    ``recorded`` with the dataset's name (a replay times nothing), or None. The dataset is the
+    one the store's sessions name (the replay runner's origin: the very table replayed, as
+    ``bocast tune`` read its reference); only a store whose sessions name none falls back to
+    the identity's file name, and then only where one shipped dataset has it (a uniform sample
+    and an exhaustive table share names: ``gemm_1024_1024_1024_v2``)."""
+    if ident.get("runner") != "replay":
+        return None
+    if replayed:
+        prefix: str | None = local(replayed[-1])
+    else:
+        name = ident.get("dataset")
+        same = [p for p in shipped_datasets() if os.path.basename(p) == name]
+        prefix = same[0] if len(same) == 1 else None
+    ref = _dataset_reference(prefix) if prefix else None
+    return {**ref, "recorded": portable(prefix)} if ref and prefix else None
 
 
 @functools.lru_cache(maxsize=64)
-def _shipped_reference(name: str) -> dict[str, Any] | None:
-    """The reference recorded in shipped dataset ``name`` (None: none, or no such dataset),
+def _dataset_reference(prefix: str) -> dict[str, Any] | None:
+    """The reference recorded in the dataset at ``prefix`` (None: none, or no such dataset),
     read once per process: every seed's store of a comparison names the same dataset."""
-    for prefix in shipped_datasets():
-        if os.path.basename(prefix) == name:
-            with open(prefix + ".json", encoding="utf-8") as f:
-                ref = json.load(f).get("reference")
-            return ref if isinstance(ref, dict) and ref.get("tflops") else None
-    return None
+    try:
+        with open(prefix + ".json", encoding="utf-8") as f:
+            ref = json.load(f).get("reference")
+    except (OSError, ValueError):
+        return None
+    return ref if isinstance(ref, dict) and ref.get("tflops") else None

@@ -44,8 +44,8 @@ def markdown(rep: Report) -> str:
     for a, arm in arms.items():
         ref = arm["reference"]
         lines.append(f"- {a}: seeds {_seeds(arm['seeds'])} ({_trials(arm)}); reference "
-                     + ("none in its stores' meta (a replay of a dataset that is not shipped: "
-                        "the dataset keeps it): no ratios" if not ref else
+                     + ("none in its stores' meta nor in a dataset they replayed: no ratios"
+                        if not ref else
                         f"{_ref(ref)}, recorded in dataset {ref['recorded']} (the dataset's "
                         "timing: a replay times nothing)" if ref.get("recorded") else
                         f"{_ref(ref)}, from {ref['stores']} of its stores' meta"))

@@ -15,7 +15,7 @@ case "${1:-}" in
     mv experiments/results .devlean/results && mkdir experiments/results
     mv tests .devlean/tests
     mkdir tests && cp -r .devlean/tests/__init__.py .devlean/tests/gpu tests/  # the GPU checks
-    for f in $(git ls-files 'experiments/data/*.csv.xz' | grep -v -e /exhaustive/ -e _v2.csv.xz -e _v3.csv.xz); do
+    for f in $(git ls-files 'bocast/data/*.csv.xz' | grep -v -e /exhaustive/ -e _v2.csv.xz -e _v3.csv.xz); do
       mv "$f" .devlean/data/
     done
     git ls-files | while read -r f; do if [ -f "$f" ]; then stat -c %s "$f"; fi; done \
@@ -25,7 +25,7 @@ case "${1:-}" in
     [ -d .devlean ] || { echo "no .devlean: nothing to restore" >&2; exit 2; }
     cp -rn .devlean/results/. experiments/results/
     rm -rf tests && mv .devlean/tests tests
-    mv .devlean/data/* experiments/data/
+    mv .devlean/data/* bocast/data/
     rm -rf .devlean
     git status --short
     ;;

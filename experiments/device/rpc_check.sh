@@ -39,7 +39,7 @@ tune=()
 [ "$TRIALS" -gt 0 ] && tune=(--tune-trials "$TRIALS" --tune-local)
 rm -f "$OUT"/tune_rpc.db* "$OUT"/tune_local.db*
 timeout "${BUDGET_S:-360}" python3 -m bocast.rpc_check --tracker "127.0.0.1:$tracker" \
-    --key "$KEY" --dataset "${DATASET:-experiments/data/gemm_4096_4096_4096_v2}" \
+    --key "$KEY" --dataset "${DATASET:-gemm_4096_4096_4096_v2}" \
     --top "${TOP:-8}" --rounds "${ROUNDS:-5}" ${tune[@]+"${tune[@]}"} \
     --store-prefix "$OUT/tune" --out "$OUT/rpc_check.json" ${extra[@]+"${extra[@]}"} \
     2>&1 | tee "$OUT/rpc_check.log"

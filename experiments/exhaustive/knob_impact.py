@@ -3,7 +3,7 @@ that a knob's value explains (one-way eta^2), and per value the median TFLOPS an
 its rows in the table's top decile. Prints a markdown table; the exhaustive tables' fixed knobs
 were chosen with it (README.md).
 
-    python experiments/exhaustive/knob_impact.py experiments/data/gemm_4096_4096_4096_v2 ...
+    python experiments/exhaustive/knob_impact.py gemm_4096_4096_4096_v2 ...   # shipped names
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ def test_fast_posterior_of_a_replay_fit_is_botorchs():
     from bocast.tuner import Tuner
 
     op = get_operator("gemm").from_args((32, 2048, 1000), space="v1")
-    ds = ReplayDataset("experiments/data/gemm_32_2048_1000", op)
+    ds = ReplayDataset("gemm_32_2048_1000", op)
     bo = make_strategy("bo", ds.candidates(), seed=0, n_init=16, pool_size=512, fit_maxiter=25,
                        y_transform="relative", noise_sd_max=0.02)
     res = Tuner(bo, make_measurer(op, None, make_runner("replay", dataset=ds)), trials=40,

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from bocast.datasets import locate
 from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
 from bocast.measure import rpc_tracker as trk
@@ -318,7 +319,7 @@ def test_rpc_check_script_on_the_standin(cluster, tmp_path, capsys):
     out = tmp_path / "check.json"
     assert check.main([
         "--tracker", f"127.0.0.1:{cluster.tracker.port}", "--key", KEY, "--standin",
-        "--dataset", os.path.join(ROOT, "experiments", "data", "gemm_4096_4096_4096_v2"),
+        "--dataset", locate("gemm_4096_4096_4096_v2"),
         "--tune-trials", "24", "--batch", "12", "--tune-local", "--top", "4", "--rounds", "2",
         "--store-prefix", str(tmp_path / "tune"), "--out", str(out)]) == 0
     res = json.loads(out.read_text())

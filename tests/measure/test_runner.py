@@ -94,7 +94,7 @@ def test_measurers_offer_what_the_tuner_calls(tmp_path):
     from bocast.strategies import make_strategy
     from bocast.tuner import SupportsPrepareRun, Tuner, run_interleaved
 
-    prefix = "experiments/data/gemm_1024_1024_1024"
+    prefix = "gemm_1024_1024_1024"
     op = from_workload(load_dataset(prefix)[1]["workload"])
     dataset = ReplayDataset(prefix, op)
     replay = make_measurer(op, None, make_runner("replay", dataset=dataset))

@@ -2,7 +2,7 @@
 constraints, what it refuses, what its knobs put into the generated CUDA, and static builds for
 sm_90a (TVM's tirx pipeline on the CPU, nvcc's ptxas report). The kernels' correctness is
 checked on the GPU (every measured row against torch: experiments/results/hopper/,
-experiments/data/gemm_4096_4096_4096_v3)."""
+bocast/data/gemm_4096_4096_4096_v3)."""
 
 import json
 
@@ -491,7 +491,7 @@ def test_the_v3_dataset_replays():
     from bocast.measure.replay import ReplayDataset
 
     op = Gemm(4096, 4096, 4096, space="v3")
-    ds = ReplayDataset("experiments/data/gemm_4096_4096_4096_v3", op)
+    ds = ReplayDataset("gemm_4096_4096_4096_v3", op)
     assert len(ds.rows) == 300 and {r["status"] for r in ds.rows} == {"ok"}
     assert ds.best_tflops / ds.reference["tflops"] > 0.85
 

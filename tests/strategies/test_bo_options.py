@@ -20,7 +20,7 @@ FAST = {"n_init": 16, "pool_size": 256, "fit_maxiter": 25}
 
 @pytest.fixture(scope="module")
 def records():
-    ds = ReplayDataset("experiments/data/gemm_4096_4096_4096_v2", OP)
+    ds = ReplayDataset("gemm_4096_4096_4096_v2", OP)
     return [ds.record(c) for c in ds.configs[:48]]
 
 
@@ -96,7 +96,7 @@ def test_derived_features_reach_the_model(records, name):
 def bmm_table():
     """A complete table (every configuration of a sub-space), so one-knob moves stay in it."""
     op = get_operator("bmm").from_args((12, 512, 512, 64))
-    return ReplayDataset("experiments/data/exhaustive/bmm_12_512_512_64_v2", op)
+    return ReplayDataset("exhaustive/bmm_12_512_512_64_v2", op)
 
 
 def _moves_from(candidates, centre, limit):

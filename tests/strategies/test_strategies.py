@@ -13,7 +13,7 @@ from bocast.space import Space
 from bocast.strategies import StrategyError, make_strategy, strategies
 from bocast.tuner import Tuner, run_interleaved
 
-DATASET = "experiments/data/gemm_32_2048_1000"
+DATASET = "gemm_32_2048_1000"
 OP = get_operator("gemm").from_args((32, 2048, 1000), space="v1")
 
 # (name, hyperparameters): every registered strategy, and every acquisition of BO
@@ -155,7 +155,7 @@ def test_recorded_launch_failures_teach_the_classifier():
     from sklearn.metrics import roc_auc_score
 
     op = get_operator("conv3d").from_args((4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1), space="v1")
-    ds = ReplayDataset("experiments/data/conv3d_4_16_28_28_64_64_3_3_3_1_1_1", op)
+    ds = ReplayDataset("conv3d_4_16_28_28_64_64_3_3_3_1_1_1", op)
     strategy = make_strategy("bo", ds.candidates(), seed=0, acquisition="logei", **FAST)
     res = Tuner(strategy, replay(ds), trials=48, batch_size=16).run()
     assert sum(r.status is Status.LAUNCH_ERROR for r in res.records) >= 2

@@ -19,8 +19,8 @@ from bocast.strategies import StrategyError, make_strategy
 from bocast.tuner import Tuner
 from tests.spaces.test_pipelined import BEST_4096
 
-T1024 = "experiments/data/exhaustive/gemm_1024_1024_1024_v2"
-T4096 = "experiments/data/exhaustive/gemm_4096_4096_4096_v2"
+T1024 = "exhaustive/gemm_1024_1024_1024_v2"
+T4096 = "exhaustive/gemm_4096_4096_4096_v2"
 OP1024 = get_operator("gemm").from_args((1024, 1024, 1024))
 OP4096 = get_operator("gemm").from_args((4096, 4096, 4096))
 FAST = {"pool_size": 512, "fit_maxiter": 25, "warm_start_points": 128}
@@ -111,13 +111,13 @@ def test_the_target_model_sees_the_source_mean_as_one_more_input(target, source)
 
 @pytest.mark.parametrize("strategy", ["bo", "cga"])
 @pytest.mark.parametrize("paths, message", [
-    (["experiments/data/bmm_12_512_512_64"],
+    (["bmm_12_512_512_64"],
      "holds records of bmm (dtype fp16:fp32, layout NT, space v1), not of the target's gemm"),
-    (["experiments/data/gemm_1024_1024_1024"],
+    (["gemm_1024_1024_1024"],
      "(space differ); a source must be the same operator on another shape"),
-    (["experiments/data/no_such_dataset"], "no_such_dataset.json not found"),
+    (["no_such_dataset"], "no_such_dataset.json not found"),
     (["runs/no_such_store.db"], "record store runs/no_such_store.db not found"),
-    ("experiments/data/gemm_4096_4096_4096_v2", "warm_start: expected a list, got"),
+    ("gemm_4096_4096_4096_v2", "warm_start: expected a list, got"),
     ([3], "warm_start: expected a list of dataset prefixes or record store paths, got [3]"),
 ])
 def test_bad_sources_name_the_problem(target, paths, message, strategy):
@@ -144,7 +144,7 @@ def test_warm_start_needs_the_targets_workload(source):
 
 
 # --- another operator on the same matmul schedule: GEMM records for conv2d and bmm ----------
-TCONV = "experiments/data/exhaustive/conv2d_16_14_14_256_256_3_3_1_1_1_v2"
+TCONV = "exhaustive/conv2d_16_14_14_256_256_3_3_1_1_1_v2"
 OPCONV = get_operator("conv2d").from_args((16, 14, 14, 256, 256, 3, 3, 1, 1, 1))
 OPBMM = get_operator("bmm").from_args((12, 512, 512, 64))
 
@@ -259,7 +259,7 @@ def test_the_best_source_rows_take_turns_nearest_source_first():
     from bocast.operator import make
 
     target = make("gemm", (2048, 6144, 4096), space="v3")
-    paths = [f"experiments/data/exhaustive/gemm_{s}_v3" for s in
+    paths = [f"exhaustive/gemm_{s}_v3" for s in
              ("4096_4096_4096", "2048_8192_1024", "1024_1024_1024")]
     bests = [s.configs[int(np.argmax(s.log_tflops))] for s in load_sources(paths, target)]
     assert len({Space.key(c) for c in bests}) == 3  # three different best rows
@@ -274,7 +274,7 @@ def test_v3_source_rows_are_rescaled_by_their_wave_efficiency():
     from bocast.bo.sources import _ok_rows, load_sources
     from bocast.operator import make
 
-    path = "experiments/data/exhaustive/gemm_4096_4096_4096_v3"
+    path = "exhaustive/gemm_4096_4096_4096_v3"
     target, source_op = make("gemm", (1024,) * 3, space="v3"), make("gemm", (4096,) * 3,
                                                                      space="v3")
     (src,) = load_sources([path], target)
@@ -309,7 +309,7 @@ def test_gemm_rows_carried_into_conv2d_v3_get_a_feasible_pixel_tile():
     from bocast.operator import make
 
     conv = make("conv2d", (16, 28, 28, 128, 128, 3, 3, 1, 1, 1), space="v3")
-    rows = ranked_configs(["experiments/data/exhaustive/gemm_1024_1024_1024_v3"], conv)[:50]
+    rows = ranked_configs(["exhaustive/gemm_1024_1024_1024_v3"], conv)[:50]
     assert all(conv.space.is_feasible(c) for c in rows)
     assert rows[0]["tile_w"] * rows[0]["tile_h"] > 1
     cands = SpaceCandidates(conv.space, conv.workload)
@@ -351,7 +351,7 @@ def test_a_live_warm_start_keeps_the_gps_inputs_in_the_unit_cube():
     from bocast.record import Record
 
     op = get_operator("gemm").from_args((2048, 4096, 4096), space="v3")
-    sources = ["experiments/data/gemm_4096_4096_4096_v3"]
+    sources = ["gemm_4096_4096_4096_v3"]
     bo = make_strategy("bo", SpaceCandidates(op.space, op.workload), seed=0,
                        warm_start=sources, warm_start_share=0.5, n_init=4, **FAST)
     first = bo.ask(16)
