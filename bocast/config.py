@@ -194,8 +194,9 @@ def _check_sources(sources: Any) -> None:
             continue  # the strategy's own check names it
         if p.endswith(".db") and not os.path.isfile(p):
             raise ConfigError(f"strategy.warm_start: record store {p} not found")
-        if not p.endswith(".db") and not os.path.isfile(p + ".json"):
-            raise ConfigError(f"strategy.warm_start: dataset {p} not found ({p}.json)")
+        if not p.endswith(".db") and not os.path.isfile(locate(p) + ".json"):
+            raise ConfigError(f"strategy.warm_start: dataset {p} not found ({p}.json, nor a "
+                              "shipped dataset of that name)")
 
 
 def rpc_options(runner: str, section: Mapping[str, Any] | None,

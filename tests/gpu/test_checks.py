@@ -51,3 +51,27 @@ def test_every_fault_is_recorded_and_the_run_goes_on(tmp_path):
     assert rows["launch over limits (2048 threads/block)"] == "launch_error"
     assert rows["out-of-bounds access"] == "runtime_error"
     assert rows["never ends"] == "run_timeout" and rows["wrong result"] == "wrong_result"
+
+
+@gpu
+def test_the_exported_kernel_called_from_torch_gives_the_printed_ratio(tmp_path):
+    """Issue 40: a live tune's printed ratio (its final re-timing) against its best kernel
+    exported and timed from torch with the reference in turn (tests/gpu/export_ratio.py):
+    within 3%. A small tune: 16 trials of GEMM 2048^3 on space v3, cold."""
+    run = tmp_path / "run"
+    tune = subprocess.run([sys.executable, "-m", "bocast.cli", "tune", "gemm", "--shape",
+                           "2048,2048,2048", "--trials", "16", "--warm-start", "none",
+                           "--output", str(run)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert tune.returncode == 0, tune.stderr[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["figure"] == "retimed", summary.get("figure")
+    export = subprocess.run([sys.executable, "-m", "bocast.cli", "export",
+                             str(run / "records.db"), "--best", "--out", str(run / "kernel")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert export.returncode == 0, export.stderr[-2000:]
+    proc = _module("export_ratio", str(run), "--out", str(tmp_path / "ratio.json"))
+    (row,) = json.loads((tmp_path / "ratio.json").read_text())["runs"]
+    assert row["correct"] and row["best_config_matches"], row
+    assert abs(row["exported_ratio"] / summary["best_vs_reference"] - 1) <= 0.03, row
+    assert proc.returncode == 0, proc.stdout[-2000:]
