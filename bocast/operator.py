@@ -221,11 +221,15 @@ def _auto_space(name: str, shape: tuple[int, ...] | None, options: dict[str, Any
         # v3 takes an fp16 output since bf16 came (fp32 accumulation, rounded once), v2 too
         # (fp16 accumulation): no measurement compares them yet, so the older choice stands
         tried_v3, why = False, f"v3 against v2 not measured for dtype {options['dtype']}"
+
+    def v3(choice: str) -> Operator:
+        op = make(name, shape, **{**options, "space": "v3"})
+        op.space_choice = choice
+        return op
+
     if tried_v3:
         try:
-            op = make(name, shape, **{**options, "space": "v3"})
-            op.space_choice = f"v3 (auto: {rule})"
-            return op
+            return v3(f"v3 (auto: {rule})")
         except WorkloadError as e:
             v3_error = e
             why = f"v3 does not take this workload: {e}"
@@ -235,9 +239,7 @@ def _auto_space(name: str, shape: tuple[int, ...] | None, options: dict[str, Any
         # a workload only v3 implements (a bf16 GEMM of M < 64): v3, where it takes it
         if not tried_v3:
             try:
-                op = make(name, shape, **{**options, "space": "v3"})
-                op.space_choice = f"v3 (auto: v2 does not take this workload: {v2_error})"
-                return op
+                return v3(f"v3 (auto: v2 does not take this workload: {v2_error})")
             except WorkloadError as e:
                 v3_error = e
         if v3_error is None or str(v3_error) == str(v2_error):  # one refusal (a bad dtype)

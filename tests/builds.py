@@ -52,3 +52,19 @@ def build_configs(op, configs) -> list[dict[str, Any]]:
 
     return build_all({"workload": op.workload, "config": json.loads(Space.key(c))}
                      for c in configs)
+
+
+def check_v3_builds(op, configs) -> list[dict[str, Any]]:
+    """Each of ``configs`` valid and built for sm_90a (:func:`build_configs`) without spills,
+    a stack frame or serialized wgmma, with the dynamic shared memory the space's model
+    counts; the build results."""
+    for config in configs:
+        assert op.space.validate(config) == [], config
+    results = build_configs(op, configs)
+    for config, res in zip(configs, results):
+        assert res["status"] == "ok", (config, res["error"])
+        f = res["features"]
+        assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
+        assert f.get("stack_bytes", 0) == 0 and not f.get("wgmma_serialized"), (config, f)
+        assert f["dynamic_smem_bytes"] == op.space.columns([config])["dynamic_smem_bytes"][0]
+    return results

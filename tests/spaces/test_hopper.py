@@ -11,7 +11,7 @@ import pytest
 from bocast.measure.nvcc import why_no_compiler
 from bocast.operator import WorkloadError, get_operator, make
 from bocast.space import Space
-from tests.builds import build_configs
+from tests.builds import build_configs, check_v3_builds
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 Gemm = get_operator("gemm")
@@ -410,14 +410,7 @@ def test_tma_epilogue_kernels_build_for_sm_90a_without_spills(shape):
     frame or serialized wgmma, with the dynamic shared memory the space's model counts."""
     op = Gemm(*shape, space="v3")
     configs = [{**c, "raster": 1 if shape[0] % 1024 else c["raster"]} for c in TMA_CONFIGS]
-    for config in configs:
-        assert op.space.validate(config) == [], config
-    for config, res in zip(configs, build_configs(op, configs)):
-        assert res["status"] == "ok", (config, res["error"])
-        f = res["features"]
-        assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
-        assert f.get("stack_bytes", 0) == 0 and not f.get("wgmma_serialized"), (config, f)
-        assert f["dynamic_smem_bytes"] == op.space.columns([config])["dynamic_smem_bytes"][0]
+    for res in check_v3_builds(op, configs):
         assert set(res["tensor_maps"]) == {"A_map", "B_map", "C_map"}
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from bocast.measure.nvcc import why_no_compiler
 from bocast.operator import WorkloadError, get_operator, make, make_named
-from tests.builds import build_configs
+from tests.builds import check_v3_builds
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 Gemm, Bmm = get_operator("gemm"), get_operator("bmm")
@@ -192,35 +192,24 @@ def test_warm_start_keeps_dtypes_apart():
     assert incompatibility({**target.workload, "shape": [2048, 2048, 2048]}, target)[0] is None
 
 
-def _check_builds(op, configs):
-    for config in configs:
-        assert op.space.validate(config) == [], config
-    for config, res in zip(configs, build_configs(op, configs)):
-        assert res["status"] == "ok", (config, res["error"])
-        f = res["features"]
-        assert f["registers"] <= 255 and f.get("spill_stores", 0) == 0, (config, f)
-        assert f.get("stack_bytes", 0) == 0 and not f.get("wgmma_serialized"), (config, f)
-        assert f["dynamic_smem_bytes"] == op.space.columns([config])["dynamic_smem_bytes"][0]
-
-
 @needs_nvcc
 @pytest.mark.parametrize("dtype", ["bf16:fp32", "bf16:bf16", "fp16:fp16"])
 def test_gemm_kernels_build_for_sm_90a_without_spills(dtype):
     """The live best's layout with each epilogue, and sampled configurations, at a ragged
     shape (TMA boxes and stores past the edges) and a whole one."""
     ragged = Gemm(1000, 1024, 1000, dtype=dtype, space="v3")
-    _check_builds(ragged, [BEST, BEST | {"epilogue": "scalar"}, BEST | {"epilogue": "tma"},
+    check_v3_builds(ragged, [BEST, BEST | {"epilogue": "scalar"}, BEST | {"epilogue": "tma"},
                            *ragged.space.sample(2, rng=5)])
     if dtype == "bf16:fp32":
         whole = Gemm(4096, 4096, 4096, dtype=dtype, space="v3")
-        _check_builds(whole, [BEST | {"raster": 16}, *whole.space.sample(2, rng=7)])
+        check_v3_builds(whole, [BEST | {"raster": 16}, *whole.space.sample(2, rng=7)])
 
 
 @needs_nvcc
 @pytest.mark.parametrize("dtype", ["bf16:fp32", "bf16:bf16"])
 def test_bmm_kernels_build_for_sm_90a_without_spills(dtype):
     op = Bmm(12, 512, 512, 64, dtype=dtype, space="v3")
-    _check_builds(op, [BEST | {"epilogue": "tma"}, *op.space.sample(3, rng=2)])
+    check_v3_builds(op, [BEST | {"epilogue": "tma"}, *op.space.sample(3, rng=2)])
 
 
 def test_a_configurations_workload_names_its_dtype():
