@@ -133,14 +133,25 @@ def cmd_suggest(args) -> int:
     for line in got.notes:
         say(line)
     shape = ",".join(map(str, op.workload["shape"]))
+    other = got.read_off
+    read_off = other or "this shape"
     lines = [f"{op.name} {'x'.join(map(str, op.workload['shape']))} "
              f"(space {op.workload.get('space', 'v1')}): the {len(got.items)} configurations "
-             "the records library ranks best, no measurement; TFLOPS read on "
-             f"{got.scale}'s distribution (a guess with a one-sd band, not a measurement)",
-             f"{'#':>2} {'from':<10} {'z':>6} {'sd':>5} {'TFLOPS':>8} {'band':>15}  config"]
+             "the records library ranks best, no measurement, highest predicted first; TFLOPS "
+             f"read off {got.scale}"
+             + (f" ({other}, another shape: this one's own can be far from them)"
+                if other else "") + ", a guess with a band, not a measurement",
+             "from: 'source row' one of the sources' best measured kernels, 'model' the source "
+             "model's pick; z: the predicted standing among the sources' kernels (standard "
+             "scores of log TFLOPS, 0 their mean), sd: its standard deviation; TFLOPS and band: "
+             "z and z - sd .. z + sd read off the table named ('past its best': both ends above "
+             "that table's best, which is the most it reads)",
+             f"{'#':>2} {'from':<10} {'z':>6} {'sd':>5} {'TFLOPS':>8} {'band':>15}  "
+             f"{'read off':<{max(8, len(read_off))}}  config"]
     for i, s in enumerate(got.items, 1):
+        band = "past its best" if s.past_best else f"{s.low:.0f}-{s.high:.0f}"
         lines.append(f"{i:>2} {s.why:<10} {s.z:>6.2f} {s.z_sd:>5.2f} {s.tflops:>8.1f} "
-                     f"{f'{s.low:.0f}-{s.high:.0f}':>15}  {json.dumps(s.config)}")
+                     f"{band:>15}  {read_off:<{max(8, len(read_off))}}  {json.dumps(s.config)}")
     lines.append(f"measure them first: bocast tune {op.name} --shape {shape}"
                  f"{' --space ' + str(op.workload['space']) if args.space else ''} (its "
                  "warm start, auto, starts from the same records)")
