@@ -276,6 +276,53 @@ def test_a_replay_comparison_takes_auto_from_the_shipped_datasets_a_live_one_ref
         comparison.parse({**raw, "runner": "local", "dataset": None}, "")
 
 
+def test_a_strategy_without_a_warm_start_takes_none_and_auto_as_cold(tmp_path, bocast_cli):
+    """A script that sets one --warm-start over every strategy: random (no warm start) runs
+    cold with 'none' or 'auto', as the same run as without it; sources are one clear line."""
+    idents = []
+    for ws in ("none", "auto", None):
+        out_dir = tmp_path / f"random_{ws}"
+        code, out, err = bocast_cli("tune", "gemm", "--shape", "1024,1024,1024", "--runner",
+                                    "replay", "--strategy", "random", "--trials", "4",
+                                    "--output", str(out_dir),
+                                    *(("--warm-start", ws) if ws else ()), "--json")
+        assert code == 0, err
+        assert json.loads(out.strip().splitlines()[-1])["trials"] == 4
+        with Store.open(str(out_dir / "records.db")) as st:
+            idents.append(st.get_meta("run")["options"])
+    assert idents == [{}, {}, {}]
+    source = datasets.locate(T1024_V3.replace("1024_1024_1024", "4096_4096_4096"))
+    code, out, err = bocast_cli("tune", "gemm", "--shape", "1024,1024,1024", "--runner",
+                                "replay", "--strategy", "random", "--warm-start", source,
+                                "--output", str(tmp_path / "listed"))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "strategy.warm_start: strategy 'random' has no warm start" in err and source in err
+    assert not (tmp_path / "listed").exists()
+
+
+def test_a_comparison_and_a_study_take_a_cold_strategys_none_too(records_library):
+    from bocast import comparison
+    from bocast.schema import ConfigError
+
+    raw = {"name": "c", "workload": {"op": "gemm", "shape": [32, 2048, 1000], "space": "v1"},
+           "runner": "standin",
+           "strategies": [{"label": "random", "name": "random", "warm_start": "none"},
+                          {"label": "ga", "name": "ga", "warm_start": "auto"},
+                          {"label": "ms", "name": "metaschedule", "warm_start": "none"},
+                          {"label": "bo", "name": "bo", "warm_start": "none"}],
+           "seeds": 1, "budget": {"trials": 8}, "batch_size": 8, "output": "runs/x",
+           "results": "runs/x/results"}
+    cfg = comparison.parse(raw, os.getcwd())
+    assert [s.get("warm_start") for s in cfg.strategies] == [None, None, None, "none"]
+    listed = {**raw, "strategies": [{"label": "random", "name": "random", "warm_start": ["x"]}]}
+    with pytest.raises(ConfigError, match=r"strategies\[0\] \(random\): warm_start: strategy "
+                                          "'random' has no warm start"):
+        comparison.parse(listed, os.getcwd())
+    study = bocast.create_study({"op": "gemm", "shape": [512, 512, 512], "space": "v1"},
+                                strategy="random", warm_start="none")
+    assert len(study.ask(2)) == 2
+
+
 def test_warm_defaults_apply_only_to_a_warm_run_and_never_over_a_given_option(monkeypatch):
     from bocast.strategies import strategy_class
 
