@@ -323,6 +323,29 @@ def test_a_comparison_and_a_study_take_a_cold_strategys_none_too(records_library
     assert len(study.ask(2)) == 2
 
 
+def test_records_list_cuts_no_gpu_or_shape_name(bocast_cli, monkeypatch):
+    class Entry:
+        shipped = False
+
+        def __init__(self, **row):
+            self.row = {"op": "conv3d", "space": "v2", "rows": 12, "best_tflops": 1.5, **row}
+
+        def describe(self):
+            return self.row
+
+    long_gpu = "NVIDIA GeForce RTX 4090 Laptop GPU (a long name)"
+    long_shape = [4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1]
+    monkeypatch.setattr(library, "scan", lambda folder, stats: ([
+        Entry(shape=long_shape, gpu=long_gpu, name="a"),
+        Entry(shape=[1, 2, 3], gpu=None, best_tflops=None, name="b")], []))
+    code, out, err = bocast_cli("records")
+    assert code == 0, err
+    head, a, b = out.splitlines()[1:4]
+    assert long_gpu in a and "4x16x28x28x64x64x3x3x3x1x1x1 " in a and a.endswith("  a")
+    assert b.split() == ["conv3d", "1x2x3", "v2", "?", "12", "-", "b"]
+    assert head.index("gpu") == a.index(long_gpu) and head.index("name") == a.index(" a") + 1
+
+
 def test_warm_defaults_apply_only_to_a_warm_run_and_never_over_a_given_option(monkeypatch):
     from bocast.strategies import strategy_class
 

@@ -113,14 +113,21 @@ def cmd_records(args) -> int:
     for line in skipped:
         say(line)
     rows = [e.describe() for e in entries]
+    # each column as wide as its widest value: a GPU's or a shape's name is never cut
+    cells = [[str(r["op"]), "x".join(map(str, r["shape"] or [])), str(r["space"]),
+              str(r["gpu"] or "?"), str(r["rows"]),
+              f"{r['best_tflops']:.1f}" if r["best_tflops"] is not None else "-", str(r["name"])]
+             for r in rows]
+    head = ["op", "shape", "space", "gpu", "rows", "best", "name"]
+    width = [max(len(c) for c in col) for col in zip(head, *cells)]
+
+    def line(c: list[str]) -> str:
+        return " ".join([*(v.ljust(w) for v, w in zip(c[:4], width)),
+                         *(v.rjust(w) for v, w in zip(c[4:6], width[4:6]))]) + "  " + c[6]
+
     lines = [f"records library {folder} ({sum(not e.shipped for e in entries)} stores) and "
-             f"{sum(e.shipped for e in entries)} shipped datasets:",
-             f"{'op':<18} {'shape':<28} {'space':<5} {'gpu':<26} {'rows':>6} {'best':>8}  name"]
-    for r in rows:
-        best = f"{r['best_tflops']:.1f}" if r["best_tflops"] is not None else "-"
-        lines.append(f"{r['op']!s:<18} {'x'.join(map(str, r['shape'] or [])):<28} "
-                     f"{r['space']:<5} {str(r['gpu'] or '?')[:26]:<26} {r['rows']:>6} "
-                     f"{best:>8}  {r['name']}")
+             f"{sum(e.shipped for e in entries)} shipped datasets:", line(head)]
+    lines += [line(c) for c in cells]
     _emit(args, {"records": folder, "entries": rows, "skipped": skipped}, lines)
     return 0
 
