@@ -121,13 +121,13 @@ def cmd_records(args) -> int:
     head = ["op", "shape", "space", "gpu", "rows", "best", "name"]
     width = [max(len(c) for c in col) for col in zip(head, *cells)]
 
-    def line(c: list[str]) -> str:
+    def row(c: list[str]) -> str:
         return " ".join([*(v.ljust(w) for v, w in zip(c[:4], width)),
                          *(v.rjust(w) for v, w in zip(c[4:6], width[4:6]))]) + "  " + c[6]
 
     lines = [f"records library {folder} ({sum(not e.shipped for e in entries)} stores) and "
-             f"{sum(e.shipped for e in entries)} shipped datasets:", line(head)]
-    lines += [line(c) for c in cells]
+             f"{sum(e.shipped for e in entries)} shipped datasets:", row(head)]
+    lines += [row(c) for c in cells]
     _emit(args, {"records": folder, "entries": rows, "skipped": skipped}, lines)
     return 0
 

@@ -109,7 +109,9 @@ def parse(raw: Any, where: str) -> CompareConfig:
     seeds = _seeds(top["seeds"], "seeds")
     if not top["strategies"]:
         raise ConfigError("strategies: expected a non-empty list")
-    strategies, labels, entries = [], [], []
+    strategies: list[dict[str, Any]] = []
+    labels: list[str] = []
+    entries: list[tuple[Any, str, int]] = []  # (entry, where, its index in strategies)
     for i, s in enumerate(top["strategies"]):
         at = f"strategies[{i}]"  # not `where`: the folder, used below
         entry = ENTRY.check(s, f"{at}.", ignore=[k for k in (s if isinstance(s, Mapping) else ())
@@ -157,8 +159,8 @@ def parse(raw: Any, where: str) -> CompareConfig:
         raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")
     rpc_opts = rpc_options(runner, top["rpc"])
     for s, where_s, i in entries:
-        _, hyper = strategy_entry(s, where_s)
-        if "warm_start" not in hyper:  # a strategy without one: 'none' or 'auto', dropped
+        options_s = strategy_entry(s, where_s)[1]
+        if "warm_start" not in options_s:  # a strategy without one: 'none' or 'auto', dropped
             strategies[i].pop("warm_start", None)
             continue
         if s.get("warm_start") == "auto" and runner != "replay":
