@@ -142,7 +142,26 @@ def strategy_entry(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
     except StrategyError as e:
         raise ConfigError(f"{where}name: {e}") from None
     hyper = {k: v for k, v in raw.items() if k != "name" and k not in COMPARISON_KEYS}
-    return name, cls.options.check(hyper, where, ConfigError)
+    return name, cls.options.check(cold_start(name, hyper, where), where, ConfigError)
+
+
+#: the values of ``warm_start`` that a strategy without a warm start takes as what it does
+#: anyway (``none``: a cold start; ``auto``: the records library's choice, which for it is
+#: none), so a script may set one ``warm_start`` over every strategy
+COLD = ("none", "auto")
+
+
+def cold_start(name: str, hyper: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``hyper`` without its ``warm_start`` where strategy ``name`` has no warm start and the
+    value is one of :data:`COLD`; sources given to such a strategy are refused (one line)."""
+    hyper = dict(hyper)
+    if "warm_start" not in hyper or "warm_start" in strategy_class(name).options.names:
+        return hyper
+    value = hyper.pop("warm_start")
+    if isinstance(value, str) and value in COLD:
+        return hyper
+    raise ConfigError(f"{where}warm_start: strategy {name!r} has no warm start (it always starts "
+                      f"cold): 'none' or 'auto' say so, sources cannot be used; got {value!r}")
 
 
 def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
@@ -169,14 +188,16 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
                    else None)
     # the strategy last: its options are its module's, and a strategy's module may import
     # torch (seconds), which the refusal of any other field should not wait for
-    name, _ = strategy_entry(top["strategy"], "strategy.")
+    name, hyper = strategy_entry(top["strategy"], "strategy.")
     extra = sorted(set(top["strategy"]) & set(COMPARISON_KEYS))
     if extra:
         raise ConfigError(f"strategy: {extra} belong to comparisons, not to one run"
                           + (" (its batch is the top-level batch_size)"
                              if "batch_size" in extra else ""))
     return TuneConfig(workload=dict(top["workload"]), strategy=name,
-                      strategy_options={k: v for k, v in top["strategy"].items() if k != "name"},
+                      # as given (not the defaults), less a cold strategy's warm_start
+                      strategy_options={k: v for k, v in top["strategy"].items()
+                                        if k != "name" and k in hyper},
                       batch_size=top["batch_size"], trials=budget["trials"],
                       seconds=budget["seconds"], seed=top["seed"], runner=top["runner"],
                       dataset=dataset_path(top["dataset"], base) if top["dataset"] else None,

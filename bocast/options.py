@@ -197,5 +197,6 @@ QUICK_OPTIONS = (
     QuickOption("retime_top", "runner_options.retime_top", schema.RETIME_TOP, 5),
     QuickOption("warm_start", "strategy.warm_start", _text(
         "warm_start", "auto (default: from the records library), none, or sources, "
-                      "comma-separated")),
+                      "comma-separated; a strategy without a warm start (ga, random) takes "
+                      "none or auto: it starts cold")),
 )

@@ -6,17 +6,21 @@ auto`` would pick (:func:`bocast.warm_sources.choose`); their model is the warm 
 (:class:`bocast.bo.transfer.SourceModel`: a GP on the sources' log TFLOPS, z-scored within each
 source workload, in the target's model inputs). It scores a uniform sample of the target's
 feasible configurations plus the best source rows the target holds and their one-knob
-neighbours, and returns ``k`` of them: the best source rows and the model's highest means in
-turn, a source row first. Why both: held out, the source rows' best were the better top-1 on four
-of five exhaustive tables and the model's the better top-8 on conv2d and bmm, the operators no
-source is of (experiments/results/suggest_quality.md, before they were merged).
+neighbours, and chooses ``k`` of them: the best source rows and the model's highest means in
+turn. Why both: held out, the source rows' best were the better top-1 on four of five
+exhaustive tables and the model's the better top-8 on conv2d and bmm, the operators no source is
+of (experiments/results/suggest_quality.md, measured when the first of the ``k`` was a source
+row). The ``k`` are listed by the model's mean, highest first, so in the order of the TFLOPS
+shown beside them; ``why`` says which side chose each.
 
 What it predicts is a *rank*: a z-score, the kernel's standing among the sources' kernels. The
 TFLOPS beside it are that z-score read on the nearest source's distribution (what the kernel
-would get if the target ran like that source; a mean past the source's best reads as its best):
-a first guess with a band (the GP's standard deviation), not a measurement; another operator's
-or shape's TFLOPS can be far from it. How good the ranks are on held-out tables is measured by
-``lab/suggest_quality.py`` (results in ``experiments/results/suggest_quality.md``).
+would get if the target ran like that source; a mean past the source's best reads as its best,
+so a band whose both ends are past it is one value: :attr:`Suggestion.past_best`): a first guess
+with a band (the GP's standard deviation), not a measurement; read off another operator's or
+shape's table (:attr:`Suggestions.read_off`), they can be far from the target's own. How good
+the ranks are on held-out tables is measured by ``lab/suggest_quality.py`` (results in
+``experiments/results/suggest_quality.md``).
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ class Suggestion:
     high: float
     why: str  # "source row": one of the best source rows; "model": the source model's pick
     # (a model pick may also be a source row further down)
+    #: the whole band (z - sd) is past the best of the source read on: ``low`` = ``high`` =
+    #: that best, which is all the reading can say (it does not extrapolate past a table)
+    past_best: bool = False
 
 
 @dataclass
@@ -62,14 +69,30 @@ class Suggestions:
     workload: dict[str, Any]
     sources: list[str]  # as a run's identity names them (bocast.library.portable)
     scale: str  # the source whose distribution the TFLOPS are read on
-    items: list[Suggestion]
+    items: list[Suggestion]  # the model's mean (so the TFLOPS) highest first
     notes: list[str] = field(default_factory=list)
+    scale_workload: dict[str, Any] = field(default_factory=dict)  # the workload of ``scale``
+
+    @property
+    def read_off(self) -> str | None:
+        """The other shape (and operator) the TFLOPS are read off, as ``4096^3`` or ``gemm
+        2048x8192x1024``; None where the source read on is of the target's operator and shape."""
+        src, dst = self.scale_workload, self.workload
+        if not src or (src.get("op"), list(src.get("shape", []))) == (
+                dst.get("op"), list(dst.get("shape", []))):
+            return None
+        shape = [int(x) for x in src.get("shape", [])]
+        text = f"{shape[0]}^{len(shape)}" if len(set(shape)) == 1 and len(shape) > 1 else \
+            "x".join(map(str, shape))
+        return text if src.get("op") == dst.get("op") else f"{src.get('op')} {text}"
 
     def summary(self) -> dict[str, Any]:
         return {"workload": self.workload, "sources": self.sources, "tflops_read_on": self.scale,
+                "tflops_read_off_shape": self.read_off,
                 "suggestions": [{"config": s.config, "z": round(s.z, 4),
                                  "z_sd": round(s.z_sd, 4), "tflops": round(s.tflops, 2),
-                                 "tflops_band": [round(s.low, 2), round(s.high, 2)], "why": s.why}
+                                 "tflops_band": [round(s.low, 2), round(s.high, 2)],
+                                 "past_source_best": s.past_best, "why": s.why}
                                 for s in self.items]}
 
 
@@ -114,11 +137,16 @@ def suggest(target_op, *, k: int = 8, gpu: str | None = None, records: str | Non
     def tflops(z: float) -> float:  # a GP mean past the source's best reads as its best
         return math.exp(log_mu + min(float(z), z_max) * log_sd)
 
+    # chosen in turn, listed by the model's mean: the order of the TFLOPS shown (a stable sort:
+    # the cap at the source's best makes ties)
+    order.sort(key=lambda t: -mean[t[0]])
     items = [Suggestion(pool[i], float(mean[i]), float(sd[i]), tflops(mean[i]),
-                        tflops(mean[i] - sd[i]), tflops(mean[i] + sd[i]), why)
+                        tflops(mean[i] - sd[i]), tflops(mean[i] + sd[i]), why,
+                        past_best=bool(mean[i] - sd[i] >= z_max))
              for i, why in order]
     return Suggestions(dict(target_op.workload), [library.portable(p) for p in choice.sources],
-                       library.portable(choice.sources[0]), items, list(choice.notes))
+                       library.portable(choice.sources[0]), items, list(choice.notes),
+                       dict(nearest.workload))
 
 
 def _pool(cands: Candidates, model, seed: int) -> tuple[list[Config], int]:

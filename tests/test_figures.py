@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import yaml
 
@@ -87,6 +88,42 @@ def test_failures_are_marked_and_counted_by_status():
                             "failed (2 build_error, 1 run_error)", "cuDNN 10.0 TFLOPS"]
     best = next(line for line in fig.axes[0].get_lines() if line.get_label() == "best so far")
     assert list(best.get_ydata()) == [3.0, 3.0, 5.0, 5.0, 5.0]
+
+
+def test_a_runs_axis_starts_near_its_kernels_and_marks_the_slow_ones_on_it():
+    """The action of a 1024^3 run lies at 200-350 TFLOPS: the axis starts below it, not at 0;
+    a kernel below the axis is marked on it and counted, as a failure is."""
+    tflops = [None, 277.0, 300.0, 20.0, 320.0] + [250.0 + i for i in range(10)]
+    statuses = ["build_error"] + ["ok"] * 14
+    fig = figures.run_trials(tflops, statuses, title="t", reference=353.0,
+                             reference_label="cuBLAS 353 TFLOPS", optimum=332.0)
+    bottom = fig.axes[0].get_ylim()[0]
+    assert 150 < bottom < 250 and f"axis from {figures.tflops_text(bottom)}, not 0" in \
+        fig.axes[0].get_ylabel()
+    assert "1 ok below the axis (lowest 20.0 TFLOPS)" in _legend(fig)
+    assert "failed (1 build_error)" in _legend(fig)
+    best = next(line for line in fig.axes[0].get_lines() if line.get_label() == "best so far")
+    ys = list(best.get_ydata())
+    assert ys[0] != ys[0] and ys[1:5] == [277.0, 300.0, 300.0, 320.0]  # no best before an ok
+    # kernels spread down to near 0: the axis starts at 0
+    near_zero = figures.run_trials([5.0, 300.0, 40.0], ["ok"] * 3, title="t")
+    assert near_zero.axes[0].get_ylim()[0] == 0 and near_zero.axes[0].get_ylabel() == "TFLOPS"
+
+
+def test_arms_alike_over_their_first_trials_are_drawn_once_and_the_optimum_is_drawn():
+    first = [[1.0, 2.0, 3.0], [1.5, 2.5, 3.5]]  # two seeds' first three trials
+    a = [f + [4.0, 5.0] for f in first]
+    b = [f + [3.0, 6.0] for f in first]
+    fig = figures.convergence([("a", a), ("b", b)], title="t", reference=None,
+                              reference_label="", optimum=6.0, optimum_kind="dataset best")
+    assert _legend(fig) == ["all 2 arms to trial 3 (alike, seed by seed)", "a (2 seeds)",
+                            "b (2 seeds)", "dataset best 6.0 TFLOPS", "95% of the dataset best"]
+    starts = {line.get_label(): min(line.get_xdata()) for line in fig.axes[0].get_lines()}
+    assert starts["a (2 seeds)"] == starts["b (2 seeds)"] == 3  # each joins the shared part
+    # wholly alike: every trial; another number of seeds, or a first trial that differs: none
+    assert figures.shared_trials([np.asarray(a)] * 2) == 5
+    assert figures.shared_trials([np.asarray(a), np.asarray(a[:1])]) == 0
+    assert figures.shared_trials([np.asarray(a), np.asarray(a) + 1]) == 0
 
 
 def test_the_cli_plots_and_never_writes_over_an_input(tmp_path, bocast_cli):

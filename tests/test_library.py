@@ -276,6 +276,76 @@ def test_a_replay_comparison_takes_auto_from_the_shipped_datasets_a_live_one_ref
         comparison.parse({**raw, "runner": "local", "dataset": None}, "")
 
 
+def test_a_strategy_without_a_warm_start_takes_none_and_auto_as_cold(tmp_path, bocast_cli):
+    """A script that sets one --warm-start over every strategy: random (no warm start) runs
+    cold with 'none' or 'auto', as the same run as without it; sources are one clear line."""
+    idents = []
+    for ws in ("none", "auto", None):
+        out_dir = tmp_path / f"random_{ws}"
+        code, out, err = bocast_cli("tune", "gemm", "--shape", "1024,1024,1024", "--runner",
+                                    "replay", "--strategy", "random", "--trials", "4",
+                                    "--output", str(out_dir),
+                                    *(("--warm-start", ws) if ws else ()), "--json")
+        assert code == 0, err
+        assert json.loads(out.strip().splitlines()[-1])["trials"] == 4
+        with Store.open(str(out_dir / "records.db")) as st:
+            idents.append(st.get_meta("run")["options"])
+    assert idents == [{}, {}, {}]
+    source = datasets.locate(T1024_V3.replace("1024_1024_1024", "4096_4096_4096"))
+    code, out, err = bocast_cli("tune", "gemm", "--shape", "1024,1024,1024", "--runner",
+                                "replay", "--strategy", "random", "--warm-start", source,
+                                "--output", str(tmp_path / "listed"))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "strategy.warm_start: strategy 'random' has no warm start" in err and source in err
+    assert not (tmp_path / "listed").exists()
+
+
+def test_a_comparison_and_a_study_take_a_cold_strategys_none_too(records_library):
+    from bocast import comparison
+    from bocast.schema import ConfigError
+
+    raw = {"name": "c", "workload": {"op": "gemm", "shape": [32, 2048, 1000], "space": "v1"},
+           "runner": "standin",
+           "strategies": [{"label": "random", "name": "random", "warm_start": "none"},
+                          {"label": "ga", "name": "ga", "warm_start": "auto"},
+                          {"label": "ms", "name": "metaschedule", "warm_start": "none"},
+                          {"label": "bo", "name": "bo", "warm_start": "none"}],
+           "seeds": 1, "budget": {"trials": 8}, "batch_size": 8, "output": "runs/x",
+           "results": "runs/x/results"}
+    cfg = comparison.parse(raw, os.getcwd())
+    assert [s.get("warm_start") for s in cfg.strategies] == [None, None, None, "none"]
+    listed = {**raw, "strategies": [{"label": "random", "name": "random", "warm_start": ["x"]}]}
+    with pytest.raises(ConfigError, match=r"strategies\[0\] \(random\): warm_start: strategy "
+                                          "'random' has no warm start"):
+        comparison.parse(listed, os.getcwd())
+    study = bocast.create_study({"op": "gemm", "shape": [512, 512, 512], "space": "v1"},
+                                strategy="random", warm_start="none")
+    assert len(study.ask(2)) == 2
+
+
+def test_records_list_cuts_no_gpu_or_shape_name(bocast_cli, monkeypatch):
+    class Entry:
+        shipped = False
+
+        def __init__(self, **row):
+            self.row = {"op": "conv3d", "space": "v2", "rows": 12, "best_tflops": 1.5, **row}
+
+        def describe(self):
+            return self.row
+
+    long_gpu = "NVIDIA GeForce RTX 4090 Laptop GPU (a long name)"
+    long_shape = [4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1]
+    monkeypatch.setattr(library, "scan", lambda folder, stats: ([
+        Entry(shape=long_shape, gpu=long_gpu, name="a"),
+        Entry(shape=[1, 2, 3], gpu=None, best_tflops=None, name="b")], []))
+    code, out, err = bocast_cli("records")
+    assert code == 0, err
+    head, a, b = out.splitlines()[1:4]
+    assert long_gpu in a and "4x16x28x28x64x64x3x3x3x1x1x1 " in a and a.endswith("  a")
+    assert b.split() == ["conv3d", "1x2x3", "v2", "?", "12", "-", "b"]
+    assert head.index("gpu") == a.index(long_gpu) and head.index("name") == a.index(" a") + 1
+
+
 def test_warm_defaults_apply_only_to_a_warm_run_and_never_over_a_given_option(monkeypatch):
     from bocast.strategies import strategy_class
 

@@ -113,14 +113,21 @@ def cmd_records(args) -> int:
     for line in skipped:
         say(line)
     rows = [e.describe() for e in entries]
+    # each column as wide as its widest value: a GPU's or a shape's name is never cut
+    cells = [[str(r["op"]), "x".join(map(str, r["shape"] or [])), str(r["space"]),
+              str(r["gpu"] or "?"), str(r["rows"]),
+              f"{r['best_tflops']:.1f}" if r["best_tflops"] is not None else "-", str(r["name"])]
+             for r in rows]
+    head = ["op", "shape", "space", "gpu", "rows", "best", "name"]
+    width = [max(len(c) for c in col) for col in zip(head, *cells)]
+
+    def row(c: list[str]) -> str:
+        return " ".join([*(v.ljust(w) for v, w in zip(c[:4], width)),
+                         *(v.rjust(w) for v, w in zip(c[4:6], width[4:6]))]) + "  " + c[6]
+
     lines = [f"records library {folder} ({sum(not e.shipped for e in entries)} stores) and "
-             f"{sum(e.shipped for e in entries)} shipped datasets:",
-             f"{'op':<18} {'shape':<28} {'space':<5} {'gpu':<26} {'rows':>6} {'best':>8}  name"]
-    for r in rows:
-        best = f"{r['best_tflops']:.1f}" if r["best_tflops"] is not None else "-"
-        lines.append(f"{r['op']!s:<18} {'x'.join(map(str, r['shape'] or [])):<28} "
-                     f"{r['space']:<5} {str(r['gpu'] or '?')[:26]:<26} {r['rows']:>6} "
-                     f"{best:>8}  {r['name']}")
+             f"{sum(e.shipped for e in entries)} shipped datasets:", row(head)]
+    lines += [row(c) for c in cells]
     _emit(args, {"records": folder, "entries": rows, "skipped": skipped}, lines)
     return 0
 
@@ -133,14 +140,25 @@ def cmd_suggest(args) -> int:
     for line in got.notes:
         say(line)
     shape = ",".join(map(str, op.workload["shape"]))
+    other = got.read_off
+    read_off = other or "this shape"
     lines = [f"{op.name} {'x'.join(map(str, op.workload['shape']))} "
              f"(space {op.workload.get('space', 'v1')}): the {len(got.items)} configurations "
-             "the records library ranks best, no measurement; TFLOPS read on "
-             f"{got.scale}'s distribution (a guess with a one-sd band, not a measurement)",
-             f"{'#':>2} {'from':<10} {'z':>6} {'sd':>5} {'TFLOPS':>8} {'band':>15}  config"]
+             "the records library ranks best, no measurement, highest predicted first; TFLOPS "
+             f"read off {got.scale}"
+             + (f" ({other}, another shape: this one's own can be far from them)"
+                if other else "") + ", a guess with a band, not a measurement",
+             "from: 'source row' one of the sources' best measured kernels, 'model' the source "
+             "model's pick; z: the predicted standing among the sources' kernels (standard "
+             "scores of log TFLOPS, 0 their mean), sd: its standard deviation; TFLOPS and band: "
+             "z and z - sd .. z + sd read off the table named ('past its best': both ends above "
+             "that table's best, which is the most it reads)",
+             f"{'#':>2} {'from':<10} {'z':>6} {'sd':>5} {'TFLOPS':>8} {'band':>15}  "
+             f"{'read off':<{max(8, len(read_off))}}  config"]
     for i, s in enumerate(got.items, 1):
+        band = "past its best" if s.past_best else f"{s.low:.0f}-{s.high:.0f}"
         lines.append(f"{i:>2} {s.why:<10} {s.z:>6.2f} {s.z_sd:>5.2f} {s.tflops:>8.1f} "
-                     f"{f'{s.low:.0f}-{s.high:.0f}':>15}  {json.dumps(s.config)}")
+                     f"{band:>15}  {read_off:<{max(8, len(read_off))}}  {json.dumps(s.config)}")
     lines.append(f"measure them first: bocast tune {op.name} --shape {shape}"
                  f"{' --space ' + str(op.workload['space']) if args.space else ''} (its "
                  "warm start, auto, starts from the same records)")

@@ -16,6 +16,7 @@ from bocast import identity, library, options, schema, warm_sources
 from bocast.bo.transfer import AUTO
 from bocast.candidates import SpaceCandidates
 from bocast.config import (
+    COLD,
     DATASET,
     RPC,
     RUNNER,
@@ -108,19 +109,23 @@ def parse(raw: Any, where: str) -> CompareConfig:
     seeds = _seeds(top["seeds"], "seeds")
     if not top["strategies"]:
         raise ConfigError("strategies: expected a non-empty list")
-    strategies, labels, entries = [], [], []
+    strategies: list[dict[str, Any]] = []
+    labels: list[str] = []
+    entries: list[tuple[Any, str, int]] = []  # (entry, where, its index in strategies)
     for i, s in enumerate(top["strategies"]):
         at = f"strategies[{i}]"  # not `where`: the folder, used below
         entry = ENTRY.check(s, f"{at}.", ignore=[k for k in (s if isinstance(s, Mapping) else ())
                                                   if k not in _NOT_HYPER])
         label = entry["label"] or schema.LABEL.check(entry["name"], f"{at}.")
         if entry["name"] == METASCHEDULE:
+            if s.get("warm_start") in COLD:  # what it does anyway: dropped, as any cold one's
+                s = {k: v for k, v in s.items() if k != "warm_start"}
             hyper = sorted(k for k in s if k not in _NOT_HYPER)
             if hyper:
                 raise ConfigError(f"{at} ({label}): {METASCHEDULE} takes no options, "
                                   f"got {hyper}")
         else:  # checked after every other field (see bocast.config.parse)
-            entries.append((s, f"{at} ({label}): "))
+            entries.append((s, f"{at} ({label}): ", len(strategies)))
         if entry["trials"] is not None and entry["trials"] < trials:
             raise ConfigError(f"{at}.trials: {entry['trials']} is less than budget.trials "
                               f"({trials}); an entry's trials only extend its budget")
@@ -153,8 +158,11 @@ def parse(raw: Any, where: str) -> CompareConfig:
     if baseline is not None and baseline not in labels:
         raise ConfigError(f"baseline: {baseline!r} is not one of the strategy labels {labels}")
     rpc_opts = rpc_options(runner, top["rpc"])
-    for s, where_s in entries:
-        strategy_entry(s, where_s)
+    for s, where_s, i in entries:
+        options_s = strategy_entry(s, where_s)[1]
+        if "warm_start" not in options_s:  # a strategy without one: 'none' or 'auto', dropped
+            strategies[i].pop("warm_start", None)
+            continue
         if s.get("warm_start") == "auto" and runner != "replay":
             raise ConfigError(f"{where_s}warm_start: 'auto' picks sources from this machine's "
                               "records library, which a live comparison's results must not "
