@@ -27,7 +27,7 @@ from bocast.comparison.summary import summarize
 from bocast.config import ConfigError
 from bocast.measure.parts import make_measurer
 from bocast.measure.replay import ReplayDataset
-from bocast.measure.retime import METHOD, retime, top_configs
+from bocast.measure.retime import METHOD, METHOD_PAIRED, retime, top_configs
 from bocast.operator import from_workload
 from bocast.progress import Progress, reference_label
 from bocast.store import Store
@@ -250,9 +250,10 @@ def _retime_bests(cfg: CompareConfig, op, runner, builder, tuners: Sequence[Tune
         return [None] * len(tuners)
     best = [next(iter(top_configs(t.records, 1)), None) for t in tuners]
     kept = [t.measurer.store.get_meta("retimed") for t in tuners]  # type: ignore[attr-defined]
+    method = METHOD_PAIRED if callable(getattr(runner, "run_paired", None)) else METHOD
     todo = {b.key: b for t, b, k in zip(tuners, best, kept) if b is not None
             and not (isinstance(k, dict) and k.get("keys") == [b.key]
-                     and k.get("trials") == len(t.records))}
+                     and k.get("trials") == len(t.records) and k.get("method") == method)}
     timed: dict[str, Any] = {}
     if todo:
         progress(f"re-timing the best kernel of {len(todo)} runs with the reference in turn, "
@@ -262,8 +263,8 @@ def _retime_bests(cfg: CompareConfig, op, runner, builder, tuners: Sequence[Tune
         for k in res["kernels"]:
             timed[k["key"]] = {"best": k if k["tflops"] else None, "kernels": [k],
                                "reference": res["reference"], "rounds": rounds,
-                               "method": METHOD, "timing": res["timing"], "keys": [k["key"]],
-                               "shared_with": len(todo)}
+                               "method": res["method"], "timing": res["timing"],
+                               "keys": [k["key"]], "shared_with": len(todo)}
     out: list[dict[str, Any] | None] = []
     for t, b, k in zip(tuners, best, kept):
         if b is not None and b.key in timed:
