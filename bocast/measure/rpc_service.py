@@ -10,9 +10,10 @@ TVM's protocol; with the fleet's token every session proves it (:mod:`bocast.mea
 """
 
 
+import contextlib
 import json
 import os
-import select
+import queue
 import signal
 import socket
 import struct
@@ -108,6 +109,10 @@ class _TrackerLink:
         self.token = token
         self.sock: socket.socket | None = None
         self.matchkey: str | None = None
+        # the handshake threads (:class:`_Handshakes`) claim the matchkey; the session thread
+        # offers a new one after the session: one session per matchkey, whoever connects first
+        self._claim_lock = threading.Lock()
+        self.claimed = False
         self.taken_since: float | None = None
         self._complained = 0.0
 
@@ -137,8 +142,18 @@ class _TrackerLink:
             raise ConnectionError("not connected to the tracker")
         return self.sock
 
+    def claim(self, matchkey: str) -> bool:
+        """True once for the current matchkey: its session is this connection's."""
+        with self._claim_lock:
+            if self.claimed or matchkey != self.matchkey:
+                return False
+            self.claimed = True
+            return True
+
     def offer(self) -> None:
-        self.matchkey, self.taken_since = _matchkey(self.key), None
+        with self._claim_lock:
+            self.matchkey, self.claimed = _matchkey(self.key), False
+        self.taken_since = None
         sock = self._connected()
         proto.send_msg(sock, [proto.PUT, self.key, [self.port, self.matchkey], self.custom_addr])
         if proto.recv_msg(sock) != proto.SUCCESS:
@@ -147,6 +162,8 @@ class _TrackerLink:
     def check(self) -> None:
         """While idle: offer a new matchkey if the current one was handed to a client that
         never came (the tracker no longer lists it as pending)."""
+        if self.claimed:  # its client has connected: its session is about to start
+            return
         try:
             sock = self._connected()
             proto.send_msg(sock, [proto.PENDING])
@@ -169,7 +186,8 @@ class _TrackerLink:
     def drop(self) -> None:
         if self.sock is not None:
             self.sock.close()
-        self.sock, self.matchkey = None, None
+        with self._claim_lock:
+            self.sock, self.matchkey = None, None
 
 
 def _bind(host: str, port: int, port_end: int) -> socket.socket:
@@ -178,7 +196,7 @@ def _bind(host: str, port: int, port_end: int) -> socket.socket:
     for p in range(port, max(port_end, port + 1)):
         try:
             sock.bind((host, p))
-            sock.listen(8)
+            sock.listen(64)
             return sock
         except OSError:
             continue
@@ -186,72 +204,166 @@ def _bind(host: str, port: int, port_end: int) -> socket.socket:
     raise OSError(f"no free port in [{port}, {port_end}) on {host}")
 
 
-def _handshake(conn: socket.socket, matchkey: str | None, key: str, idle_s: float,
-               token: str | None = None) -> str | None:
-    """TVM's RPC handshake: the client sends ``client:<matchkey>``, the server answers with
-    its own key; a stale or foreign matchkey is refused, and with ``token`` so is a client that
-    does not prove it for this matchkey. Returns the client's nonce ('' without a token), or
-    None if refused."""
-    conn.settimeout(10)
+#: seconds a peer has for its whole handshake: TVM's client sends it at once on connecting, so
+#: a peer still silent after this is not a client (issue 42: idle connections held the server)
+HANDSHAKE_S = 5.0
+#: connections in their handshake at once (a thread each); a new one past them drops the
+#: oldest, so idle peers can neither exhaust the host's threads nor keep a client out
+MAX_HANDSHAKES = 64
+
+
+def _recv_by(conn: socket.socket, n: int, deadline: float) -> bytes:
+    """``n`` bytes, all of them before ``deadline`` (a peer sending a byte now and then
+    is still dropped): TimeoutError past it, ConnectionError if the peer closes."""
+    buf = bytearray()
+    while len(buf) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("handshake too slow")
+        conn.settimeout(left)
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("peer closed the connection")
+        buf += chunk
+    return bytes(buf)
+
+
+def _hello(conn: socket.socket, deadline: float) -> list[str] | None:
+    """The words of TVM's RPC handshake (magic, then ``client:<matchkey>`` and, with a token,
+    the client's proof), or None if the peer speaks another protocol."""
+    if struct.unpack("<i", _recv_by(conn, 4, deadline))[0] != proto.RPC_MAGIC:
+        return None
+    (n,) = struct.unpack("<i", _recv_by(conn, 4, deadline))
+    if not 0 < n < 4096:
+        return None
+    return _recv_by(conn, n, deadline).decode(errors="replace").split()
+
+
+def _handshake(conn: socket.socket, words: list[str], link: _TrackerLink, idle_s: float,
+               token: str | None = None) -> tuple[str, str] | None:
+    """TVM's RPC handshake, answered: the client sent ``client:<matchkey>``, the server answers
+    with its own key; a stale, foreign or already used matchkey is refused, and with ``token``
+    so is a client that does not prove it for this matchkey. Returns (the matchkey, the
+    client's nonce ('' without a token)), or None if refused."""
+    matchkey = link.matchkey
     try:
-        if struct.unpack("<i", proto.recv_exact(conn, 4))[0] != proto.RPC_MAGIC:
-            return None
-        (n,) = struct.unpack("<i", proto.recv_exact(conn, 4))
-        if not 0 < n < 4096:
-            return None
-        words = proto.recv_exact(conn, n).decode(errors="replace").split()
         if not words or matchkey is None or words[0] != "client:" + matchkey:
             conn.sendall(struct.pack("<i", proto.RPC_CODE_MISMATCH))
             return None
         client_nonce = "" if token is None else auth.check_session_word(token, matchkey, words)
-        if client_nonce is None:
+        # claimed only once proved: a peer without the token cannot use up the matchkey
+        if client_nonce is None or not link.claim(matchkey):
             conn.sendall(struct.pack("<i", proto.RPC_CODE_MISMATCH))
             return None
-        reply = ("server:" + key).encode()
-        conn.sendall(struct.pack("<ii", proto.RPC_CODE_SUCCESS, len(reply)) + reply)
     except (OSError, ConnectionError, struct.error):
         return None
-    conn.settimeout(None)
-    # a client that stops calling (stopped, or its host gone) frees the server after idle_s:
-    # the session loop's receive fails and the session ends
-    sec = int(idle_s)
-    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                    struct.pack("ll", sec, int((idle_s - sec) * 1e6)))
-    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for opt, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)):
-        if hasattr(socket, opt):  # a client host that vanished ends the session in ~2 min
-            conn.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
-    return client_nonce
+    # claimed: from here the session is this connection's, even if it broke meanwhile (its
+    # session then ends at once and the server offers a new matchkey after it)
+    with contextlib.suppress(OSError):
+        reply = ("server:" + link.key).encode()
+        conn.sendall(struct.pack("<ii", proto.RPC_CODE_SUCCESS, len(reply)) + reply)
+        conn.settimeout(None)
+        # a client that stops calling (stopped, or its host gone) frees the server after
+        # idle_s: the session loop's receive fails and the session ends
+        sec = int(idle_s)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                        struct.pack("ll", sec, int((idle_s - sec) * 1e6)))
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for opt, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)):
+            if hasattr(socket, opt):  # a client host that vanished ends the session in ~2 min
+                conn.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
+    return matchkey, client_nonce
+
+
+class _Handshakes:
+    """Accepts connections and handshakes each in its own thread, so that no peer, silent or
+    slow, delays the next (issue 42: 8 idle connections, handshaken one at a time, kept a
+    granted client out for minutes). At most :data:`MAX_HANDSHAKES` at once, each within
+    :data:`HANDSHAKE_S`; a connection that proves its matchkey is put on :attr:`ready` for the
+    session thread."""
+
+    def __init__(self, listen: socket.socket, link: _TrackerLink, idle_s: float,
+                 token: str | None, stop: threading.Event):
+        self.listen, self.link, self.idle_s, self.token, self.stop = \
+            listen, link, idle_s, token, stop
+        self.ready: queue.Queue[tuple[socket.socket, str, str, str]] = queue.Queue()
+        self._lock = threading.Lock()
+        self._pending: dict[socket.socket, None] = {}  # oldest first
+
+    def start(self) -> None:
+        threading.Thread(target=self._accept, name="rpc-accept", daemon=True).start()
+
+    def _accept(self) -> None:
+        self.listen.settimeout(0.5)  # to see stop; accepted connections are still blocking
+        while not self.stop.is_set():
+            try:
+                conn, peer = self.listen.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed (stopping), or out of file descriptors for a moment
+                if self.stop.wait(0.1):
+                    return
+                continue
+            with self._lock:
+                if len(self._pending) >= MAX_HANDSHAKES:  # the oldest has had the most time
+                    oldest = next(iter(self._pending))
+                    del self._pending[oldest]
+                    with contextlib.suppress(OSError):
+                        oldest.shutdown(socket.SHUT_RDWR)  # its thread's receive ends
+                self._pending[conn] = None
+            threading.Thread(target=self._one, args=(conn, peer[0]), daemon=True).start()
+
+    def _one(self, conn: socket.socket, peer: str) -> None:
+        try:
+            words = _hello(conn, time.monotonic() + HANDSHAKE_S)
+        except (OSError, ConnectionError, struct.error):
+            words = None
+        with self._lock:  # past here it cannot be dropped as the oldest
+            current = conn in self._pending  # not dropped as the oldest meanwhile
+            self._pending.pop(conn, None)
+        got = None
+        if words is not None and current:
+            got = _handshake(conn, words, self.link, self.idle_s, self.token)
+        if got is None:
+            conn.close()
+            return
+        self.ready.put((conn, peer, *got))
+
+
+def _tvm_session(conn: socket.socket) -> None:
+    from tvm.rpc import _ffi_api
+
+    _ffi_api.ServerLoop(conn.detach())  # returns when the client closes the session
 
 
 def serve_sessions(listen: socket.socket, link: _TrackerLink, idle_s: float,
-                   service: Service) -> None:
-    """Accept and serve sessions, one at a time, forever."""
-    from tvm.rpc import _ffi_api
-
-    while True:
+                   service: Service, session=_tvm_session,
+                   stop: threading.Event | None = None) -> None:
+    """Serve sessions, one at a time, until ``stop`` (forever without one); connections are
+    accepted and handshaken meanwhile by :class:`_Handshakes`. ``session(conn)`` serves one
+    (TVM's session loop; tests pass another)."""
+    stop = stop or threading.Event()
+    handshakes = _Handshakes(listen, link, idle_s, service.token, stop)
+    handshakes.start()
+    while not stop.is_set():
         if not link.ensure():
             time.sleep(2)
             continue
-        ready, _, _ = select.select([listen], [], [], 2.0)
-        if not ready:
+        try:
+            conn, peer, matchkey, client_nonce = handshakes.ready.get(timeout=2.0)
+        except queue.Empty:
             link.check()
-            continue
-        conn, peer = listen.accept()
-        matchkey = link.matchkey
-        client_nonce = _handshake(conn, matchkey, link.key, idle_s, service.token)
-        if client_nonce is None or matchkey is None:
-            conn.close()
             continue
         t0 = time.monotonic()
         service.session = (matchkey, client_nonce)
         try:
-            _ffi_api.ServerLoop(conn.detach())  # returns when the client closes the session
+            session(conn)
         except Exception as e:  # noqa: BLE001 - a broken session ends that session only
-            log(f"session from {peer[0]} ended: {str(e).splitlines()[0] if str(e) else e}")
+            log(f"session from {peer} ended: {str(e).splitlines()[0] if str(e) else e}")
         finally:
             service.session = None
-        log(f"session from {peer[0]} done after {time.monotonic() - t0:.1f} s")
+            conn.close()
+        log(f"session from {peer} done after {time.monotonic() - t0:.1f} s")
         link.after_session()
 
 
