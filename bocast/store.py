@@ -98,21 +98,16 @@ class Store:
                 raise StoreError(f"cannot open record store {path} for writing ({e})") from None
 
     def _remove_stub(self, had_file: bool) -> None:
-        """Undo a creation that failed (issue 42: on a full disk SQLite had written its 4 KB
-        header, not the tables, and the same command then refused the file as no bocast store
-        once space was freed): the file is removed, or emptied if it was there (empty) before,
-        and its WAL and shared-memory files removed."""
-        conn = getattr(self, "_conn", None)
-        if conn is not None:
-            conn.close()
-        for extra in ("-wal", "-shm"):
+        """Undo a failed creation (issue 42: a full disk left SQLite's 4 KB header, which the
+        same command then refused): the file removed (emptied if it was there), -wal/-shm too."""
+        if getattr(self, "_conn", None) is not None:
+            self._conn.close()
+        for extra in ("-wal", "-shm", ""):
             with contextlib.suppress(OSError):
-                os.remove(self.path + extra)
-        with contextlib.suppress(OSError):
-            if had_file:
-                os.truncate(self.path, 0)
-            else:
-                os.remove(self.path)
+                if extra or not had_file:
+                    os.remove(self.path + extra)
+                else:
+                    os.truncate(self.path, 0)
 
     @classmethod
     def open(cls, path: str, workload: Mapping[str, Any] | None = None) -> Store:
