@@ -54,11 +54,12 @@ __all__ = ["Study", "TuneResult", "compare", "create_study", "load", "suggest", 
 
 def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
                     summarize: bool = False, runner: Runner | None = None,
-                    builder: Builder | None = None) -> CompareConfig:
+                    builder: Builder | None = None,
+                    only: Sequence[str] | None = None) -> CompareConfig:
     """Check a comparison configuration whole (workload, dataset, every strategy, the stores
     already under its output, a GPU and nvcc for a live one unless ``summarize``, the objects
-    of :func:`compare`) before anything runs or is written; errors of a file start with the
-    file's name."""
+    of :func:`compare`, the labels of ``only``) before anything runs or is written; errors of
+    a file start with the file's name."""
     from bocast import comparison as cmp
     from bocast import config as cfgmod
     from bocast.datasets import dataset_files
@@ -70,6 +71,7 @@ def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
     kind, given = cfgmod.runner_argument(runner, builder)
     try:
         cfg = cmp.load(path) if path is not None else cmp.parse(plain(config), os.getcwd())
+        cmp.check_only(cfg, only)  # before the dataset is read (pandas, seconds)
         check_writable(cfg.output, "output", directory=True)
         results = [cfg.results + ext for ext in (".md", ".csv", ".json")] + \
             figures.paths(cfg.results)
@@ -116,7 +118,7 @@ def compare(config: str | os.PathLike | Mapping[str, Any], *,
     the caller's, never closed. The stores' identity names the configuration's kind, their
     sessions the runner's ``name``."""
     return run_compare(prepare_compare(config, summarize=summarize, runner=runner,
-                                       builder=builder),
+                                       builder=builder, only=only),
                        only=only, summarize=summarize, progress=progress, runner=runner,
                        builder=builder)
 
@@ -295,6 +297,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
     from bocast import identity, library, warm_sources
     from bocast.candidates import SpaceCandidates
     from bocast.datasets import dataset_files
+    from bocast.store import Store
     from bocast.strategies import make_strategy
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
@@ -314,6 +317,10 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
                       {"configuration file": path or [],
                        "dataset": dataset_files(cfg.dataset) if cfg.dataset else []},
                       existing=None)
+        store_path = cfg.store or f"{cfg.output}/records.db"
+        if os.path.isfile(store_path) and os.path.getsize(store_path) > 0:  # issue 42: 3 s
+            Store.open(store_path).close()  # damaged/foreign: refused before pandas reads data
+        _not_own_warm_start(cfg, store_path)
         op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset,
                                                   opened=replayed)
         if dataset is not None:
@@ -326,7 +333,6 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
             if cfg.runner != "standin" and builder is None:  # the stand-in lowers only
                 need_compiler(f"runner {cfg.runner}")
             candidates = SpaceCandidates(op.space, op.workload)
-        store_path = cfg.store or f"{cfg.output}/records.db"
         folder = library.directory(records, cfg.records)
         warm = _warm_start(cfg, op, dataset, store_path, folder,
                            probe=given is None or kind != "local")
@@ -355,6 +361,21 @@ def _identity_options(given: dict[str, Any], used: dict[str, Any]) -> dict[str, 
     return {**given, **{k: v for k, v in used.items() if k not in given and k != "warm_start"}}
 
 
+def _not_own_warm_start(cfg: TuneConfig, store_path: str) -> None:
+    """A warm start listing the run's own dataset or store is refused (what auto never picks
+    either), before the dataset is read (issue 42: 3 s, pandas, for a check of paths)."""
+    from bocast.schema import ConfigError
+
+    given = cfg.strategy_options.get("warm_start")
+    own = {os.path.realpath(p): what for what, p in (("dataset", cfg.dataset),
+                                                      ("store", store_path)) if p}
+    for p in given if isinstance(given, list) else []:
+        if isinstance(p, str) and os.path.realpath(p) in own:
+            raise ConfigError(f"strategy.warm_start: {p} is this run's own "
+                              f"{own[os.path.realpath(p)]}: its answers would leak into the "
+                              "search")
+
+
 def _warm_start(cfg: TuneConfig, op, dataset, store_path: str, folder: str, *,
                 probe: bool = True):
     """The run's warm-start sources (:class:`bocast.warm_sources.Choice`) when its strategy has the
@@ -363,18 +384,10 @@ def _warm_start(cfg: TuneConfig, op, dataset, store_path: str, folder: str, *,
     known before it starts (a runner object's), so sources of any GPU may serve."""
     from bocast import library, warm_sources
     from bocast.bo.transfer import AUTO
-    from bocast.schema import ConfigError
     from bocast.store import Store
     from bocast.strategies import strategy_class
 
     given = cfg.strategy_options.get("warm_start", AUTO)
-    own = {os.path.realpath(p): what for what, p in (("dataset", cfg.dataset),
-                                                      ("store", store_path)) if p}
-    for p in given if isinstance(given, list) else []:
-        if isinstance(p, str) and os.path.realpath(p) in own:  # what auto never picks either
-            raise ConfigError(f"strategy.warm_start: {p} is this run's own "
-                              f"{own[os.path.realpath(p)]}: its answers would leak into the "
-                              "search")
     if "warm_start" not in strategy_class(cfg.strategy).options.names or given != AUTO:
         return None
     if os.path.isfile(store_path) and os.path.getsize(store_path) > 0:

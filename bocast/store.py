@@ -12,6 +12,7 @@ the file untouched: nothing is written to a store before these checks pass.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -72,7 +73,8 @@ class Store:
         self.path = path
         self.workload = dict(workload)
         self.readonly = self.closed = False
-        exists = os.path.exists(path) and os.path.getsize(path) > 0
+        had_file = os.path.exists(path)
+        exists = had_file and os.path.getsize(path) > 0
         if not exists and not create:
             raise StoreError(f"record store {path} does not exist")
         if exists:
@@ -91,7 +93,21 @@ class Store:
                 else:
                     self._add_new_columns()
             except (OSError, sqlite3.OperationalError) as e:
+                if not exists:  # e.g. a full disk: no stub that this command would then refuse
+                    self._remove_stub(had_file)
                 raise StoreError(f"cannot open record store {path} for writing ({e})") from None
+
+    def _remove_stub(self, had_file: bool) -> None:
+        """Undo a failed creation (issue 42: a full disk left SQLite's 4 KB header, which the
+        same command then refused): the file removed (emptied if it was there), -wal/-shm too."""
+        if getattr(self, "_conn", None) is not None:
+            self._conn.close()
+        for extra in ("-wal", "-shm", ""):
+            with contextlib.suppress(OSError):
+                if extra or not had_file:
+                    os.remove(self.path + extra)
+                else:
+                    os.truncate(self.path, 0)
 
     @classmethod
     def open(cls, path: str, workload: Mapping[str, Any] | None = None) -> Store:

@@ -236,3 +236,19 @@ def test_measure_all_stops_cleanly_and_resumes():
     assert summary["subspace"]["feasible"] == 36
     assert seen["check"] == {"lost": 0, "stores_rewritten": 0, "measured_twice": 0,
                              "failure_rows": 0, "rows": 36}
+
+
+def test_a_sigterm_after_the_command_has_ended_does_not_kill_it(tmp_path):
+    """Issue 42: a SIGTERM landing after the last row, while the interpreter shut down, ended
+    the process by the signal (exit -15, no line; 6 of 52 stops). From the command's end on the
+    signal is ignored, and the process exits with the command's own code. An atexit hook (run
+    after bocast's command has returned, during shutdown) sends the signal at that moment."""
+    import subprocess
+
+    code = ("import atexit, os, runpy, signal, sys; "
+            "atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM)); "
+            "sys.argv = ['bocast', 'ops']; runpy.run_module('bocast.cli', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ENV, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout and not r.stderr

@@ -79,6 +79,33 @@ def test_corrupt_store_is_refused_and_untouched(tmp_path, content):
     assert (tmp_path / "bad.db").read_bytes() == content
 
 
+@pytest.mark.parametrize("empty_file", [False, True])
+def test_a_store_whose_creation_fails_leaves_no_stub(tmp_path, monkeypatch, empty_file):
+    """Issue 42: on a full disk SQLite wrote its header but not the tables, and the same command
+    refused that 4 KB stub once space was freed. A failure where the tables are created (disk
+    full, injected) leaves the path as it was: absent, or the empty file it was."""
+    path = tmp_path / "r.db"
+    if empty_file:
+        path.write_bytes(b"")
+    real_create = Store._create
+    stub_sizes = []
+
+    def full_disk(self):
+        stub_sizes.append(os.path.getsize(self.path))  # SQLite's header is on disk already
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Store, "_create", full_disk)
+    with pytest.raises(StoreError, match="disk is full"):
+        Store(str(path), OP.workload)
+    assert stub_sizes and stub_sizes[0] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["r.db"] if empty_file else [])
+    assert not empty_file or path.read_bytes() == b""
+    monkeypatch.setattr(Store, "_create", real_create)  # space freed: the same store is made
+    with Store(str(path), OP.workload) as store:
+        store.append(_record(OP.space.sample(1, rng=0)[0]))
+    assert len(load(str(path))) == 1
+
+
 def test_foreign_sqlite_is_refused(tmp_path):
     path = str(tmp_path / "other.db")
     conn = sqlite3.connect(path)

@@ -170,11 +170,11 @@ def cmd_suggest(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    only = [x for x in args.only.split(",") if x] if args.only else None
     try:
-        cfg = api.prepare_compare(args.config, summarize=args.summarize)
+        cfg = api.prepare_compare(args.config, summarize=args.summarize, only=only)
     except InputError as e:
         raise UsageError(str(e)) from None  # already led by the file's name
-    only = [x for x in args.only.split(",") if x] if args.only else None
     try:
         summary = api.run_compare(cfg, only=only, summarize=args.summarize, progress=True)
     except InputError as e:

@@ -55,7 +55,7 @@ from bocast.comparison.config import (
     validate,
 )
 from bocast.comparison.outputs import format_p
-from bocast.comparison.running import run
+from bocast.comparison.running import check_only, run
 from bocast.comparison.summary import quartiles, summarize, wilcoxon_p
 from bocast.config import ConfigError
 from bocast.figures import PALETTE, STYLES, save_png  # defined in outputs before bocast.figures
@@ -63,6 +63,6 @@ from bocast.figures import PALETTE, STYLES, save_png  # defined in outputs befor
 # the package's parts (config, running, summary, outputs) were one module; these names are how
 # the API, scripts and tests reach a comparison
 __all__ = ["COMPARE", "ENTRY", "LIVE", "MAX_SEEDS", "METASCHEDULE", "PALETTE", "STORE_NAME",
-           "STYLES", "CompareConfig", "ConfigError", "check_stores", "entry_batch", "format_p",
-           "load", "parse", "plan", "quartiles", "run", "run_identity", "save_png", "summarize",
-           "validate", "wilcoxon_p"]
+           "STYLES", "CompareConfig", "ConfigError", "check_only", "check_stores", "entry_batch",
+           "format_p", "load", "parse", "plan", "quartiles", "run", "run_identity", "save_png",
+           "summarize", "validate", "wilcoxon_p"]

@@ -12,10 +12,9 @@ TVM's protocol; with the fleet's token every session proves it (:mod:`bocast.mea
 
 import json
 import os
-import select
+import queue
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
@@ -24,6 +23,7 @@ from typing import Any
 from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
 from bocast.measure.pool import TaskFailure, TimedPool
+from bocast.measure.rpc_handshake import Handshakes
 from bocast.provenance import git_sha
 
 PROTOCOL = 1
@@ -108,6 +108,10 @@ class _TrackerLink:
         self.token = token
         self.sock: socket.socket | None = None
         self.matchkey: str | None = None
+        # the handshake threads (bocast.measure.rpc_handshake) claim the matchkey; the session
+        # thread offers a new one after the session: one session per matchkey, the first comer's
+        self._claim_lock = threading.Lock()
+        self.claimed = False
         self.taken_since: float | None = None
         self._complained = 0.0
 
@@ -137,8 +141,18 @@ class _TrackerLink:
             raise ConnectionError("not connected to the tracker")
         return self.sock
 
+    def claim(self, matchkey: str) -> bool:
+        """True once for the current matchkey: its session is this connection's."""
+        with self._claim_lock:
+            if self.claimed or matchkey != self.matchkey:
+                return False
+            self.claimed = True
+            return True
+
     def offer(self) -> None:
-        self.matchkey, self.taken_since = _matchkey(self.key), None
+        with self._claim_lock:
+            self.matchkey, self.claimed = _matchkey(self.key), False
+        self.taken_since = None
         sock = self._connected()
         proto.send_msg(sock, [proto.PUT, self.key, [self.port, self.matchkey], self.custom_addr])
         if proto.recv_msg(sock) != proto.SUCCESS:
@@ -147,6 +161,8 @@ class _TrackerLink:
     def check(self) -> None:
         """While idle: offer a new matchkey if the current one was handed to a client that
         never came (the tracker no longer lists it as pending)."""
+        if self.claimed:  # its client has connected: its session is about to start
+            return
         try:
             sock = self._connected()
             proto.send_msg(sock, [proto.PENDING])
@@ -169,7 +185,8 @@ class _TrackerLink:
     def drop(self) -> None:
         if self.sock is not None:
             self.sock.close()
-        self.sock, self.matchkey = None, None
+        with self._claim_lock:
+            self.sock, self.matchkey = None, None
 
 
 def _bind(host: str, port: int, port_end: int) -> socket.socket:
@@ -178,7 +195,7 @@ def _bind(host: str, port: int, port_end: int) -> socket.socket:
     for p in range(port, max(port_end, port + 1)):
         try:
             sock.bind((host, p))
-            sock.listen(8)
+            sock.listen(64)
             return sock
         except OSError:
             continue
@@ -186,72 +203,40 @@ def _bind(host: str, port: int, port_end: int) -> socket.socket:
     raise OSError(f"no free port in [{port}, {port_end}) on {host}")
 
 
-def _handshake(conn: socket.socket, matchkey: str | None, key: str, idle_s: float,
-               token: str | None = None) -> str | None:
-    """TVM's RPC handshake: the client sends ``client:<matchkey>``, the server answers with
-    its own key; a stale or foreign matchkey is refused, and with ``token`` so is a client that
-    does not prove it for this matchkey. Returns the client's nonce ('' without a token), or
-    None if refused."""
-    conn.settimeout(10)
-    try:
-        if struct.unpack("<i", proto.recv_exact(conn, 4))[0] != proto.RPC_MAGIC:
-            return None
-        (n,) = struct.unpack("<i", proto.recv_exact(conn, 4))
-        if not 0 < n < 4096:
-            return None
-        words = proto.recv_exact(conn, n).decode(errors="replace").split()
-        if not words or matchkey is None or words[0] != "client:" + matchkey:
-            conn.sendall(struct.pack("<i", proto.RPC_CODE_MISMATCH))
-            return None
-        client_nonce = "" if token is None else auth.check_session_word(token, matchkey, words)
-        if client_nonce is None:
-            conn.sendall(struct.pack("<i", proto.RPC_CODE_MISMATCH))
-            return None
-        reply = ("server:" + key).encode()
-        conn.sendall(struct.pack("<ii", proto.RPC_CODE_SUCCESS, len(reply)) + reply)
-    except (OSError, ConnectionError, struct.error):
-        return None
-    conn.settimeout(None)
-    # a client that stops calling (stopped, or its host gone) frees the server after idle_s:
-    # the session loop's receive fails and the session ends
-    sec = int(idle_s)
-    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                    struct.pack("ll", sec, int((idle_s - sec) * 1e6)))
-    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for opt, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)):
-        if hasattr(socket, opt):  # a client host that vanished ends the session in ~2 min
-            conn.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
-    return client_nonce
+def _tvm_session(conn: socket.socket) -> None:
+    from tvm.rpc import _ffi_api
+
+    _ffi_api.ServerLoop(conn.detach())  # returns when the client closes the session
 
 
 def serve_sessions(listen: socket.socket, link: _TrackerLink, idle_s: float,
-                   service: Service) -> None:
-    """Accept and serve sessions, one at a time, forever."""
-    from tvm.rpc import _ffi_api
-
-    while True:
+                   service: Service, session=_tvm_session,
+                   stop: threading.Event | None = None) -> None:
+    """Serve sessions, one at a time, until ``stop`` (forever without one); connections are
+    accepted and handshaken meanwhile (:class:`~bocast.measure.rpc_handshake.Handshakes`).
+    ``session(conn)`` serves one (TVM's session loop; tests pass another)."""
+    stop = stop or threading.Event()
+    handshakes = Handshakes(listen, link, idle_s, service.token, stop)
+    handshakes.start()
+    while not stop.is_set():
         if not link.ensure():
             time.sleep(2)
             continue
-        ready, _, _ = select.select([listen], [], [], 2.0)
-        if not ready:
+        try:
+            conn, peer, matchkey, client_nonce = handshakes.ready.get(timeout=2.0)
+        except queue.Empty:
             link.check()
-            continue
-        conn, peer = listen.accept()
-        matchkey = link.matchkey
-        client_nonce = _handshake(conn, matchkey, link.key, idle_s, service.token)
-        if client_nonce is None or matchkey is None:
-            conn.close()
             continue
         t0 = time.monotonic()
         service.session = (matchkey, client_nonce)
         try:
-            _ffi_api.ServerLoop(conn.detach())  # returns when the client closes the session
+            session(conn)
         except Exception as e:  # noqa: BLE001 - a broken session ends that session only
-            log(f"session from {peer[0]} ended: {str(e).splitlines()[0] if str(e) else e}")
+            log(f"session from {peer} ended: {str(e).splitlines()[0] if str(e) else e}")
         finally:
             service.session = None
-        log(f"session from {peer[0]} done after {time.monotonic() - t0:.1f} s")
+            conn.close()
+        log(f"session from {peer} done after {time.monotonic() - t0:.1f} s")
         link.after_session()
 
 

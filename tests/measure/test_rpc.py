@@ -212,6 +212,29 @@ def test_batch_spreads_over_all_servers_with_the_local_runners_results(cluster):
     assert results[0].key == "spread-0" and results[0].repeats == expected[0].repeats
 
 
+def test_idle_connections_to_the_servers_do_not_hold_up_a_batch(cluster):
+    """Issue 42: 8 idle connections to a server's port, handshaken one at a time, kept the
+    runner's sessions out for the whole batch limit. Each is handshaken on its own now."""
+    import struct
+
+    ports = [s["port"] for s in cluster.wait_free()]
+    idle = []
+    for port in ports:
+        for i in range(8):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            if i % 2:
+                s.sendall(struct.pack("<i", proto.RPC_MAGIC))  # the magic, then nothing
+            idle.append(s)
+    try:
+        t0 = time.monotonic()
+        results = cluster.runner().run(OP, builds(6, "idle-peers"))
+        assert all(r.status is Status.OK for r in results)
+        assert time.monotonic() - t0 < 20  # 8 x 10 s per server before
+    finally:
+        for s in idle:
+            s.close()
+
+
 def test_kernel_faults_are_the_local_statuses_and_servers_survive(cluster):
     pids = {s["pid"] for s in cluster.wait_free()}
     kinds = ["ok", "hang", "crash", "sticky", "wrong", "launch", "ok"]
