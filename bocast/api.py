@@ -34,6 +34,7 @@ from bocast.errors import InputError
 from bocast.locations import check_outputs, check_writable
 from bocast.options import QUICK_OPTIONS, plain
 from bocast.progress import Progress
+from bocast.schema import ConfigError
 from bocast.study import Study, create_study
 from bocast.tune_run import TuneRun, figure_prefix
 
@@ -334,7 +335,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
                 need_compiler(f"runner {cfg.runner}")
             candidates = SpaceCandidates(op.space, op.workload)
         folder = library.directory(records, cfg.records)
-        warm = _warm_start(cfg, op, dataset, store_path, folder,
+        warm = warm_sources.for_run(cfg, op, dataset, store_path, folder,
                            probe=given is None or kind != "local")
         options = cfg.strategy_options if warm is None else \
             warm_sources.warm_options(cfg.strategy, cfg.strategy_options, warm.sources)
@@ -364,7 +365,6 @@ def _identity_options(given: dict[str, Any], used: dict[str, Any]) -> dict[str, 
 def _not_own_warm_start(cfg: TuneConfig, store_path: str) -> None:
     """A warm start listing the run's own dataset or store is refused (what auto never picks
     either), before the dataset is read (issue 42: 3 s, pandas, for a check of paths)."""
-    from bocast.schema import ConfigError
 
     given = cfg.strategy_options.get("warm_start")
     own = {os.path.realpath(p): what for what, p in (("dataset", cfg.dataset),
@@ -374,36 +374,6 @@ def _not_own_warm_start(cfg: TuneConfig, store_path: str) -> None:
             raise ConfigError(f"strategy.warm_start: {p} is this run's own "
                               f"{own[os.path.realpath(p)]}: its answers would leak into the "
                               "search")
-
-
-def _warm_start(cfg: TuneConfig, op, dataset, store_path: str, folder: str, *,
-                probe: bool = True):
-    """The run's warm-start sources (:class:`bocast.warm_sources.Choice`) when its strategy has the
-    option and it is ``auto``; None otherwise (a list or ``none``: used as given). A resumed
-    run keeps the sources its store's identity names. ``probe`` False: the run's GPU is not
-    known before it starts (a runner object's), so sources of any GPU may serve."""
-    from bocast import library, warm_sources
-    from bocast.bo.transfer import AUTO
-    from bocast.store import Store
-    from bocast.strategies import strategy_class
-
-    given = cfg.strategy_options.get("warm_start", AUTO)
-    if "warm_start" not in strategy_class(cfg.strategy).options.names or given != AUTO:
-        return None
-    if os.path.isfile(store_path) and os.path.getsize(store_path) > 0:
-        with Store.open(store_path, op.workload) as store:
-            held = (store.get_meta("run") or {}).get("resolved", {}).get("warm_start")
-        if isinstance(held, list):
-            paths = [library.local(p) for p in held]
-            return warm_sources.Choice(paths, [
-                "warm start: as this run began, from " + (", ".join(held) or "nothing (cold)")])
-    return warm_sources.resolve(AUTO, op, runner=cfg.runner, dataset=cfg.dataset, store=store_path,
-                                records=folder,
-                                gpu=warm_sources.run_gpu(cfg.runner, dataset=dataset, rpc=cfg.rpc)
-                                if probe else None,
-                                arch=warm_sources.run_architecture(cfg.runner, dataset=dataset)
-                                if probe else None)
-
 
 
 def load(store_path: str | os.PathLike):

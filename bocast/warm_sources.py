@@ -32,12 +32,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bocast import library
 from bocast.bo.transfer import AUTO, WarmStartError, incompatibility, load_sources
 from bocast.datasets import locate
 from bocast.errors import InputError
 from bocast.library import Entry, _one_line, architecture, scan
 from bocast.measure.standin import run_task
 from bocast.operator import WorkloadError, canonical_workload, from_workload
+from bocast.store import Store
 from bocast.strategies import strategy_class
 
 #: at most this many sources for ``warm_start: auto``
@@ -229,3 +231,25 @@ def run_gpu(runner: str, *, dataset=None, rpc: dict | None = None) -> str | None
         return None
     lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
     return lines[0].strip() or None if lines else None
+
+
+def for_run(cfg, op, dataset, store_path: str, folder: str, *, probe: bool = True):
+    """A tune run's warm-start sources (:class:`Choice`; ``cfg`` its TuneConfig) when its
+    strategy has the option and it is ``auto``; None otherwise (a list or ``none``: used as
+    given). A resumed run keeps the sources its store's identity names. ``probe`` False: the
+    run's GPU is not known before it starts (a runner object's), so sources of any GPU may
+    serve."""
+    given = cfg.strategy_options.get("warm_start", AUTO)
+    if "warm_start" not in strategy_class(cfg.strategy).options.names or given != AUTO:
+        return None
+    if os.path.isfile(store_path) and os.path.getsize(store_path) > 0:
+        with Store.open(store_path, op.workload) as store:
+            held = (store.get_meta("run") or {}).get("resolved", {}).get("warm_start")
+        if isinstance(held, list):
+            paths = [library.local(p) for p in held]
+            return Choice(paths, [
+                "warm start: as this run began, from " + (", ".join(held) or "nothing (cold)")])
+    return resolve(AUTO, op, runner=cfg.runner, dataset=cfg.dataset, store=store_path,
+                   records=folder,
+                   gpu=run_gpu(cfg.runner, dataset=dataset, rpc=cfg.rpc) if probe else None,
+                   arch=run_architecture(cfg.runner, dataset=dataset) if probe else None)

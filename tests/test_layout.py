@@ -49,7 +49,7 @@ LAZY: dict[tuple[str, str], tuple[str, str]] = {
     # the API's entry points (api, study, tune_run: import bocast loads them) import what one
     # call needs when it is called
     **{("bocast.api", f"bocast.{t}"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}") for t in (
-        "bo.transfer", "candidates", "comparison", "config", "datasets", "identity", "library",
+        "candidates", "comparison", "config", "datasets", "identity", "library",
         "measure.runner", "operator", "store", "strategies", "suggestions", "warm_sources")},
     ("bocast.api", "bocast.measure.nvcc"): (IMPORT_BOCAST, "need_compiler: subprocess"),
     **{("bocast.study", f"bocast.{t}"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}")
@@ -66,6 +66,7 @@ LAZY: dict[tuple[str, str], tuple[str, str]] = {
     ("bocast.reporting", "bocast.provenance"): (IMPORT_BOCAST, "write(): platform, datetime"),
     # the CLI loads what every command needs; what one command alone needs loads when it runs
     ("bocast.cli.common", "bocast.subspace"): (HELP, "--subspace, --fix: yaml (+15 ms)"),
+    ("bocast.cli.run_commands", "bocast.config_files"): (HELP, "tune OP --set: yaml (+15 ms)"),
     ("bocast.cli.run_commands", "bocast.suggestions"): (
         HELP, "suggest: multiprocessing, socket (+10-26 ms)"),
     ("bocast.cli.run_commands", "bocast.measure.rpc_server"): (

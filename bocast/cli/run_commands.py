@@ -30,7 +30,7 @@ def _quick_config(args) -> dict[str, Any]:
     """The configuration of ``bocast tune OP --shape ... [--set key=value]``."""
     import yaml
 
-    from bocast.config import YamlLimitError, parse_yaml
+    from bocast.config_files import YamlLimitError, parse_yaml
 
     settings: dict[str, Any] = {}
     for _, name in QUICK_FLAGS:

@@ -31,8 +31,6 @@ The command's arguments are checked before anything binds: a bad one is one line
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import math
 import os
 import signal
 import subprocess
@@ -44,7 +42,17 @@ from collections.abc import Sequence
 from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
 from bocast.measure import rpc_tracker as trk
-from bocast.measure.rpc_service import WORKERS, log, run_server
+from bocast.measure.rpc_serve_args import (
+    gpu_list,
+    host,
+    port,
+    port_end,
+    seconds,
+    tracker_addr,
+    word,
+    worker,
+)
+from bocast.measure.rpc_service import log, run_server
 
 # ------------------------------------------------------------------------ the supervisor
 
@@ -94,7 +102,7 @@ class Supervisor(threading.Thread):
 
 
 def _gpus(spec: str | None) -> list[str | None]:
-    """The GPUs of ``--gpus`` (already checked by :func:`_gpu_list`), "all" asked of nvidia-smi."""
+    """The GPUs of ``--gpus`` (already checked by :func:`gpu_list`), "all" asked of nvidia-smi."""
     if not spec:
         return [None]  # one server on the environment's devices
     gpus: list[str | None] = []
@@ -117,11 +125,11 @@ def _gpus(spec: str | None) -> list[str | None]:
 def serve(args) -> int:
     tracker = None
     if args.tracker:
-        tracker_addr = args.tracker
+        tracker_at = args.tracker
     else:
         tracker = trk.Tracker(args.tracker_host, args.tracker_port, args.tracker_port + 10,
                               token=args.token).start()
-        tracker_addr = f"{tracker.addr[0]}:{tracker.port}"
+        tracker_at = f"{tracker.addr[0]}:{tracker.port}"
         log(f"tracker listening on {args.tracker_host}:{tracker.port}")
     env = dict(os.environ)
     if args.token is not None:  # to the servers through their environment, not their argv
@@ -132,7 +140,7 @@ def serve(args) -> int:
         label = gpu if gpu is not None else genv.get("CUDA_VISIBLE_DEVICES", "")
         if gpu is not None:
             genv["CUDA_VISIBLE_DEVICES"] = gpu
-        child = ["--tracker", tracker_addr, "--key", args.key, "--host", args.host,
+        child = ["--tracker", tracker_at, "--key", args.key, "--host", args.host,
                  "--port", str(args.port + i if args.port else 0),  # 0: any free port
                  "--port-end", str(args.port_end),
                  "--worker", args.worker, "--gpu-label", label or "",
@@ -144,7 +152,7 @@ def serve(args) -> int:
     for s in sups:
         s.start()
     # the log says whether the fleet proves a token (a check run should show which path it timed)
-    log(f"{len(sups)} server(s) under key {args.key!r}, tracker {tracker_addr}, shared token "
+    log(f"{len(sups)} server(s) under key {args.key!r}, tracker {tracker_at}, shared token "
         f"{'on' if args.token is not None else 'off (loopback only)'}; Ctrl-C stops")
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -174,102 +182,11 @@ def run_tracker(args) -> int:
 # loopback) by the subcommand's check before anything binds: one line, exit 2.
 
 
-def _arg(check):
-    """An argparse type from ``check`` (text -> value, ValueError naming what is wrong)."""
-    def parse(text: str):
-        try:
-            return check(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
-    return parse
-
-
-def _int_in(lo: int, hi: int, what: str):
-    def check(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            v = lo - 1
-        if not lo <= v <= hi:
-            raise ValueError(f"expected {what}")
-        return v
-    return _arg(check)
-
-
-_port = _int_in(0, 65535, "a port, 0 to 65535 (0: any free port)")
-_port_end = _int_in(1, 65536, "a port, 1 to 65536 (the end of the range, not included)")
-
-
-@_arg
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not (math.isfinite(v) and 0 < v <= 1e6):
-        raise ValueError("expected a number of seconds, above 0 and at most 1e6")
-    return v
-
-
-def _resolvable(host: str) -> str:
-    try:
-        auth.resolve(host)
-    except (OSError, UnicodeError):
-        raise ValueError(f"host {host!r} does not resolve to an address") from None
-    return host
-
-
-_host = _arg(_resolvable)
-
-
-@_arg
-def _tracker_addr(text: str) -> str:
-    host, port = proto.parse_addr(text)
-    if not 1 <= port <= 65535:
-        raise ValueError("expected HOST:PORT with a port 1 to 65535")
-    _resolvable(host)
-    return text
-
-
-@_arg
-def _word(text: str) -> str:
-    if not text or any(c.isspace() for c in text):
-        raise ValueError("expected a non-empty word without spaces")
-    return text
-
-
-@_arg
-def _worker(text: str) -> str:
-    if text in WORKERS:
-        return text
-    module, colon, function = text.partition(":")
-    try:
-        found = bool(colon and module and function) and importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise ValueError(f"expected {', '.join(WORKERS)} or an importable MODULE:FUNCTION")
-    return text
-
-
-@_arg
-def _gpu_list(text: str) -> str:
-    if text == "all":
-        return text
-    gpus = text.split(",")
-    # what CUDA_VISIBLE_DEVICES takes: indices, GPU and MIG UUIDs
-    if not all(g.isdigit() or g.startswith(("GPU-", "MIG-")) for g in gpus):
-        raise ValueError("expected all, or GPU indices or UUIDs separated by commas (0,1,2)")
-    if len(set(gpus)) < len(gpus):
-        raise ValueError("a GPU listed twice")
-    return text
-
-
 def _warn_open(hosts: dict[str, str], token: str | None) -> None:
     auth.require(token, hosts)
-    for what, host in hosts.items():
-        if not auth.is_loopback(host):
-            log(f"warning: {what} {host} is not loopback: other hosts reach it, and any client "
+    for what, addr in hosts.items():
+        if not auth.is_loopback(addr):
+            log(f"warning: {what} {addr} is not loopback: other hosts reach it, and any client "
                 "holding the token runs code on the GPU servers (docs/rpc.md, 'RPC security')")
 
 
@@ -346,23 +263,23 @@ _TOKEN_HELP = (f"file holding the fleet's shared token (mode 600); default: ${au
 
 
 def _server_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--key", required=True, type=_word,
+    p.add_argument("--key", required=True, type=word,
                    help="the key the runner asks the tracker for (one key per GPU model, "
                         "e.g. h100)")
-    p.add_argument("--host", default="127.0.0.1", type=_host,
+    p.add_argument("--host", default="127.0.0.1", type=host,
                    help="address the servers listen on (default loopback; any other needs the "
                         "token)")
-    p.add_argument("--port", type=_port, default=9091, help="first server port (0: any free)")
-    p.add_argument("--port-end", type=_port_end, default=9199)
-    p.add_argument("--custom-addr", type=_word,
+    p.add_argument("--port", type=port, default=9091, help="first server port (0: any free)")
+    p.add_argument("--port-end", type=port_end, default=9199)
+    p.add_argument("--custom-addr", type=word,
                    help="address to report to the tracker (other hosts must reach this server "
                         "there)")
-    p.add_argument("--worker", default="gpu", type=_worker,
+    p.add_argument("--worker", default="gpu", type=worker,
                    help="gpu (default), standin (synthetic timings, tests on a CPU) or "
                         "MODULE:FUNCTION")
-    p.add_argument("--startup-timeout", type=_seconds, default=300.0,
+    p.add_argument("--startup-timeout", type=seconds, default=300.0,
                    help="seconds for the measurement worker to start")
-    p.add_argument("--session-idle", type=_seconds, default=600.0,
+    p.add_argument("--session-idle", type=seconds, default=600.0,
                    help="seconds a session may wait for the client's next call")
 
 
@@ -375,30 +292,30 @@ def build_parser(prog: str = "python -m bocast.measure.rpc_server") -> argparse.
     p = sub.add_parser("serve", prog=prog if bocast else None,
                        help="one server per GPU (and a tracker unless --tracker)")
     _server_args(p)
-    p.add_argument("--gpus", type=_gpu_list,
+    p.add_argument("--gpus", type=gpu_list,
                    help="GPUs, one server each: all, or indices (or UUIDs) such as 0,1,2 (each "
                         "server sees only its GPU through CUDA_VISIBLE_DEVICES); default: one "
                         "server on the visible devices")
-    p.add_argument("--tracker", type=_tracker_addr,
+    p.add_argument("--tracker", type=tracker_addr,
                    help="HOST:PORT of a running tracker (default: start one here)")
-    p.add_argument("--tracker-host", default="127.0.0.1", type=_host,
+    p.add_argument("--tracker-host", default="127.0.0.1", type=host,
                    help="address of the tracker started here (default loopback; any other "
                         "needs the token)")
-    p.add_argument("--tracker-port", type=_port, default=9190)
+    p.add_argument("--tracker-port", type=port, default=9190)
     p.add_argument("--token-file", help=_TOKEN_HELP)
     p.add_argument("--token", nargs="?", action=_NoToken, help=argparse.SUPPRESS)
     p.set_defaults(func=serve, check=_check_serve, prog=p.prog)
     p = sub.add_parser("tracker", prog=f"{prog} tracker", help="a tracker alone")
-    p.add_argument("--host", default="127.0.0.1", type=_host,
+    p.add_argument("--host", default="127.0.0.1", type=host,
                    help="address to listen on (default loopback; any other needs the token)")
-    p.add_argument("--port", type=_port, default=9190)
-    p.add_argument("--port-end", type=_port_end, default=9199)
+    p.add_argument("--port", type=port, default=9190)
+    p.add_argument("--port-end", type=port_end, default=9199)
     p.add_argument("--token-file", help=_TOKEN_HELP)
     p.add_argument("--token", nargs="?", action=_NoToken, help=argparse.SUPPRESS)
     p.set_defaults(func=run_tracker, check=_check_tracker, prog=p.prog)
     p = sub.add_parser("_server", help=argparse.SUPPRESS)  # one server, started by serve
     _server_args(p)
-    p.add_argument("--tracker", required=True, type=_tracker_addr)
+    p.add_argument("--tracker", required=True, type=tracker_addr)
     p.add_argument("--gpu-label", default="")
     p.set_defaults(func=run_server, check=_check_server, prog=p.prog)
     return parser

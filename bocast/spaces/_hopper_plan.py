@@ -1,0 +1,117 @@
+"""What one configuration of space v3 fixes about its kernel (:class:`Plan`), the hooks an
+operator gives the kernel body (:class:`Operands`) and the built kernel with its launch
+(:class:`TirxKernel`); :mod:`._hopper_kernel` writes the body from them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._hopper_layout import (
+    CLUSTERS,
+    EPI_SMEM_PER_CONSUMER,
+    REG_SPLITS,
+    SM_COUNT,
+    epi_cols,
+    tile_coords,
+    wgmma_k,
+)
+from ._hopper_layout import DTYPE_BYTES as SIZE
+
+
+@dataclass
+class TirxKernel:
+    """A v3 kernel: its IRModule and what launching it takes (the runner needs no TVM)."""
+
+    mod: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem: int
+    #: kernel parameter name -> how the runner encodes that tensor map (cuTensorMapEncodeTiled
+    #: of the named tensor: dims and byte strides innermost first, box, swizzle)
+    tensor_maps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: thread-block cluster dims the launch must give (cuLaunchKernelEx's
+    #: CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION; TVM's host code launches it so from the
+    #: kernel's clusterCtaIdx extent); (1, 1, 1): a plain launch
+    cluster: tuple[int, int, int] = (1, 1, 1)
+
+
+class Plan:
+    """What one configuration fixes about the kernel of an M x N x K matmul (``batch`` of them,
+    read as one [b x M, K] A and one [b x N, K] B): tile, ring of stages, the consumers' rows,
+    the tiles' walk and the launch. M, N and K may be ragged: tiles and k blocks are counted by
+    ceil-division (TMA zero-fills its boxes past an edge; the operator's stores test theirs)."""
+
+    def __init__(self, config, M: int, N: int, K: int, batch: int = 1, *,
+                 in_dtype: str = "float16", out_dtype: str = "float32"):
+        c = config
+        #: the operands' and the output's element types (the accumulators are fp32 whatever
+        #: they are: wgmma has no other accumulator for bf16, and a 16-bit output is rounded
+        #: once, at the store, as cuBLAS does); their sizes set every byte count below
+        self.in_dtype, self.out_dtype = in_dtype, out_dtype
+        self.in_size, self.out_size = SIZE[in_dtype], SIZE[out_dtype]
+        self.wgmma_k = wgmma_k(in_dtype)
+        self.epi_cols = epi_cols(out_dtype)
+        self.BM, self.BN, self.BK, self.S, self.NC = (
+            int(c[k]) for k in ("bm", "bn", "bk", "stages", "consumers"))
+        BM, BN, BK, S, NC = self.BM, self.BN, self.BK, self.S, self.NC
+        self.G, self.inflight = int(c["raster"]), int(c["inflight"])
+        self.major = c.get("raster_major", "m")  # a configuration from before the knob: "m"
+        self.split = REG_SPLITS[c["regs"]]
+        self.pingpong = c["arrangement"] == "pingpong"
+        self.WM = BM if self.pingpong else BM // NC  # rows of a tile one consumer computes
+        self.atoms = self.WM // 64
+        self.step = NC if self.pingpong else 1  # tiles between two of one consumer's
+        self.vec_store, self.tma_store = c["epilogue"] == "v2", c["epilogue"] == "tma"
+        # a configuration from before the cluster knob: 1x1
+        self.CM, self.CN = CLUSTERS[c.get("cluster", "1x1")]
+        self.CS = self.CM * self.CN  # CTAs a cluster
+        self.M, self.N, self.K, self.batch = M, N, K, batch
+        self.tiles_m, self.tiles_n, self.KT = -(-M // BM), -(-N // BN), -(-K // BK)
+        self.tiles = batch * self.tiles_m * self.tiles_n
+        self.grid = min(SM_COUNT, self.tiles) if c["persistent"] == "on" else self.tiles
+        assert self.tiles % self.CS == 0 and self.grid % self.CS == 0, \
+            "cluster_pairs_whole_tiles, cluster_divides_grid"
+        self.clusters = self.grid // self.CS  # the walk's stride, in blocks of CS tiles
+        self.threads = 128 * (NC + 1)
+        self.half_n = BN // 2  # accumulators of one m64 atom per thread
+        self.stage_bytes = (BM + BN) * BK * self.in_size
+        # elements (of the operands' type) of the ring; the tma epilogue's boxes follow it
+        self.ring = S * (BM + BN) * BK
+        self.epi_bytes = NC * EPI_SMEM_PER_CONSUMER if self.tma_store else 0
+        # the shared operand's box is half its tile: each CTA of a cluster loads (and
+        # multicasts) its half, rows rank x half
+        self.a_box, self.b_box = BM // self.CN, BN // self.CM
+
+    def tile(self, t, rank):
+        """(A/C block row, C block column, B's first row) of tile ``t`` of a CTA's walk."""
+        return tile_coords(t, M=self.M, N=self.N, BM=self.BM, BN=self.BN, G=self.G,
+                           cluster=(self.CM, self.CN), rank=rank, major=self.major)
+
+    def kernel(self, main, tensor_maps: dict) -> TirxKernel:
+        """The v3 kernel of prim_func ``main`` (the operator's, around the body), launched so."""
+        import tvm
+
+        return TirxKernel(tvm.IRModule({"main": main}), (self.grid, 1, 1), (self.threads, 1, 1),
+                          self.S * self.stage_bytes + self.epi_bytes, tensor_maps,
+                          (self.CS, 1, 1))
+
+
+@dataclass
+class Operands:
+    """An operator's hooks into :func:`device_body`: functions of TIR expressions, or TIRx
+    macros, that its ``kernel`` makes over its :class:`Plan`."""
+
+    #: (kb, tm) -> TMA coordinates, innermost first, of A's box for k block kb of block row tm
+    #: (with a 1x2 cluster the outermost one is A's row: the body adds this CTA's half)
+    a_coords: Callable
+    #: the rank of A's tensor map (the TMA load's dimensionality)
+    a_rank: int
+    #: macro (out_map, smem, tm, row0, a, col0, lt): the tma epilogue's store of the box staged
+    #: at ``smem`` (atom a of the consumer's rows from row0 of block row tm, 32 columns from
+    #: col0) by thread lt == 0, unless the box lies wholly past the output's edge
+    store_box: Callable
+    #: macro (out, acc, tm, tn, row0, lt): the direct epilogues (v2, scalar): consumer thread
+    #: lt's accumulators of its rows from row0 of tile (tm, tn) to ``out``, none past an edge
+    store_rows: Callable
