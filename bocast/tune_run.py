@@ -181,14 +181,14 @@ class TuneRun:
         (``retimed``) and reused while the run's trials and best kernels are the same (a
         finished run run again times nothing). None when it is off, when nothing succeeded,
         or when the runner times no reference (said in one line)."""
-        from bocast.measure.retime import METHOD, METHOD_PAIRED, final_figure, top_configs
+        from bocast.measure.retime import final_figure, method_of, top_configs
 
         ro = self.cfg.runner_options
         top, rounds = ro["retime_top"], ro["retime_rounds"]
         picks = [r.key for r in top_configs(result.records, top)] if top else []
         if not picks:
             return None
-        method = METHOD_PAIRED if callable(getattr(runner, "run_paired", None)) else METHOD
+        method = method_of(runner)
         kept = store.get_meta("retimed")
         if isinstance(kept, dict) and kept.get("keys") == picks \
                 and kept.get("trials") == result.trials and kept.get("rounds") == rounds \

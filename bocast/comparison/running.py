@@ -27,7 +27,7 @@ from bocast.comparison.summary import summarize
 from bocast.config import ConfigError
 from bocast.measure.parts import make_measurer
 from bocast.measure.replay import ReplayDataset
-from bocast.measure.retime import METHOD, METHOD_PAIRED, retime, top_configs
+from bocast.measure.retime import method_of, retime, top_configs
 from bocast.operator import from_workload
 from bocast.progress import Progress, reference_label
 from bocast.store import Store
@@ -258,7 +258,7 @@ def _retime_bests(cfg: CompareConfig, op, runner, builder, tuners: Sequence[Tune
         return [None] * len(tuners)
     best = [next(iter(top_configs(t.records, 1)), None) for t in tuners]
     kept = [t.measurer.store.get_meta("retimed") for t in tuners]  # type: ignore[attr-defined]
-    method = METHOD_PAIRED if callable(getattr(runner, "run_paired", None)) else METHOD
+    method = method_of(runner)
     todo = {b.key: b for t, b, k in zip(tuners, best, kept) if b is not None
             and not (isinstance(k, dict) and k.get("keys") == [b.key]
                      and k.get("trials") == len(t.records) and k.get("method") == method)}

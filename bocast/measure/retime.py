@@ -51,6 +51,17 @@ METHOD = ("the best kernels and the reference timed in turn in one runner proces
           "ratio, timed again with the reference alone (readings that did not choose it)")
 
 
+def pairs(runner) -> bool:
+    """Whether ``runner`` times a kernel and the reference in one task (``run_paired``)."""
+    return callable(getattr(runner, "run_paired", None))
+
+
+def method_of(runner) -> str:
+    """The re-timing method :func:`retime` uses with ``runner`` (recorded with its figures: a
+    kept figure of another method is timed again)."""
+    return METHOD_PAIRED if pairs(runner) else METHOD
+
+
 def spread(xs: Sequence[float]) -> dict[str, float]:
     """median, min, max and count of readings."""
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
@@ -78,7 +89,7 @@ def retime(runner, builder, groups: Sequence[tuple[Operator, Sequence[Config]]],
                 kernels[-1]["errors"].append(b.error[-300:])
             builds.append((op, b))
     ok = [i for i, (_, b) in enumerate(builds) if b.status is Status.OK]
-    paired = callable(getattr(runner, "run_paired", None))
+    paired = pairs(runner)
     reference_op = groups[0][0]
     references: list[dict[str, Any]] = []
     for r in range(rounds):
