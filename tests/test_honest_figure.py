@@ -128,7 +128,10 @@ class FakeRunner:
 
 
 class FakeBuilder:
+    built = 0
+
     def build(self, op, configs):
+        self.built += len(configs)
         return [BuildResult(key=c["name"], status=Status.OK) for c in configs]
 
 
@@ -193,3 +196,27 @@ def test_a_warm_started_live_run_prints_no_third_party_warning(tmp_path):
         capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONWARNINGS": ""})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Warning" not in proc.stderr, proc.stderr
+
+
+def test_a_runs_figure_builds_each_kernel_once_and_confirms_the_chosen_one(tmp_path):
+    """final_figure: the top kernels timed with the reference, then the chosen one alone again
+    (new rounds), from the build of the choosing rounds."""
+    from bocast.measure.retime import final_figure
+    from bocast.record import Record
+
+    records = [Record(n, {"name": n}, Status.OK, tflops=t)
+               for n, t in (("a", 700.0), ("b", 690.0), ("c", 650.0))]
+    runner = FakeRunner({"a": 700.0, "b": 690.0, "c": 650.0},
+                        pairs={"a": [1.00] * 3, "b": [1.05] * 3 + [1.02] * 3, "c": [0.9] * 3})
+    builder = FakeBuilder()
+
+    class Space:  # the configurations as the fake builder takes them
+        @staticmethod
+        def from_json(c):
+            return dict(c)
+
+    op = type("Op", (), {"space": Space, "workload": {}})()
+    out = final_figure(runner, builder, op, records, top=3, rounds=3)
+    assert builder.built == 3
+    assert out["best"]["key"] == "b" and out["best"]["vs_reference"] == pytest.approx(1.02)
+    assert out["best"]["choosing_rounds"]["vs_reference"] == pytest.approx(1.05)

@@ -32,6 +32,7 @@ from bocast.measure.status import Status
 from bocast.measure.telemetry import TELEMETRY
 from bocast.operator import Operator
 from bocast.record import Record
+from bocast.space import Space
 
 #: what a re-timing's figures mean where the runner times a kernel and the reference in one
 #: task (:meth:`bocast.measure.runner.WorkerRunner.run_paired`), recorded with them
@@ -174,6 +175,7 @@ def final_figure(runner, builder, op: Operator, records: Sequence[Record], *, to
     picks = top_configs(records, top)
     if not picks:
         return None
+    builder = _Kept(builder)  # the confirmation times a kernel already built for the choice
     out = retime(runner, builder, [(op, [op.space.from_json(r.config) for r in picks])],
                  rounds=rounds, seed=seed, on_round=on_round)
     in_run = {r.key: r.tflops for r in picks}
@@ -195,3 +197,16 @@ def final_figure(runner, builder, op: Operator, records: Sequence[Record], *, to
             out["reference"] = again["reference"]
     out["best"] = chosen
     return out
+
+
+class _Kept:
+    """A builder that builds each configuration once and hands its result out again."""
+
+    def __init__(self, builder):
+        self.builder, self.built = builder, {}
+
+    def build(self, op: Operator, configs: Sequence[Config]) -> list:
+        todo = [c for c in configs if Space.key(c) not in self.built]
+        for c, b in zip(todo, self.builder.build(op, todo) if todo else []):
+            self.built[Space.key(c)] = b
+        return [self.built[Space.key(c)] for c in configs]
