@@ -161,8 +161,8 @@ class TuneRun:
             json.dump(summary, f, indent=1, sort_keys=True, default=str)
         lines = [f"{cfg.strategy} ({self.strategy.hyper.get('acquisition', '')}) seed "
                  f"{cfg.seed}: {result.trials} trials, " + self._figure_text(summary, dataset)]
-        if flag_line(clocks):
-            lines.append(flag_line(clocks) or "")
+        if flagged := flag_line(clocks):
+            lines.append(flagged)
         if result.optimum:
             lines.append(f"dataset best {result.optimum:.1f} TFLOPS; 95% reached at trial "
                          f"{result.trials_to(0.95)}")
