@@ -247,6 +247,15 @@ def for_run(cfg, op, dataset, store_path: str, folder: str, *, probe: bool = Tru
             held = (store.get_meta("run") or {}).get("resolved", {}).get("warm_start")
         if isinstance(held, list):
             paths = [library.local(p) for p in held]
+            # a run carried to another machine (or whose library was cleared) lost a source
+            # store: say so here, where the cause is known, not as a bare "not found" later
+            gone = [n for n, p in zip(held, paths) if p.endswith(".db") and not os.path.isfile(p)]
+            if gone:
+                raise WarmStartError(
+                    f"warm_start: this run began warm-started from {', '.join(gone)}, which is "
+                    f"not here (a store of the records library of the machine it began on?); a "
+                    f"resumed run needs the sources it began with: copy them back to that path, "
+                    f"or tune into a new --output")
             return Choice(paths, [
                 "warm start: as this run began, from " + (", ".join(held) or "nothing (cold)")])
     return resolve(AUTO, op, runner=cfg.runner, dataset=cfg.dataset, store=store_path,

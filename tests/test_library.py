@@ -212,6 +212,23 @@ def test_one_command_standin_warm_starts_from_the_library_and_opts_out(standin_s
         assert s.get_meta("run")["resolved"]["warm_start"] == []
 
 
+
+def test_a_resumed_run_whose_source_store_is_gone_says_so(standin_store, tmp_path, monkeypatch):
+    """A warm run carried to a machine without its source (seen on the GPU machine: a fresh
+    one has an empty records library): one error naming the source and what to do."""
+    store, folder = standin_store
+    lib = tmp_path / "lib"
+    shutil.copytree(folder, lib)
+    monkeypatch.setenv(library.ENV, str(lib))
+    out = tmp_path / "warm"
+    kw = dict(op="gemm", shape=(512, 256, 256), space="v2", output=str(out),
+              **{**QUICK, "strategy": "cga"})
+    bocast.tune(**kw)
+    shutil.rmtree(lib)
+    with pytest.raises(bocast.InputError, match=r"began warm-started from .*256x256x256.*"
+                                                r"not here.*copy them back"):
+        bocast.tune(**kw)
+
 def test_stand_in_runs_stay_out_of_the_library_unless_asked(standin_store, tmp_path,
                                                              bocast_cli):
     """A stand-in run's store goes only into a library the run names; one there anyway serves
