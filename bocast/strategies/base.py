@@ -20,7 +20,6 @@ from bocast.features import FeatureError, Features
 from bocast.operator import WorkloadError, from_workload
 from bocast.options import Options
 from bocast.records import Record
-from bocast.registry import lookup
 from bocast.schema import Section
 from bocast.space import Config, Space
 
@@ -126,14 +125,6 @@ class StrategyOptions(Options):
     noun = "option"
 
 
-def typed_options(name: str) -> type[StrategyOptions]:
-    """The typed options of strategy ``name`` (``bo``: ``BOOptions``, ``random``:
-    ``RandomOptions``)."""
-    typed = strategy_class(name).options.typed
-    assert typed is not None and issubclass(typed, StrategyOptions)  # register() checked
-    return typed
-
-
 def options_class_name(name: str) -> str:
     return (name.upper() if len(name) <= 3 else name.capitalize()) + "Options"
 
@@ -148,16 +139,7 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-def strategies() -> dict[str, type[Strategy]]:
-    # importing the modules registers them
-    from bocast.strategies import bo, ga, random  # noqa: F401
-
+def registered() -> dict[str, type[Strategy]]:
+    """The strategies registered so far, by name (the package's :func:`bocast.strategies.
+    strategies` imports the shipped ones first)."""
     return dict(sorted(_STRATEGIES.items()))
-
-
-def strategy_class(name: str) -> type[Strategy]:
-    return lookup(strategies(), name, "strategy", StrategyError)
-
-
-def make_strategy(name: str, candidates: Candidates, *, seed: int, **hyper: Any) -> Strategy:
-    return strategy_class(name)(candidates, seed=seed, **hyper)
