@@ -44,6 +44,7 @@ from ._hopper_layout import (
     REG_SPLITS,
     SM_COUNT,
     WGMMA_TYPES,
+    bk_choices,
     encode_args,
     epi_cols,
     tensor_map,
@@ -85,7 +86,9 @@ def knobs(spec) -> list[Knob]:
         Ordinal("bm", (64, 128, 192, 256), doc="CTA tile rows (BM = 64 x wgmma atoms x "
                                                "consumers)"),
         Ordinal("bn", (64, 128, 192, 256), doc="CTA tile columns = the wgmma's N"),
-        Ordinal("bk", (32, 64), doc="k block per stage (64: 128-byte swizzle, 32: 64-byte)"),
+        Ordinal("bk", bk_choices(spec.in_dtype),
+                doc="k block per stage: rows of 128 bytes (128-byte swizzle) or 64 (64-byte): "
+                    "64 or 32 16-bit elements, 128 or 64 fp8 ones"),
         Ordinal("stages", (2, 3, 4, 5, 6), doc="shared-memory ring of A/B k blocks"),
         Ordinal("consumers", (1, 2), doc="consumer warpgroups"),
         Categorical("arrangement", ("cooperative", "pingpong"),
@@ -327,11 +330,8 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
     body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
                                          store_box=store_box, store_rows=store_rows))
 
-    @T.prim_func
-    def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
-        A = T.match_buffer(A_ptr, (batch * M, K), in_dtype, align=16)
-        B = T.match_buffer(B_ptr, (batch * N, K), in_dtype, align=16)
-        C = T.match_buffer(C_ptr, (batch * M, N), out_dtype, align=16)
+    @T.macro
+    def launch(A, B, C, scale_a, scale_b):
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, in_dtype, 2, A.data, *a_tma)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
@@ -341,6 +341,28 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
             T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, out_dtype, 2, C.data,
                           *c_tma[0])
         T.device_entry()
-        body(A_map, B_map, C, C_map if tma_store else None)
+        body(A_map, B_map, C, C_map if tma_store else None, scale_a, scale_b)
 
-    return p.kernel(main, maps)
+    if not p.scaled:
+        @T.prim_func
+        def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
+            A = T.match_buffer(A_ptr, (batch * M, K), in_dtype, align=16)
+            B = T.match_buffer(B_ptr, (batch * N, K), in_dtype, align=16)
+            C = T.match_buffer(C_ptr, (batch * M, N), out_dtype, align=16)
+            launch(A, B, C, None, None)
+
+        return p.kernel(main, maps)
+
+    @T.prim_func
+    def scaled(A_ptr: T.handle, B_ptr: T.handle, scale_a_ptr: T.handle,
+               scale_b_ptr: T.handle, C_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (batch * M, K), in_dtype, align=16)
+        B = T.match_buffer(B_ptr, (batch * N, K), in_dtype, align=16)
+        # fp8's per-tensor scales: one fp32 each (the workload's scale_a, scale_b)
+        scale_a = T.match_buffer(scale_a_ptr, (1,), "float32")
+        scale_b = T.match_buffer(scale_b_ptr, (1,), "float32")
+        C = T.match_buffer(C_ptr, (batch * M, N), out_dtype, align=16)
+        launch(A, B, C, scale_a, scale_b)
+
+    # the kernel's name is the unscaled one's ("main_kernel")
+    return p.kernel(scaled.with_attr("global_symbol", "main"), maps)

@@ -52,6 +52,9 @@ class Plan:
         self.in_dtype, self.out_dtype = in_dtype, out_dtype
         self.in_size, self.out_size = SIZE[in_dtype], SIZE[out_dtype]
         self.wgmma_k = wgmma_k(in_dtype)
+        #: per-tensor scales (fp8 operands): the kernel takes two fp32 scalars and multiplies
+        #: its accumulators by their product before the output's rounding
+        self.scaled = SIZE[in_dtype] == 1
         self.epi_cols = epi_cols(out_dtype)
         self.BM, self.BN, self.BK, self.S, self.NC = (
             int(c[k]) for k in ("bm", "bn", "bk", "stages", "consumers"))

@@ -5,8 +5,8 @@ Every operator here is, like in Heron, one matmul on Tensor Cores:
     C[(b,) i, j] = sum_k A[(b,) i, k] * B[(b,) j, k]      (trans_b, "NT")
     C[(b,) i, j] = sum_k A[(b,) i, k] * B[(b,) k, j]      ("NN")
 
-with fp16 operands and an fp32 or fp16 accumulator (space v3: fp16 or bf16 operands, an fp32
-accumulator, an fp32 or 16-bit output; :data:`SPACE_DTYPES`). An operator describes its matmul
+with fp16 operands and an fp32 or fp16 accumulator (space v3: fp16, bf16 or fp8 operands, an
+fp32 accumulator, an fp32 or 16-bit output; :data:`SPACE_DTYPES`). An operator describes its matmul
 with a :class:`MatmulSpec` and writes ``prim_func()`` so that one block (``spec.block``) is
 that einsum.
 Its operands may be produced by other blocks (padding, an im2col gather, a reshape of the weights):
@@ -39,14 +39,22 @@ from bocast.space import Space
 
 #: a workload's ``dtype``, "input:output", as (the operands' element type, the output's)
 DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "float16"),
-               "bf16:fp32": ("bfloat16", "float32"), "bf16:bf16": ("bfloat16", "bfloat16")}
+               "bf16:fp32": ("bfloat16", "float32"), "bf16:bf16": ("bfloat16", "bfloat16"),
+               "e4m3:bf16": ("float8_e4m3fn", "bfloat16"),
+               "e4m3:fp32": ("float8_e4m3fn", "float32")}
+#: fp8 dtypes: both operands e4m3 with per-tensor scales (two fp32 scalars, scale_a and
+#: scale_b, the workload's inputs too), C = scale_a scale_b (A B^T) rounded to the output, as
+#: torch._scaled_mm computes it. GEMM only (:func:`dtype_pair`'s ``fp8``): torch has no batched
+#: _scaled_mm to time a bmm against.
+FP8_PAIRS = ("e4m3:bf16", "e4m3:fp32")
 #: the dtypes each space generation implements. v1 and v2 run fp16 mma.sync / WMMA (TVM's
-#: s_tir intrinsics here are fp16's) and accumulate in the output's type; v3's wgmma takes fp16
-#: or bf16 and accumulates in fp32 (bf16 has no other accumulator), rounding a 16-bit output
-#: once at the store (:func:`acc_dtype`). Space v3 implements these for GEMM and bmm; its
-#: conv2d, fp16:fp32 only (``_hopper_conv.check_workload``).
+#: s_tir intrinsics here are fp16's) and accumulate in the output's type; v3's wgmma takes fp16,
+#: bf16 or fp8 e4m3 and accumulates in fp32 (bf16 and fp8 have no other accumulator here),
+#: rounding a 16-bit output once at the store (:func:`acc_dtype`). Space v3 implements these
+#: for GEMM and bmm (fp8: GEMM only); its conv2d, fp16:fp32 only
+#: (``_hopper_conv.check_workload``).
 SPACE_DTYPES = {"v1": ("fp16:fp32", "fp16:fp16"), "v2": ("fp16:fp32", "fp16:fp16"),
-                "v3": ("fp16:fp32", "fp16:fp16", "bf16:fp32", "bf16:bf16")}
+                "v3": ("fp16:fp32", "fp16:fp16", "bf16:fp32", "bf16:bf16", *FP8_PAIRS)}
 GRID_Y_LIMIT = 65535
 THREAD_LIMIT = 1024  # threads per block
 SMEM_LIMIT = 227 * 1024  # shared memory per block on the H100 (static + dynamic, with opt-in)
@@ -66,12 +74,14 @@ def round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def dtype_pair(op: str, dtype: str, space: str, spaces: Sequence[str] = SPACES
-               ) -> tuple[str, str]:
+def dtype_pair(op: str, dtype: str, space: str, spaces: Sequence[str] = SPACES, *,
+               fp8: bool = False) -> tuple[str, str]:
     """(operand type, output type) of ``dtype`` on ``space``, for an operator whose spaces
-    implement :data:`SPACE_DTYPES` (``spaces``: those that do, all by default); one
-    WorkloadError naming the dtypes accepted, or the spaces that take this one."""
-    mine = [d for d in DTYPE_PAIRS if any(d in SPACE_DTYPES[s] for s in spaces)]
+    implement :data:`SPACE_DTYPES` (``spaces``: those that do, all by default) and, if ``fp8``,
+    its fp8 dtypes (:data:`FP8_PAIRS`); one WorkloadError naming the dtypes accepted, or the
+    spaces that take this one."""
+    mine = [d for d in DTYPE_PAIRS if any(d in SPACE_DTYPES[s] for s in spaces)
+            and (fp8 or d not in FP8_PAIRS)]
     if dtype not in mine:
         raise WorkloadError(f"{op}: dtype {dtype!r} not supported; use one of {mine}")
     if space in SPACE_DTYPES and dtype not in SPACE_DTYPES[space]:
@@ -155,6 +165,22 @@ def vendor_matmul(op, fn, a, b, what: str):
     else:
         op.reference_name = f"{what} (cuBLAS, {ins} in and out)"
     return fn(a, b)
+
+
+def vendor_scaled_mm(op, a, b, scale_a, scale_b):
+    """cuBLASLt's fp8 GEMM as torch offers it: ``torch._scaled_mm(a, b, scale_a, scale_b,
+    out_dtype=, use_fast_accum=True)``, ``a`` [M, K] row-major, ``b`` [K, N] column-major (a
+    GEMM's B [N, K], transposed: no copy), both e4m3, the scales one-element fp32 tensors
+    (tensor-wise scaling). Fast accumulation: cuBLASLt then keeps the sums in wgmma's
+    accumulator as the v3 kernel does, where the default promotes them to fp32 on the CUDA
+    cores every few k blocks (slower and more exact); the same arithmetic, so the faster bar.
+    Sets ``op.reference_name`` to what ran."""
+    import torch
+
+    out = {"bfloat16": torch.bfloat16, "float32": torch.float32}[op.out_dtype]
+    op.reference_name = (f"torch._scaled_mm(out_dtype={str(out).removeprefix('torch.')}, "
+                         "use_fast_accum=True) (cuBLASLt, e4m3 in, per-tensor scales)")
+    return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=out, use_fast_accum=True)
 
 
 # ------------------------------------------------------------------------------------ space
