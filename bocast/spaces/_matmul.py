@@ -42,17 +42,11 @@ DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "fl
                "bf16:fp32": ("bfloat16", "float32"), "bf16:bf16": ("bfloat16", "bfloat16"),
                "e4m3:bf16": ("float8_e4m3fn", "bfloat16"),
                "e4m3:fp32": ("float8_e4m3fn", "float32")}
-#: fp8 dtypes: both operands e4m3 with per-tensor scales (two fp32 scalars, scale_a and
-#: scale_b, the workload's inputs too), C = scale_a scale_b (A B^T) rounded to the output, as
-#: torch._scaled_mm computes it. GEMM only (:func:`dtype_pair`'s ``fp8``): torch has no batched
-#: _scaled_mm to time a bmm against.
+#: fp8: e4m3 operands, per-tensor scales (``gemm.py``); GEMM only (``dtype_pair``'s ``fp8``)
 FP8_PAIRS = ("e4m3:bf16", "e4m3:fp32")
-#: the dtypes each space generation implements. v1 and v2 run fp16 mma.sync / WMMA (TVM's
-#: s_tir intrinsics here are fp16's) and accumulate in the output's type; v3's wgmma takes fp16,
-#: bf16 or fp8 e4m3 and accumulates in fp32 (bf16 and fp8 have no other accumulator here),
-#: rounding a 16-bit output once at the store (:func:`acc_dtype`). Space v3 implements these
-#: for GEMM and bmm (fp8: GEMM only); its conv2d, fp16:fp32 only
-#: (``_hopper_conv.check_workload``).
+#: the dtypes each space generation implements. v1/v2: fp16 mma.sync / WMMA, accumulating in
+#: the output's type; v3: wgmma on fp16, bf16 or e4m3, fp32 accumulators, a 16-bit output rounded
+#: once (:func:`acc_dtype`), GEMM and bmm (fp8: GEMM; conv2d: fp16:fp32, ``_hopper_conv``).
 SPACE_DTYPES = {"v1": ("fp16:fp32", "fp16:fp16"), "v2": ("fp16:fp32", "fp16:fp16"),
                 "v3": ("fp16:fp32", "fp16:fp16", "bf16:fp32", "bf16:bf16", *FP8_PAIRS)}
 GRID_Y_LIMIT = 65535
@@ -165,22 +159,6 @@ def vendor_matmul(op, fn, a, b, what: str):
     else:
         op.reference_name = f"{what} (cuBLAS, {ins} in and out)"
     return fn(a, b)
-
-
-def vendor_scaled_mm(op, a, b, scale_a, scale_b):
-    """cuBLASLt's fp8 GEMM as torch offers it: ``torch._scaled_mm(a, b, scale_a, scale_b,
-    out_dtype=, use_fast_accum=True)``, ``a`` [M, K] row-major, ``b`` [K, N] column-major (a
-    GEMM's B [N, K], transposed: no copy), both e4m3, the scales one-element fp32 tensors
-    (tensor-wise scaling). Fast accumulation: cuBLASLt then keeps the sums in wgmma's
-    accumulator as the v3 kernel does, where the default promotes them to fp32 on the CUDA
-    cores every few k blocks (slower and more exact); the same arithmetic, so the faster bar.
-    Sets ``op.reference_name`` to what ran."""
-    import torch
-
-    out = {"bfloat16": torch.bfloat16, "float32": torch.float32}[op.out_dtype]
-    op.reference_name = (f"torch._scaled_mm(out_dtype={str(out).removeprefix('torch.')}, "
-                         "use_fast_accum=True) (cuBLASLt, e4m3 in, per-tensor scales)")
-    return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=out, use_fast_accum=True)
 
 
 # ------------------------------------------------------------------------------------ space
