@@ -27,15 +27,15 @@ _REGISTRY: dict[str, type[Operator]] = {}
 #: the kernel's accumulation and the output's rounding: an fp32 output is accumulated in fp32;
 #: an fp16 one may be accumulated in fp16 (space v2); a bf16 one is rounded to bf16's 8-bit
 #: significand, a relative RMS error near 2e-3 alone). docs/operators.md states them.
-DTYPES = {"float8_e4m3fn": 1, "float16": 2, "bfloat16": 2, "float32": 4}
+DTYPES = {"float8_e4m3fn": 1, "float8_e5m2": 1, "float16": 2, "bfloat16": 2, "float32": 4}
 TOLERANCE = {"float32": 1e-3, "float16": 5e-3, "bfloat16": 1e-2}
-#: fp8 operands (space v3's e4m3 GEMM), whatever the output: the reference takes the same fp8
+#: fp8 operands (space v3's fp8 GEMM), whatever the output: the reference takes the same fp8
 #: values, dequantized, exactly; what is left is Hopper's fp8 wgmma accumulation, which keeps
 #: fewer bits than fp32 (DeepSeek-V3's report: about 14; a biased truncation that grows with
 #: K, estimated near 3e-3 at K = 4096 and 1e-2 at 16384) and the output's rounding. cuBLASLt's
 #: fast-accumulation mode (the reference's) has the same. experiments/device/fp8_check.sh
 #: records both errors.
-FP8_DTYPES = ("float8_e4m3fn",)
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 FP8_TOLERANCE = 2e-2
 
 

@@ -66,7 +66,7 @@ def _check(call: str, code: int) -> None:
 
 #: CUtensorMapDataType of the tensors a TMA descriptor may describe (fp8 as UINT8, 0: TMA
 #: moves bytes, and TVM's own encoder maps fp8 so too)
-_TMA_DTYPES = {"float8_e4m3fn": 0, "float16": 6, "float32": 7, "bfloat16": 9}
+_TMA_DTYPES = {"float8_e4m3fn": 0, "float8_e5m2": 0, "float16": 6, "float32": 7, "bfloat16": 9}
 
 
 class TensorMap:
@@ -208,8 +208,8 @@ def make_inputs(op, seed: int):
     import torch
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    dtypes = {"float8_e4m3fn": torch.float8_e4m3fn, "float16": torch.float16,
-              "bfloat16": torch.bfloat16, "float32": torch.float32}
+    dtypes = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
+              "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
     out = {}
     for t in op.tensors():
         if t.role == "input":  # uniform in t.values, rounded to the tensor's type

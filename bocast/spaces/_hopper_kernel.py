@@ -35,11 +35,12 @@ and ThunderKittens' H100 GEMM; it computes C[M, N] = A[M, K] B[N, K]^T, both ope
       dims (cuLaunchKernelEx, :attr:`TirxKernel.cluster`, as TVM's host code does)
 
 Operand and output types (``Plan.in_dtype``, ``out_dtype``): fp16 or bf16 operands (wgmma
-``.f16``/``.bf16``, k16) or fp8 e4m3 (``.e4m3``, k32, no transpose flags: both operands
-K-major, as they are here), fp32 accumulators always, an fp32 or 16-bit output (rounded pairs
-stored 4 bytes at a time, or staged as 64-column boxes for TMA); every size derives from
-``_hopper_layout.DTYPE_BYTES``: fp8's 1-byte elements make BK 64 or 128 (64- or 128-byte
-swizzled rows, the same descriptors: the start address still steps 32 bytes a wgmma). fp8
+``.f16``/``.bf16``, k16) or fp8 (``.e4m3.e4m3``, or ``.e5m2.e4m3`` with A in e5m2 and B in
+e4m3: ``Plan.b_dtype``; k32, no transpose flags: both operands K-major, as they are here),
+fp32 accumulators always, an fp32 or 16-bit output (rounded pairs stored 4 bytes at a time, or
+staged as 64-column boxes for TMA); every size derives from ``_hopper_layout.DTYPE_BYTES``:
+fp8's 1-byte elements make BK 64 or 128 (64- or 128-byte swizzled rows, the same descriptors:
+the start address still steps 32 bytes a wgmma). fp8
 operands carry per-tensor scales (``Plan.scaled``): the consumers multiply the accumulators by
 scale_a x scale_b once a tile, after its last wgmma and before the epilogue rounds them.
 
@@ -48,7 +49,7 @@ output's staging, a conflict-free staging layout for an fp32 output (the swizzle
 shared-memory wavefronts a half-warp's store, see ``_hopper_layout.staging_offset``; a 16-bit
 output's takes 1), overlapping a tile's epilogue with the next tile's main loop beyond what
 ping-pong gives, the NN layout, fp8 block scales (DeepGEMM's promotion every 128 of K), fp8
-with e5m2 operands, an fp8 output.
+with B in e5m2, an fp8 output.
 
 One body, two operators. A :class:`Plan` is what a configuration fixes over an M x N x K matmul
 (tile, ring, warpgroups, the tiles' walk, the launch); :func:`device_body` turns it into the
@@ -103,8 +104,8 @@ def device_body(p: Plan, ops: Operands):
     sbo = 8 * BK * size // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
     tile, a_coords, store_box, store_rows = p.tile, ops.a_coords, ops.store_box, ops.store_rows
 
-    ab = WGMMA_TYPES[p.in_dtype]
-    mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ab}.{ab}"
+    ta, tb = WGMMA_TYPES[p.in_dtype], WGMMA_TYPES[p.b_dtype]
+    mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
     trans = transpose_flags(p.in_dtype)  # (0, 0): K-major 16-bit operands; fp8 has none
     scaled = p.scaled
     stage_pair = store_pair(p.out_dtype, "shared")  # the tma epilogue's staging store, 16-bit

@@ -20,10 +20,11 @@ SWIZZLE = {128: 3, 64: 2}
 EPI_ROWS, EPI_ROW_BYTES, EPI_BUFFERS = 64, 128, 2
 EPI_BOX_BYTES = EPI_ROWS * EPI_ROW_BYTES
 EPI_SMEM_PER_CONSUMER = EPI_BUFFERS * EPI_BOX_BYTES
-#: wgmma's PTX name of each operand type the template implements. fp8 (e4m3) takes no
+#: wgmma's PTX name of each operand type the template implements. fp8 (e4m3, e5m2) takes no
 #: transpose flags (PTX: only .f16/.bf16 may be MN-major): both operands K-major, which v3's
 #: are (A [M, K], B [N, K]), so the 16-bit types' flags are 0 and fp8's are left out
-WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}
+WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3",
+               "float8_e5m2": "e5m2"}
 #: every wgmma reads 32 bytes of K a row, whatever the type: k16 for 16-bit types, k32 for fp8
 WGMMA_K_BYTES = 32
 #: a k block's row bytes the bk knob offers: 64 (64-byte swizzle) or 128 (128-byte); BK is

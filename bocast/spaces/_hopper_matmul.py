@@ -71,6 +71,7 @@ def check_workload(spec: mm.MatmulSpec) -> None:
     # the dtype itself is checked with the workload (mm.dtype_pair: SPACE_DTYPES); this is
     # what the kernel assumes of it
     assert spec.in_dtype in WGMMA_TYPES and spec.acc_dtype == "float32", spec
+    assert spec.b_dtype in (None, *WGMMA_TYPES), spec  # e5m2 x e4m3 (same size)
     row_elements = 16 // DTYPE_BYTES[spec.in_dtype]
     if spec.K % row_elements:
         raise WorkloadError(f"{what} needs K % {row_elements} == 0 (TMA: global rows a "
@@ -274,14 +275,15 @@ def build_options(config) -> dict:
 def schedule(spec, func, config, prepare) -> hk.TirxKernel:  # noqa: ARG001 - v1/v2's signature
     """The kernel of one configuration (``func`` and ``prepare`` belong to the s_tir spaces)."""
     return kernel(spec.M, spec.N, spec.K, config, batch=max(spec.batch, 1),
-                  in_dtype=spec.in_dtype, out_dtype=spec.out_dtype)
+                  in_dtype=spec.in_dtype, out_dtype=spec.out_dtype, b_dtype=spec.b_dtype)
 
 
 def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "float16",
-           out_dtype: str = "float32") -> hk.TirxKernel:
+           out_dtype: str = "float32", b_dtype: str | None = None) -> hk.TirxKernel:
     from tvm.script import tirx as T
 
-    p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype)
+    p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype, b_dtype=b_dtype)
+    b_dtype = p.b_dtype
     BM, BN, BK, atoms, half_n = p.BM, p.BN, p.BK, p.atoms, p.half_n
     vec_store, tma_store = p.vec_store, p.tma_store
     # ragged M or N (a GEMM's only: bmm_tiles_within_batch): the direct stores test their rows
@@ -290,7 +292,7 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
     pred_n1 = N % 2 != 0  # scalar stores: column 2j + 1 may be past the edge while 2j is not
     tma_st = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
     maps = {"A_map": tensor_map("A", batch * M, K, p.a_box, BK, in_dtype),
-            "B_map": tensor_map("B", batch * N, K, p.b_box, BK, in_dtype)}
+            "B_map": tensor_map("B", batch * N, K, p.b_box, BK, b_dtype)}
     if tma_store:
         maps["C_map"] = tensor_map("C", batch * M, N, EPI_ROWS, epi_cols(out_dtype), out_dtype)
     # a 16-bit output: two accumulators rounded into one 4-byte store (fp32: st.global.v2.f32)
@@ -335,7 +337,7 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, in_dtype, 2, A.data, *a_tma)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, in_dtype, 2, B.data, *b_tma)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, b_dtype, 2, B.data, *b_tma)
         if tma_store:  # C's tensor map exists only for the tma epilogue
             C_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
             T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, out_dtype, 2, C.data,
@@ -347,7 +349,7 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
         @T.prim_func
         def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
             A = T.match_buffer(A_ptr, (batch * M, K), in_dtype, align=16)
-            B = T.match_buffer(B_ptr, (batch * N, K), in_dtype, align=16)
+            B = T.match_buffer(B_ptr, (batch * N, K), b_dtype, align=16)
             C = T.match_buffer(C_ptr, (batch * M, N), out_dtype, align=16)
             launch(A, B, C, None, None)
 
@@ -357,7 +359,7 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
     def scaled(A_ptr: T.handle, B_ptr: T.handle, scale_a_ptr: T.handle,
                scale_b_ptr: T.handle, C_ptr: T.handle):
         A = T.match_buffer(A_ptr, (batch * M, K), in_dtype, align=16)
-        B = T.match_buffer(B_ptr, (batch * N, K), in_dtype, align=16)
+        B = T.match_buffer(B_ptr, (batch * N, K), b_dtype, align=16)
         # fp8's per-tensor scales: one fp32 each (the workload's scale_a, scale_b)
         scale_a = T.match_buffer(scale_a_ptr, (1,), "float32")
         scale_b = T.match_buffer(scale_b_ptr, (1,), "float32")

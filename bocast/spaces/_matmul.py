@@ -5,10 +5,9 @@ Every operator here is, like in Heron, one matmul on Tensor Cores:
     C[(b,) i, j] = sum_k A[(b,) i, k] * B[(b,) j, k]      (trans_b, "NT")
     C[(b,) i, j] = sum_k A[(b,) i, k] * B[(b,) k, j]      ("NN")
 
-with fp16 operands and an fp32 or fp16 accumulator (space v3: fp16, bf16 or fp8 operands, an
-fp32 accumulator, an fp32 or 16-bit output; :data:`SPACE_DTYPES`). An operator describes its matmul
-with a :class:`MatmulSpec` and writes ``prim_func()`` so that one block (``spec.block``) is
-that einsum.
+with fp16 operands and an fp32 or fp16 accumulator (space v3: fp16, bf16 or fp8 operands, fp32
+accumulation, an fp32 or 16-bit output; :data:`SPACE_DTYPES`). An operator describes its matmul
+with a :class:`MatmulSpec` and writes ``prim_func()`` so that one block (``spec.block``) is it.
 Its operands may be produced by other blocks (padding, an im2col gather, a reshape of the weights):
 the schedules inline every such producer into the shared-memory fetch, so the gather costs index
 arithmetic in the cooperative copy and no extra kernel. Its result may be copied by one more block
@@ -37,13 +36,15 @@ from bocast.knobs import MAX_EXTENT, Categorical, Constraint
 from bocast.operator import Operator, WorkloadError, check_tensor
 from bocast.space import Space
 
-#: a workload's ``dtype``, "input:output", as (the operands' element type, the output's)
+#: a workload's ``dtype``, "input:output": (the operands' type, A's if B's differs; the output's)
 DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "float16"),
                "bf16:fp32": ("bfloat16", "float32"), "bf16:bf16": ("bfloat16", "bfloat16"),
                "e4m3:bf16": ("float8_e4m3fn", "bfloat16"),
-               "e4m3:fp32": ("float8_e4m3fn", "float32")}
-#: fp8: e4m3 operands, per-tensor scales (``gemm.py``); GEMM only (``dtype_pair``'s ``fp8``)
-FP8_PAIRS = ("e4m3:bf16", "e4m3:fp32")
+               "e4m3:fp32": ("float8_e4m3fn", "float32"),
+               "e5m2xe4m3:bf16": ("float8_e5m2", "bfloat16"),
+               "e5m2xe4m3:fp32": ("float8_e5m2", "float32")}
+#: fp8 (e4m3, or A e5m2 x B e4m3), per-tensor scales (``gemm.py``); GEMM only (``fp8`` below)
+FP8_PAIRS = ("e4m3:bf16", "e4m3:fp32", "e5m2xe4m3:bf16", "e5m2xe4m3:fp32")
 #: the dtypes each space generation implements. v1/v2: fp16 mma.sync / WMMA, accumulating in
 #: the output's type; v3: wgmma on fp16, bf16 or e4m3, fp32 accumulators, a 16-bit output rounded
 #: once (:func:`acc_dtype`), GEMM and bmm (fp8: GEMM; conv2d: fp16:fp32, ``_hopper_conv``).
@@ -136,6 +137,7 @@ class MatmulSpec:
     # the epilogue's iterators -> (i, j) of the matmul (a row-major flattening of the output)
     epilogue_map: Callable | None = None
     space: str = DEFAULT_SPACE
+    b_dtype: str | None = None  # B's element type where it is not in_dtype (A's)
 
     @property
     def acc_bytes(self) -> int:

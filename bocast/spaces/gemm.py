@@ -2,8 +2,9 @@
 [K, N] ("NN"); fp16 inputs, fp32 or fp16 accumulation and output (space v3: also bf16 inputs,
 fp32 accumulation, fp32 or 16-bit output; ``_matmul.SPACE_DTYPES``).
 
-fp8 (``e4m3:bf16``, ``e4m3:fp32``; space v3): C = scale_a scale_b (A B^T), A [M, K] and B
-[N, K] in e4m3, two fp32 scalars scale_a and scale_b (per-tensor scales, inputs of the
+fp8 (``e4m3:bf16``, ``e4m3:fp32``; ``e5m2xe4m3:bf16``/``:fp32``, A in e5m2, B in e4m3, the
+backward pass's gradient x weights; space v3): C = scale_a scale_b (A B^T), A [M, K] and B
+[N, K] in fp8, two fp32 scalars scale_a and scale_b (per-tensor scales, inputs of the
 workload like A and B), fp32 accumulation, the output rounded once. Layout NT only: fp8 wgmma
 reads both operands K-major, and B stored [N, K] row-major is exactly the column-major [K, N]
 second operand torch._scaled_mm (cuBLASLt's "TN" fp8 GEMM, the vendor baseline) takes, so the
@@ -89,8 +90,9 @@ class Gemm(mm.MatmulOperator):
             raise WorkloadError(f"gemm: layout {layout!r} not supported; "
                                 f"use one of {list(LAYOUTS)}")
         self.M, self.N, self.K = int(M), int(N), int(K)
-        #: fp8 operands with per-tensor scales (torch._scaled_mm's contract)
+        #: fp8 operands with per-tensor scales (torch._scaled_mm's contract); B's type
         self.scaled = dtype in mm.FP8_PAIRS
+        self.b_dtype = B_DTYPES.get(dtype, self.in_dtype)
         if self.scaled:
             check_fp8(dtype, layout, self.N, self.K)
         self.layout = layout
@@ -99,7 +101,8 @@ class Gemm(mm.MatmulOperator):
         trans_b = layout == "NT"
         self.matmul = mm.MatmulSpec(self.M, self.N, self.K, self.in_dtype,
                                     mm.acc_dtype(space, self.out_dtype), out_dtype=self.out_dtype,
-                                    trans_b=trans_b, space=space)
+                                    trans_b=trans_b, space=space,
+                                    b_dtype=None if self.b_dtype == self.in_dtype else self.b_dtype)
         vec_b_extent = self.K if trans_b else self.N
         self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_k", f"fetch vectors stay inside rows of A (K={self.K}) and "
@@ -118,7 +121,7 @@ class Gemm(mm.MatmulOperator):
         scales = [TensorSpec(s, (1,), "float32", "input", SCALE_VALUES)
                   for s in ("scale_a", "scale_b")] if self.scaled else []
         return [TensorSpec("A", (self.M, self.K), self.in_dtype, "input"),
-                TensorSpec("B", b_shape, self.in_dtype, "input"), *scales,
+                TensorSpec("B", b_shape, self.b_dtype, "input"), *scales,
                 TensorSpec("C", (self.M, self.N), self.out_dtype, "output")]
 
     def reference(self, a, b, scale_a=None, scale_b=None):
@@ -143,7 +146,7 @@ class Gemm(mm.MatmulOperator):
 
         acc, out = self.matmul.acc_dtype, self.out_dtype
         A = te.placeholder((self.M, self.K), self.in_dtype, name="A")
-        B = te.placeholder(self.tensors()[1].shape, self.in_dtype, name="B")
+        B = te.placeholder(self.tensors()[1].shape, self.b_dtype, name="B")
         k = te.reduce_axis((0, self.K), name="k")
         nt = self.layout == "NT"
         scales = [te.placeholder((1,), "float32", name=s) for s in ("scale_a", "scale_b")] \
@@ -159,6 +162,9 @@ class Gemm(mm.MatmulOperator):
         return te.create_prim_func([A, B, *scales, C])
 
 
+#: B's element type where it is not A's (wgmma and cuBLASLt take e4m3 x e5m2 either way
+#: round, not e5m2 x e5m2; one pairing here: e5m2 gradients times e4m3 weights)
+B_DTYPES = {"e5m2xe4m3:bf16": "float8_e4m3fn", "e5m2xe4m3:fp32": "float8_e4m3fn"}
 #: the interval fp8 GEMMs' per-tensor scales are drawn from (TensorSpec.values)
 SCALE_VALUES = (1 / 64, 1 / 16)
 
@@ -186,6 +192,7 @@ def vendor_scaled_mm(op, a, b, scale_a, scale_b):
     import torch
 
     out = {"bfloat16": torch.bfloat16, "float32": torch.float32}[op.out_dtype]
+    ins = " x ".join(str(x.dtype).removeprefix("torch.float8_")[:4] for x in (a, b))
     op.reference_name = (f"torch._scaled_mm(out_dtype={str(out).removeprefix('torch.')}, "
-                         "use_fast_accum=True) (cuBLASLt, e4m3 in, per-tensor scales)")
+                         f"use_fast_accum=True) (cuBLASLt, {ins} in, per-tensor scales)")
     return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=out, use_fast_accum=True)

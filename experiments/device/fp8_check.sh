@@ -2,8 +2,9 @@
 # On the GPU machine (device tool, carry .devbundle; `bash experiments/device/lean_tree.sh out`
 # first if the carry is too large): space v3's fp8 GEMM (issue 39: e4m3 with per-tensor scales).
 # 1. Correctness on a ragged shape: SAMPLE random v3 configurations of GEMM 1000,1008,1008 in
-#    e4m3:bf16 and SAMPLE_FP32 in e4m3:fp32, each built, run and checked against the float64
-#    product of the dequantized fp8 inputs (tolerance 2e-2, docs/operators.md).
+#    e4m3:bf16, SAMPLE_FP32 in e4m3:fp32 and SAMPLE_E5M2 in e5m2xe4m3:bf16 (A in e5m2), each
+#    built, run and checked against the float64 product of the dequantized fp8 inputs
+#    (tolerance 2e-2, docs/operators.md).
 # 2. The default command, cold (an empty records library, --warm-start none), seed 0:
 #    `bocast tune gemm --shape S --dtype e4m3:bf16 --trials TRIALS` for each S in SHAPES; each
 #    run times torch._scaled_mm (cuBLASLt, same tensors and scales, out_dtype bfloat16, fast
@@ -14,7 +15,7 @@
 # One table last: best TFLOPS, _scaled_mm's, their ratio, the fraction of the 1979 TFLOPS dense
 # fp8 peak (H100/H200 SXM).
 #   bash experiments/device/fp8_check.sh     # defaults: under 540 s on a 16-core H200
-#   (each measure at most MEASURE_S=45 s; each tune searches SEARCH_S=140 s, killed at RUN_S=185)
+#   (each measure at most MEASURE_S=40 s; each tune searches SEARCH_S=135 s, killed at RUN_S=180)
 #   SHAPES="4096,4096,4096" TRIALS=96 SEARCH_S=300 RUN_S=360 bash experiments/device/fp8_check.sh
 # Everything lands under $OUT (fp8_check.tar.gz: logs, records, summaries).
 set -uo pipefail
@@ -23,16 +24,17 @@ export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 echo "cores $(nproc); $(nvcc --version | tail -1); torch $(python3 -c 'import torch; print(torch.__version__)')"
 SHAPES=${SHAPES:-"4096,4096,4096 8192,8192,4096"}
-TRIALS=${TRIALS:-64} SAMPLE=${SAMPLE:-10} SAMPLE_FP32=${SAMPLE_FP32:-6}
+TRIALS=${TRIALS:-64} SAMPLE=${SAMPLE:-10} SAMPLE_FP32=${SAMPLE_FP32:-5} SAMPLE_E5M2=${SAMPLE_E5M2:-4}
+MEASURE_S=${MEASURE_S:-40}
 root=runs/fp8_check
 mkdir -p "$root"
 
-for pair in "e4m3:bf16 $SAMPLE" "e4m3:fp32 $SAMPLE_FP32"; do
+for pair in "e4m3:bf16 $SAMPLE" "e4m3:fp32 $SAMPLE_FP32" "e5m2xe4m3:bf16 $SAMPLE_E5M2"; do
   read -r dtype n <<< "$pair"
   [ "$n" -gt 0 ] || continue
   name=measure_1000x1008x1008_${dtype//:/_}
-  timeout "${MEASURE_S:-45}" python3 -m bocast.cli measure gemm --shape 1000,1008,1008 \
-    --dtype "$dtype" --space v3 --sample "$n" --max-seconds $(( ${MEASURE_S:-45} - 8 )) --seed 0 \
+  timeout "$MEASURE_S" python3 -m bocast.cli measure gemm --shape 1000,1008,1008 \
+    --dtype "$dtype" --space v3 --sample "$n" --max-seconds $(( MEASURE_S - 8 )) --seed 0 \
     --store "$root/$name.db" --json \
     > "$root/$name.log" 2>&1
   echo "measure gemm 1000,1008,1008 $dtype v3 ($n configurations): exit $?"
@@ -43,8 +45,8 @@ for shape in $SHAPES; do
   out=$root/gemm_${shape//,/x}_e4m3_bf16
   mkdir -p "$out"
   t0=$(date +%s)
-  BOCAST_RECORDS=$(mktemp -d) timeout "${RUN_S:-185}" python3 -m bocast.cli tune gemm \
-    --shape "$shape" --dtype e4m3:bf16 --trials "$TRIALS" --seconds "${SEARCH_S:-140}" \
+  BOCAST_RECORDS=$(mktemp -d) timeout "${RUN_S:-180}" python3 -m bocast.cli tune gemm \
+    --shape "$shape" --dtype e4m3:bf16 --trials "$TRIALS" --seconds "${SEARCH_S:-135}" \
     --seed 0 --warm-start none --output "$out" --json > "$out/tune.log" 2>&1
   echo "gemm $shape e4m3:bf16: exit $? in $(( $(date +%s) - t0 )) s"
 done

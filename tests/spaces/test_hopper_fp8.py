@@ -1,4 +1,5 @@
-"""Space v3's fp8 GEMM (issue 39): ``e4m3:bf16`` and ``e4m3:fp32`` with per-tensor scales. What
+"""Space v3's fp8 GEMM (issue 39): ``e4m3:bf16`` and ``e4m3:fp32`` with per-tensor scales, and
+``e5m2xe4m3:bf16``/``:fp32`` (A in e5m2). What
 the workload accepts and refuses, ``space auto``, the tensors (the scales are inputs), the
 float64 reference of the dequantized inputs and the vendor baseline (torch._scaled_mm), the
 runner's fp8 tensor maps and inputs, the generated CUDA (wgmma k32 without transpose flags,
@@ -16,8 +17,11 @@ from tests.builds import check_v3_builds
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 Gemm = get_operator("gemm")
-FP8 = ("e4m3:bf16", "e4m3:fp32")
-OUT = {"e4m3:bf16": "bfloat16", "e4m3:fp32": "float32"}
+FP8 = ("e4m3:bf16", "e4m3:fp32", "e5m2xe4m3:bf16", "e5m2xe4m3:fp32")
+OUT = {"bf16": "bfloat16", "fp32": "float32"}
+#: (A's type, B's type, wgmma's) of each fp8 dtype
+TYPES = {"e4m3": ("float8_e4m3fn", "float8_e4m3fn", "e4m3.e4m3"),
+         "e5m2xe4m3": ("float8_e5m2", "float8_e4m3fn", "e5m2.e4m3")}
 #: the fp16 live best's layout (tests/spaces/test_hopper_dtypes.py's BEST) at fp8's 128-byte
 #: rows: BK 128
 BEST = {"bm": 128, "bn": 256, "bk": 128, "stages": 4, "consumers": 2,
@@ -37,11 +41,13 @@ def test_fp8_gemm_workload_tensors_and_knobs(dtype):
     """A, B in e4m3, the two scales fp32 scalars (inputs, drawn away from 1), C in the output's
     type; fp32 accumulators; fp8's tolerance; BK counts 64- or 128-byte rows of 1-byte elements."""
     op = Gemm(256, 512, 256, dtype=dtype, space="v3")
+    ins, out = dtype.split(":")
+    a_type, b_type, _ = TYPES[ins]
     assert op.workload["dtype"] == dtype and op.workload["space"] == "v3"
     assert [(t.name, t.dtype, t.role, t.shape) for t in op.tensors()] == [
-        ("A", "float8_e4m3fn", "input", (256, 256)), ("B", "float8_e4m3fn", "input", (512, 256)),
+        ("A", a_type, "input", (256, 256)), ("B", b_type, "input", (512, 256)),
         ("scale_a", "float32", "input", (1,)), ("scale_b", "float32", "input", (1,)),
-        ("C", OUT[dtype], "output", (256, 512))]
+        ("C", OUT[out], "output", (256, 512))]
     lo, hi = op.tensors()[2].values
     assert 0 < lo < hi <= 1 / 16  # either scale left out: off by 16x at least
     assert op.matmul.acc_dtype == "float32" and op.tolerance == 2e-2
@@ -60,7 +66,9 @@ def test_fp8_gemm_workload_tensors_and_knobs(dtype):
     ("gemm", (256, 200, 256), {"dtype": "e4m3:bf16"}, r"N and K multiples of 16.*N = 200"),
     ("gemm", (256, 256, 200), {"dtype": "e4m3:fp32", "space": "v3"}, r"K = 200"),
     ("gemm", (256, 256, 256), {"dtype": "e4m3:fp16"}, "not supported; use one of"),
+    # e5m2 x e5m2 neither cuBLASLt nor this template takes; e4m3 x e5m2 is not listed yet
     ("gemm", (256, 256, 256), {"dtype": "e5m2:bf16"}, "not supported; use one of"),
+    ("gemm", (256, 256, 256), {"dtype": "e4m3xe5m2:bf16"}, "not supported; use one of"),
     # bmm, gemv and the convolutions have no fp8: their lists do not name it
     ("bmm", (4, 128, 128, 64), {"dtype": "e4m3:bf16", "space": "v3"},
      r"bmm: dtype 'e4m3:bf16' not supported; use one of \['fp16:fp32', 'fp16:fp16', "
@@ -86,7 +94,8 @@ def _inputs(op, seed=0):
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    types = {"float8_e4m3fn": torch.float8_e4m3fn, "float32": torch.float32}
+    types = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
+             "float32": torch.float32}
     out = []
     for t in op.tensors()[:4]:
         lo, hi = t.values
@@ -114,7 +123,9 @@ def test_reference_is_the_dequantized_product_in_float64_and_the_baseline_scaled
         fast = op.reference_fast(a, b, sa, sb)
     except (RuntimeError, NotImplementedError) as e:  # a torch without a CPU _scaled_mm
         pytest.skip(f"torch._scaled_mm on the CPU: {e}")
-    assert fast.dtype == {"e4m3:bf16": torch.bfloat16, "e4m3:fp32": torch.float32}[dtype]
+    assert fast.dtype == {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype.split(":")[1]]
+    names = {"e4m3": "e4m3 x e4m3", "e5m2xe4m3": "e5m2 x e4m3"}[dtype.split(":")[0]]
+    assert f"(cuBLASLt, {names} in, per-tensor scales)" in op.reference_name
     assert op.reference_name.startswith("torch._scaled_mm(out_dtype=") and \
         "use_fast_accum=True" in op.reference_name
     assert float((fast.double() - ref).norm() / ref.norm()) < op.tolerance
@@ -139,17 +150,19 @@ def test_fp8_reaches_the_generated_cuda(dtype):
     at BK 64), tensor maps of fp8 boxes [BK, rows], the scales' product read once and applied
     to the accumulators, the kernel's parameters naming the scales."""
     op = Gemm(256, 512, 256, dtype=dtype, space="v3")
+    a_type, b_type, mma = TYPES[dtype.split(":")[0]]
     low = lowered(op, BEST | {"bn": 128})
     src = low.source
-    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in src
+    assert f"wgmma.mma_async.sync.aligned.m64n128k32.f32.{mma}" in src
     # ..., desc_a, desc_b, scale_d, imm-scale-a, imm-scale-b; and no trans-a, trans-b (the
     # 16-bit types' line ends "1, 1, 0, 0;")
     assert set(re.findall(r"%63\}, %64, %65, (\w+, [^;]*);", src)) == {"ps0, 1, 1"}
     assert low.args == ("A_map", "B_map", "C", "scale_a", "scale_b")
-    assert low.tensor_maps["A_map"] == {"tensor": "A", "dtype": "float8_e4m3fn",
+    assert low.tensor_maps["A_map"] == {"tensor": "A", "dtype": a_type,
                                         "dims": [256, 256], "strides": [256], "box": [128, 128],
                                         "swizzle": 3}
     assert low.tensor_maps["B_map"]["box"] == [128, 128]
+    assert low.tensor_maps["B_map"]["dtype"] == b_type
     assert low.dynamic_smem == 4 * (128 + 128) * 128
     consumer = src[src.index("setmaxnreg_inc"):]
     starts = [int(x) for x in re.findall(
@@ -159,7 +172,7 @@ def test_fp8_reaches_the_generated_cuda(dtype):
     assert "(scale_a_ptr[0] * scale_b_ptr[0])" in consumer
     assert len(re.findall(r"acc_ptr\[\d+\] = \(acc_ptr\[\d+\] \* sc_ptr\[0\]\)", consumer)) == 64
     sw64 = lowered(op, BEST | {"bn": 128, "bk": 64}).source
-    assert ", 1, 32, 2)" in sw64 and sw64.count("k32_f32_e4m3_e4m3") > 0
+    assert ", 1, 32, 2)" in sw64 and sw64.count(f"k32_f32_{mma.replace('.', '_')}") > 0
 
 
 def test_fp8_constraints():
@@ -182,7 +195,7 @@ def test_warm_start_keeps_fp8_apart_from_other_dtypes():
     from bocast.bo.sources import incompatibility
 
     target = Gemm(4096, 4096, 4096, dtype="e4m3:bf16", space="v3")
-    for other in ("bf16:bf16", "fp16:fp32", "e4m3:fp32"):
+    for other in ("bf16:bf16", "fp16:fp32", "e4m3:fp32", "e5m2xe4m3:bf16"):
         why, _ = incompatibility({**target.workload, "dtype": other}, target)
         assert why is not None and "dtype" in why, other
     assert incompatibility({**target.workload, "shape": [8192, 8192, 4096]}, target)[0] is None
@@ -192,10 +205,13 @@ def test_warm_start_keeps_fp8_apart_from_other_dtypes():
 def test_fp8_gemm_kernels_build_for_sm_90a_without_spills():
     """At a ragged shape (TMA boxes and stores past every edge): each epilogue of the best's
     layout in e4m3:bf16, BK 64 (the 64-byte swizzle) and a sampled configuration; one of
-    e4m3:fp32 at a whole shape with a 2x1 cluster. Six builds."""
+    e4m3:fp32 at a whole shape with a 2x1 cluster; e5m2xe4m3:bf16 (mixed operand types) with
+    the tma epilogue. Seven builds."""
     ragged = Gemm(1000, 1008, 1008, dtype="e4m3:bf16", space="v3")
     check_v3_builds(ragged, [BEST, BEST | {"epilogue": "tma"}, BEST | {"epilogue": "scalar"},
                              BEST | {"bk": 64, "bn": 128, "raster": 1},
                              *ragged.space.sample(1, rng=3)])
     fp32 = Gemm(4096, 4096, 4096, dtype="e4m3:fp32", space="v3")
     check_v3_builds(fp32, [BEST | {"epilogue": "tma", "cluster": "2x1", "raster": 8}])
+    mixed = Gemm(1000, 1008, 1008, dtype="e5m2xe4m3:bf16", space="v3")
+    check_v3_builds(mixed, [BEST | {"epilogue": "tma"}])
