@@ -15,7 +15,7 @@
 # One table last: best TFLOPS, _scaled_mm's, their ratio, the fraction of the 1979 TFLOPS dense
 # fp8 peak (H100/H200 SXM).
 #   bash experiments/device/fp8_check.sh     # defaults: under 540 s on a 16-core H200
-#   (each measure at most MEASURE_S=40 s; each tune searches SEARCH_S=135 s, killed at RUN_S=180)
+#   (each measure at most MEASURE_S=40 s; each tune searches SEARCH_S=130 s, killed at RUN_S=175)
 #   SHAPES="4096,4096,4096" TRIALS=96 SEARCH_S=300 RUN_S=360 bash experiments/device/fp8_check.sh
 # Everything lands under $OUT (fp8_check.tar.gz: logs, records, summaries).
 set -uo pipefail
@@ -45,14 +45,14 @@ for shape in $SHAPES; do
   out=$root/gemm_${shape//,/x}_e4m3_bf16
   mkdir -p "$out"
   t0=$(date +%s)
-  BOCAST_RECORDS=$(mktemp -d) timeout "${RUN_S:-180}" python3 -m bocast.cli tune gemm \
-    --shape "$shape" --dtype e4m3:bf16 --trials "$TRIALS" --seconds "${SEARCH_S:-135}" \
+  BOCAST_RECORDS=$(mktemp -d) timeout "${RUN_S:-175}" python3 -m bocast.cli tune gemm \
+    --shape "$shape" --dtype e4m3:bf16 --trials "$TRIALS" --seconds "${SEARCH_S:-130}" \
     --seed 0 --warm-start none --output "$out" --json > "$out/tune.log" 2>&1
   echo "gemm $shape e4m3:bf16: exit $? in $(( $(date +%s) - t0 )) s"
 done
 
 # _scaled_mm in both accumulation modes, timed as the runner times references
-timeout 60 python3 - "$root" $SHAPES <<'PY' > "$root/scaled_mm_modes.json" 2> "$root/scaled_mm_modes.err"
+timeout 45 python3 - "$root" $SHAPES <<'PY' > "$root/scaled_mm_modes.json" 2> "$root/scaled_mm_modes.err"
 import json, sys
 import torch
 from bocast.measure.gpu_worker import make_inputs, rel_error
