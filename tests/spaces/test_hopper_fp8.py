@@ -171,6 +171,15 @@ def test_fp8_reaches_the_generated_cuda(dtype):
     assert starts == [16384, 16416, 16448, 16480]  # B's rows after A's 128: +32 bytes a wgmma
     assert "(scale_a_ptr[0] * scale_b_ptr[0])" in consumer
     assert len(re.findall(r"acc_ptr\[\d+\] = \(acc_ptr\[\d+\] \* sc_ptr\[0\]\)", consumer)) == 64
+    # once a tile: after its last wgmma and the wait for it (inflight 1: the wait after the k
+    # loop), before the epilogue's first store
+    late = lowered(op, BEST | {"bn": 128, "inflight": 1}).source
+    late = late[late.index("setmaxnreg_inc"):]
+    scale = late.index("acc_ptr[0] = (acc_ptr[0] * sc_ptr[0])")
+    assert late.rindex("mma_async", 0, scale) < late.rindex("wgmma_wait_group", 0, scale) < scale
+    assert "mma_async" not in late[scale:]
+    store = "st_vec_global_v2_f32(" if dtype.endswith("fp32") else "bocast_st_global_nv_bfloat162("
+    assert scale < late.index(store)
     sw64 = lowered(op, BEST | {"bn": 128, "bk": 64}).source
     assert ", 1, 32, 2)" in sw64 and sw64.count(f"k32_f32_{mma.replace('.', '_')}") > 0
 
