@@ -40,9 +40,9 @@ e4m3: ``Plan.b_dtype``; k32, no transpose flags: both operands K-major, as they 
 fp32 accumulators always, an fp32 or 16-bit output (rounded pairs stored 4 bytes at a time, or
 staged as 64-column boxes for TMA); every size derives from ``_hopper_layout.DTYPE_BYTES``:
 fp8's 1-byte elements make BK 64 or 128 (64- or 128-byte swizzled rows, the same descriptors:
-the start address still steps 32 bytes a wgmma). fp8
-operands carry per-tensor scales (``Plan.scaled``): the consumers multiply the accumulators by
-scale_a x scale_b once a tile, after its last wgmma and before the epilogue rounds them.
+the start address still steps 32 bytes a wgmma). fp8 operands carry per-tensor scales
+(``Plan.scaled``): the consumers multiply the accumulators by scale_a x scale_b once a tile,
+after its last wgmma and before the epilogue rounds them.
 
 What the template does not do yet: clusters of more than 2 CTAs, stmatrix for a 16-bit
 output's staging, a conflict-free staging layout for an fp32 output (the swizzled box costs 2

@@ -184,7 +184,7 @@ def check_fp8(dtype: str, layout: str, N: int, K: int) -> None:
 def vendor_scaled_mm(op, a, b, scale_a, scale_b):
     """cuBLASLt's fp8 GEMM as torch offers it: ``torch._scaled_mm(a, b, scale_a, scale_b,
     out_dtype=, use_fast_accum=True)``, ``a`` [M, K] row-major, ``b`` [K, N] column-major (a
-    GEMM's B [N, K], transposed: no copy), both e4m3, the scales one-element fp32 tensors
+    GEMM's B [N, K], transposed: no copy), both fp8, the scales one-element fp32 tensors
     (tensor-wise scaling). Fast accumulation: cuBLASLt then keeps the sums in wgmma's
     accumulator as the v3 kernel does, where the default promotes them to fp32 on the CUDA
     cores every few k blocks (slower and more exact); the same arithmetic, so the faster bar.
