@@ -6,9 +6,10 @@ CUDA events around replays of a CUDA graph holding ``number`` back-to-back launc
 removes the CPU launch gaps that would otherwise dominate microsecond kernels), after a warm-up,
 ``repeats`` times; the per-launch time of each replay is one sample.
 
-Inputs are uniform in [-1, 1) (never zeros), redrawn for every configuration from a seed derived
-from its key; the output is poisoned with NaN before the first launch, so an element the kernel
-never writes fails the check. A fault that leaves the context unusable (illegal address, ...)
+Inputs are uniform in [-1, 1) (never zeros; an fp8 GEMM's scales in [1/64, 1/16):
+``TensorSpec.values``), redrawn for every configuration from a seed derived from its key; the
+output is poisoned with NaN before the first launch, so an element the kernel never writes
+fails the check. A fault that leaves the context unusable (illegal address, ...)
 returns its result with ``_restart`` so the pool replaces this process.
 """
 
@@ -63,8 +64,9 @@ def _check(call: str, code: int) -> None:
         raise CudaError(call, code)
 
 
-#: CUtensorMapDataType of the tensors a TMA descriptor may describe
-_TMA_DTYPES = {"float16": 6, "float32": 7, "bfloat16": 9}
+#: CUtensorMapDataType of the tensors a TMA descriptor may describe (fp8 as UINT8, 0: TMA
+#: moves bytes, and TVM's own encoder maps fp8 so too)
+_TMA_DTYPES = {"float8_e4m3fn": 0, "float8_e5m2": 0, "float16": 6, "float32": 7, "bfloat16": 9}
 
 
 class TensorMap:
@@ -206,12 +208,14 @@ def make_inputs(op, seed: int):
     import torch
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    dtypes = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+    dtypes = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
+              "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
     out = {}
     for t in op.tensors():
-        if t.role == "input":
-            x = torch.rand(t.shape, generator=gen, device="cuda", dtype=torch.float32) * 2 - 1
-            out[t.name] = x.to(dtypes[t.dtype])
+        if t.role == "input":  # uniform in t.values, rounded to the tensor's type
+            low, high = t.values
+            x = torch.rand(t.shape, generator=gen, device="cuda", dtype=torch.float32)
+            out[t.name] = (x * (high - low) + low).to(dtypes[t.dtype])
         else:
             out[t.name] = torch.full(t.shape, float("nan"), device="cuda", dtype=dtypes[t.dtype])
     return out

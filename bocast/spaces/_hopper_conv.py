@@ -335,7 +335,7 @@ def kernel(g: ConvGeometry, config) -> hk.TirxKernel:
             T.call_packed("runtime.cuTensorMapEncodeTiled", Y_map, "float32", 4, Y.data,
                           *y_tma)
         T.device_entry()
-        body(X_map, W_map, Y, Y_map if p.tma_store else None)
+        body(X_map, W_map, Y, Y_map if p.tma_store else None, None, None)
 
     return p.kernel(main, maps)
 

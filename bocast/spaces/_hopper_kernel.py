@@ -35,15 +35,21 @@ and ThunderKittens' H100 GEMM; it computes C[M, N] = A[M, K] B[N, K]^T, both ope
       dims (cuLaunchKernelEx, :attr:`TirxKernel.cluster`, as TVM's host code does)
 
 Operand and output types (``Plan.in_dtype``, ``out_dtype``): fp16 or bf16 operands (wgmma
-``.f16``/``.bf16``, k16), fp32 accumulators always, an fp32 or 16-bit output (rounded pairs
-stored 4 bytes at a time, or staged as 64-column boxes for TMA); every size derives from
-``_hopper_layout.DTYPE_BYTES``, so fp8 (k32, 1-byte elements) would change tables, not sums.
+``.f16``/``.bf16``, k16) or fp8 (``.e4m3.e4m3``, or ``.e5m2.e4m3`` with A in e5m2 and B in
+e4m3: ``Plan.b_dtype``; k32, no transpose flags: both operands K-major, as they are here),
+fp32 accumulators always, an fp32 or 16-bit output (rounded pairs stored 4 bytes at a time, or
+staged as 64-column boxes for TMA); every size derives from ``_hopper_layout.DTYPE_BYTES``:
+fp8's 1-byte elements make BK 64 or 128 (64- or 128-byte swizzled rows, the same descriptors:
+the start address still steps 32 bytes a wgmma). fp8 operands carry per-tensor scales
+(``Plan.scaled``): the consumers multiply the accumulators by scale_a x scale_b once a tile,
+after its last wgmma and before the epilogue rounds them.
 
 What the template does not do yet: clusters of more than 2 CTAs, stmatrix for a 16-bit
 output's staging, a conflict-free staging layout for an fp32 output (the swizzled box costs 2
 shared-memory wavefronts a half-warp's store, see ``_hopper_layout.staging_offset``; a 16-bit
 output's takes 1), overlapping a tile's epilogue with the next tile's main loop beyond what
-ping-pong gives, the NN layout, fp8.
+ping-pong gives, the NN layout, fp8 block scales (DeepGEMM's promotion every 128 of K), fp8
+with B in e5m2, an fp8 output.
 
 One body, two operators. A :class:`Plan` is what a configuration fixes over an M x N x K matmul
 (tile, ring, warpgroups, the tiles' walk, the launch); :func:`device_body` turns it into the
@@ -67,6 +73,7 @@ from ._hopper_layout import (
     SWIZZLE,
     WGMMA_TYPES,
     staging_offset,
+    transpose_flags,
 )
 from ._hopper_plan import Operands, Plan, TirxKernel
 
@@ -75,8 +82,9 @@ __all__ = ["Operands", "Plan", "TirxKernel", "device_body", "store_pair"]
 
 def device_body(p: Plan, ops: Operands):
     """The device code (everything after ``T.device_entry()``), as a TIRx macro of (A_map,
-    B_map, out, out_map): the tensor maps of A and B, the output buffer, and its tensor map for
-    the tma epilogue (else None)."""
+    B_map, out, out_map, scale_a, scale_b): the tensor maps of A and B, the output buffer, its
+    tensor map for the tma epilogue (else None), and the per-tensor scales, one-element fp32
+    buffers (fp8 operands, ``Plan.scaled``; else None)."""
     from tvm.script import tirx as T
 
     BM, BN, BK, S, NC, KT = p.BM, p.BN, p.BK, p.S, p.NC, p.KT
@@ -96,8 +104,10 @@ def device_body(p: Plan, ops: Operands):
     sbo = 8 * BK * size // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
     tile, a_coords, store_box, store_rows = p.tile, ops.a_coords, ops.store_box, ops.store_rows
 
-    ab = WGMMA_TYPES[p.in_dtype]
-    mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ab}.{ab}"
+    ta, tb = WGMMA_TYPES[p.in_dtype], WGMMA_TYPES[p.b_dtype]
+    mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
+    trans = transpose_flags(p.in_dtype)  # (0, 0): K-major 16-bit operands; fp8 has none
+    scaled = p.scaled
     stage_pair = store_pair(p.out_dtype, "shared")  # the tma epilogue's staging store, 16-bit
     tma_load = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
     tma, tma_a = tma_load.format(2), tma_load.format(ops.a_rank)  # B's map is 2-D, A's 2-D or 4-D
@@ -133,7 +143,7 @@ def device_body(p: Plan, ops: Operands):
             T.ptx.mbarrier.arrive.shared__cluster.b64(peer[0])
 
     @T.macro
-    def body(A_map, B_map, out, out_map):
+    def body(A_map, B_map, out, out_map, scale_a, scale_b):
         if CS > 1:
             # declares the cluster: TVM's host code launches the kernel with cluster dims (CS,
             # 1, 1), its clusterCtaIdx.x extent (cuLaunchKernelEx), as the runner does
@@ -217,6 +227,9 @@ def device_body(p: Plan, ops: Operands):
             cw = T.meta_var(wg - 1)
             lt = T.meta_var(tx % 128)
             row0 = T.meta_var(0 if pingpong else cw * WM)  # this consumer's rows of a tile
+            if scaled:  # sc[0]: the scales' product, read once
+                sc = T.alloc_buffer((1,), "float32", scope="local")
+                sc[0] = scale_a[0] * scale_b[0]
             # cooperative: every consumer takes every tile; ping-pong: consumer cw every NC-th,
             # so one's epilogue overlaps another's main loop
             for j in T.serial((n_tiles - (cw if pingpong else 0) + step - 1) // step):
@@ -243,7 +256,7 @@ def device_body(p: Plan, ops: Operands):
                                 T.address_of(desc_a),
                                 T.address_of(Sm[sm(s, row0 + a * 64, kk * KW)]), 1, sbo, swz)
                             T.ptx[mma](*acc_list(acc, a), desc_a, desc_b,
-                                       T.ptx.pred((kb > 0) or (kk > 0)), 1, 1, 0, 0)
+                                       T.ptx.pred((kb > 0) or (kk > 0)), 1, 1, *trans)
                     T.ptx.wgmma.commit_group.sync.aligned()
                     if inflight == 0:
                         T.ptx.wgmma.wait_group.sync.aligned(0)
@@ -257,6 +270,12 @@ def device_body(p: Plan, ops: Operands):
                     release(empty, (i * KT + KT - 1) % S, True, lt)
                 if pingpong and lt == 0:
                     T.ptx.mbarrier.arrive.shared.b64(T.address_of(turn[1 - cw]))
+                if scaled:
+                    # per-tensor scales, once a tile, in fp32 before the output's rounding
+                    # (torch._scaled_mm's order); every wgmma group is complete here, and the
+                    # next tile's first wgmma overwrites the accumulators (scale_d 0)
+                    for v in T.unroll(atoms * half_n):
+                        acc[v] = acc[v] * sc[0]
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
                 # columns 8 j + 2 (lt % 4) (+1)
                 if tma_store:

@@ -20,11 +20,16 @@ SWIZZLE = {128: 3, 64: 2}
 EPI_ROWS, EPI_ROW_BYTES, EPI_BUFFERS = 64, 128, 2
 EPI_BOX_BYTES = EPI_ROWS * EPI_ROW_BYTES
 EPI_SMEM_PER_CONSUMER = EPI_BUFFERS * EPI_BOX_BYTES
-#: wgmma's PTX name of each operand type the template implements (fp8, "e4m3"/"e5m2", would
-#: also need both operands K-major, which v3's are, and no transpose flags)
-WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16"}
-#: every wgmma reads 32 bytes of K a row, whatever the type: k16 for 16-bit types (k32 for fp8)
+#: wgmma's PTX name of each operand type the template implements. fp8 (e4m3, e5m2) takes no
+#: transpose flags (PTX: only .f16/.bf16 may be MN-major): both operands K-major, which v3's
+#: are (A [M, K], B [N, K]), so the 16-bit types' flags are 0 and fp8's are left out
+WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3",
+               "float8_e5m2": "e5m2"}
+#: every wgmma reads 32 bytes of K a row, whatever the type: k16 for 16-bit types, k32 for fp8
 WGMMA_K_BYTES = 32
+#: a k block's row bytes the bk knob offers: 64 (64-byte swizzle) or 128 (128-byte); BK is
+#: this over the element size (:func:`bk_choices`), the TMA box's inner extent
+BK_ROW_BYTES = (64, 128)
 #: columns of the tma epilogue's staging box for an fp32 output (conv2d's, fp32 only)
 EPI_COLS = EPI_ROW_BYTES // DTYPE_BYTES["float32"]
 
@@ -42,8 +47,20 @@ def epi_cols(dtype: str) -> int:
 
 
 def wgmma_k(dtype: str) -> int:
-    """K of one wgmma on operands of ``dtype`` (m64nNk16 for 16-bit types)."""
+    """K of one wgmma on operands of ``dtype`` (m64nNk16 for 16-bit types, k32 for fp8)."""
     return WGMMA_K_BYTES // DTYPE_BYTES[dtype]
+
+
+def bk_choices(dtype: str) -> tuple[int, ...]:
+    """The bk knob's values for operands of ``dtype``: (32, 64) for 16-bit types, (64, 128)
+    for fp8 (DeepGEMM's block_k = 128 / element size at the 128-byte swizzle)."""
+    return tuple(b // DTYPE_BYTES[dtype] for b in BK_ROW_BYTES)
+
+
+def transpose_flags(dtype: str) -> tuple[int, ...]:
+    """wgmma's trailing immediates after scale_a and scale_b: (trans_a, trans_b) = (0, 0) for
+    16-bit operands (both K-major), none for fp8 (K-major only)."""
+    return () if DTYPE_BYTES[dtype] == 1 else (0, 0)
 
 
 def tensor_map(tensor: str, rows: int, cols: int, box_rows: int, box_cols: int,

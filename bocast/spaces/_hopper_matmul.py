@@ -4,8 +4,9 @@ derived columns, the named constraints of what the kernel and the H100 admit) an
 :func:`kernel`: the GEMM's prim_func (A, B, C and their tensor maps) around the shared body,
 with the GEMM's hooks (A's box at k block and block row of a 2-D map; C's rows and columns).
 
-The matmul is the GEMM's NT layout (both operands K-major, which is wgmma's native form), fp16
-or bf16 in, fp32 accumulate, fp32 or 16-bit out (the workload's dtype: ``mm.SPACE_DTYPES``).
+The matmul is the GEMM's NT layout (both operands K-major, which is wgmma's native form and
+fp8's only one), fp16, bf16 or fp8 in, fp32 accumulate, fp32 or 16-bit out (the workload's
+dtype: ``mm.SPACE_DTYPES``; fp8 with per-tensor scales, ``gemm.py``).
 A GEMM's extents may be ragged (M, N, K need not be multiples of BM, BN, BK; K % 8 == 0 remains,
 TMA's global rows being multiples of 16 bytes): tiles and k blocks are counted by ceil-division,
 TMA zero-fills the parts of its boxes past an edge (the mbarrier still receives the whole box's
@@ -22,7 +23,8 @@ for the workload, by :func:`check_workload`.
 
 Kernel arguments: the tensor maps of A and B (``__grid_constant__ CUtensorMap``, encoded by the
 runner with ``cuTensorMapEncodeTiled`` from :attr:`TirxKernel.tensor_maps`) and C's pointer, or
-with the tma epilogue C's tensor map (in C's type).
+with the tma epilogue C's tensor map (in C's type); fp8's also the scales' pointers (scale_a,
+scale_b: one fp32 each).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from ._hopper_layout import (
     REG_SPLITS,
     SM_COUNT,
     WGMMA_TYPES,
+    bk_choices,
     encode_args,
     epi_cols,
     tensor_map,
@@ -70,6 +73,7 @@ def check_workload(spec: mm.MatmulSpec) -> None:
     # the dtype itself is checked with the workload (mm.dtype_pair: SPACE_DTYPES); this is
     # what the kernel assumes of it
     assert spec.in_dtype in WGMMA_TYPES and spec.acc_dtype == "float32", spec
+    assert spec.b_dtype in (None, *WGMMA_TYPES), spec  # e5m2 x e4m3 (same size)
     row_elements = 16 // DTYPE_BYTES[spec.in_dtype]
     if spec.K % row_elements:
         raise WorkloadError(f"{what} needs K % {row_elements} == 0 (TMA: global rows a "
@@ -85,7 +89,9 @@ def knobs(spec) -> list[Knob]:
         Ordinal("bm", (64, 128, 192, 256), doc="CTA tile rows (BM = 64 x wgmma atoms x "
                                                "consumers)"),
         Ordinal("bn", (64, 128, 192, 256), doc="CTA tile columns = the wgmma's N"),
-        Ordinal("bk", (32, 64), doc="k block per stage (64: 128-byte swizzle, 32: 64-byte)"),
+        Ordinal("bk", bk_choices(spec.in_dtype),
+                doc="k block per stage: rows of 128 bytes (128-byte swizzle) or 64 (64-byte): "
+                    "64 or 32 16-bit elements, 128 or 64 fp8 ones"),
         Ordinal("stages", (2, 3, 4, 5, 6), doc="shared-memory ring of A/B k blocks"),
         Ordinal("consumers", (1, 2), doc="consumer warpgroups"),
         Categorical("arrangement", ("cooperative", "pingpong"),
@@ -271,14 +277,15 @@ def build_options(config) -> dict:
 def schedule(spec, func, config, prepare) -> hk.TirxKernel:  # noqa: ARG001 - v1/v2's signature
     """The kernel of one configuration (``func`` and ``prepare`` belong to the s_tir spaces)."""
     return kernel(spec.M, spec.N, spec.K, config, batch=max(spec.batch, 1),
-                  in_dtype=spec.in_dtype, out_dtype=spec.out_dtype)
+                  in_dtype=spec.in_dtype, out_dtype=spec.out_dtype, b_dtype=spec.b_dtype)
 
 
 def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "float16",
-           out_dtype: str = "float32") -> hk.TirxKernel:
+           out_dtype: str = "float32", b_dtype: str | None = None) -> hk.TirxKernel:
     from tvm.script import tirx as T
 
-    p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype)
+    p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype, b_dtype=b_dtype)
+    b_dtype = p.b_dtype
     BM, BN, BK, atoms, half_n = p.BM, p.BN, p.BK, p.atoms, p.half_n
     vec_store, tma_store = p.vec_store, p.tma_store
     # ragged M or N (a GEMM's only: bmm_tiles_within_batch): the direct stores test their rows
@@ -287,7 +294,7 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
     pred_n1 = N % 2 != 0  # scalar stores: column 2j + 1 may be past the edge while 2j is not
     tma_st = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
     maps = {"A_map": tensor_map("A", batch * M, K, p.a_box, BK, in_dtype),
-            "B_map": tensor_map("B", batch * N, K, p.b_box, BK, in_dtype)}
+            "B_map": tensor_map("B", batch * N, K, p.b_box, BK, b_dtype)}
     if tma_store:
         maps["C_map"] = tensor_map("C", batch * M, N, EPI_ROWS, epi_cols(out_dtype), out_dtype)
     # a 16-bit output: two accumulators rounded into one 4-byte store (fp32: st.global.v2.f32)
@@ -327,20 +334,39 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
     body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
                                          store_box=store_box, store_rows=store_rows))
 
-    @T.prim_func
-    def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
-        A = T.match_buffer(A_ptr, (batch * M, K), in_dtype, align=16)
-        B = T.match_buffer(B_ptr, (batch * N, K), in_dtype, align=16)
-        C = T.match_buffer(C_ptr, (batch * M, N), out_dtype, align=16)
+    @T.macro
+    def launch(A, B, C, scale_a, scale_b):
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, in_dtype, 2, A.data, *a_tma)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, in_dtype, 2, B.data, *b_tma)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, b_dtype, 2, B.data, *b_tma)
         if tma_store:  # C's tensor map exists only for the tma epilogue
             C_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
             T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, out_dtype, 2, C.data,
                           *c_tma[0])
         T.device_entry()
-        body(A_map, B_map, C, C_map if tma_store else None)
+        body(A_map, B_map, C, C_map if tma_store else None, scale_a, scale_b)
 
-    return p.kernel(main, maps)
+    if not p.scaled:
+        @T.prim_func
+        def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
+            A = T.match_buffer(A_ptr, (batch * M, K), in_dtype, align=16)
+            B = T.match_buffer(B_ptr, (batch * N, K), b_dtype, align=16)
+            C = T.match_buffer(C_ptr, (batch * M, N), out_dtype, align=16)
+            launch(A, B, C, None, None)
+
+        return p.kernel(main, maps)
+
+    @T.prim_func
+    def scaled(A_ptr: T.handle, B_ptr: T.handle, scale_a_ptr: T.handle,
+               scale_b_ptr: T.handle, C_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (batch * M, K), in_dtype, align=16)
+        B = T.match_buffer(B_ptr, (batch * N, K), b_dtype, align=16)
+        # fp8's per-tensor scales: one fp32 each (the workload's scale_a, scale_b)
+        scale_a = T.match_buffer(scale_a_ptr, (1,), "float32")
+        scale_b = T.match_buffer(scale_b_ptr, (1,), "float32")
+        C = T.match_buffer(C_ptr, (batch * M, N), out_dtype, align=16)
+        launch(A, B, C, scale_a, scale_b)
+
+    # the kernel's name is the unscaled one's ("main_kernel")
+    return p.kernel(scaled.with_attr("global_symbol", "main"), maps)

@@ -44,14 +44,22 @@ class Plan:
     ceil-division (TMA zero-fills its boxes past an edge; the operator's stores test theirs)."""
 
     def __init__(self, config, M: int, N: int, K: int, batch: int = 1, *,
-                 in_dtype: str = "float16", out_dtype: str = "float32"):
+                 in_dtype: str = "float16", out_dtype: str = "float32",
+                 b_dtype: str | None = None):
         c = config
         #: the operands' and the output's element types (the accumulators are fp32 whatever
         #: they are: wgmma has no other accumulator for bf16, and a 16-bit output is rounded
         #: once, at the store, as cuBLAS does); their sizes set every byte count below
         self.in_dtype, self.out_dtype = in_dtype, out_dtype
+        # B's type where it is not A's (fp8 e5m2 x e4m3: the same size, so every size below
+        # is A's; only the wgmma's type and B's tensor map differ)
+        self.b_dtype = b_dtype or in_dtype
+        assert SIZE[self.b_dtype] == SIZE[in_dtype], (in_dtype, b_dtype)
         self.in_size, self.out_size = SIZE[in_dtype], SIZE[out_dtype]
         self.wgmma_k = wgmma_k(in_dtype)
+        #: per-tensor scales (fp8 operands): the kernel takes two fp32 scalars and multiplies
+        #: its accumulators by their product before the output's rounding
+        self.scaled = SIZE[in_dtype] == 1
         self.epi_cols = epi_cols(out_dtype)
         self.BM, self.BN, self.BK, self.S, self.NC = (
             int(c[k]) for k in ("bm", "bn", "bk", "stages", "consumers"))

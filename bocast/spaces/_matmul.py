@@ -5,10 +5,9 @@ Every operator here is, like in Heron, one matmul on Tensor Cores:
     C[(b,) i, j] = sum_k A[(b,) i, k] * B[(b,) j, k]      (trans_b, "NT")
     C[(b,) i, j] = sum_k A[(b,) i, k] * B[(b,) k, j]      ("NN")
 
-with fp16 operands and an fp32 or fp16 accumulator (space v3: fp16 or bf16 operands, an fp32
-accumulator, an fp32 or 16-bit output; :data:`SPACE_DTYPES`). An operator describes its matmul
-with a :class:`MatmulSpec` and writes ``prim_func()`` so that one block (``spec.block``) is
-that einsum.
+with fp16 operands and an fp32 or fp16 accumulator (space v3: fp16, bf16 or fp8 operands, fp32
+accumulation, an fp32 or 16-bit output; :data:`SPACE_DTYPES`). An operator describes its matmul
+with a :class:`MatmulSpec` and writes ``prim_func()`` so that one block (``spec.block``) is it.
 Its operands may be produced by other blocks (padding, an im2col gather, a reshape of the weights):
 the schedules inline every such producer into the shared-memory fetch, so the gather costs index
 arithmetic in the cooperative copy and no extra kernel. Its result may be copied by one more block
@@ -37,16 +36,20 @@ from bocast.knobs import MAX_EXTENT, Categorical, Constraint
 from bocast.operator import Operator, WorkloadError, check_tensor
 from bocast.space import Space
 
-#: a workload's ``dtype``, "input:output", as (the operands' element type, the output's)
+#: a workload's ``dtype``, "input:output": (the operands' type, A's if B's differs; the output's)
 DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "float16"),
-               "bf16:fp32": ("bfloat16", "float32"), "bf16:bf16": ("bfloat16", "bfloat16")}
-#: the dtypes each space generation implements. v1 and v2 run fp16 mma.sync / WMMA (TVM's
-#: s_tir intrinsics here are fp16's) and accumulate in the output's type; v3's wgmma takes fp16
-#: or bf16 and accumulates in fp32 (bf16 has no other accumulator), rounding a 16-bit output
-#: once at the store (:func:`acc_dtype`). Space v3 implements these for GEMM and bmm; its
-#: conv2d, fp16:fp32 only (``_hopper_conv.check_workload``).
+               "bf16:fp32": ("bfloat16", "float32"), "bf16:bf16": ("bfloat16", "bfloat16"),
+               "e4m3:bf16": ("float8_e4m3fn", "bfloat16"),
+               "e4m3:fp32": ("float8_e4m3fn", "float32"),
+               "e5m2xe4m3:bf16": ("float8_e5m2", "bfloat16"),
+               "e5m2xe4m3:fp32": ("float8_e5m2", "float32")}
+#: fp8 (e4m3, or A e5m2 x B e4m3), per-tensor scales (``gemm.py``); GEMM only (``fp8`` below)
+FP8_PAIRS = ("e4m3:bf16", "e4m3:fp32", "e5m2xe4m3:bf16", "e5m2xe4m3:fp32")
+#: the dtypes each space generation implements. v1/v2: fp16 mma.sync / WMMA, accumulating in
+#: the output's type; v3: wgmma on fp16, bf16 or fp8, fp32 accumulators, a 16-bit output rounded
+#: once (:func:`acc_dtype`), GEMM and bmm (fp8: GEMM; conv2d: fp16:fp32, ``_hopper_conv``).
 SPACE_DTYPES = {"v1": ("fp16:fp32", "fp16:fp16"), "v2": ("fp16:fp32", "fp16:fp16"),
-                "v3": ("fp16:fp32", "fp16:fp16", "bf16:fp32", "bf16:bf16")}
+                "v3": ("fp16:fp32", "fp16:fp16", "bf16:fp32", "bf16:bf16", *FP8_PAIRS)}
 GRID_Y_LIMIT = 65535
 THREAD_LIMIT = 1024  # threads per block
 SMEM_LIMIT = 227 * 1024  # shared memory per block on the H100 (static + dynamic, with opt-in)
@@ -66,12 +69,14 @@ def round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def dtype_pair(op: str, dtype: str, space: str, spaces: Sequence[str] = SPACES
-               ) -> tuple[str, str]:
+def dtype_pair(op: str, dtype: str, space: str, spaces: Sequence[str] = SPACES, *,
+               fp8: bool = False) -> tuple[str, str]:
     """(operand type, output type) of ``dtype`` on ``space``, for an operator whose spaces
-    implement :data:`SPACE_DTYPES` (``spaces``: those that do, all by default); one
-    WorkloadError naming the dtypes accepted, or the spaces that take this one."""
-    mine = [d for d in DTYPE_PAIRS if any(d in SPACE_DTYPES[s] for s in spaces)]
+    implement :data:`SPACE_DTYPES` (``spaces``: those that do, all by default) and, if ``fp8``,
+    its fp8 dtypes (:data:`FP8_PAIRS`); one WorkloadError naming the dtypes accepted, or the
+    spaces that take this one."""
+    mine = [d for d in DTYPE_PAIRS if any(d in SPACE_DTYPES[s] for s in spaces)
+            and (fp8 or d not in FP8_PAIRS)]
     if dtype not in mine:
         raise WorkloadError(f"{op}: dtype {dtype!r} not supported; use one of {mine}")
     if space in SPACE_DTYPES and dtype not in SPACE_DTYPES[space]:
@@ -132,6 +137,7 @@ class MatmulSpec:
     # the epilogue's iterators -> (i, j) of the matmul (a row-major flattening of the output)
     epilogue_map: Callable | None = None
     space: str = DEFAULT_SPACE
+    b_dtype: str | None = None  # B's element type where it is not in_dtype (A's)
 
     @property
     def acc_bytes(self) -> int:

@@ -2,6 +2,14 @@
 [K, N] ("NN"); fp16 inputs, fp32 or fp16 accumulation and output (space v3: also bf16 inputs,
 fp32 accumulation, fp32 or 16-bit output; ``_matmul.SPACE_DTYPES``).
 
+fp8 (``e4m3:bf16``, ``e4m3:fp32``; ``e5m2xe4m3:bf16``/``:fp32``, A in e5m2, B in e4m3, the
+backward pass's gradient x weights; space v3): C = scale_a scale_b (A B^T), A [M, K] and B
+[N, K] in fp8, two fp32 scalars scale_a and scale_b (per-tensor scales, inputs of the
+workload like A and B), fp32 accumulation, the output rounded once. Layout NT only: fp8 wgmma
+reads both operands K-major, and B stored [N, K] row-major is exactly the column-major [K, N]
+second operand torch._scaled_mm (cuBLASLt's "TN" fp8 GEMM, the vendor baseline) takes, so the
+two run on the same tensors. N and K multiples of 16 (_scaled_mm's rule; K's is TMA's too).
+
 Three schedule spaces (``--space``, the workload's ``space``; ``auto``, the default of ``bocast
 tune gemm --shape``, picks v3 where M and N >= 64, see :meth:`Gemm.prefers_v3`). v1 and v2 are
 shared with every operator that runs as a Tensor Core matmul (bmm, the convolutions, gemv;
@@ -77,18 +85,24 @@ class Gemm(mm.MatmulOperator):
     def __init__(self, M: int, N: int, K: int, *, dtype: str = "fp16:fp32", layout: str = "NT",
                  space: str = mm.DEFAULT_SPACE):
         mm.check_extents(self.name, self.extents, (M, N, K))
-        self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype, space)
+        self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype, space, fp8=True)
         if layout not in LAYOUTS:
             raise WorkloadError(f"gemm: layout {layout!r} not supported; "
                                 f"use one of {list(LAYOUTS)}")
         self.M, self.N, self.K = int(M), int(N), int(K)
+        #: fp8 operands with per-tensor scales (torch._scaled_mm's contract); B's type
+        self.scaled = dtype in mm.FP8_PAIRS
+        self.b_dtype = B_DTYPES.get(dtype, self.in_dtype)
+        if self.scaled:
+            check_fp8(dtype, layout, self.N, self.K)
         self.layout = layout
         self.workload = {"op": self.name, "shape": [self.M, self.N, self.K], "dtype": dtype,
                          "layout": layout, "space": mm.space_version(self.name, space)}
         trans_b = layout == "NT"
         self.matmul = mm.MatmulSpec(self.M, self.N, self.K, self.in_dtype,
                                     mm.acc_dtype(space, self.out_dtype), out_dtype=self.out_dtype,
-                                    trans_b=trans_b, space=space)
+                                    trans_b=trans_b, space=space,
+                                    b_dtype=None if self.b_dtype == self.in_dtype else self.b_dtype)
         vec_b_extent = self.K if trans_b else self.N
         self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_k", f"fetch vectors stay inside rows of A (K={self.K}) and "
@@ -102,21 +116,29 @@ class Gemm(mm.MatmulOperator):
 
     def tensors(self) -> list[TensorSpec]:
         b_shape = (self.N, self.K) if self.layout == "NT" else (self.K, self.N)
+        # fp8: the per-tensor scales, drawn in [1/64, 1/16) (away from 1: a kernel that left
+        # either out fails the check)
+        scales = [TensorSpec(s, (1,), "float32", "input", SCALE_VALUES)
+                  for s in ("scale_a", "scale_b")] if self.scaled else []
         return [TensorSpec("A", (self.M, self.K), self.in_dtype, "input"),
-                TensorSpec("B", b_shape, self.in_dtype, "input"),
+                TensorSpec("B", b_shape, self.b_dtype, "input"), *scales,
                 TensorSpec("C", (self.M, self.N), self.out_dtype, "output")]
 
-    def reference(self, a, b):
-        """The exact product of the fp16/bf16 inputs in float64 (every dtype's check)."""
+    def reference(self, a, b, scale_a=None, scale_b=None):
+        """The exact product of the inputs in float64 (every dtype's check); fp8's dequantized
+        (scale_a A, scale_b B: each fp8 value is exact in float64)."""
         b = b.double().t() if self.layout == "NT" else b.double()
-        return a.double() @ b
+        c = a.double() @ b
+        return c if scale_a is None else c * (scale_a.double() * scale_b.double())
 
     reference_name = "torch.matmul (cuBLAS)"
 
-    def reference_fast(self, a, b):
+    def reference_fast(self, a, b, scale_a=None, scale_b=None):
         import torch
 
         b = b.t() if self.layout == "NT" else b
+        if self.scaled:
+            return vendor_scaled_mm(self, a, b, scale_a, scale_b)
         return mm.vendor_matmul(self, torch.mm, a, b, "torch.mm")
 
     def prim_func(self):
@@ -124,12 +146,53 @@ class Gemm(mm.MatmulOperator):
 
         acc, out = self.matmul.acc_dtype, self.out_dtype
         A = te.placeholder((self.M, self.K), self.in_dtype, name="A")
-        B = te.placeholder(self.tensors()[1].shape, self.in_dtype, name="B")
+        B = te.placeholder(self.tensors()[1].shape, self.b_dtype, name="B")
         k = te.reduce_axis((0, self.K), name="k")
         nt = self.layout == "NT"
+        scales = [te.placeholder((1,), "float32", name=s) for s in ("scale_a", "scale_b")] \
+            if self.scaled else []
         C = te.compute((self.M, self.N), lambda i, j: te.sum(
             A[i, k].astype(acc) * (B[j, k] if nt else B[k, j]).astype(acc), axis=k),
-            name="C" if acc == out else "C_acc")
-        if acc != out:  # space v3's 16-bit output: fp32 sums, rounded once
+            name="C" if acc == out and not scales else "C_acc")
+        if scales:  # fp8: fp32 sums times both scales, then rounded once
+            C = te.compute(C.shape, lambda i, j: (C[i, j] * scales[0][0] * scales[1][0])
+                           .astype(out), name="C")
+        elif acc != out:  # space v3's 16-bit output: fp32 sums, rounded once
             C = te.compute(C.shape, lambda i, j: C[i, j].astype(out), name="C")
-        return te.create_prim_func([A, B, C])
+        return te.create_prim_func([A, B, *scales, C])
+
+
+#: B's element type where it is not A's (wgmma and cuBLASLt take e4m3 x e5m2 either way
+#: round, not e5m2 x e5m2; one pairing here: e5m2 gradients times e4m3 weights)
+B_DTYPES = {"e5m2xe4m3:bf16": "float8_e4m3fn", "e5m2xe4m3:fp32": "float8_e4m3fn"}
+#: the interval fp8 GEMMs' per-tensor scales are drawn from (TensorSpec.values)
+SCALE_VALUES = (1 / 64, 1 / 16)
+
+
+def check_fp8(dtype: str, layout: str, N: int, K: int) -> None:
+    """What an fp8 GEMM needs of its workload, refused by name otherwise."""
+    if layout != "NT":
+        raise WorkloadError(f"gemm: dtype {dtype!r} needs layout NT (B stored [N, K]): fp8 "
+                            f"wgmma reads both operands K-major only, as torch._scaled_mm "
+                            f"takes its second operand column-major; got {layout}")
+    if N % 16 or K % 16:
+        raise WorkloadError(f"gemm: dtype {dtype!r} needs N and K multiples of 16 "
+                            f"(torch._scaled_mm, the vendor baseline; TMA's 16-byte rows of "
+                            f"fp8 for K), got N = {N}, K = {K}")
+
+
+def vendor_scaled_mm(op, a, b, scale_a, scale_b):
+    """cuBLASLt's fp8 GEMM as torch offers it: ``torch._scaled_mm(a, b, scale_a, scale_b,
+    out_dtype=, use_fast_accum=True)``, ``a`` [M, K] row-major, ``b`` [K, N] column-major (a
+    GEMM's B [N, K], transposed: no copy), both fp8, the scales one-element fp32 tensors
+    (tensor-wise scaling). Fast accumulation: cuBLASLt then keeps the sums in wgmma's
+    accumulator as the v3 kernel does, where the default promotes them to fp32 on the CUDA
+    cores every few k blocks (slower and more exact); the same arithmetic, so the faster bar.
+    Sets ``op.reference_name`` to what ran."""
+    import torch
+
+    out = {"bfloat16": torch.bfloat16, "float32": torch.float32}[op.out_dtype]
+    ins = " x ".join(str(x.dtype).removeprefix("torch.float8_")[:4] for x in (a, b))
+    op.reference_name = (f"torch._scaled_mm(out_dtype={str(out).removeprefix('torch.')}, "
+                         f"use_fast_accum=True) (cuBLASLt, {ins} in, per-tensor scales)")
+    return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=out, use_fast_accum=True)

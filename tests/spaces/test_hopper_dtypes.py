@@ -43,7 +43,7 @@ def test_v3_takes_the_dtypes_of_gemm_and_bmm(dtype):
 @pytest.mark.parametrize("op, shape, options, message", [
     ("gemm", (256, 256, 256), {"dtype": "bf16"},
      r"dtype 'bf16' not supported; use one of \['fp16:fp32', 'fp16:fp16', 'bf16:fp32', "
-     r"'bf16:bf16'\]$"),
+     r"'bf16:bf16', 'e4m3:bf16', 'e4m3:fp32', 'e5m2xe4m3:bf16', 'e5m2xe4m3:fp32'\]$"),
     ("gemm", (256, 256, 256), {"dtype": "bf16:fp16", "space": "v3"}, "use one of"),
     ("gemm", (256, 256, 256), {"dtype": "bf16:fp32", "space": "v2"},
      r"dtype 'bf16:fp32' needs space v3; space v2 implements \['fp16:fp32', 'fp16:fp16'\]$"),
@@ -99,13 +99,15 @@ def test_references_are_float64_and_the_vendor_baseline_runs_in_the_workloads_ty
 
 
 def test_the_runner_encodes_bf16_tensor_maps_and_makes_bf16_inputs():
-    """CUtensorMapDataType: FLOAT16 6, FLOAT32 7, BFLOAT16 9 (cuda.h); make_inputs builds
-    each tensor in its declared type (read from its source: it needs a GPU to run)."""
+    """CUtensorMapDataType: UINT8 0 (fp8), FLOAT16 6, FLOAT32 7, BFLOAT16 9 (cuda.h);
+    make_inputs builds each tensor in its declared type (read from its source: it needs a GPU
+    to run)."""
     import inspect
 
     from bocast.measure import gpu_worker
 
-    assert gpu_worker._TMA_DTYPES == {"float16": 6, "float32": 7, "bfloat16": 9}
+    assert gpu_worker._TMA_DTYPES == {"float8_e4m3fn": 0, "float8_e5m2": 0, "float16": 6,
+                                      "float32": 7, "bfloat16": 9}
     assert '"bfloat16": torch.bfloat16' in inspect.getsource(gpu_worker.make_inputs)
 
 
