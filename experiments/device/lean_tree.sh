@@ -14,7 +14,7 @@ case "${1:-}" in
     mkdir -p .devlean/data
     mv experiments/results .devlean/results && mkdir experiments/results
     mv tests .devlean/tests
-    mkdir tests && cp -r .devlean/tests/__init__.py .devlean/tests/gpu tests/  # the GPU checks
+    mkdir tests && cp -r .devlean/tests/__init__.py .devlean/tests/background.py .devlean/tests/gpu tests/  # the GPU checks (background: test_checks imports it)
     for f in $(git ls-files 'bocast/data/*.csv.xz' | grep -v -e /exhaustive/ -e _v2.csv.xz -e _v3.csv.xz); do
       mv "$f" .devlean/data/
     done
