@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from bocast import api, figures, library, reporting
+from bocast import api, figures, library, many, many_plan, reporting
 from bocast.cli.common import UsageError, _emit, _operator_from
 from bocast.errors import InputError
 from bocast.kernel import export
@@ -26,8 +26,9 @@ from bocast.progress import say
 QUICK_FLAGS = (("--shape", "shape"), *((o.flag, o.name) for o in QUICK_OPTIONS))
 
 
-def _quick_config(args) -> dict[str, Any]:
-    """The configuration of ``bocast tune OP --shape ... [--set key=value]``."""
+def _quick_settings(args) -> tuple[str | None, dict[str, Any]]:
+    """(the runner, the settings) of ``bocast tune OP --shape ... [--set key=value]``: the
+    options of :func:`bocast.api.quick_config` (and of each workload of a run of many)."""
     import yaml
 
     from bocast.config_files import YamlLimitError, parse_yaml
@@ -66,7 +67,13 @@ def _quick_config(args) -> dict[str, Any]:
             runner = runner_kind(value)
         else:
             settings[key] = value
-    shape = parse_shape(args.shape) if args.shape is not None else None
+    return runner, settings
+
+
+def _quick_config(args) -> dict[str, Any]:
+    """The configuration of ``bocast tune OP --shape ... [--set key=value]``."""
+    runner, settings = _quick_settings(args)
+    shape = parse_shape(args.shape[0]) if args.shape else None
     get_operator(args.config)
     return api.quick_config(args.config, shape, runner=runner, **settings)
 
@@ -74,6 +81,13 @@ def _quick_config(args) -> dict[str, Any]:
 def cmd_tune(args) -> int:
     overrides = {k: v for k, v in (("tracker", args.tracker), ("key", args.key),
                                    ("gpu_model", args.gpu_model)) if v}
+    if args.shapes or len(args.shape or []) > 1:
+        return _tune_many(args, overrides)
+    if args.config is None:
+        raise UsageError("tune: name a configuration file or an operator (or --shapes FILE)")
+    if args.parallel is not None:
+        raise UsageError("--parallel: only for many workloads (--shape given more than once, "
+                         "or --shapes FILE)")
     quick = args.config in operators() and not os.path.exists(args.config)
     if not quick:
         given = [flag for flag, name in QUICK_FLAGS if getattr(args, name) is not None] + \
@@ -89,6 +103,36 @@ def cmd_tune(args) -> int:
         raise UsageError(str(e)) from None  # already led by the file's name
     summary, lines = run.execute(progress=True)
     _emit(args, {k: summary[k] for k in summary if k != "provenance"}, lines)
+    return 0
+
+
+def _tune_many(args, overrides: dict[str, Any]) -> int:
+    """``bocast tune OP --shape A --shape B ...`` and ``bocast tune --shapes FILE``
+    (:mod:`bocast.many`): the table printed last."""
+    if args.shapes and args.shape:
+        raise UsageError("--shape and --shapes: list the workloads one way")
+    if args.config is not None and (args.config not in operators()
+                                    or os.path.exists(args.config)):
+        raise UsageError(f"{args.config}: many workloads are an operator's shapes (bocast tune "
+                         "OP --shape A --shape B) or a shapes file (--shapes FILE), not a "
+                         "configuration file")
+    if args.shape and args.config is None:
+        raise UsageError("--shape: name the operator (bocast tune OP --shape A --shape B)")
+    if args.plot:
+        raise UsageError("--plot: one run's figure; draw a workload's with bocast tune OP "
+                         "--shape ... --output ITS_FOLDER --plot")
+    try:
+        runner, settings = _quick_settings(args)
+        plan = many_plan.prepare_many(args.config, args.shapes or args.shape, runner=runner,
+                                      parallel=args.parallel, rpc=overrides,
+                                      records=args.records, **settings)
+    except InputError as e:
+        raise UsageError(str(e)) from None
+    result = many.ManyRun(plan).execute(progress=True)
+    n = sum(r["status"] == "finished" for r in result.workloads)
+    _emit(args, {k: v for k, v in result.summary.items() if k != "provenance"},
+          [result.table, f"{n} workloads in {result.output}: summary.json, summary.md; each "
+                         "workload's records.db and summary.json in its folder"])
     return 0
 
 
