@@ -19,6 +19,7 @@ from bocast.cli.run_commands import (
     cmd_remeasure,
     cmd_report,
     cmd_serve,
+    cmd_shapes,
     cmd_suggest,
     cmd_tune,
 )
@@ -189,6 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="any configuration field (strategy.acquisition=ts, strategy.n_init=8, "
                         "runner_options.repeats=20, ...); repeat for several")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("shapes", parents=[common],
+                       help="list a torch model's matmul and convolution shapes from one "
+                            "forward pass, as a shapes file for bocast tune --shapes")
+    p.add_argument("target", metavar="MODULE:FN", help="a module (or a .py file) and a "
+                   "function of it that returns (model, inputs)")
+    p.add_argument("--out", metavar="FILE", help="write the shapes file (.csv or .yaml)")
+    p.set_defaults(func=cmd_shapes)
 
     p = sub.add_parser("records", parents=[common],
                        help="the records library: list it, add or remove a store")

@@ -15,6 +15,7 @@ from bocast.cli.common import UsageError, _emit, _operator_from
 from bocast.errors import InputError
 from bocast.kernel import export
 from bocast.measure.parts import runner_kind
+from bocast.model_shapes import shapes_of
 from bocast.operator import get_operator, operators, parse_shape
 from bocast.options import QUICK_OPTIONS
 from bocast.progress import say
@@ -133,6 +134,48 @@ def _tune_many(args, overrides: dict[str, Any]) -> int:
     _emit(args, {k: v for k, v in result.summary.items() if k != "provenance"},
           [result.table, f"{n} workloads in {result.output}: summary.json, summary.md; each "
                          "workload's records.db and summary.json in its folder"])
+    return 0
+
+
+def cmd_shapes(args) -> int:
+    """``bocast shapes MODULE:FN``: FN() gives (model, inputs); one forward pass lists the
+    model's matmul and convolution workloads (:func:`bocast.shapes_of`)."""
+    import importlib
+    import importlib.util
+
+    module, sep, name = args.target.rpartition(":")
+    if not sep or not module or not name:
+        raise UsageError(f"shapes: expected MODULE:FN (a module or a .py file, and a function "
+                         f"returning (model, inputs)), got {args.target!r}")
+    if module.endswith(".py"):
+        if not os.path.isfile(module):
+            raise UsageError(f"shapes: {module}: no such file")
+        spec = importlib.util.spec_from_file_location("bocast_shapes_target", module)
+        loaded = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(loaded)  # type: ignore[union-attr]
+    else:
+        loaded = importlib.import_module(module)
+    fn = getattr(loaded, name, None)
+    if not callable(fn):
+        raise UsageError(f"shapes: {module} has no function {name}")
+    got = fn()
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise UsageError(f"shapes: {args.target}() must return (model, inputs), got "
+                         f"{type(got).__name__}")
+    model, inputs = got
+    found = shapes_of(model, *(inputs if isinstance(inputs, (tuple, list)) else (inputs,)))
+    if args.out:
+        found.write(args.out)
+    rows = [[e.op, "x".join(map(str, e.shape)), e.dtype or "", e.layout or "", str(e.count),
+             e.name or ""] for e in found]
+    head = ["op", "shape", "dtype", "layout", "count", "name"]
+    width = [max(len(c) for c in col) for col in zip(head, *rows)]
+    lines = [" ".join(c.ljust(w) for c, w in zip(r, width)).rstrip() for r in [head, *rows]]
+    lines += [f"not listed: {s}" for s in found.skipped]
+    lines.append(f"{len(found)} workloads" + (f" written to {args.out}; tune them: bocast tune "
+                                              f"--shapes {args.out}" if args.out else ""))
+    _emit(args, {"shapes": [e.row() for e in found], "skipped": found.skipped,
+                 "out": args.out}, lines)
     return 0
 
 
