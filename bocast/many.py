@@ -39,7 +39,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,7 +146,8 @@ class ManyRun:
     def _schedule(self, todo: list[int], lanes: list[_Lane], progress: bool) -> None:
         """Start each workload in the list's order once those it may warm-start from have
         finished and a lane is free; one lane: in this thread, one after another."""
-        free, running, failed = list(lanes), {}, None
+        free, failed = list(lanes), None
+        running: dict[Future, _Lane] = {}
 
         def ready(i: int) -> bool:  # its possible sources (0 .. i - window) have finished
             return all(j in self.rows for j in range(i - self.window + 1))
