@@ -111,7 +111,9 @@ class ManyRun:
         self.budget, self.plan = plan.budget, plan.plan
 
     def execute(self, *, progress: bool = True) -> ManyResult:
-        t0 = time.perf_counter()
+        """Run every workload not finished before (see the module docstring); write and
+        return the table, also when a workload fails or the run is interrupted (then raised)."""
+        self.t0 = t0 = time.perf_counter()
         note = say if progress else (lambda _: None)
         os.makedirs(self.output, exist_ok=True)
         plan_path = os.path.join(self.output, PLAN)
@@ -119,8 +121,9 @@ class ManyRun:
             with atomic_write(plan_path) as f:
                 json.dump(self.plan, f, indent=1, sort_keys=True)
         before = read_json(os.path.join(self.output, SUMMARY)) or {}
-        self.seconds = {r["index"] - 1: float(r.get("seconds") or 0.0)
-                        for r in before.get("workloads", []) if isinstance(r, dict)}
+        self.seconds = {int(r["index"]) - 1: float(r.get("seconds") or 0.0)  # time so far
+                        for r in before.get("workloads", [])
+                        if isinstance(r, dict) and isinstance(r.get("index"), int)}
         self.rows: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
         for it in self.items:
@@ -185,8 +188,9 @@ class ManyRun:
         finally:
             with self._lock:
                 self.seconds[i] = self.seconds.get(i, 0.0) + time.perf_counter() - t0
-        with self._lock:
-            self.rows[i] = self._row(it, summary)
+        with self._lock:  # when it ran in this session (seconds since it began)
+            self.rows[i] = {**self._row(it, summary), "started_s": round(t0 - self.t0, 1),
+                            "ended_s": round(time.perf_counter() - self.t0, 1)}
         if progress:
             say(f"{label}: {lines[0]}")
 

@@ -224,6 +224,9 @@ def test_with_rpc_the_fleet_sets_the_window(tmp_path, monkeypatch):
     finally:
         cluster.close()
     assert got.summary["window"] == 2 and got.summary["finished"] == 3
+    first, second, third = got.workloads
+    assert second["started_s"] < first["ended_s"]  # two at once
+    assert third["started_s"] >= first["ended_s"]  # once its possible source had finished
     for r in got.workloads:
         with Store.open(r["store"]) as s:
             records = s.records()
