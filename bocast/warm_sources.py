@@ -120,8 +120,11 @@ def choose(target_op, *, gpu: str | None, arch: tuple[str, int] | None = None,
         notes.append(f"warm start: this run's GPU is not known before it starts; the sources "
                      f"were measured on {', '.join(gpus)}")
     if chosen:
+        mine = {os.path.abspath(p) for p in also}  # a run's store named by its folder
         notes.append("warm start (auto) from " + "; ".join(
-            f"{e.name} ({_brief(e.workload)}, {e.gpu or 'GPU not recorded'})" for e in chosen))
+            (f"this run's {os.path.basename(os.path.dirname(os.path.abspath(e.path)))}"
+             if os.path.abspath(e.path) in mine else e.name)
+            + f" ({_brief(e.workload)}, {e.gpu or 'GPU not recorded'})" for e in chosen))
     else:
         notes.append("warm start (auto): no records of the same schedule"
                      + (f" on {gpu}" if gpu else "") + " in the library: a cold start")
