@@ -1,5 +1,6 @@
 """The Python API: what ``bocast tune`` runs, the records of a store, and ask/tell for a
-measurement loop of one's own (:mod:`bocast.study`; a run of ``tune``: :mod:`bocast.tune_run`).
+measurement loop of one's own (:mod:`bocast.study`; a run of ``tune``: :mod:`bocast.tune_run`;
+many workloads in one run, ``bocast tune --shapes``: ``bocast.tune_many`` in :mod:`bocast.many`).
 
     import bocast
     result = bocast.tune("experiments/configs/bo_logei_gemm1024_replay.yaml")

@@ -134,8 +134,8 @@ class ManyRun:
         todo = [it.index for it in self.items if it.index not in self.rows]
         lanes = max(1, min(self.window, len(todo)))
         note(f"{len(self.items)} workloads ({len(self.rows)} finished before) into "
-             f"{self.output}; up to {lanes} at once, each warm-starting from those at least "
-             f"{self.window} before it in the list")
+             f"{self.output}; up to {lanes} at once; workload i may warm-start from "
+             f"workloads 1 .. i - {self.window} of the list (warm start auto)")
         cores = os.cpu_count() or 1
         pool = [_Lane(max(1, cores // lanes) if lanes > 1 else None) for _ in range(lanes)]
         try:

@@ -161,6 +161,38 @@ def test_a_replay_run_of_many_resumes_as_the_same_run(tmp_path, monkeypatch, cap
         _replay(tmp_path / "cut", parallel=2)
 
 
+def test_a_parallel_run_stopped_in_a_thread_resumes_as_the_same_run(tmp_path, monkeypatch):
+    """Replay, two workloads at once: a stop inside one thread starts no further workload,
+    lets the other end, writes the table and is raised; resumed, every store is the
+    uninterrupted run's."""
+    import threading
+
+    shapes = [*REPLAY, (2048, 8192, 1024)]
+    kw = {"runner": "replay", "space": "v2", "strategy": "random", "trials": 8,
+          "batch_size": 4, "parallel": 2}
+    whole = many.tune_many("gemm", shapes, output=str(tmp_path / "whole"), **kw)
+    assert [r["status"] for r in whole.workloads] == ["finished"] * 3
+    lock, appended, append = threading.Lock(), [0], Store.append
+
+    def stop(self, record, session=None):
+        with lock:
+            appended[0] += 1
+            if appended[0] == 6:
+                raise Interrupted(2)
+        return append(self, record, session)
+
+    monkeypatch.setattr(Store, "append", stop)
+    with pytest.raises(Interrupted):
+        many.tune_many("gemm", shapes, output=str(tmp_path / "cut"), **kw)
+    monkeypatch.undo()
+    cut = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert cut["workloads"][2]["status"] == "not finished"  # never started
+    assert not os.path.exists(cut["workloads"][2]["store"])
+    resumed = many.tune_many("gemm", shapes, output=str(tmp_path / "cut"), **kw)
+    for a, b in zip(whole.workloads, resumed.workloads):
+        assert rows(a["store"]) == rows(b["store"])
+
+
 def test_the_warm_start_window_is_fixed_by_the_list_not_the_timing(tmp_path):
     """Stand-in, parallel 2: workloads 1 and 2 start cold (the library is empty), workload 3
     from workload 1 alone, whichever of 1 and 2 ends first."""

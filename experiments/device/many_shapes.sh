@@ -13,26 +13,35 @@
 #                                                    # on both, TRIALS=32 a shape so both fit in
 #                                                    # one call; prints the 2-GPU/1-GPU speed-up
 #                                                    # and each shape's best, rpc/local
-# TRIALS sets the trials a shape (default 64, 32 for MODE=both); RUN_S bounds each run (a run cut
-# short resumes from its stores when the same command runs again). Everything lands under $OUT.
+# TRIALS sets the trials a shape (default 64, 32 for MODE=both); RUN_S bounds each run (480 s,
+# 240 for each of MODE=both's two; a run cut short resumes from its stores when the same command
+# runs again, but a new machine starts bare: runs/ is not kept). Everything lands under $OUT.
+#   STANDIN=1 MODE=local TRIALS=4 OUT=/tmp/ms bash experiments/device/many_shapes.sh   # CPU:
+#                                                    # synthetic timings, the script's plumbing
 set -uo pipefail
 OUT=${OUT:?set OUT to the output folder}
 mkdir -p "$OUT"
-source .devbundle/unpack.sh
+if [ -n "${STANDIN:-}" ]; then
+  local_runner=standin; worker=standin; gpus=(--gpus 0,1); ngpus=2
+else
+  source .devbundle/unpack.sh
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
+  echo "cores $(nproc); $(nvcc --version | tail -1)"
+  local_runner=local; worker=gpu; gpus=(--gpus all); ngpus=$(nvidia-smi -L | wc -l)
+fi
 export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
-echo "cores $(nproc); $(nvcc --version | tail -1)"
 MODE=${MODE:-local}
-case "$MODE" in local|rpc) TRIALS=${TRIALS:-64} ;; both) TRIALS=${TRIALS:-32} ;;
+case "$MODE" in local|rpc) TRIALS=${TRIALS:-64} RUN_S=${RUN_S:-480} ;;
+  both) TRIALS=${TRIALS:-32} RUN_S=${RUN_S:-240} ;;
   *) echo "MODE: local, rpc or both, got $MODE"; exit 2 ;; esac
-SHAPES=experiments/shapes/llama3_8b_projections.csv
-root=runs/many_shapes
+SHAPES=${SHAPES:-experiments/shapes/llama3_8b_projections.csv}
+root=${ROOT_DIR:-runs/many_shapes}
 mkdir -p "$root"
 
 run_local() {  # one GPU: the workloads one after another
   local t0=$SECONDS
-  BOCAST_RECORDS="$root/records_local" CUDA_VISIBLE_DEVICES=0 timeout "${RUN_S:-480}" \
-    python3 -m bocast.cli tune --shapes "$SHAPES" --trials "$TRIALS" \
+  BOCAST_RECORDS="$root/records_local" CUDA_VISIBLE_DEVICES=0 timeout "$RUN_S" \
+    python3 -m bocast.cli tune --shapes "$SHAPES" --trials "$TRIALS" --runner "$local_runner" \
     --output "$root/local_t$TRIALS" --json > "$OUT/local.out" 2> "$OUT/local.log"
   echo "local: exit $? in $((SECONDS - t0)) s"; grep -v '^{' "$OUT/local.out"
 }
@@ -40,19 +49,19 @@ run_local() {  # one GPU: the workloads one after another
 run_rpc() {  # every GPU of this host a server; as many workloads at once as servers
   local port=${PORT:-9190} key=many
   python3 -m bocast.measure.rpc_server serve --key "$key" --host 127.0.0.1 \
-    --tracker-host 127.0.0.1 --tracker-port "$port" --gpus all --worker gpu \
+    --tracker-host 127.0.0.1 --tracker-port "$port" "${gpus[@]}" --worker "$worker" \
     > "$OUT/serve.log" 2>&1 &
   serve=$!
   trap 'kill "$serve" 2>/dev/null; wait "$serve" 2>/dev/null' EXIT
   for _ in $(seq 120); do
-    [ "$(grep -c 'registered under key' "$OUT/serve.log")" -ge "$(nvidia-smi -L | wc -l)" ] && break
+    [ "$(grep -c 'registered under key' "$OUT/serve.log")" -ge "$ngpus" ] && break
     kill -0 "$serve" 2>/dev/null || { echo "serve exited:"; cat "$OUT/serve.log"; exit 1; }
     sleep 1
   done
   tracker=$(sed -n 's/.*tracker listening on [^:]*:\([0-9]*\).*/\1/p' "$OUT/serve.log" | head -1)
   echo "tracker 127.0.0.1:$tracker; $(grep -c 'registered under key' "$OUT/serve.log") server(s)"
   local t0=$SECONDS
-  BOCAST_RECORDS="$root/records_rpc" timeout "${RUN_S:-480}" \
+  BOCAST_RECORDS="$root/records_rpc" timeout "$RUN_S" \
     python3 -m bocast.cli tune --shapes "$SHAPES" --trials "$TRIALS" --runner rpc \
     --tracker "127.0.0.1:$tracker" --key "$key" --output "$root/rpc_t$TRIALS" --json \
     > "$OUT/rpc.out" 2> "$OUT/rpc.log"
