@@ -1,7 +1,9 @@
 """bocast: Bayesian-optimisation tuning of Tensor Core schedules.
 
 The Python API (:mod:`bocast.api`): :func:`tune` runs a tune configuration as ``bocast tune``
-does, :func:`suggest` ranks a new shape's configurations from the records library with no
+does, :func:`tune_many` many workloads in one run (``bocast tune --shapes``; :mod:`bocast.many`),
+:func:`shapes_of` lists a torch model's matmul and convolution shapes (:mod:`bocast.model_shapes`),
+:func:`suggest` ranks a new shape's configurations from the records library with no
 measurement, :func:`load` reads a record store into a DataFrame, :func:`create_study` gives ask/tell
 for a measurement loop of one's own (:mod:`bocast.study`); :func:`export` writes a record's kernel
 to a folder and :func:`load_kernel` loads it to call on torch tensors (:mod:`bocast.kernel`);
@@ -14,11 +16,13 @@ to a folder and :func:`load_kernel` loads it to call on torch tensors (:mod:`boc
 from bocast.api import TuneResult, compare, load, suggest, tune
 from bocast.errors import InputError
 from bocast.kernel import Kernel, export, load_kernel
+from bocast.many import ManyResult, tune_many
+from bocast.model_shapes import ModelShapes, shapes_of
 from bocast.options import Budget, RunnerOptions, Workload
 from bocast.reporting import Report, report
 from bocast.study import Study, create_study
 
 __version__ = "0.1.0"
-__all__ = ["Budget", "InputError", "Kernel", "Report", "RunnerOptions", "Study", "TuneResult",
-           "Workload", "compare", "create_study", "export", "load", "load_kernel", "report",
-           "suggest", "tune"]
+__all__ = ["Budget", "InputError", "Kernel", "ManyResult", "ModelShapes", "Report",
+           "RunnerOptions", "Study", "TuneResult", "Workload", "compare", "create_study", "export",
+           "load", "load_kernel", "report", "shapes_of", "suggest", "tune", "tune_many"]

@@ -1,5 +1,6 @@
 """The Python API: what ``bocast tune`` runs, the records of a store, and ask/tell for a
-measurement loop of one's own (:mod:`bocast.study`; a run of ``tune``: :mod:`bocast.tune_run`).
+measurement loop of one's own (:mod:`bocast.study`; a run of ``tune``: :mod:`bocast.tune_run`;
+many workloads in one run, ``bocast tune --shapes``: ``bocast.tune_many`` in :mod:`bocast.many`).
 
     import bocast
     result = bocast.tune("experiments/configs/bo_logei_gemm1024_replay.yaml")
@@ -286,14 +287,17 @@ def need_compiler(what: str) -> None:
 def prepare(config: str | os.PathLike | Mapping[str, Any], *,
             runner: str | Runner | None = None, builder: Builder | None = None,
             rpc: Mapping[str, Any] | None = None,
-            records: str | os.PathLike | None = None, plot: bool = False) -> TuneRun:
+            records: str | os.PathLike | None = None, plot: bool = False,
+            warm_also: Sequence[str] = (), warm_never: Sequence[str] = ()) -> TuneRun:
     """Check a tune configuration whole, and the store already in its output (which must hold
     this run, :mod:`bocast.identity`), only reading: nothing is written or created until
     :meth:`TuneRun.execute` has started the runner. Errors of a file's configuration start with
     the file's name (as the command prints them). ``warm_start: auto`` (the default) is
     resolved here (:func:`bocast.warm_sources.resolve`; ``records``: the library's folder).
     ``plot``: the run draws its figure (:attr:`TuneRun.figure_prefix`), matplotlib checked here.
-    ``runner``/``builder``: as :func:`tune` takes them (checked here; objects the caller's)."""
+    ``runner``/``builder``: as :func:`tune` takes them (checked here; objects the caller's).
+    ``warm_also``/``warm_never``: a workload of a run of many (:mod:`bocast.many`): its run's
+    finished stores, candidates of ``auto``, and its other stores, never sources."""
     from bocast import config as cfgmod
     from bocast import identity, library, warm_sources
     from bocast.candidates import SpaceCandidates
@@ -336,7 +340,8 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
             candidates = SpaceCandidates(op.space, op.workload)
         folder = library.directory(records, cfg.records)
         warm = warm_sources.for_run(cfg, op, dataset, store_path, folder,
-                           probe=given is None or kind != "local")
+                                    probe=given is None or kind != "local",
+                                    also=warm_also, never=warm_never)
         options = cfg.strategy_options if warm is None else \
             warm_sources.warm_options(cfg.strategy, cfg.strategy_options, warm.sources)
         strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **options)

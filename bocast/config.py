@@ -101,10 +101,11 @@ class RunSpec:
         return make_runner(self.runner, timeout_s=ro["run_timeout"], repeats=ro["repeats"],
                            seed=seed, rpc=self.rpc, l2=ro["l2"])
 
-    def make_builder(self):
-        """The builder this spec's runner options name (the stand-in's never compiles)."""
+    def make_builder(self, *, workers: int | None = None):
+        """The builder this spec's runner options name (the stand-in's never compiles);
+        ``workers``: its processes where the options leave them unset (None: every core)."""
         ro = self.runner_options
-        return make_builder(workers=ro["workers"], timeout_s=ro["build_timeout"],
+        return make_builder(workers=ro["workers"] or workers, timeout_s=ro["build_timeout"],
                             reject_spills=ro["reject_spills"], compile=self.runner != "standin")
 
 

@@ -71,16 +71,20 @@ class TuneRun:
 
         return [library.portable(p) for p in source_paths(self.strategy.hyper.get("warm_start"))]
 
-    def execute(self, *, progress: bool = True) -> tuple[dict[str, Any], list[str]]:
+    def execute(self, *, progress: bool = True, label: str = "",
+                meter: bool = True) -> tuple[dict[str, Any], list[str]]:
         """Run to the budget (resuming the store's trials), write summary.json; return the
-        summary and the command's result lines."""
+        summary and the command's result lines. ``progress``: status lines on stderr, led by
+        ``label`` where given (a workload of a run of many), and with ``meter`` the progress
+        line (off where several runs share the terminal)."""
         from bocast import identity
         from bocast.measure.parts import make_measurer
         from bocast.records import atomic_write, provenance
         from bocast.tuner import Tuner
 
         cfg, op, dataset = self.cfg, self.op, self.dataset
-        note = say if progress else (lambda _: None)
+        note = (lambda text: say(f"{label}: {text}" if label else text)) if progress \
+            else (lambda _: None)
         closers: list[Any] = []  # the runner, store and builder it made: closed when it ends
         ref: dict[str, Any] = {}  # a live run's reference (the vendor library's timing)
         final: dict[str, Any] | None = None  # a live run's figure: its best kernels re-timed
@@ -101,7 +105,7 @@ class TuneRun:
             previous = store.records()
             if dataset is not None:
                 reference = (dataset.reference or {}).get("tflops")
-                label = reference_label(dataset.reference, recorded=True)
+                what = reference_label(dataset.reference, recorded=True)
                 note(f"runner: replay of {cfg.dataset} ({len(dataset.configs)} recorded "
                      "configurations; no GPU is used)")
             else:
@@ -111,7 +115,7 @@ class TuneRun:
                     closers.append(builder)
                 store.set_meta("reference", ref)
                 reference = ref.get("tflops")
-                label = reference_label(ref)
+                what = reference_label(ref)
                 session = {"device": device, "runner": self.runner_name, "config": cfg.raw,
                            "warm_start_sources": self.warm_start_sources}
                 note(f"runner: live on {device.get('gpu')}; " + (
@@ -122,31 +126,32 @@ class TuneRun:
                 note(line)
             if previous:
                 note(f"resuming: {len(previous)} trials already in {self.store_path}")
-            with (Progress(f"tune {cfg.strategy} seed {cfg.seed}", cfg.trials) if progress
-                  else contextlib.nullcontext()) as meter:
+            with (Progress(f"{label or 'tune'} {cfg.strategy} seed {cfg.seed}", cfg.trials)
+                  if progress and meter else contextlib.nullcontext()) as bar:
                 tuner = Tuner(self.strategy, measurer, trials=cfg.trials, seconds=cfg.seconds,
                               batch_size=cfg.batch_size,
                               optimum=dataset.best_tflops if dataset else None,
-                              reference=reference, reference_label=label, meter=meter)
+                              reference=reference, reference_label=what, meter=bar)
                 result = tuner.run(previous)
                 if dataset is None:
                     final = self._final_figure(runner, builder, store, result, note)
                     clocks = clock_summary(store.batches())
                     timing = runner.timing()
                     best = final.get("best") if final else None
-                    if meter is not None and best:  # the progress line ends on the figure
-                        meter.update(best=best["tflops"]["median"], note=(
-                            f"{best['vs_reference']:.2f}x {label}, re-timed"))
+                    if bar is not None and best:  # the progress line ends on the figure
+                        bar.update(best=best["tflops"]["median"], note=(
+                            f"{best['vs_reference']:.2f}x {what}, re-timed"))
         finally:
             for c in closers:
                 c.close()
             copy = self._to_library(note)
         sources = self.warm_start_sources
         gpu = device.get("gpu")  # replay: the dataset's recorded device
-        drawn = self._draw(result, gpu=gpu, reference=reference, label=label) \
+        drawn = self._draw(result, gpu=gpu, reference=reference, label=what) \
             if self.plot else []
         figure = self._figure(result, final, reference, what_ref=ref)
         summary = {**result.summary(), **figure, "config": cfg.path, "config_sha256": cfg.digest,
+                   "budget": {"trials": cfg.trials, "seconds": cfg.seconds},
                    "strategy": cfg.strategy, "strategy_options": self.strategy.hyper,
                    "seed": cfg.seed, "runner": self.runner_name, "dataset": cfg.dataset,
                    "output": cfg.output, "store": self.store_path,

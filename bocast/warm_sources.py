@@ -36,7 +36,7 @@ from bocast import library
 from bocast.bo.transfer import AUTO, WarmStartError, incompatibility, load_sources
 from bocast.datasets import locate
 from bocast.errors import InputError
-from bocast.library import Entry, _one_line, architecture, scan
+from bocast.library import Entry, _one_line, _store_entry, architecture, scan
 from bocast.measure.standin import run_task
 from bocast.operator import WorkloadError, canonical_workload, from_workload
 from bocast.store import Store
@@ -62,13 +62,15 @@ def _extents(op) -> tuple[float, ...]:
 def choose(target_op, *, gpu: str | None, arch: tuple[str, int] | None = None,
            records: str | None = None, exclude: Sequence[str] = (),
            other_workloads: bool = False, shipped_only: bool = False,
-           limit: int = MAX_SOURCES) -> Choice:
+           limit: int = MAX_SOURCES, also: Sequence[str] = ()) -> Choice:
     """The sources of ``warm_start: auto`` for ``target_op`` (see the module docstring).
     ``gpu``: the run's GPU model (None: not known); ``arch``: its (compute capability, SM
     count) (:func:`bocast.library.architecture`; None: not known): other models' records of
     the same architecture count too; ``exclude``: paths never used (the run's
     dataset, its store); ``other_workloads``: only records of other workloads (replay);
-    ``shipped_only``: only shipped datasets (replay)."""
+    ``shipped_only``: only shipped datasets (replay); ``also``: stores that are candidates
+    beside the library whatever their GPU (the finished workloads of the same run of many,
+    :mod:`bocast.many`: measured by the run's own runner), ranked with the rest."""
     entries, notes = scan(records, stores=not shipped_only)
     never = {os.path.abspath(locate(p)) for p in exclude}  # a shipped dataset by its name too
     want = canonical_workload(target_op.workload)
@@ -88,6 +90,10 @@ def choose(target_op, *, gpu: str | None, arch: tuple[str, int] | None = None,
         if problem:
             continue
         (own if gpu is None or e.gpu == gpu else others).append(e)
+    for path in also:  # the run's own (its library copies left out above): any GPU's
+        e = _store_entry(path, stats=False)
+        if e.ok and not incompatibility(e.workload, target_op)[0]:
+            own.append(e)
     alike = [e for e in others if arch is not None and e.arch == arch]
     chosen = _pick(own + alike, target_op, want, limit, notes, gpu=gpu)
     other_gpu: dict[str, int] = {}
@@ -114,8 +120,11 @@ def choose(target_op, *, gpu: str | None, arch: tuple[str, int] | None = None,
         notes.append(f"warm start: this run's GPU is not known before it starts; the sources "
                      f"were measured on {', '.join(gpus)}")
     if chosen:
+        mine = {os.path.abspath(p) for p in also}  # a run's store named by its folder
         notes.append("warm start (auto) from " + "; ".join(
-            f"{e.name} ({_brief(e.workload)}, {e.gpu or 'GPU not recorded'})" for e in chosen))
+            (f"this run's {os.path.basename(os.path.dirname(os.path.abspath(e.path)))}"
+             if os.path.abspath(e.path) in mine else e.name)
+            + f" ({_brief(e.workload)}, {e.gpu or 'GPU not recorded'})" for e in chosen))
     else:
         notes.append("warm start (auto): no records of the same schedule"
                      + (f" on {gpu}" if gpu else "") + " in the library: a cold start")
@@ -160,16 +169,19 @@ def _brief(w: dict[str, Any]) -> str:
 
 def resolve(option: Any, target_op, *, runner: str, gpu: str | None,
             arch: tuple[str, int] | None = None, dataset: str | None = None,
-            store: str | None = None, records: str | None = None) -> Choice:
+            store: str | None = None, records: str | None = None,
+            also: Sequence[str] = (), never: Sequence[str] = ()) -> Choice:
     """The sources of a run's ``warm_start`` option: ``auto`` chosen by :func:`choose` (replay:
-    shipped datasets of other workloads only), ``none`` none, a list as it is."""
+    shipped datasets of other workloads only, and ``also``), ``none`` none, a list as it is.
+    ``also``, ``never``: stores that may serve whatever the GPU, and stores (with their library
+    copies) that never do (:func:`choose`)."""
     if option != AUTO:
         paths = option if isinstance(option, list) else []
         return Choice(list(paths), [f"warm start from {', '.join(paths)}"] if paths else [])
     replay = runner == "replay"
-    exclude = [p for p in (dataset, store) if p]
+    exclude = [p for p in (dataset, store, *never, *also) if p]
     return choose(target_op, gpu=gpu, arch=arch, records=records, exclude=exclude,
-                  other_workloads=replay, shipped_only=replay)
+                  other_workloads=replay, shipped_only=replay, also=also)
 
 
 def warm_options(strategy: str, options: dict[str, Any], sources: Sequence[str]) -> dict[str, Any]:
@@ -233,12 +245,13 @@ def run_gpu(runner: str, *, dataset=None, rpc: dict | None = None) -> str | None
     return lines[0].strip() or None if lines else None
 
 
-def for_run(cfg, op, dataset, store_path: str, folder: str, *, probe: bool = True):
+def for_run(cfg, op, dataset, store_path: str, folder: str, *, probe: bool = True,
+            also: Sequence[str] = (), never: Sequence[str] = ()):
     """A tune run's warm-start sources (:class:`Choice`; ``cfg`` its TuneConfig) when its
     strategy has the option and it is ``auto``; None otherwise (a list or ``none``: used as
     given). A resumed run keeps the sources its store's identity names. ``probe`` False: the
     run's GPU is not known before it starts (a runner object's), so sources of any GPU may
-    serve."""
+    serve. ``also``, ``never``: as :func:`resolve` takes them (a workload of a run of many)."""
     given = cfg.strategy_options.get("warm_start", AUTO)
     if "warm_start" not in strategy_class(cfg.strategy).options.names or given != AUTO:
         return None
@@ -259,6 +272,6 @@ def for_run(cfg, op, dataset, store_path: str, folder: str, *, probe: bool = Tru
             return Choice(paths, [
                 "warm start: as this run began, from " + (", ".join(held) or "nothing (cold)")])
     return resolve(AUTO, op, runner=cfg.runner, dataset=cfg.dataset, store=store_path,
-                   records=folder,
+                   records=folder, also=also, never=never,
                    gpu=run_gpu(cfg.runner, dataset=dataset, rpc=cfg.rpc) if probe else None,
                    arch=run_architecture(cfg.runner, dataset=dataset) if probe else None)

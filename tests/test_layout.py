@@ -57,6 +57,15 @@ LAZY: dict[tuple[str, str], tuple[str, str]] = {
     **{("bocast.tune_run", f"bocast.{t}"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}") for t in (
         "bo.transfer", "identity", "library", "measure.parts", "measure.retime", "records",
         "tuner")},
+    # bocast.tune_many and bocast.shapes_of (import bocast loads bocast.many, many_plan,
+    # model_shapes and shapes_file): what a run of many or a model's listing needs, when called
+    **{("bocast.many", f"bocast.{t}"): (IMPORT_BOCAST, f"a run of many's own: {_NUMPY}")
+       for t in ("library", "records", "store")},
+    **{("bocast.many_plan", f"bocast.{t}"): (IMPORT_BOCAST, f"prepare_many: {_NUMPY}")
+       for t in ("config", "measure.parts", "operator")},
+    ("bocast.model_shapes", "bocast.operator"): (IMPORT_BOCAST, f"shapes_of's check: {_NUMPY}"),
+    ("bocast.shapes_file", "bocast.operator"): (IMPORT_BOCAST, f"an entry's check: {_NUMPY}"),
+    ("bocast.shapes_file", "bocast.config_files"): (HELP, "a YAML shapes file: yaml (+15 ms)"),
     # bocast.reporting (bocast.report(), bocast report) reads stores and counts when called
     **{("bocast.reporting", f"bocast.reporting.{t}"): (IMPORT_BOCAST, f"report(): {why}")
        for t, why in (

@@ -19,6 +19,7 @@ from bocast.cli.run_commands import (
     cmd_remeasure,
     cmd_report,
     cmd_serve,
+    cmd_shapes,
     cmd_suggest,
     cmd_tune,
 )
@@ -163,8 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", parents=[common],
                        help="run one experiment configuration (YAML), or tune an operator's "
                             "shape: bocast tune gemm --shape 4096,4096,4096")
-    p.add_argument("config", help="experiment configuration file, or an operator "
-                                  f"({', '.join(operators())})")
+    p.add_argument("config", nargs="?", help="experiment configuration file, or an operator "
+                                             f"({', '.join(operators())})")
     p.add_argument("--runner", choices=list(RUNNER_KINDS), type=runner_kind,
                    help="override the config's runner (an operator: default local, this "
                         "machine's GPU; standin: synthetic timings on the CPU, tests)")
@@ -175,7 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also draw the run's figure beside its summary, convergence.png/.pdf/.svg "
                         "(best so far and every trial; needs pip install 'bocast[plot]')")
     g = p.add_argument_group("an operator instead of a configuration file")
-    g.add_argument("--shape", help="extents, comma-separated (see `bocast ops`)")
+    g.add_argument("--shape", action="append", help="extents, comma-separated (see `bocast "
+                   "ops`); given more than once, each shape is a workload of one run")
+    g.add_argument("--shapes", metavar="FILE", help="tune every workload of a shapes file (CSV "
+                   "or YAML: op, shape, dtype, ...; `bocast shapes` writes one), one store each "
+                   "under --output, each warm-starting from those before it")
+    _opt(g, "--parallel", schema.Field(
+        "parallel", int, None, min=1, max=1024, nullable=True,
+        doc="many workloads: how many run at once (rpc: default the fleet's servers; local: "
+            "one)"))
     for o in QUICK_OPTIONS:
         g.add_argument(o.flag, type=o.field.parse, help=o.help, metavar=None
                        if o.field.kind is str else o.field.kind.__name__.upper())
@@ -183,6 +192,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="any configuration field (strategy.acquisition=ts, strategy.n_init=8, "
                         "runner_options.repeats=20, ...); repeat for several")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("shapes", parents=[common],
+                       help="list a torch model's matmul and convolution shapes from one "
+                            "forward pass, as a shapes file for bocast tune --shapes")
+    p.add_argument("target", metavar="MODULE:FN", help="a module (or a .py file) and a "
+                   "function of it that returns (model, inputs)")
+    p.add_argument("--out", metavar="FILE", help="write the shapes file (.csv or .yaml)")
+    p.set_defaults(func=cmd_shapes)
 
     p = sub.add_parser("records", parents=[common],
                        help="the records library: list it, add or remove a store")

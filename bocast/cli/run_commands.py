@@ -10,11 +10,12 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from bocast import api, figures, library, reporting
+from bocast import api, figures, library, many, many_plan, reporting
 from bocast.cli.common import UsageError, _emit, _operator_from
 from bocast.errors import InputError
 from bocast.kernel import export
 from bocast.measure.parts import runner_kind
+from bocast.model_shapes import shapes_of
 from bocast.operator import get_operator, operators, parse_shape
 from bocast.options import QUICK_OPTIONS
 from bocast.progress import say
@@ -26,8 +27,9 @@ from bocast.progress import say
 QUICK_FLAGS = (("--shape", "shape"), *((o.flag, o.name) for o in QUICK_OPTIONS))
 
 
-def _quick_config(args) -> dict[str, Any]:
-    """The configuration of ``bocast tune OP --shape ... [--set key=value]``."""
+def _quick_settings(args) -> tuple[str | None, dict[str, Any]]:
+    """(the runner, the settings) of ``bocast tune OP --shape ... [--set key=value]``: the
+    options of :func:`bocast.api.quick_config` (and of each workload of a run of many)."""
     import yaml
 
     from bocast.config_files import YamlLimitError, parse_yaml
@@ -66,7 +68,13 @@ def _quick_config(args) -> dict[str, Any]:
             runner = runner_kind(value)
         else:
             settings[key] = value
-    shape = parse_shape(args.shape) if args.shape is not None else None
+    return runner, settings
+
+
+def _quick_config(args) -> dict[str, Any]:
+    """The configuration of ``bocast tune OP --shape ... [--set key=value]``."""
+    runner, settings = _quick_settings(args)
+    shape = parse_shape(args.shape[0]) if args.shape else None
     get_operator(args.config)
     return api.quick_config(args.config, shape, runner=runner, **settings)
 
@@ -74,6 +82,13 @@ def _quick_config(args) -> dict[str, Any]:
 def cmd_tune(args) -> int:
     overrides = {k: v for k, v in (("tracker", args.tracker), ("key", args.key),
                                    ("gpu_model", args.gpu_model)) if v}
+    if args.shapes or len(args.shape or []) > 1:
+        return _tune_many(args, overrides)
+    if args.config is None:
+        raise UsageError("tune: name a configuration file or an operator (or --shapes FILE)")
+    if args.parallel is not None:
+        raise UsageError("--parallel: only for many workloads (--shape given more than once, "
+                         "or --shapes FILE)")
     quick = args.config in operators() and not os.path.exists(args.config)
     if not quick:
         given = [flag for flag, name in QUICK_FLAGS if getattr(args, name) is not None] + \
@@ -89,6 +104,78 @@ def cmd_tune(args) -> int:
         raise UsageError(str(e)) from None  # already led by the file's name
     summary, lines = run.execute(progress=True)
     _emit(args, {k: summary[k] for k in summary if k != "provenance"}, lines)
+    return 0
+
+
+def _tune_many(args, overrides: dict[str, Any]) -> int:
+    """``bocast tune OP --shape A --shape B ...`` and ``bocast tune --shapes FILE``
+    (:mod:`bocast.many`): the table printed last."""
+    if args.shapes and args.shape:
+        raise UsageError("--shape and --shapes: list the workloads one way")
+    if args.config is not None and (args.config not in operators()
+                                    or os.path.exists(args.config)):
+        raise UsageError(f"{args.config}: many workloads are an operator's shapes (bocast tune "
+                         "OP --shape A --shape B) or a shapes file (--shapes FILE), not a "
+                         "configuration file")
+    if args.shape and args.config is None:
+        raise UsageError("--shape: name the operator (bocast tune OP --shape A --shape B)")
+    if args.plot:
+        raise UsageError("--plot: one run's figure; draw a workload's with bocast tune OP "
+                         "--shape ... --output ITS_FOLDER --plot")
+    try:
+        runner, settings = _quick_settings(args)
+        plan = many_plan.prepare_many(args.config, args.shapes or args.shape, runner=runner,
+                                      parallel=args.parallel, rpc=overrides,
+                                      records=args.records, **settings)
+    except InputError as e:
+        raise UsageError(str(e)) from None
+    result = many.ManyRun(plan).execute(progress=True)
+    n = sum(r["status"] == "finished" for r in result.workloads)
+    _emit(args, {k: v for k, v in result.summary.items() if k != "provenance"},
+          [result.table, f"{n} workloads in {result.output}: summary.json, summary.md; each "
+                         "workload's records.db and summary.json in its folder"])
+    return 0
+
+
+def cmd_shapes(args) -> int:
+    """``bocast shapes MODULE:FN``: FN() gives (model, inputs); one forward pass lists the
+    model's matmul and convolution workloads (:func:`bocast.shapes_of`)."""
+    import importlib
+    import importlib.util
+
+    module, sep, name = args.target.rpartition(":")
+    if not sep or not module or not name:
+        raise UsageError(f"shapes: expected MODULE:FN (a module or a .py file, and a function "
+                         f"returning (model, inputs)), got {args.target!r}")
+    if module.endswith(".py"):
+        if not os.path.isfile(module):
+            raise UsageError(f"shapes: {module}: no such file")
+        spec = importlib.util.spec_from_file_location("bocast_shapes_target", module)
+        loaded = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(loaded)  # type: ignore[union-attr]
+    else:
+        loaded = importlib.import_module(module)
+    fn = getattr(loaded, name, None)
+    if not callable(fn):
+        raise UsageError(f"shapes: {module} has no function {name}")
+    got = fn()
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise UsageError(f"shapes: {args.target}() must return (model, inputs), got "
+                         f"{type(got).__name__}")
+    model, inputs = got
+    found = shapes_of(model, *(inputs if isinstance(inputs, (tuple, list)) else (inputs,)))
+    if args.out:
+        found.write(args.out)
+    rows = [[e.op, "x".join(map(str, e.shape)), e.dtype or "", e.layout or "", str(e.count),
+             e.name or ""] for e in found]
+    head = ["op", "shape", "dtype", "layout", "count", "name"]
+    width = [max(len(c) for c in col) for col in zip(head, *rows)]
+    lines = [" ".join(c.ljust(w) for c, w in zip(r, width)).rstrip() for r in [head, *rows]]
+    lines += [f"not listed: {s}" for s in found.skipped]
+    lines.append(f"{len(found)} workloads" + (f" written to {args.out}; tune them: bocast tune "
+                                              f"--shapes {args.out}" if args.out else ""))
+    _emit(args, {"shapes": [e.row() for e in found], "skipped": found.skipped,
+                 "out": args.out}, lines)
     return 0
 
 
