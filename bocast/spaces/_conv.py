@@ -96,8 +96,8 @@ class Conv(mm.MatmulOperator):
             return super().matmul_space(vec)
         if not self.hopper_v3:
             raise WorkloadError(f"{self.name}: space v3 (Hopper TMA + wgmma) implements conv2d "
-                                "only among the convolutions (stride 1, with its dilation "
-                                "field); use space v2")
+                                "only among the convolutions (any stride, padding and "
+                                "dilation; conv2d_dilated too); use space v2")
         mm.check_size(self.matmul, self.name)
         return _hopper_conv.space(self)
 

@@ -279,20 +279,49 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
     from tvm.script import tirx as T
 
     p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype)
-    BM, BN, BK, atoms, half_n = p.BM, p.BN, p.BK, p.atoms, p.half_n
-    vec_store, tma_store = p.vec_store, p.tma_store
-    # ragged M or N (a GEMM's only: bmm_tiles_within_batch): the direct stores test their rows
-    # and columns; TMA zero-fills the loads past each edge (and past K)
-    pred_m, pred_n = M % BM != 0, N % BN != 0
-    pred_n1 = N % 2 != 0  # scalar stores: column 2j + 1 may be past the edge while 2j is not
-    tma_st = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
+    BM, BK, tma_store = p.BM, p.BK, p.tma_store
     maps = {"A_map": tensor_map("A", batch * M, K, p.a_box, BK, in_dtype),
             "B_map": tensor_map("B", batch * N, K, p.b_box, BK, in_dtype)}
     if tma_store:
         maps["C_map"] = tensor_map("C", batch * M, N, EPI_ROWS, epi_cols(out_dtype), out_dtype)
+    a_tma, b_tma, *c_tma = (encode_args(m) for m in maps.values())
+    store_box, store_rows = row_major_stores(p, M, N, out_dtype)
+    body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
+                                         store_box=store_box, store_rows=store_rows))
+
+    @T.prim_func
+    def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
+        A = T.match_buffer(A_ptr, (batch * M, K), in_dtype, align=16)
+        B = T.match_buffer(B_ptr, (batch * N, K), in_dtype, align=16)
+        C = T.match_buffer(C_ptr, (batch * M, N), out_dtype, align=16)
+        A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, in_dtype, 2, A.data, *a_tma)
+        B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, in_dtype, 2, B.data, *b_tma)
+        if tma_store:  # C's tensor map exists only for the tma epilogue
+            C_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+            T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, out_dtype, 2, C.data,
+                          *c_tma[0])
+        T.device_entry()
+        body(A_map, B_map, C, C_map if tma_store else None)
+
+    return p.kernel(main, maps)
+
+
+def row_major_stores(p: hk.Plan, M: int, N: int, out_dtype: str):
+    """The output hooks (``Operands.store_box``, ``store_rows``) of a row-major C[M, N] (a bmm's
+    [b x M, N]; conv2d's Y as [N*OH*OW, K] when im2col loads its rows): the tma epilogue's
+    2-D box store, the direct epilogues' stores of each accumulator at (row, column)."""
+    from tvm.script import tirx as T
+
+    BM, BN, atoms, half_n, vec_store = p.BM, p.BN, p.atoms, p.half_n, p.vec_store
+    # ragged M or N (not a bmm's: bmm_tiles_within_batch): the direct stores test their rows
+    # and columns; TMA zero-fills the loads past each edge (and past K)
+    pred_m, pred_n = M % BM != 0, N % BN != 0
+    pred_n1 = N % 2 != 0  # scalar stores: column 2j + 1 may be past the edge while 2j is not
+    tma_st = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
     # a 16-bit output: two accumulators rounded into one 4-byte store (fp32: st.global.v2.f32)
     store_pair = hk.store_pair(out_dtype, "global")
-    a_tma, b_tma, *c_tma = (encode_args(m) for m in maps.values())
 
     @T.macro
     def store_box(C_map, smem, tm, row0, a, col0, lt):
@@ -324,23 +353,4 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
                             if not pred_n1 or col + 1 < N:
                                 C[row + h * 8, col + 1] = T.cast(acc[v + h * 2 + 1], out_dtype)
 
-    body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
-                                         store_box=store_box, store_rows=store_rows))
-
-    @T.prim_func
-    def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
-        A = T.match_buffer(A_ptr, (batch * M, K), in_dtype, align=16)
-        B = T.match_buffer(B_ptr, (batch * N, K), in_dtype, align=16)
-        C = T.match_buffer(C_ptr, (batch * M, N), out_dtype, align=16)
-        A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, in_dtype, 2, A.data, *a_tma)
-        B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, in_dtype, 2, B.data, *b_tma)
-        if tma_store:  # C's tensor map exists only for the tma epilogue
-            C_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-            T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, out_dtype, 2, C.data,
-                          *c_tma[0])
-        T.device_entry()
-        body(A_map, B_map, C, C_map if tma_store else None)
-
-    return p.kernel(main, maps)
+    return store_box, store_rows

@@ -1,0 +1,138 @@
+"""TMA's im2col mode for space v3's conv2d (``_hopper_conv``'s producer ``a_load: im2col``): the
+tensor map's description, a load's coordinates and offsets, and the packed arguments of the map's
+host encoder, all free of TVM (the kernel, the runner and the tests' numpy model share them).
+
+What the hardware does (PTX ISA, "im2col mode" of ``cp.async.bulk.tensor``; ``cuda.h``'s
+``cuTensorMapEncodeIm2col``; CUTLASS's sm90 conv collective and Triton's ``14-conv-im2col.py``
+use it the same way; the mapping was checked on an H200, ``hopper-next.md`` a.5):
+
+- the map over X (dims innermost first: C, W, H, N) fixes, per spatial dimension, a bounding
+  box of positions ``lower, lower + t, ...`` up to ``extent - 1 + upper`` (t: the traversal
+  stride, the map's element stride; corners W first), and a load's shape: ``pixels`` positions
+  (BM) of ``channels`` channels (BK) each, in shared memory as BM rows of BK channels, swizzled
+  as the 2-D box of the GEMM's A (so the wgmma descriptors are unchanged);
+- one load starts at the position its coordinates (c, w, h, n) give, walks the box's
+  positions W fastest, then H, then N (crossing rows and images), and reads for each position
+  the BK channels at position + the load's offsets (u16, W first); a coordinate outside X reads
+  zero (the fill counts towards the mbarrier's bytes like the rest of the box).
+
+For the convolution: ``lower = -pad`` and the last position ``(O - 1) * stride - pad`` make the
+positions exactly the output pixels' top-left input coordinates, in the order of the implicit
+GEMM's rows (n, oh, ow); the offsets ``(s * dil, r * dil)`` choose tap (r, s). So the load for
+k block (r, s, c-block) starting at output pixel m0 is A's box [m0 .. m0 + BM) x (r, s, c-block)
+of the implicit GEMM, M counted linearly: no pixel tile, no row computed in vain but the last
+tile's past M (zeros, never stored), for any stride, padding and dilation.
+
+Why this producer is the default choice for strided and dilated convolutions (nothing could be
+timed where it was written; ``experiments/device/conv_v3_check.sh`` measures it against the
+tiled one): it is what CUTLASS's sm90 conv uses; one TMA instruction per k block as in the GEMM
+(the tiled box too, but a rectangle of pixels must tile the output: 7 x 7 or 14 x 14 outputs of
+the ResNet stage transitions waste 12-25 % of the rows of any 64-multiple tile, and with stride
+2 each box's row of pixels covers twice the input width); the same one elected producer thread
+and ring, so nothing changes for the consumers. A cp.async gather by the producer warpgroup
+would need 128 threads with registers (the producer has 24-56 after setmaxnreg), its own
+swizzle arithmetic and arrive-on-complete barriers: more to get wrong, and not faster than TMA.
+"""
+
+from __future__ import annotations
+
+from ._hopper_layout import DTYPE_BYTES, SWIZZLE
+
+#: cuTensorMapEncodeIm2col's limits for a rank-4 (NHWC) map (cuda.h): corners are 8-bit signed,
+#: the traversal stride at most 8, a load's channels at most 256 and pixels at most 1024
+CORNER_RANGE = (-128, 127)
+MAX_TRAVERSAL_STRIDE = 8
+MAX_OFFSET = 2**16 - 1  # the load's offsets are u16
+#: the packed function an exported kernel's host code calls to encode the map (TVM registers
+#: only cuTensorMapEncodeTiled; ``bocast.measure.gpu_worker.register_im2col_encoder`` adds it)
+ENCODER = "bocast.cuTensorMapEncodeIm2col"
+
+
+def tap(kb, g, bk: int):
+    """(r, s, c-block) of k block ``kb``: k blocks run over (r, s, c-block), c-block innermost
+    (``c_block_within_tap``: BK divides C). TIR expressions in the kernel, ints in tests."""
+    cbs = g.C // bk
+    return kb // (g.S * cbs), kb // cbs % g.S, kb % cbs
+
+
+def corners(g) -> tuple[list[int], list[int]]:
+    """The bounding box's lower and upper corners, W first: positions -pad .. (O - 1) * stride
+    - pad, the top-left input coordinates of the output pixels along each dimension."""
+    lower = [-g.pad, -g.pad]
+    upper = [(g.OW - 1) * g.stride - g.pad - (g.W - 1), (g.OH - 1) * g.stride - g.pad - (g.H - 1)]
+    return lower, upper
+
+
+def why_not(g) -> str | None:
+    """Why TMA's im2col mode cannot take the convolution ``g`` (None: it can)."""
+    lo, hi = CORNER_RANGE
+    lower, upper = corners(g)
+    if not all(lo <= v <= hi for v in lower + upper):
+        return (f"its bounding box's corners {lower} / {upper} (W, H) leave the rank-4 map's "
+                f"range [{lo}, {hi}]")
+    if g.stride > MAX_TRAVERSAL_STRIDE:
+        return f"stride {g.stride} exceeds TMA's traversal stride limit {MAX_TRAVERSAL_STRIDE}"
+    if max(g.R - 1, g.S - 1) * g.dil > MAX_OFFSET:
+        return f"a tap's offset (R - 1) x dilation exceeds the load's u16 offsets ({MAX_OFFSET})"
+    return None
+
+
+def tensor_map(g, BM: int, BK: int) -> dict:
+    """The im2col map over X[N, H, W, C] (fp16) for loads of BM pixels x BK channels (128- or
+    64-byte rows: that swizzle); what the runner encodes (``gpu_worker.encode_tensor_map``,
+    ``mode`` im2col)."""
+    f16 = DTYPE_BYTES["float16"]
+    lower, upper = corners(g)
+    return {"tensor": "X", "dtype": "float16", "mode": "im2col",
+            "dims": [g.C, g.W, g.H, g.N],
+            "strides": [g.C * f16, g.W * g.C * f16, g.H * g.W * g.C * f16],
+            "lower": lower, "upper": upper, "channels": BK, "pixels": BM,
+            "element_strides": [1, g.stride, g.stride, 1], "swizzle": SWIZZLE[BK * f16]}
+
+
+#: the fields of an im2col map after its rank, in the order of :func:`encode_args` (the number of
+#: values each takes, by rank: rank, rank - 1, spatial = rank - 2, ...)
+_FIELDS = (("dims", 0), ("strides", -1), ("lower", -2), ("upper", -2), ("channels", None),
+           ("pixels", None), ("element_strides", 0), ("swizzle", None))
+
+
+def encode_args(m: dict) -> list:
+    """The packed encoder's arguments after (map, dtype, rank, pointer): the map's fields in
+    :data:`_FIELDS` order, flattened (an export's host code passes them so)."""
+    out: list = []
+    for name, _ in _FIELDS:
+        v = m[name]
+        out += list(v) if isinstance(v, (list, tuple)) else [v]
+    return out
+
+
+def parse_args(rank: int, args) -> dict:
+    """:func:`encode_args` read back (the packed encoder's side): the map's fields."""
+    args, spec = [int(a) for a in args], {}
+    for name, less in _FIELDS:
+        n = 1 if less is None else rank + less
+        spec[name] = args[0] if less is None else args[:n]
+        args = args[n:]
+    if args:
+        raise ValueError(f"{len(args)} arguments too many for a rank-{rank} im2col map")
+    return {**spec, "mode": "im2col"}
+
+
+def first_pixel(m0, g):
+    """(n, oh, ow): the output pixel of the implicit GEMM's row ``m0``."""
+    return m0 // (g.OH * g.OW), m0 // g.OW % g.OH, m0 % g.OW
+
+
+def load_coords(kb, m0, g, bk: int):
+    """The coordinates (c, w, h, n) of the im2col load of k block ``kb`` for the BM rows from
+    ``m0``: c-block's first channel and the first row's pixel's top-left input position (which
+    may be negative: padding)."""
+    _, _, cb = tap(kb, g, bk)
+    n, oh, ow = first_pixel(m0, g)
+    return cb * bk, ow * g.stride - g.pad, oh * g.stride - g.pad, n
+
+
+def load_offsets(kb, g, bk: int):
+    """The im2col offsets (w, h) of k block ``kb``'s load: its tap's shift (s dil, r dil)."""
+    r, s, _ = tap(kb, g, bk)
+    return s * g.dil, r * g.dil
