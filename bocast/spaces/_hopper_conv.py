@@ -177,7 +177,8 @@ def constraints(spec, g: ConvGeometry) -> list[Constraint]:
         Constraint("im2col_within_tma_limits",
                    "TMA's im2col mode takes the convolution: bounding-box corners within "
                    f"{list(im2col.CORNER_RANGE)} (rank 4), stride <= "
-                   f"{im2col.MAX_TRAVERSAL_STRIDE}, tap offsets in 16 bits"
+                   f"{im2col.MAX_TRAVERSAL_STRIDE}, tap offsets (R - 1) x dilation <= "
+                   f"{im2col.MAX_OFFSET}"
                    + (f" (here not: {im2col_no})" if im2col_no else ""),
                    lambda c: tiled(c) | (im2col_no is None)),
         Constraint("tiled_box_within_256",

@@ -42,7 +42,10 @@ from ._hopper_layout import DTYPE_BYTES, SWIZZLE
 #: the traversal stride at most 8, a load's channels at most 256 and pixels at most 1024
 CORNER_RANGE = (-128, 127)
 MAX_TRAVERSAL_STRIDE = 8
-MAX_OFFSET = 2**16 - 1  # the load's offsets are u16
+#: a tap's offset, (R - 1) x dilation, below 2^(16 / spatial dims) - 1 (the load's 16 offset
+#: bits shared by the 2 spatial dimensions): CUTLASS's sm90 conv can_implement
+#: (sm90_implicit_gemm_gmma_ss_warpspecialized.hpp), taken as is
+MAX_OFFSET = 2**8 - 2
 #: the packed function an exported kernel's host code calls to encode the map (TVM registers
 #: only cuTensorMapEncodeTiled; ``bocast.measure.gpu_worker.register_im2col_encoder`` adds it)
 ENCODER = "bocast.cuTensorMapEncodeIm2col"
@@ -73,7 +76,8 @@ def why_not(g) -> str | None:
     if g.stride > MAX_TRAVERSAL_STRIDE:
         return f"stride {g.stride} exceeds TMA's traversal stride limit {MAX_TRAVERSAL_STRIDE}"
     if max(g.R - 1, g.S - 1) * g.dil > MAX_OFFSET:
-        return f"a tap's offset (R - 1) x dilation exceeds the load's u16 offsets ({MAX_OFFSET})"
+        return (f"a tap's offset (R - 1) x dilation exceeds {MAX_OFFSET} (8 bits a spatial "
+                "dimension)")
     return None
 
 

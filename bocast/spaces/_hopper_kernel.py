@@ -49,7 +49,8 @@ One body, two operators. A :class:`Plan` is what a configuration fixes over an M
 (tile, ring, warpgroups, the tiles' walk, the launch); :func:`device_body` turns it into the
 device code, a TIRx macro over the tensor maps of A and B and the output. An operator differs
 only in its :class:`Operands` hooks: where A's box of a k block lies (GEMM: a 2-D map over
-[b x M, K]; conv2d: a 4-D map over the NHWC input, the pixel tile shifted by the tap) and how a
+[b x M, K]; conv2d: a 4-D map over the NHWC input, the pixel tile shifted by the tap, or an
+im2col map, the tile's pixels and the tap's offsets: ``Operands.a_offsets``) and how a
 tile's rows reach the output (the direct stores' addresses and edge tests, the tma epilogue's
 box store). B is the same for both, a 2-D [rows, K] map. Each operator's ``kernel`` declares
 its buffers and tensor maps in its own prim_func (their names are the kernel's parameters and

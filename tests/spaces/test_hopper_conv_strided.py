@@ -246,11 +246,19 @@ def test_the_strided_space_offers_both_producers():
      "tiled_box_within_256"),                                   # 64 x 8 input columns
     ((1, 8, 8, 64, 64, 3, 3, 1, 130, 1), IM2COL, "im2col_within_tma_limits"),  # corner -130
     ((1, 8, 8, 64, 64, 3, 3, 1, 130, 1), {**TILED, "tile_w": 8, "tile_h": 16}, None),
+    ((1, 8, 8, 64, 64, 2, 2, 1, 127, 255), IM2COL, "im2col_within_tma_limits"),  # offset 255
     (S2_3X3, {**TILED, "tile_w": 64, "tile_h": 2}, "pixel_tile_within_output"),  # 64 >= 2 x 20
     ((8, 40, 40, 96, 128, 3, 3, 2, 1, 1), IM2COL, "c_block_within_tap"),  # 96 % 64
 ])
 def test_constraints_accept_and_refuse_by_name(shape, config, violated):
     assert conv(shape).space.validate(config) == ([violated] if violated else [])
+
+
+def test_the_im2col_limits_say_which_is_broken():
+    geometry = hc.ConvGeometry.of
+    assert "corners" in im.why_not(geometry(conv((1, 8, 8, 64, 64, 3, 3, 1, 130, 1))))
+    assert "offset" in im.why_not(geometry(conv((1, 8, 8, 64, 64, 2, 2, 1, 127, 255))))
+    assert im.why_not(geometry(conv((1, 8, 8, 64, 64, 2, 2, 1, 127, 254)))) is None
 
 
 def test_strides_beyond_tma_and_unaligned_channels_are_refused_by_name():
