@@ -3,12 +3,14 @@
 # first if the carry is too large): space v3's conv2d for strided and dilated convolutions
 # (issue 38, item 1 and the dilated part of item 2), its two producers of the im2col operand
 # (knob a_load: TMA's im2col mode, or a tiled 4-D box with element strides) and v3 against v2.
-# 1. Correctness, and the producers side by side: random v3 configurations (seed 0) of a
-#    stride-2 3x3 conv2d and of a dilation-2 conv2d_dilated, both with ragged extents (odd
-#    input, M and K not multiples of the tiles), batches of SAMPLE_IM2COL with a_load=im2col
-#    and of SAMPLE_TILED with a_load=tiled (`bocast measure --fix a_load=... --all`, cut after
-#    its first batches: 1-3, as the builds keep pace): each built, run and checked against the
-#    float64 reference, and timed beside cuDNN.
+# 1. Correctness, and the producers side by side (MEASURES): random v3 configurations (seed 0)
+#    of each producer, a_load=im2col and a_load=tiled, on the stride-2 3x3 and the dilated
+#    layer of step 2, and of im2col on a ragged stride-2 conv (odd input, M and K not multiples
+#    of the tiles): `bocast measure --fix a_load=... --all` cut after its first batches of N
+#    (1-3, as the builds keep pace), so a uniform sample of the producer's sub-space. Each
+#    kernel built, run and checked against the float64 reference, and timed beside cuDNN.
+#    (A cold BO run's first 32 trials are uniform samples of the whole space, where im2col
+#    configurations are about 1 in 20: the tunes alone would hardly compare the producers.)
 # 2. Cold tunes (an empty records library, --warm-start none, seed 0, TRIALS trials), --space v3
 #    and --space v2, of layers in no configuration, dataset or test of the project:
 #      conv2d 32,56,56,128,128,3,3,2,1,1   ResNet-50 (torchvision v1.5) layer2.0.conv2: the
@@ -30,10 +32,11 @@ set -uo pipefail
 source .devbundle/unpack.sh
 export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
 t_start=$(date +%s)
-BUDGET_S=${BUDGET_S:-530} TRIALS=${TRIALS:-32} RUN_S=${RUN_S:-62} MEASURE_S=${MEASURE_S:-40}
-SAMPLE_IM2COL=${SAMPLE_IM2COL:-6} SAMPLE_TILED=${SAMPLE_TILED:-3} EXPORT_S=${EXPORT_S:-60}
-CHECKS=${CHECKS:-"conv2d/8,57,57,64,96,3,3,2,1,1 conv2d_dilated/4,30,30,128,128,3,3,1,2,2"}
-TUNES=${TUNES:-"conv2d/32,56,56,128,128,3,3,2,1,1 conv2d/32,56,56,256,512,1,1,2,0,1 conv2d_dilated/8,33,33,512,512,3,3,1,2,2"}
+BUDGET_S=${BUDGET_S:-530} TRIALS=${TRIALS:-32} RUN_S=${RUN_S:-55} MEASURE_S=${MEASURE_S:-35}
+EXPORT_S=${EXPORT_S:-60}
+S2=conv2d/32,56,56,128,128,3,3,2,1,1 DIL=conv2d_dilated/8,33,33,512,512,3,3,1,2,2
+MEASURES=${MEASURES:-"conv2d/8,57,57,64,96,3,3,2,1,1/im2col/6 $S2/im2col/6 $S2/tiled/6 $DIL/im2col/6 $DIL/tiled/6"}
+TUNES=${TUNES:-"$S2 conv2d/32,56,56,256,512,1,1,2,0,1 $DIL"}
 SPACES=${SPACES:-"v3 v2"}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 echo "cores $(nproc); $(nvcc --version | tail -1)"
@@ -43,25 +46,21 @@ mkdir -p "$root"
 left() { echo $(( BUDGET_S - ($(date +%s) - t_start) )); }
 cap() { local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo $(( l > 0 ? l : 0 )); }
 
-for check in $CHECKS; do
-  IFS=/ read -r op shape <<< "$check"
-  for load in im2col tiled; do
-    n=$SAMPLE_IM2COL; [ "$load" = tiled ] && n=$SAMPLE_TILED
-    [ "$n" -gt 0 ] || continue
-    name=measure_${op}_${shape//,/x}_${load}
-    t0=$(date +%s)
-    # every feasible configuration of the producer's sub-space in a seeded random order, cut
-    # after the first batches (--max-seconds): a uniform sample of it (bocast measure --all);
-    # the tiled producer's pixel tiles held to 2-8 a side (its enumeration stays short)
-    fix=(--fix "a_load=$load")
-    [ "$load" = tiled ] && fix+=(--fix tile_w=2 --fix tile_w=4 --fix tile_w=8 --fix tile_h=2
-                                 --fix tile_h=4 --fix tile_h=8)
-    timeout "$(cap "$MEASURE_S")" python3 -m bocast.cli measure "$op" --shape "$shape" \
-      --space v3 "${fix[@]}" --all --max-seconds 1 --batch "$n" --seed 0 \
-      --store "$root/$name.db" --json > "$root/$name.log" 2>&1
-    echo "measure $op $shape v3 a_load=$load ($n configurations): exit $? in $(( $(date +%s) - t0 )) s"
-    tail -1 "$root/$name.log"
-  done
+for m in $MEASURES; do
+  IFS=/ read -r op shape load n <<< "$m"
+  name=measure_${op}_${shape//,/x}_${load}
+  t0=$(date +%s)
+  # every feasible configuration of the producer's sub-space in a seeded random order, cut
+  # after the first batches (--max-seconds): a uniform sample of it (bocast measure --all);
+  # the tiled producer's pixel tiles held to 2-8 a side (its enumeration stays short)
+  fix=(--fix "a_load=$load")
+  [ "$load" = tiled ] && fix+=(--fix tile_w=2 --fix tile_w=4 --fix tile_w=8 --fix tile_h=2
+                               --fix tile_h=4 --fix tile_h=8)
+  timeout "$(cap "$MEASURE_S")" python3 -m bocast.cli measure "$op" --shape "$shape" \
+    --space v3 "${fix[@]}" --all --max-seconds 1 --batch "$n" --seed 0 \
+    --store "$root/$name.db" --json > "$root/$name.log" 2>&1
+  echo "measure $op $shape v3 a_load=$load (batches of $n): exit $? in $(( $(date +%s) - t0 )) s"
+  tail -1 "$root/$name.log" | cut -c1-300
 done
 
 for tune in $TUNES; do
@@ -120,20 +119,22 @@ def load(config):
 
 
 print("| store | statuses by producer | worst ok rel_error | best TFLOPS by producer "
-      "(/ cuDNN) |")
-print("| --- | --- | --- | --- |")
+      "(/ cuDNN) | median ok TFLOPS by producer |")
+print("| --- | --- | --- | --- | --- |")
 for db in sorted(glob.glob(f"{root}/measure_*.db")):
     w, ref, rows = store(db)
     st = Counter((load(c), s) for c, s, _, _ in rows)
     worst = max((e for _, s, e, _ in rows if s == "ok" and e is not None), default=None)
-    best = defaultdict(float)
+    ok = defaultdict(list)
     for c, s, _, tf in rows:
         if s == "ok" and tf:
-            best[load(c)] = max(best[load(c)], tf)
+            ok[load(c)].append(tf)
     rt = ref.get("tflops") or 0
     print(f"| {os.path.basename(db)} | {', '.join(f'{l} {s} {n}' for (l, s), n in sorted(st.items()))}"
-          f" | {worst} | " + ", ".join(f"{l} {v:.1f} ({v / rt:.3f})" if rt else f"{l} {v:.1f}"
-                                       for l, v in sorted(best.items())) + " |")
+          f" | {worst} | " + ", ".join(f"{l} {max(v):.1f} ({max(v) / rt:.3f})" if rt else
+                                       f"{l} {max(v):.1f}" for l, v in sorted(ok.items()))
+          + " | " + ", ".join(f"{l} {sorted(v)[len(v) // 2]:.1f}" for l, v in sorted(ok.items()))
+          + " |")
 print()
 print("| op | shape | space | trials | best TFLOPS | cuDNN TFLOPS | best / cuDNN | v3 best's "
       "producer | best TFLOPS by producer | statuses | worst ok rel_error |")
