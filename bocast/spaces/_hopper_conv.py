@@ -160,8 +160,9 @@ def derive(spec, g: ConvGeometry):
 
 def constraints(spec, g: ConvGeometry) -> list[Constraint]:
     raster_doc = ("raster groups whole block rows: it divides the number of pixel tiles "
-                  "(ceil(N / tile_n) x ceil(OH / tile_h) x ceil(OW / tile_w)) (raster_major "
-                  "m), or whole block columns: it divides ceil(K / BN) (n)")
+                  "(ceil(N / tile_n) x ceil(OH / tile_h) x ceil(OW / tile_w); im2col: "
+                  "ceil(N OH OW / BM)) (raster_major m), or whole block columns: it divides "
+                  "ceil(K / BN) (n)")
     gemm = [dataclasses.replace(c, doc=raster_doc) if c.name == "raster_divides_block_rows"
             else c for c in hm.constraints(spec)]
     im2col_no = im2col.why_not(g)
@@ -188,15 +189,15 @@ def constraints(spec, g: ConvGeometry) -> list[Constraint]:
                    lambda c: ~tiled(c) | ((c["tile_w"] * g.stride <= MAX_BOX)
                                           & (c["tile_h"] * g.stride <= MAX_BOX))),
         Constraint("pixel_tile_divides_bm",
-                   "the pixel tile is whole images' rectangles: tile_h x tile_w divides BM "
-                   "(tile_n = BM / (tile_h x tile_w) images)",
+                   "the tiled producer's pixel tile is whole images' rectangles: tile_h x "
+                   "tile_w divides BM (tile_n = BM / (tile_h x tile_w) images)",
                    lambda c: ~tiled(c) | (c["bm"] % (c["tile_w"] * c["tile_h"]) == 0)),
         Constraint("pixel_tile_within_output",
-                   f"no pixel-tile extent is twice the output's or more (tile_w < 2 OW = "
-                   f"{2 * g.OW}, tile_h < 2 OH = {2 * g.OH}, tile_n < 2 N = {2 * g.N}; tile_n "
-                   "may be more where the tile already holds whole images, tile_w >= OW and "
-                   "tile_h >= OH): such a tile's second half would be rows past the edge in "
-                   "every tile",
+                   f"(tiled producer) no pixel-tile extent is twice the output's or more "
+                   f"(tile_w < 2 OW = {2 * g.OW}, tile_h < 2 OH = {2 * g.OH}, tile_n < 2 N = "
+                   f"{2 * g.N}; tile_n may be more where the tile already holds whole images, "
+                   "tile_w >= OW and tile_h >= OH): such a tile's second half would be rows "
+                   "past the edge in every tile",
                    lambda c: ~tiled(c) | ((c["tile_w"] < 2 * g.OW) & (c["tile_h"] < 2 * g.OH)
                                           & ((c["tile_n"] < 2 * g.N)
                                              | ((c["tile_w"] >= g.OW) & (c["tile_h"] >= g.OH))))),
