@@ -138,7 +138,7 @@ def translate(config: Config, target: Space) -> Config | None:
     the extent, or the result is not a structural configuration of ``target``). A knob with a
     default (one added after the source was recorded: conv2d v3's ``a_load``, which the pixel
     tile's knobs depend on) takes its default, as :meth:`Space.complete` reads old records."""
-    config = target.complete(config)
+    config = dict(target.complete(config))
     if any(n not in config for n in target.conditioning):
         return None
     cond = {n: config[n] for n in target.conditioning}

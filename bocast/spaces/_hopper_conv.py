@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from bocast.operator import WorkloadError
-from bocast.space import Categorical, Constraint, Knob, Ordinal, Space
+from bocast.space import Categorical, Constraint, Knob, Space
 
 from . import _hopper_conv_tiled as tiled
 from . import _hopper_im2col as im2col
@@ -71,40 +71,64 @@ from ._hopper_layout import EPI_COLS, EPI_ROWS, encode_args, tensor_map
 #: ``_hopper_conv_tiled``)
 __all__ = ["a_coords", "atom_box", "out_row", "row_pixel", "tile_counts", "tile_origin"]
 
-#: pixel-tile extents along OW and OH (powers of two: a 64-row wgmma atom is then a sub-box of
-#: the tile, see :func:`atom_box`); tile_n = BM / (tile_h x tile_w) is derived
-TILE_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 #: the smallest k block (64-byte swizzle): C must be a multiple of it
 MIN_BK = 32
-#: the tiled producer's box extents are at most 256 elements (TMA), tile_w x stride among them
-MAX_BOX = 256
 
 
 @dataclass(frozen=True)
 class ConvGeometry:
-    """The extents of a conv2d: X[N, H, W, C], weights [K, R, S, C], Y[N, OH, OW, K]."""
+    """The extents of a convolution of 1-3 spatial dimensions: X[N, *size, C], weights
+    [K, *ksize, C], Y[N, *out, K] (spatial extents outermost first: D, H, W). A conv2d's
+    are also named H, W, R, S, OH, OW (the tiled producer's)."""
 
     N: int
-    H: int
-    W: int
     C: int
     K: int
-    R: int
-    S: int
+    size: tuple[int, ...]
+    ksize: tuple[int, ...]
+    out: tuple[int, ...]
     pad: int
     dil: int
-    OH: int
-    OW: int
     stride: int = 1
 
     @classmethod
     def of(cls, op) -> ConvGeometry:
-        (H, W), (R, S), (OH, OW) = op.size, op.ksize, op.out
-        return cls(op.N, H, W, op.C, op.K, R, S, op.pad, op.dilation, OH, OW, op.stride)
+        return cls(op.N, op.C, op.K, tuple(op.size), tuple(op.ksize), tuple(op.out), op.pad,
+                   op.dilation, op.stride)
 
     @property
     def M(self) -> int:
-        return self.N * self.OH * self.OW
+        return self.N * int(np.prod(self.out))
+
+    @property
+    def RSC(self) -> int:
+        """The implicit GEMM's K: every tap's C channels."""
+        return int(np.prod(self.ksize)) * self.C
+
+    # a conv2d's extents by name (the tiled producer's; IndexError for conv1d)
+    @property
+    def H(self) -> int:
+        return self.size[-2]
+
+    @property
+    def W(self) -> int:
+        return self.size[-1]
+
+    @property
+    def R(self) -> int:
+        return self.ksize[-2]
+
+    @property
+    def S(self) -> int:
+        return self.ksize[-1]
+
+    @property
+    def OH(self) -> int:
+        return self.out[-2]
+
+    @property
+    def OW(self) -> int:
+        return self.out[-1]
 
 
 def check_workload(op) -> None:
@@ -119,22 +143,26 @@ def check_workload(op) -> None:
     if op.C % MIN_BK:
         raise WorkloadError(f"{what} needs C % {MIN_BK} == 0 (a k block of BK = 32 or 64 "
                             f"channels stays inside one tap), got C = {op.C}; use space v2")
+    no = im2col.why_not(ConvGeometry.of(op))
+    if len(op.size) != 2 and no:  # conv1d, conv3d: im2col is their only producer
+        raise WorkloadError(f"{what} loads it by TMA's im2col mode only, which cannot take it: "
+                            f"{no}; use space v2")
 
 
-def knobs(spec) -> list[Knob]:
+def knobs(spec, g: ConvGeometry) -> list[Knob]:
     # the conv kernel has no thread-block clusters yet: the GEMM's cluster knob keeps one value
-    tiled = {"a_load": ("tiled",)}
-    return [Categorical("cluster", ("1x1",), default="1x1", doc="no clusters for conv2d yet")
-            if k.name == "cluster" else k for k in hm.knobs(spec)] + [
-        # came after the stride-1 datasets and stores were recorded: theirs read as tiled
-        Categorical("a_load", ("tiled", "im2col"), default="tiled",
-                    doc="A's producer: a 4-D tiled box of a pixel tile (tile_w, tile_h), or "
-                        "TMA's im2col mode over BM consecutive output pixels"),
-        Ordinal("tile_w", TILE_CHOICES, active_when=tiled,
-                doc="pixel tile: output columns (OW) per CTA tile"),
-        Ordinal("tile_h", TILE_CHOICES, active_when=tiled,
-                doc="pixel tile: output rows (OH) per CTA tile; BM / (tile_h x tile_w) images"),
-    ]
+    gemm = [Categorical("cluster", ("1x1",), default="1x1", doc="no clusters for convs yet")
+            if k.name == "cluster" else k for k in hm.knobs(spec)]
+    if len(g.size) != 2:  # the tiled producer's pixel tiles are a conv2d's
+        return [*gemm, Categorical("a_load", ("im2col",), default="im2col",
+                                   doc="A's producer: TMA's im2col mode over BM consecutive "
+                                       "output pixels")]
+    # a_load came after the stride-1 datasets and stores were recorded: theirs read as tiled
+    return [*gemm, Categorical("a_load", ("tiled", "im2col"), default="tiled",
+                               doc="A's producer: a 4-D tiled box of a pixel tile (tile_w, "
+                                   "tile_h), or TMA's im2col mode over BM consecutive output "
+                                   "pixels"),
+            *tiled.knobs()]
 
 
 def derive(spec, g: ConvGeometry):
@@ -142,17 +170,17 @@ def derive(spec, g: ConvGeometry):
 
     def run(c):
         out = base(c)
-        bm, tw, th = c["bm"], c["tile_w"], c["tile_h"]  # im2col: tile_w, tile_h read as 1
-        whole = bm % (tw * th) == 0
-        tn = np.where(whole, bm // np.maximum(tw * th, 1), 1)  # images per tile
+        bm = c["bm"]
         # im2col: BM consecutive output pixels a tile, only the last one ragged
-        tiles_m = np.where(c["a_load"] == "im2col", -(-g.M // bm),
-                           -(-g.N // tn) * -(-g.OH // th) * -(-g.OW // tw))
+        tiles_m = -(-g.M // bm)
+        if len(g.size) == 2:
+            tn, pixel_tiles = tiled.tiles(c, g)
+            tiles_m = np.where(c["a_load"] == "im2col", tiles_m, pixel_tiles)
+            out["tile_n"] = tn
         tiles = tiles_m * -(-g.K // c["bn"])
-        out.update(tile_n=tn, tiles_m=tiles_m, tiles=tiles,
-                   pixel_fraction=g.M / (tiles_m * bm),
+        out.update(tiles_m=tiles_m, tiles=tiles, pixel_fraction=g.M / (tiles_m * bm),
                    wave_efficiency=hm.wave_efficiency(g.M * g.K, tiles, bm, c["bn"]),
-                   k_blocks=g.R * g.S * -(-g.C // c["bk"]))
+                   k_blocks=int(np.prod(g.ksize)) * -(-g.C // c["bk"]))
         return out
 
     return run
@@ -161,56 +189,34 @@ def derive(spec, g: ConvGeometry):
 def constraints(spec, g: ConvGeometry) -> list[Constraint]:
     raster_doc = ("raster groups whole block rows: it divides the number of pixel tiles "
                   "(ceil(N / tile_n) x ceil(OH / tile_h) x ceil(OW / tile_w); im2col: "
-                  "ceil(N OH OW / BM)) (raster_major m), or whole block columns: it divides "
-                  "ceil(K / BN) (n)")
+                  "ceil(M / BM), M = N x output pixels) (raster_major m), or whole block "
+                  "columns: it divides ceil(K / BN) (n)")
     gemm = [dataclasses.replace(c, doc=raster_doc) if c.name == "raster_divides_block_rows"
             else c for c in hm.constraints(spec)]
-    im2col_no = im2col.why_not(g)
-
-    def tiled(c):
-        return c["a_load"] == "tiled"
-
+    sp, im2col_no = len(g.size), im2col.why_not(g)
     return [
         Constraint("c_block_within_tap",
-                   f"a k block's BK channels stay inside one tap (r, s): C ({g.C}) % BK == 0, "
-                   "so k block kb is (r, s, c-block) and columns kb x BK of the weights",
+                   f"a k block's BK channels stay inside one tap: C ({g.C}) % BK == 0, so k "
+                   "block kb is (*taps, c-block) and columns kb x BK of the weights",
                    lambda c: g.C % c["bk"] == 0),
         Constraint("im2col_within_tma_limits",
                    "TMA's im2col mode takes the convolution: bounding-box corners within "
-                   f"{list(im2col.CORNER_RANGE)} (rank 4), stride <= "
+                   f"{list(im2col.CORNER_RANGE[sp])} (rank {sp + 2}), stride <= "
                    f"{im2col.MAX_TRAVERSAL_STRIDE}, tap offsets (R - 1) x dilation <= "
-                   f"{im2col.MAX_OFFSET}"
-                   + (f" (here not: {im2col_no})" if im2col_no else ""),
-                   lambda c: tiled(c) | (im2col_no is None)),
-        Constraint("tiled_box_within_256",
-                   f"the tiled producer's box spans tile_w x stride and tile_h x stride input "
-                   f"pixels (stride {g.stride}; TMA loads every stride-th), at most {MAX_BOX} "
-                   "each",
-                   lambda c: ~tiled(c) | ((c["tile_w"] * g.stride <= MAX_BOX)
-                                          & (c["tile_h"] * g.stride <= MAX_BOX))),
-        Constraint("pixel_tile_divides_bm",
-                   "the tiled producer's pixel tile is whole images' rectangles: tile_h x "
-                   "tile_w divides BM (tile_n = BM / (tile_h x tile_w) images)",
-                   lambda c: ~tiled(c) | (c["bm"] % (c["tile_w"] * c["tile_h"]) == 0)),
-        Constraint("pixel_tile_within_output",
-                   f"(tiled producer) no pixel-tile extent is twice the output's or more "
-                   f"(tile_w < 2 OW = {2 * g.OW}, tile_h < 2 OH = {2 * g.OH}, tile_n < 2 N = "
-                   f"{2 * g.N}; tile_n may be more where the tile already holds whole images, "
-                   "tile_w >= OW and tile_h >= OH): such a tile's second half would be rows "
-                   "past the edge in every tile",
-                   lambda c: ~tiled(c) | ((c["tile_w"] < 2 * g.OW) & (c["tile_h"] < 2 * g.OH)
-                                          & ((c["tile_n"] < 2 * g.N)
-                                             | ((c["tile_w"] >= g.OW) & (c["tile_h"] >= g.OH))))),
+                   f"{im2col.MAX_OFFSET[sp]}" + (f" (here not: {im2col_no})" if im2col_no else ""),
+                   lambda c: (c["a_load"] == "tiled") | (im2col_no is None)),
+        *(tiled.constraints(g) if sp == 2 else []),
         *gemm,
     ]
 
 
 def space(op) -> Space:
-    """conv2d's v3 space: the GEMM template's knobs and constraints over the implicit GEMM
-    (M = N*OH*OW, N = K, K = R*S*C), plus the producer's (``a_load`` and the pixel tile)."""
+    """A convolution's v3 space: the GEMM template's knobs and constraints over the implicit
+    GEMM (M = N x output pixels, N = K, K = taps x C), plus the producer's (``a_load``, and for
+    conv2d the tiled producer's pixel tile)."""
     check_workload(op)
     spec, g = op.matmul, ConvGeometry.of(op)
-    return Space(knobs(spec), constraints(spec, g), derive(spec, g))
+    return Space(knobs(spec, g), constraints(spec, g), derive(spec, g))
 
 
 build_options = hm.build_options
@@ -224,7 +230,7 @@ def conv_tensor_maps(g: ConvGeometry, BM: int, BN: int, BK: int, tile, tma_store
     (``tile`` None: the im2col producer's; else the tiled producer's 4-D box over the pixel
     tile, ``_hopper_conv_tiled.tiled_maps``), the weights' 2-D [K, R*S*C] boxes, and for the
     tma epilogue Y's store box of one atom (2-D over [N*OH*OW, K] rows for im2col, else 4-D)."""
-    W_map = tensor_map("W", g.K, g.R * g.S * g.C, BN, BK)
+    W_map = tensor_map("W", g.K, g.RSC, BN, BK)
     if tile is not None:
         maps = tiled.tiled_maps(g, BK, tile, tma_store)
         return {"X_map": maps.pop("X_map"), "W_map": W_map, **maps}
@@ -256,15 +262,15 @@ def kernel(g: ConvGeometry, config) -> hk.TirxKernel:
     w_tma = encode_args(maps["W_map"])
     y_tma = encode_args(maps["Y_map"]) if p.tma_store else []
     body = hk.device_body(p, ops)
-    Kout = g.K
+    Kout, x_shape, x_rank = g.K, (g.N, *g.size, g.C), len(g.size) + 2
 
     @T.prim_func
     def main(X_ptr: T.handle, W_ptr: T.handle, Y_ptr: T.handle):
-        X = T.match_buffer(X_ptr, (g.N, g.H, g.W, g.C), "float16", align=16)
-        Wt = T.match_buffer(W_ptr, (Kout, g.R * g.S * g.C), "float16", align=16)
+        X = T.match_buffer(X_ptr, x_shape, "float16", align=16)
+        Wt = T.match_buffer(W_ptr, (Kout, g.RSC), "float16", align=16)
         Y = T.match_buffer(Y_ptr, (g.M, Kout), "float32", align=16)
         X_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed(x_encoder, X_map, "float16", 4, X.data, *x_tma)
+        T.call_packed(x_encoder, X_map, "float16", x_rank, X.data, *x_tma)
         W_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", W_map, "float16", 2, Wt.data, *w_tma)
         if p.tma_store:
@@ -283,7 +289,7 @@ def _im2col_operands(g: ConvGeometry, config):
     C."""
     from tvm.script import tirx as T
 
-    p = hk.Plan(config, g.M, g.K, g.R * g.S * g.C)
+    p = hk.Plan(config, g.M, g.K, g.RSC)
     assert g.C % p.BK == 0, "c_block_within_tap"
     assert im2col.why_not(g) is None, "im2col_within_tma_limits"
     store_box, store_rows = hm.row_major_stores(p, g.M, g.K, "float32")
@@ -292,7 +298,8 @@ def _im2col_operands(g: ConvGeometry, config):
         return tuple(T.uint16(o) for o in im2col.load_offsets(kb, g, p.BK))
 
     return p, hk.Operands(
-        a_coords=lambda kb, tm: im2col.load_coords(kb, tm * p.BM, g, p.BK), a_rank=4,
+        a_coords=lambda kb, tm: im2col.load_coords(kb, tm * p.BM, g, p.BK),
+        a_rank=len(g.size) + 2,
         store_box=store_box, store_rows=store_rows, a_offsets=offsets)
 
 def describe_config(g: ConvGeometry, config: Any) -> str:

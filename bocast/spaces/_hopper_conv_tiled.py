@@ -8,9 +8,63 @@ from __future__ import annotations
 
 import numpy as np
 
+from bocast.space import Constraint, Knob, Ordinal
+
 from . import _hopper_im2col as im2col
 from . import _hopper_kernel as hk
 from ._hopper_layout import DTYPE_BYTES, EPI_COLS, SWIZZLE
+
+#: pixel-tile extents along OW and OH (powers of two: a 64-row wgmma atom is then a sub-box of
+#: the tile, see :func:`atom_box`); tile_n = BM / (tile_h x tile_w) is derived
+TILE_CHOICES = (1, 2, 4, 8, 16, 32, 64)
+#: the box's extents are at most 256 elements (TMA), tile_w x stride among them
+MAX_BOX = 256
+
+
+def knobs() -> list[Knob]:
+    """The pixel tile's knobs, active for this producer only."""
+    tiled = {"a_load": ("tiled",)}
+    return [Ordinal("tile_w", TILE_CHOICES, active_when=tiled,
+                    doc="pixel tile: output columns (OW) per CTA tile"),
+            Ordinal("tile_h", TILE_CHOICES, active_when=tiled,
+                    doc="pixel tile: output rows (OH) per CTA tile; BM / (tile_h x tile_w) "
+                        "images")]
+
+
+def tiles(c, g):
+    """(tile_n, pixel tiles) of a batch of configurations' columns (im2col's, whose tile_w and
+    tile_h read as 1, are never used)."""
+    bm, tw, th = c["bm"], c["tile_w"], c["tile_h"]
+    tn = np.where(bm % (tw * th) == 0, bm // np.maximum(tw * th, 1), 1)  # images per tile
+    return tn, -(-g.N // tn) * -(-g.OH // th) * -(-g.OW // tw)
+
+
+def constraints(g) -> list[Constraint]:
+    """The tiled producer's constraints (each passes an im2col configuration)."""
+    def tiled(c):
+        return c["a_load"] == "tiled"
+
+    return [
+        Constraint("tiled_box_within_256",
+                   f"the tiled producer's box spans tile_w x stride and tile_h x stride input "
+                   f"pixels (stride {g.stride}; TMA loads every stride-th), at most {MAX_BOX} "
+                   "each",
+                   lambda c: ~tiled(c) | ((c["tile_w"] * g.stride <= MAX_BOX)
+                                          & (c["tile_h"] * g.stride <= MAX_BOX))),
+        Constraint("pixel_tile_divides_bm",
+                   "the tiled producer's pixel tile is whole images' rectangles: tile_h x "
+                   "tile_w divides BM (tile_n = BM / (tile_h x tile_w) images)",
+                   lambda c: ~tiled(c) | (c["bm"] % (c["tile_w"] * c["tile_h"]) == 0)),
+        Constraint("pixel_tile_within_output",
+                   f"(tiled producer) no pixel-tile extent is twice the output's or more "
+                   f"(tile_w < 2 OW = {2 * g.OW}, tile_h < 2 OH = {2 * g.OH}, tile_n < 2 N = "
+                   f"{2 * g.N}; tile_n may be more where the tile already holds whole images, "
+                   "tile_w >= OW and tile_h >= OH): such a tile's second half would be rows "
+                   "past the edge in every tile",
+                   lambda c: ~tiled(c) | ((c["tile_w"] < 2 * g.OW) & (c["tile_h"] < 2 * g.OH)
+                                          & ((c["tile_n"] < 2 * g.N)
+                                             | ((c["tile_w"] >= g.OW) & (c["tile_h"] >= g.OH))))),
+    ]
 
 
 def tile_counts(g, tile: tuple[int, int, int]) -> tuple[int, int, int]:

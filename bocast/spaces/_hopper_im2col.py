@@ -36,47 +36,54 @@ swizzle arithmetic and arrive-on-complete barriers: more to get wrong, and not f
 
 from __future__ import annotations
 
+import numpy as np
+
 from ._hopper_layout import DTYPE_BYTES, SWIZZLE
 
-#: cuTensorMapEncodeIm2col's limits for a rank-4 (NHWC) map (cuda.h): corners are 8-bit signed,
-#: the traversal stride at most 8, a load's channels at most 256 and pixels at most 1024
-CORNER_RANGE = (-128, 127)
+#: cuTensorMapEncodeIm2col's limits (cuda.h), by spatial dimensions (1-3: a map of rank 3-5,
+#: NWC, NHWC, NDHWC): the corners are signed integers of 16, 8 or 5 bits; the traversal stride
+#: is at most 8 (a load's channels at most 256 and pixels at most 1024: BK and BM are less)
+CORNER_RANGE = {1: (-32768, 32767), 2: (-128, 127), 3: (-16, 15)}
 MAX_TRAVERSAL_STRIDE = 8
-#: a tap's offset, (R - 1) x dilation, below 2^(16 / spatial dims) - 1 (the load's 16 offset
-#: bits shared by the 2 spatial dimensions): CUTLASS's sm90 conv can_implement
-#: (sm90_implicit_gemm_gmma_ss_warpspecialized.hpp), taken as is
-MAX_OFFSET = 2**8 - 2
+#: a tap's offset, (R - 1) x dilation, below 2^(16 // spatial dims) - 1 (the load's 16 offset
+#: bits shared by the spatial dimensions): CUTLASS's sm90 conv can_implement
+#: (sm90_implicit_gemm_gmma_ss_warpspecialized.hpp, "255 for 2-D and 31 for 3-D"), taken as is
+MAX_OFFSET = {sp: 2 ** (16 // sp) - 2 for sp in (1, 2, 3)}
 #: the packed function an exported kernel's host code calls to encode the map (TVM registers
 #: only cuTensorMapEncodeTiled; ``bocast.measure.gpu_worker.register_im2col_encoder`` adds it)
 ENCODER = "bocast.cuTensorMapEncodeIm2col"
 
 
 def tap(kb, g, bk: int):
-    """(r, s, c-block) of k block ``kb``: k blocks run over (r, s, c-block), c-block innermost
-    (``c_block_within_tap``: BK divides C). TIR expressions in the kernel, ints in tests."""
+    """(*taps, c-block) of k block ``kb`` (conv2d: (r, s, c-block)): k blocks run over the
+    kernel's taps, outermost first, then c-block, innermost (``c_block_within_tap``: BK divides
+    C). TIR expressions in the kernel, ints in tests."""
     cbs = g.C // bk
-    return kb // (g.S * cbs), kb // cbs % g.S, kb % cbs
+    inner = [cbs * int(np.prod(g.ksize[i + 1:])) for i in range(len(g.ksize))]
+    return (kb // inner[0], *(kb // d % k for d, k in zip(inner[1:], g.ksize[1:])), kb % cbs)
 
 
 def corners(g) -> tuple[list[int], list[int]]:
-    """The bounding box's lower and upper corners, W first: positions -pad .. (O - 1) * stride
-    - pad, the top-left input coordinates of the output pixels along each dimension."""
-    lower = [-g.pad, -g.pad]
-    upper = [(g.OW - 1) * g.stride - g.pad - (g.W - 1), (g.OH - 1) * g.stride - g.pad - (g.H - 1)]
+    """The bounding box's lower and upper corners, innermost (W) first: positions -pad ..
+    (O - 1) * stride - pad, the first input coordinates of the output pixels, each dimension."""
+    lower = [-g.pad] * len(g.size)
+    upper = [(o - 1) * g.stride - g.pad - (n - 1)
+             for n, o in zip(reversed(g.size), reversed(g.out))]
     return lower, upper
 
 
 def why_not(g) -> str | None:
     """Why TMA's im2col mode cannot take the convolution ``g`` (None: it can)."""
-    lo, hi = CORNER_RANGE
+    sp = len(g.size)
+    (lo, hi), most = CORNER_RANGE[sp], MAX_OFFSET[sp]
     lower, upper = corners(g)
     if not all(lo <= v <= hi for v in lower + upper):
-        return (f"its bounding box's corners {lower} / {upper} (W, H) leave the rank-4 map's "
-                f"range [{lo}, {hi}]")
+        return (f"its bounding box's corners {lower} / {upper} (innermost first) leave the "
+                f"rank-{sp + 2} map's range [{lo}, {hi}]")
     if g.stride > MAX_TRAVERSAL_STRIDE:
         return f"stride {g.stride} exceeds TMA's traversal stride limit {MAX_TRAVERSAL_STRIDE}"
-    if max(g.R - 1, g.S - 1) * g.dil > MAX_OFFSET:
-        return (f"a tap's offset (R - 1) x dilation exceeds {MAX_OFFSET} (8 bits a spatial "
+    if (max(g.ksize) - 1) * g.dil > most:
+        return (f"a tap's offset (R - 1) x dilation exceeds {most} (16 // {sp} bits a spatial "
                 "dimension)")
     return None
 
@@ -87,11 +94,14 @@ def tensor_map(g, BM: int, BK: int) -> dict:
     ``mode`` im2col)."""
     f16 = DTYPE_BYTES["float16"]
     lower, upper = corners(g)
+    strides = [g.C * f16]
+    for n in reversed(g.size):  # every dimension's but the outermost's (N)
+        strides.append(strides[-1] * n)
     return {"tensor": "X", "dtype": "float16", "mode": "im2col",
-            "dims": [g.C, g.W, g.H, g.N],
-            "strides": [g.C * f16, g.W * g.C * f16, g.H * g.W * g.C * f16],
+            "dims": [g.C, *reversed(g.size), g.N], "strides": strides,
             "lower": lower, "upper": upper, "channels": BK, "pixels": BM,
-            "element_strides": [1, g.stride, g.stride, 1], "swizzle": SWIZZLE[BK * f16]}
+            "element_strides": [1, *[g.stride] * len(g.size), 1],
+            "swizzle": SWIZZLE[BK * f16]}
 
 
 #: the fields of an im2col map after its rank, in the order of :func:`encode_args` (the number of
@@ -123,20 +133,22 @@ def parse_args(rank: int, args) -> dict:
 
 
 def first_pixel(m0, g):
-    """(n, oh, ow): the output pixel of the implicit GEMM's row ``m0``."""
-    return m0 // (g.OH * g.OW), m0 // g.OW % g.OH, m0 % g.OW
+    """(n, *o): the output pixel of the implicit GEMM's row ``m0`` (conv2d: (n, oh, ow))."""
+    inner = [int(np.prod(g.out[i + 1:])) for i in range(len(g.out))]
+    return (m0 // (inner[0] * g.out[0]),
+            *(m0 // d % o if d > 1 else m0 % o for d, o in zip(inner, g.out)))
 
 
 def load_coords(kb, m0, g, bk: int):
-    """The coordinates (c, w, h, n) of the im2col load of k block ``kb`` for the BM rows from
-    ``m0``: c-block's first channel and the first row's pixel's top-left input position (which
-    may be negative: padding)."""
-    _, _, cb = tap(kb, g, bk)
-    n, oh, ow = first_pixel(m0, g)
-    return cb * bk, ow * g.stride - g.pad, oh * g.stride - g.pad, n
+    """The coordinates (c, *positions innermost first, n) of the im2col load of k block ``kb``
+    for the BM rows from ``m0`` (conv2d: (c, w, h, n)): c-block's first channel and the first
+    row's pixel's first input position (which may be negative: padding)."""
+    cb = tap(kb, g, bk)[-1]
+    n, *o = first_pixel(m0, g)
+    return (cb * bk, *(x * g.stride - g.pad for x in reversed(o)), n)
 
 
 def load_offsets(kb, g, bk: int):
-    """The im2col offsets (w, h) of k block ``kb``'s load: its tap's shift (s dil, r dil)."""
-    r, s, _ = tap(kb, g, bk)
-    return s * g.dil, r * g.dil
+    """The im2col offsets of k block ``kb``'s load, innermost first (conv2d: (s dil, r dil)):
+    its tap's shift."""
+    return tuple(r * g.dil for r in reversed(tap(kb, g, bk)[:-1]))

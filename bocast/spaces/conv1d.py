@@ -16,6 +16,9 @@ from ._conv import Conv
 class Conv1d(Conv):
     name = "conv1d"
     spatial, kernel, torch_fn = ("L",), ("R",), "conv1d"
+    #: space v3: the conv template's im2col producer (bocast/spaces/_hopper_conv.py); no v3
+    #: rule yet (not measured against v2), so space auto keeps v2
+    hopper_v3 = True
     shape_help = ("N,L,C,K,R[,stride,pad,dilation] (X[N,L,C], W[K,R,C], Y[N,OL,K]; "
                   "stride 1, pad 0, dilation 1 when left out)")
     default_shape = (16, 512, 256, 256, 3, 1, 1, 1)

@@ -18,6 +18,9 @@ from ._conv import Conv
 class Conv3d(Conv):
     name = "conv3d"
     spatial, kernel, torch_fn = ("D", "H", "W"), ("T", "R", "S"), "conv3d"
+    #: space v3: the conv template's im2col producer (bocast/spaces/_hopper_conv.py); no v3
+    #: rule yet (not measured against v2), so space auto keeps v2
+    hopper_v3 = True
     shape_help = ("N,D,H,W,C,K,T,R,S[,stride,pad,dilation] (X[N,D,H,W,C], W[K,T,R,S,C], "
                   "Y[N,OD,OH,OW,K]; stride 1, pad 0, dilation 1 when left out)")
     default_shape = (4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1)

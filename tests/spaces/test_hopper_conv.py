@@ -279,9 +279,8 @@ def test_constraints_accept_and_refuse_by_name(shape, change, violated):
     ("conv2d", (16, 14, 14, 256, 256, 1, 1, 9, 0, 1), {}, "strides up to 8"),
     ("conv2d", C5, {"dtype": "fp16:fp16"}, "fp16:fp32 only"),
     ("conv2d", (16, 14, 14, 48, 256, 3, 3, 1, 1, 1), {}, "C % 32 == 0"),
-    ("conv1d", (16, 512, 256, 256, 3, 1, 1, 1), {}, "conv2d only"),
-    ("conv3d", (2, 8, 8, 8, 64, 64, 3, 3, 3, 1, 1, 1), {}, "conv2d only"),
-    ("conv2d_transpose", (16, 14, 14, 256, 256, 3, 3, 2, 1, 1, 1), {}, "conv2d only"),
+    ("conv3d", (2, 8, 8, 8, 64, 64, 3, 3, 3, 1, 20, 1), {}, "im2col mode only"),  # corner
+    ("conv2d_transpose", (16, 14, 14, 256, 256, 3, 3, 2, 1, 1, 1), {}, "not the transposed"),
 ])
 def test_workloads_outside_the_conv_template_are_refused_by_name(op_name, shape, options,
                                                                  message):

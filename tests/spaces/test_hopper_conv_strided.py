@@ -12,6 +12,7 @@ included: padding, rows past M, images past N). Then: the space's constraints an
 the generated code, and static nvcc builds for sm_90a."""
 
 import ctypes
+import itertools
 
 import numpy as np
 import pytest
@@ -47,28 +48,31 @@ def conv(shape, op="conv2d"):
 
 
 def im2col_load(x, m, coords, offsets):
-    """What TMA's im2col load reads from x[N, H, W, C] (PTX ISA, im2col mode): the map ``m``
-    bounds each spatial dimension's positions to lower, lower + t, ... <= extent - 1 + upper
-    (t: its traversal stride); the load starts at position (w, h) of image n (``coords`` c, w,
-    h, n: it must be a position of the box) and walks ``pixels`` positions W fastest, then H,
-    then N, reading channels c .. c + ``channels`` at position + ``offsets`` (w, h); zeros
-    where any coordinate is outside x. Returns [pixels, channels]."""
-    C, W, H, N = m["dims"]
-    (lw, lh), (uw, uh) = m["lower"], m["upper"]
-    _, tw, th, _ = m["element_strides"]
-    pos_w, pos_h = np.arange(lw, W + uw, tw), np.arange(lh, H + uh, th)
-    c0, w0, h0, n0 = coords
-    start = (n0 * len(pos_h) + list(pos_h).index(h0)) * len(pos_w) + list(pos_w).index(w0)
+    """What TMA's im2col load reads from x[N, *spatial, C] (PTX ISA, im2col mode): the map
+    ``m`` bounds each spatial dimension's positions to lower, lower + t, ... <= extent - 1 +
+    upper (t: its traversal stride; dims, corners, strides and ``offsets`` innermost first);
+    the load starts at the position its ``coords`` (c, *positions, n) give (it must be a
+    position of the box) and walks ``pixels`` positions innermost dimension fastest, then the
+    next, then N, reading channels c .. c + ``channels`` at position + ``offsets``; zeros where
+    any coordinate is outside x. Returns [pixels, channels]."""
+    C, *extents, N = m["dims"]
+    pos = [np.arange(lo, n + up, t) for n, lo, up, t in
+           zip(extents, m["lower"], m["upper"], m["element_strides"][1:-1])]
+    c0, *starts, n0 = coords
+    counts = [len(p) for p in pos]  # innermost first
+    start = n0
+    for p, x0 in reversed(list(zip(pos, starts))):  # outermost spatial dimension first
+        start = start * len(p) + list(p).index(x0)
     out = np.zeros((m["pixels"], m["channels"]))
     chans = np.arange(c0, c0 + m["channels"])
     ok_c = chans < C
     for j in range(m["pixels"]):
-        q = start + j
-        n = q // (len(pos_h) * len(pos_w))
-        h = pos_h[q // len(pos_w) % len(pos_h)] + offsets[1]
-        w = pos_w[q % len(pos_w)] + offsets[0]
-        if 0 <= n < N and 0 <= h < H and 0 <= w < W:
-            out[j, ok_c] = x[n, h, w, chans[ok_c]]
+        q, at = start + j, []
+        for p, cnt, off in zip(pos, counts, offsets):
+            at.append(p[q % cnt] + off)
+            q //= cnt
+        if 0 <= q < N and all(0 <= a < n for a, n in zip(at, extents)):
+            out[j, ok_c] = x[(q, *reversed(at))][chans[ok_c]]
     return out
 
 
@@ -85,18 +89,16 @@ def tiled_load(x, coords, box, elem):
 
 
 def conv_reference(x, w, stride, pad, dil):
-    """Direct convolution, NHWC x KRSC -> NHWK, float64."""
-    n, h, wd, _ = x.shape
-    k, r_, s_, _ = w.shape
-    oh = (h + 2 * pad - dil * (r_ - 1) - 1) // stride + 1
-    ow = (wd + 2 * pad - dil * (s_ - 1) - 1) // stride + 1
-    xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-    y = np.zeros((n, oh, ow, k))
-    for r in range(r_):
-        for s in range(s_):
-            win = xp[:, r * dil:r * dil + stride * (oh - 1) + 1:stride,
-                     s * dil:s * dil + stride * (ow - 1) + 1:stride, :]
-            y += np.einsum("nhwc,kc->nhwk", win, w[:, r, s, :])
+    """Direct convolution of any spatial rank, N*C x K*C -> N*K (channels last), float64."""
+    sp = x.ndim - 2
+    ks = w.shape[1:-1]
+    out = [(n + 2 * pad - dil * (k - 1) - 1) // stride + 1 for n, k in zip(x.shape[1:-1], ks)]
+    xp = np.pad(x, ((0, 0), *[(pad, pad)] * sp, (0, 0)))
+    y = np.zeros((x.shape[0], *out, w.shape[0]))
+    for taps in itertools.product(*[range(k) for k in ks]):
+        win = xp[(slice(None), *[slice(r * dil, r * dil + stride * (o - 1) + 1, stride)
+                                 for r, o in zip(taps, out)])]
+        y += np.einsum("...c,kc->...k", win, w[(slice(None), *taps)])
     return y
 
 
@@ -111,8 +113,8 @@ def simulate(op, config, load=None):
     tile = None if use_im2col else tiled.pixel_tile(c)
     maps = hc.conv_tensor_maps(g, BM, BN, BK, tile, False)
     rng = np.random.default_rng(0)
-    x = rng.integers(-3, 4, (g.N, g.H, g.W, g.C)).astype(np.float64)
-    w = rng.integers(-3, 4, (g.K, g.R, g.S, g.C)).astype(np.float64)
+    x = rng.integers(-3, 4, (g.N, *g.size, g.C)).astype(np.float64)
+    w = rng.integers(-3, 4, (g.K, *g.ksize, g.C)).astype(np.float64)
     y = np.full((g.M, g.K), np.nan)
     written = np.zeros(y.shape, dtype=int)
     tiles_m = -(-g.M // BM) if use_im2col else int(np.prod(hc.tile_counts(g, tile)))
@@ -120,7 +122,7 @@ def simulate(op, config, load=None):
     for t in range(tiles_m * -(-g.K // BN)):
         tm, tn, bn0 = hl.tile_coords(t, M=tiles_m * BM, N=g.K, BM=BM, BN=BN, G=G)
         acc = np.zeros((BM, BN))
-        for kb in range(g.R * g.S * g.C // BK):
+        for kb in range(g.RSC // BK):
             if use_im2col:
                 a = (load or im2col_load)(x, xm, im.load_coords(kb, tm * BM, g, BK),
                                           im.load_offsets(kb, g, BK))
@@ -143,7 +145,7 @@ def simulate(op, config, load=None):
             cols = np.arange(tn * BN, min(tn * BN + BN, g.K))
             y[m, cols] = acc[r, :len(cols)]
             written[m, cols] += 1
-    return x, w, y.reshape(g.N, g.OH, g.OW, g.K), written
+    return x, w, y.reshape(g.N, *g.out, g.K), written
 
 
 #: (shape N,H,W,C,K,R,S,stride,pad,dilation; configuration): stride 2 and 3, 1x1 downsamples,
@@ -166,9 +168,21 @@ SIM_CASES = [
 ]
 
 
-@pytest.mark.parametrize("shape, config", SIM_CASES)
-def test_the_simulated_kernel_computes_the_strided_convolution(shape, config):
-    op = conv(shape)
+#: conv1d and conv3d (im2col their only producer): strided, dilated, ragged, across images
+SIM_ND = [
+    ("conv1d", (3, 50, 64, 64, 3, 2, 1, 1), {**IM2COL, "bm": 64, "bn": 64, "consumers": 1}),
+    ("conv1d", (2, 40, 64, 96, 5, 1, 4, 2), {**IM2COL, "bn": 64}),
+    ("conv3d", (2, 5, 7, 6, 64, 64, 3, 3, 3, 1, 1, 1), {**IM2COL, "bm": 64, "bn": 64,
+                                                        "consumers": 1}),
+    ("conv3d", (2, 6, 9, 7, 64, 64, 3, 1, 3, 2, 2, 2), {**IM2COL, "bn": 64, "bk": 32}),
+]
+
+
+@pytest.mark.parametrize("op_name, shape, config",
+                         [("conv2d", s, c) for s, c in SIM_CASES] + SIM_ND)
+def test_the_simulated_kernel_computes_the_strided_convolution(op_name, shape, config):
+    op = conv(shape, op_name)
+    config = {k: v for k, v in config.items() if k in {kn.name for kn in op.space.knobs}}
     assert op.space.validate(config) == [], op.space.validate(config)
     x, w, y, written = simulate(op, config)
     assert (written == 1).all(), f"{(written == 0).sum()} unwritten, {(written > 1).sum()} twice"
@@ -179,7 +193,7 @@ def test_the_im2col_map_is_the_one_checked_on_an_h200():
     """hopper-next.md a.5: NHWC 2x9x9 input, 3x3, stride 2, pad 1, dilation 2 ran on an H200
     with corners {-1, -1} / {-3, -3}, element strides {1, 2, 2, 1}, coordinates (0, -1, -1, 0)
     for the first pixel and offsets (2 s, 2 r): ours are the same."""
-    g = hc.ConvGeometry(2, 9, 9, 64, 64, 3, 3, 1, 2, 4, 4, stride=2)
+    g = hc.ConvGeometry(2, 64, 64, size=(9, 9), ksize=(3, 3), out=(4, 4), pad=1, dil=2, stride=2)
     assert im.corners(g) == ([-1, -1], [-3, -3])
     m = im.tensor_map(g, 64, 64)
     assert m["element_strides"] == [1, 2, 2, 1] and m["pixels"] == 64 and m["channels"] == 64
@@ -273,12 +287,23 @@ def test_conv2d_dilated_takes_the_same_space():
     assert space.validate(IM2COL) == [] and space.validate(TILED) == []
 
 
+@pytest.mark.parametrize("op_name, shape", [(n, s) for n, s, _ in SIM_ND])
+def test_conv1d_and_conv3d_take_the_im2col_producer_only(op_name, shape):
+    space = conv(shape, op_name).space
+    assert space.knob("a_load").choices == ("im2col",)
+    assert not {"tile_w", "tile_h"} & {k.name for k in space.knobs}
+    sample = space.sample(50, rng=0)
+    assert len(sample) == 50 and all(space.validate(c) == [] for c in sample)
+
+
 def test_space_auto_keeps_v2_for_strided_and_dilated_until_switched(monkeypatch):
     """Unmeasured: auto keeps v2 (one switch, conv2d.AUTO_V3_STRIDED); stride 1 stays v3."""
     assert make_named("conv2d", S2_3X3).workload["space"] == "v2"
     assert make_named("conv2d", S2_1X1).workload["space"] == "v2"
     assert make_named("conv2d_dilated", DIL2).workload["space"] == "v2"
     assert make_named("conv2d", (16, 14, 14, 256, 256, 3, 3, 1, 1, 1)).workload["space"] == "v3"
+    for name, shape in (("conv1d", SIM_ND[0][1]), ("conv3d", SIM_ND[2][1])):  # no v3 rule yet
+        assert make_named(name, shape).workload["space"] == "v2"
     monkeypatch.setattr(conv2d, "AUTO_V3_STRIDED", True)
     for name, shape in (("conv2d", S2_3X3), ("conv2d_dilated", DIL2)):
         op = make_named(name, shape)
@@ -329,6 +354,17 @@ def test_the_runner_and_an_export_encode_the_im2col_map_alike(monkeypatch):
     encoder(ctypes.c_void_p(0x2000), "float16", 4, ctypes.c_void_p(0x10000),
             *im.encode_args(m))
     assert driver.calls[-1] == {**runner, "address": 0x2000}
+    # a conv3d's rank-5 map: three corners each, dims and strides innermost first
+    g3 = hc.ConvGeometry.of(conv((2, 6, 9, 7, 64, 64, 3, 1, 3, 2, 2, 2), "conv3d"))
+    m3 = im.tensor_map(g3, 128, 64)
+    gpu_worker.encode_tensor_map(m3, 0x10000, "float16")
+    encoder(ctypes.c_void_p(0x2000), "float16", 5, ctypes.c_void_p(0x10000),
+            *im.encode_args(m3))
+    assert driver.calls[-2]["rank"] == 5 and driver.calls[-1] == {**driver.calls[-2],
+                                                                  "address": 0x2000}
+    assert driver.calls[-1]["dims"] == [64, 7, 9, 6, 2] and driver.calls[-1]["lower"] == [-2] * 3
+    assert driver.calls[-1]["strides"] == [128, 128 * 7, 128 * 7 * 9, 128 * 7 * 9 * 6]
+    assert driver.calls[-1]["elem"] == [1, 2, 2, 2, 1]
 
 
 def test_the_im2col_kernel_loads_im2col_boxes_and_stores_rows():
@@ -357,10 +393,14 @@ def test_the_im2col_kernel_loads_im2col_boxes_and_stores_rows():
 
 @needs_nvcc
 def test_a_sample_of_the_strided_space_builds_for_sm_90a_without_spills():
-    """Three random configurations of the stride-2 space (seed 0) and one dilated im2col kernel
-    with the tma epilogue: nvcc for sm_90a, no spills, no stack, no serialized wgmma, the
-    shared memory the model counts (tests.builds.check_v3_builds)."""
+    """Three random configurations of the stride-2 space (seed 0), a dilated im2col kernel with
+    the tma epilogue, a conv1d and a conv3d one: nvcc for sm_90a, no spills, no stack, no
+    serialized wgmma, the shared memory the model counts (tests.builds.check_v3_builds)."""
     from tests.builds import check_v3_builds
 
     check_v3_builds(conv(S2_3X3), conv(S2_3X3).space.sample(3, rng=0))
     check_v3_builds(conv(DIL2, "conv2d_dilated"), [{**IM2COL, "epilogue": "tma", "stages": 5}])
+    # conv1d's rank-3 and conv3d's rank-5 im2col loads (one and three offsets)
+    one = {k: v for k, v in IM2COL.items() if not k.startswith("tile_")}
+    check_v3_builds(conv(SIM_ND[0][1], "conv1d"), [one])
+    check_v3_builds(conv(SIM_ND[3][1], "conv3d"), [{**one, "epilogue": "tma"}])
