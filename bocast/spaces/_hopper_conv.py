@@ -1,5 +1,6 @@
-"""Space v3 for conv2d: the Hopper template (``_hopper_kernel``) as an implicit GEMM, with TMA
-gathering the im2col operand from the NHWC input, for any stride, padding and dilation.
+"""Space v3 for the direct convolutions (conv2d, conv2d_dilated, conv1d, conv3d): the Hopper
+template (``_hopper_kernel``) as an implicit GEMM, with TMA gathering the im2col operand from
+the channels-last input, for any stride, padding and dilation.
 
 The convolution Y[N, OH, OW, K] = X[N, H, W, C] * W[K, R, S, C] is the matmul Y[(n, oh, ow), k] =
 sum over (r, s, c) of A[(n, oh, ow), (r, s, c)] W[k, (r, s, c)] (``_conv.py``). The kernel is the
@@ -38,10 +39,14 @@ output come from, the body's hooks (``_hopper_kernel.Operands``) that :func:`ker
   Either way padding is TMA's out-of-bounds zero fill: a coordinate below 0 or past an edge
   reads zeros, so the taps over the border cost nothing.
 
+conv1d and conv3d are the same kernel with the im2col producer only (a rank-3 or rank-5 map,
+one or three offsets; ``ConvGeometry`` is of any spatial rank); conv2d_dilated is conv2d's space.
+
 Not covered (refused by :func:`check_workload`, by name): a stride above 8 (TMA's traversal
 stride), C not a multiple of 32 (a k block of BK channels must stay inside one tap: BK is 32 or
-64 for the 64- or 128-byte swizzle), dtypes other than fp16:fp32. conv1d, conv3d and the
-transposed convolution stay on v1/v2; conv2d_dilated is this space (conv2d with dilation >= 2).
+64 for the 64- or 128-byte swizzle), dtypes other than fp16:fp32, a conv1d or conv3d that TMA's
+im2col mode cannot take (its corner and offset limits). The transposed convolution stays on
+v1/v2.
 
 This module holds the conv geometry and the tiled producer's coordinate helpers (the kernel's
 hooks use them, and the tests' numpy simulation), the space (the GEMM's knobs and constraints

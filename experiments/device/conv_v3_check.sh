@@ -19,7 +19,9 @@
 #      conv2d_dilated 8,33,33,512,512,3,3,1,2,2   DeepLabv3-ResNet-50 layer4 3x3 (output
 #                                          stride 16, 513 x 513 crop: 33 x 33), batch 8
 #    each timing cuDNN (torch.nn.functional.conv2d, fp16 channels-last) in its own run.
-# 3. If EXPORT_S seconds are left: the best im2col kernel of step 1's stride-2 store exported
+# 3. As time is left (each step cut to it): conv1d and conv3d on v3 (MEASURES_ND, im2col their
+#    only producer: rank-3 and rank-5 maps), random configurations checked as in step 1.
+# 4. If EXPORT_S seconds are left: the best im2col kernel of step 1's stride-2 store exported
 #    here (`bocast export`) and loaded from its folder (tests/gpu/export_check.py): the
 #    exported kernel.so encodes its im2col map through bocast's packed encoder.
 # Tables last: per store, statuses and worst error by producer, the best TFLOPS / cuDNN by
@@ -37,6 +39,7 @@ EXPORT_S=${EXPORT_S:-60}
 S2=conv2d/32,56,56,128,128,3,3,2,1,1 DIL=conv2d_dilated/8,33,33,512,512,3,3,1,2,2
 MEASURES=${MEASURES:-"conv2d/8,57,57,64,96,3,3,2,1,1/im2col/6 $S2/im2col/6 $S2/tiled/6 $DIL/im2col/6 $DIL/tiled/6"}
 TUNES=${TUNES:-"$S2 conv2d/32,56,56,256,512,1,1,2,0,1 $DIL"}
+MEASURES_ND=${MEASURES_ND:-"conv1d/8,1000,256,256,3,2,1,1/im2col/4 conv3d/2,9,15,15,64,64,3,3,3,2,1,1/im2col/4"}
 SPACES=${SPACES:-"v3 v2"}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 echo "cores $(nproc); $(nvcc --version | tail -1)"
@@ -46,22 +49,26 @@ mkdir -p "$root"
 left() { echo $(( BUDGET_S - ($(date +%s) - t_start) )); }
 cap() { local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo $(( l > 0 ? l : 0 )); }
 
-for m in $MEASURES; do
-  IFS=/ read -r op shape load n <<< "$m"
-  name=measure_${op}_${shape//,/x}_${load}
-  t0=$(date +%s)
-  # every feasible configuration of the producer's sub-space in a seeded random order, cut
-  # after the first batches (--max-seconds): a uniform sample of it (bocast measure --all);
-  # the tiled producer's pixel tiles held to 2-8 a side (its enumeration stays short)
-  fix=(--fix "a_load=$load")
-  [ "$load" = tiled ] && fix+=(--fix tile_w=2 --fix tile_w=4 --fix tile_w=8 --fix tile_h=2
-                               --fix tile_h=4 --fix tile_h=8)
-  timeout "$(cap "$MEASURE_S")" python3 -m bocast.cli measure "$op" --shape "$shape" \
-    --space v3 "${fix[@]}" --all --max-seconds 1 --batch "$n" --seed 0 \
-    --store "$root/$name.db" --json > "$root/$name.log" 2>&1
-  echo "measure $op $shape v3 a_load=$load (batches of $n): exit $? in $(( $(date +%s) - t0 )) s"
-  tail -1 "$root/$name.log" | cut -c1-300
-done
+measure_all() {  # "op/shape/producer/batch ..."
+  for m in $1; do
+    IFS=/ read -r op shape load n <<< "$m"
+    name=measure_${op}_${shape//,/x}_${load}
+    t0=$(date +%s)
+    # every feasible configuration of the producer's sub-space in a seeded random order, cut
+    # after the first batches (--max-seconds): a uniform sample of it (bocast measure --all);
+    # the tiled producer's pixel tiles held to 2-8 a side (its enumeration stays short)
+    fix=(--fix "a_load=$load")
+    [ "$load" = tiled ] && fix+=(--fix tile_w=2 --fix tile_w=4 --fix tile_w=8 --fix tile_h=2
+                                 --fix tile_h=4 --fix tile_h=8)
+    timeout "$(cap "$MEASURE_S")" python3 -m bocast.cli measure "$op" --shape "$shape" \
+      --space v3 "${fix[@]}" --all --max-seconds 1 --batch "$n" --seed 0 \
+      --store "$root/$name.db" --json > "$root/$name.log" 2>&1
+    echo "measure $op $shape v3 a_load=$load (batches of $n): exit $? in $(( $(date +%s) - t0 )) s"
+    tail -1 "$root/$name.log" | cut -c1-300
+  done
+}
+
+measure_all "$MEASURES"
 
 for tune in $TUNES; do
   IFS=/ read -r op shape <<< "$tune"
@@ -75,6 +82,8 @@ for tune in $TUNES; do
     echo "tune $op $shape $space: exit $? in $(( $(date +%s) - t0 )) s"
   done
 done
+
+[ "$(left)" -gt 20 ] && measure_all "$MEASURES_ND"
 
 if [ "$(left)" -ge "$EXPORT_S" ]; then
   db=$(ls "$root"/measure_conv2d_*_im2col.db 2>/dev/null | head -1)
