@@ -2,7 +2,8 @@
 # On the GPU machine (device tool, carry .devbundle; `bash experiments/device/lean_tree.sh out`
 # first if the carry is too large): space v3's conv2d for strided and dilated convolutions
 # (issue 38, item 1 and the dilated part of item 2), its two producers of the im2col operand
-# (knob a_load: TMA's im2col mode, or a tiled 4-D box with element strides) and v3 against v2.
+# (knob a_load: TMA's im2col mode, or a tiled 4-D box with element strides) and v3 against v2;
+# then, as time is left, conv1d and conv3d on v3 and an exported im2col kernel.
 # 1. Correctness, and the producers side by side (MEASURES): random v3 configurations (seed 0)
 #    of each producer, a_load=im2col and a_load=tiled, on the stride-2 3x3 and the dilated
 #    layer of step 2, and of im2col on a ragged stride-2 conv (odd input, M and K not multiples
@@ -27,7 +28,9 @@
 # Tables last: per store, statuses and worst error by producer, the best TFLOPS / cuDNN by
 # producer; per tune, best / cuDNN for v3 and v2 and the producer of v3's best.
 #   bash experiments/device/conv_v3_check.sh            # defaults: under 540 s on a 16-core H200
-#   TRIALS=48 BUDGET_S=580 bash experiments/device/conv_v3_check.sh
+#   # steps 3 and 4 alone (the defaults leave them little time), in a second call:
+#   TUNES= MEASURES="conv2d/32,56,56,128,128,3,3,2,1,1/im2col/6" \
+#     bash experiments/device/conv_v3_check.sh
 # Every step is cut to what is left of BUDGET_S; a tune cut short still counts its stored trials
 # (the table says so). Everything lands under $OUT (conv_v3_check.tar.gz).
 set -uo pipefail
