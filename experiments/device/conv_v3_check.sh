@@ -40,9 +40,9 @@ t_start=$(date +%s)
 BUDGET_S=${BUDGET_S:-530} TRIALS=${TRIALS:-32} RUN_S=${RUN_S:-55} MEASURE_S=${MEASURE_S:-35}
 EXPORT_S=${EXPORT_S:-60}
 S2=conv2d/32,56,56,128,128,3,3,2,1,1 DIL=conv2d_dilated/8,33,33,512,512,3,3,1,2,2
-MEASURES=${MEASURES:-"conv2d/8,57,57,64,96,3,3,2,1,1/im2col/6 $S2/im2col/6 $S2/tiled/6 $DIL/im2col/6 $DIL/tiled/6"}
-TUNES=${TUNES:-"$S2 conv2d/32,56,56,256,512,1,1,2,0,1 $DIL"}
-MEASURES_ND=${MEASURES_ND:-"conv1d/8,1000,256,256,3,2,1,1/im2col/4 conv3d/2,9,15,15,64,64,3,3,3,2,1,1/im2col/4"}
+MEASURES=${MEASURES-"conv2d/8,57,57,64,96,3,3,2,1,1/im2col/6 $S2/im2col/6 $S2/tiled/6 $DIL/im2col/6 $DIL/tiled/6"}
+TUNES=${TUNES-"$S2 conv2d/32,56,56,256,512,1,1,2,0,1 $DIL"}
+MEASURES_ND=${MEASURES_ND-"conv1d/8,1000,256,256,3,2,1,1/im2col/4 conv3d/2,9,15,15,64,64,3,3,3,2,1,1/im2col/4"}
 SPACES=${SPACES:-"v3 v2"}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 echo "cores $(nproc); $(nvcc --version | tail -1)"
