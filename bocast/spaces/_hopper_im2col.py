@@ -1,6 +1,8 @@
-"""TMA's im2col mode for space v3's conv2d (``_hopper_conv``'s producer ``a_load: im2col``): the
-tensor map's description, a load's coordinates and offsets, and the packed arguments of the map's
-host encoder, all free of TVM (the kernel, the runner and the tests' numpy model share them).
+"""TMA's im2col mode for space v3's convolutions (``_hopper_conv``'s producer ``a_load: im2col``,
+conv1d's and conv3d's only one): the tensor map's description, a load's coordinates and offsets,
+and the packed arguments of the map's host encoder, all free of TVM (the kernel, the runner and
+the tests' numpy model share them). Written for conv2d below; conv1d has one spatial dimension
+(a rank-3 map, one offset), conv3d three (rank 5, three offsets), innermost first throughout.
 
 What the hardware does (PTX ISA, "im2col mode" of ``cp.async.bulk.tensor``; ``cuda.h``'s
 ``cuTensorMapEncodeIm2col``; CUTLASS's sm90 conv collective and Triton's ``14-conv-im2col.py``
@@ -23,15 +25,15 @@ k block (r, s, c-block) starting at output pixel m0 is A's box [m0 .. m0 + BM) x
 of the implicit GEMM, M counted linearly: no pixel tile, no row computed in vain but the last
 tile's past M (zeros, never stored), for any stride, padding and dilation.
 
-Why this producer is the default choice for strided and dilated convolutions (nothing could be
-timed where it was written; ``experiments/device/conv_v3_check.sh`` measures it against the
-tiled one): it is what CUTLASS's sm90 conv uses; one TMA instruction per k block as in the GEMM
-(the tiled box too, but a rectangle of pixels must tile the output: 7 x 7 or 14 x 14 outputs of
-the ResNet stage transitions waste 12-25 % of the rows of any 64-multiple tile, and with stride
-2 each box's row of pixels covers twice the input width); the same one elected producer thread
-and ring, so nothing changes for the consumers. A cp.async gather by the producer warpgroup
-would need 128 threads with registers (the producer has 24-56 after setmaxnreg), its own
-swizzle arithmetic and arrive-on-complete barriers: more to get wrong, and not faster than TMA.
+Why this producer was added for strided and dilated convolutions, as the likely faster one
+(nothing could be timed where it was written; ``experiments/device/conv_v3_check.sh`` measures
+it against the tiled one): it is what CUTLASS's sm90 conv uses; one TMA instruction per k block
+as in the GEMM (the tiled box too, but its rectangle of pixels must tile the output: 7 x 7 or
+14 x 14 outputs, ResNet's later stages, waste 12-25 % of the rows of any 64-multiple tile); the
+same one elected producer thread and ring, so nothing changes for the consumers. A cp.async
+gather by the producer warpgroup would need 128 threads with registers (the producer has 24-56
+after setmaxnreg), its own swizzle arithmetic and arrive-on-complete barriers: more to get
+wrong, and not faster than TMA.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ MAX_TRAVERSAL_STRIDE = 8
 #: (sm90_implicit_gemm_gmma_ss_warpspecialized.hpp, "255 for 2-D and 31 for 3-D"), taken as is
 MAX_OFFSET = {sp: 2 ** (16 // sp) - 2 for sp in (1, 2, 3)}
 #: the packed function an exported kernel's host code calls to encode the map (TVM registers
-#: only cuTensorMapEncodeTiled; ``bocast.measure.gpu_worker.register_im2col_encoder`` adds it)
+#: only cuTensorMapEncodeTiled; ``bocast.measure.tensor_maps.register_im2col_encoder`` adds it)
 ENCODER = "bocast.cuTensorMapEncodeIm2col"
 
 
