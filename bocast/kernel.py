@@ -306,6 +306,11 @@ class Kernel:
         if self._function is None:
             import tvm
 
+            from bocast.measure.tensor_maps import register_im2col_encoder
+
+            # a conv2d kernel of space v3's im2col producer encodes its map through a packed
+            # function of ours (TVM has no im2col encoder), looked up when it is called
+            register_im2col_encoder()
             with open(os.path.join(self.path, "kernel.cubin"), "rb") as f:
                 cubin = f.read()
             source = self.source

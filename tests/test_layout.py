@@ -46,6 +46,8 @@ LAZY: dict[tuple[str, str], tuple[str, str]] = {
         IMPORT_BOCAST, "export: subprocess (with provenance and tensorcore: 12 ms of 45)"),
     ("bocast.kernel", "bocast.provenance"): (IMPORT_BOCAST, "export: platform, datetime"),
     ("bocast.kernel", "bocast.tensorcore"): (IMPORT_BOCAST, "export: 3.5 ms alone"),
+    ("bocast.kernel", "bocast.measure.tensor_maps"): (
+        IMPORT_BOCAST, f"load()'s im2col encoder: {_NUMPY}"),
     # the API's entry points (api, study, tune_run: import bocast loads them) import what one
     # call needs when it is called
     **{("bocast.api", f"bocast.{t}"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}") for t in (

@@ -135,7 +135,10 @@ def translate(config: Config, target: Space) -> Config | None:
     """``config`` of a source's space carried into ``target``: splits keep their inner levels
     and take the outermost from the target's extent, a choice knob the source lacks takes its
     first value, knobs ``target`` lacks are dropped (None when the inner levels do not divide
-    the extent, or the result is not a structural configuration of ``target``)."""
+    the extent, or the result is not a structural configuration of ``target``). A knob with a
+    default (one added after the source was recorded: conv2d v3's ``a_load``, which the pixel
+    tile's knobs depend on) takes its default, as :meth:`Space.complete` reads old records."""
+    config = dict(target.complete(config))
     if any(n not in config for n in target.conditioning):
         return None
     cond = {n: config[n] for n in target.conditioning}

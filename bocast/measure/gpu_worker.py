@@ -23,6 +23,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from bocast.measure import tensor_maps
+from bocast.measure.tensor_maps import TensorMap
 from bocast.measure.timing import time_callable, time_pair
 from bocast.operator import from_workload
 
@@ -64,34 +66,12 @@ def _check(call: str, code: int) -> None:
         raise CudaError(call, code)
 
 
-#: CUtensorMapDataType of the tensors a TMA descriptor may describe (fp8 as UINT8, 0: TMA
-#: moves bytes, and TVM's own encoder maps fp8 so too)
-_TMA_DTYPES = {"float8_e4m3fn": 0, "float8_e5m2": 0, "float16": 6, "float32": 7, "bfloat16": 9}
-
-
-class TensorMap:
-    """A CUtensorMap: 128 opaque bytes at a 64-byte aligned address (the driver requires it),
-    passed to a kernel by value (the launch copies the bytes its parameter points to)."""
-
-    def __init__(self):
-        self._raw = ctypes.create_string_buffer(128 + 64)
-        self.address = (ctypes.addressof(self._raw) + 63) & ~63
-
-
 def encode_tensor_map(spec: Mapping[str, Any], pointer: int, dtype: str) -> TensorMap:
-    """``cuTensorMapEncodeTiled`` of a row-major tensor at ``pointer`` as ``spec`` describes it
-    (space v3's ``tensor_map``: dims and byte strides innermost first, box, swizzle); element
-    strides 1, no interleave, 256-byte L2 promotion, zero fill out of bounds."""
-    cu = _driver()
-    rank = len(spec["dims"])
-    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    """The TMA descriptor of the tensor at ``pointer`` as ``spec`` describes it (a tiled map,
+    or an im2col one: :func:`bocast.measure.tensor_maps.encode_at`); a driver error raises
+    :class:`CudaError`."""
     tmap = TensorMap()
-    _check("cuTensorMapEncodeTiled", cu.cuTensorMapEncodeTiled(
-        ctypes.c_void_p(tmap.address), ctypes.c_int(_TMA_DTYPES[dtype]), u32(rank),
-        ctypes.c_void_p(pointer),
-        (u64 * rank)(*spec["dims"]), (u64 * (rank - 1))(*spec["strides"]),
-        (u32 * rank)(*spec["box"]), (u32 * rank)(*([1] * rank)), ctypes.c_int(0),
-        ctypes.c_int(spec["swizzle"]), ctypes.c_int(3), ctypes.c_int(0)))
+    _check(*tensor_maps.encode_at(_driver(), tmap.address, spec, pointer, dtype))
     return tmap
 
 

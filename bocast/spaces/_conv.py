@@ -95,9 +95,9 @@ class Conv(mm.MatmulOperator):
         if self.matmul.space != "v3":
             return super().matmul_space(vec)
         if not self.hopper_v3:
-            raise WorkloadError(f"{self.name}: space v3 (Hopper TMA + wgmma) implements conv2d "
-                                "only among the convolutions (stride 1, with its dilation "
-                                "field); use space v2")
+            raise WorkloadError(f"{self.name}: space v3 (Hopper TMA + wgmma) implements the "
+                                "direct convolutions only (conv1d, conv2d, conv2d_dilated, "
+                                "conv3d), not the transposed one; use space v2")
         mm.check_size(self.matmul, self.name)
         return _hopper_conv.space(self)
 

@@ -55,7 +55,8 @@ One body, two operators. A :class:`Plan` is what a configuration fixes over an M
 (tile, ring, warpgroups, the tiles' walk, the launch); :func:`device_body` turns it into the
 device code, a TIRx macro over the tensor maps of A and B and the output. An operator differs
 only in its :class:`Operands` hooks: where A's box of a k block lies (GEMM: a 2-D map over
-[b x M, K]; conv2d: a 4-D map over the NHWC input, the pixel tile shifted by the tap) and how a
+[b x M, K]; conv2d: a 4-D map over the NHWC input, the pixel tile shifted by the tap, or an
+im2col map, the tile's pixels and the tap's offsets: ``Operands.a_offsets``) and how a
 tile's rows reach the output (the direct stores' addresses and edge tests, the tma epilogue's
 box store). B is the same for both, a 2-D [rows, K] map. Each operator's ``kernel`` declares
 its buffers and tensor maps in its own prim_func (their names are the kernel's parameters and
@@ -99,7 +100,8 @@ def device_body(p: Plan, ops: Operands):
     # output's 32-column boxes are even for any BN (a multiple of 64), a 16-bit output's
     # 64-column boxes need BN // 64 * atoms even (the space's tma_boxes_pair_up)
     assert box_chunks * epi_c == BN and (not tma_store or (atoms * box_chunks) % EPI_BUFFERS == 0)
-    assert CN == 1 or ops.a_rank == 2, "A's multicast half is rows of a 2-D map"
+    assert CN == 1 or (ops.a_rank == 2 and ops.a_offsets is None), \
+        "A's multicast half is rows of a 2-D tiled map"
     swz = SWIZZLE[BK * size]
     sbo = 8 * BK * size // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
     tile, a_coords, store_box, store_rows = p.tile, ops.a_coords, ops.store_box, ops.store_rows
@@ -111,6 +113,9 @@ def device_body(p: Plan, ops: Operands):
     stage_pair = store_pair(p.out_dtype, "shared")  # the tma epilogue's staging store, 16-bit
     tma_load = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
     tma, tma_a = tma_load.format(2), tma_load.format(ops.a_rank)  # B's map is 2-D, A's 2-D or 4-D
+    a_offsets = ops.a_offsets
+    if a_offsets is not None:  # A's map is an im2col map: the load names the mode, offsets last
+        tma_a = tma_a.replace(".global.", ".global.im2col.")
     tma_mc = tma + ".multicast::cluster"
 
     def a_half(kb, tm, rank):  # 1x2: this CTA's half of A's box, rows rank x a_box..
@@ -211,9 +216,13 @@ def device_body(p: Plan, ops: Operands):
                             T.ptx[tma_mc](T.address_of(Sm[sm(s, rank * a_box, 0)]),
                                           T.address_of(A_map), *a_half(kb, tm, rank),
                                           T.address_of(full[s]), CLUSTER_MASK)
-                        else:
+                        elif a_offsets is None:
                             T.ptx[tma_a](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
                                          *a_coords(kb, tm), T.address_of(full[s]))
+                        else:
+                            T.ptx[tma_a](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
+                                         *a_coords(kb, tm), T.address_of(full[s]),
+                                         *a_offsets(kb))
                         if CM > 1:  # 2x1: this CTA's half of B, to both CTAs' stage s
                             T.ptx[tma_mc](T.address_of(Sm[sm(s, BM + rank * b_box, 0)]),
                                           T.address_of(B_map), kb * BK, bn0 + rank * b_box,

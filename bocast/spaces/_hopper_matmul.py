@@ -286,51 +286,13 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
 
     p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype, b_dtype=b_dtype)
     b_dtype = p.b_dtype
-    BM, BN, BK, atoms, half_n = p.BM, p.BN, p.BK, p.atoms, p.half_n
-    vec_store, tma_store = p.vec_store, p.tma_store
-    # ragged M or N (a GEMM's only: bmm_tiles_within_batch): the direct stores test their rows
-    # and columns; TMA zero-fills the loads past each edge (and past K)
-    pred_m, pred_n = M % BM != 0, N % BN != 0
-    pred_n1 = N % 2 != 0  # scalar stores: column 2j + 1 may be past the edge while 2j is not
-    tma_st = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
+    BM, BK, tma_store = p.BM, p.BK, p.tma_store
     maps = {"A_map": tensor_map("A", batch * M, K, p.a_box, BK, in_dtype),
             "B_map": tensor_map("B", batch * N, K, p.b_box, BK, b_dtype)}
     if tma_store:
         maps["C_map"] = tensor_map("C", batch * M, N, EPI_ROWS, epi_cols(out_dtype), out_dtype)
-    # a 16-bit output: two accumulators rounded into one 4-byte store (fp32: st.global.v2.f32)
-    store_pair = hk.store_pair(out_dtype, "global")
     a_tma, b_tma, *c_tma = (encode_args(m) for m in maps.values())
-
-    @T.macro
-    def store_box(C_map, smem, tm, row0, a, col0, lt):
-        grow0 = T.meta_var(tm * BM + row0 + a * 64)
-        # a box wholly past a ragged edge stores nothing: skip it
-        if lt == 0 and (not pred_m or grow0 < M) and (not pred_n or col0 < N):
-            T.ptx[tma_st](T.address_of(C_map), col0, grow0, smem)
-            T.ptx["cp.async.bulk.commit_group"]()
-
-    @T.macro
-    def store_rows(C, acc, tm, tn, row0, lt):
-        # past a ragged edge (pred_m, pred_n) a store is skipped (its accumulators hold the
-        # products of TMA's zero fill)
-        for a in T.unroll(atoms):
-            for jj in T.unroll(BN // 8):
-                row = T.meta_var(tm * BM + row0 + a * 64 + lt // 32 * 16 + lt % 32 // 4)
-                col = T.meta_var(tn * BN + jj * 8 + lt % 4 * 2)
-                v = T.meta_var(a * half_n + jj * 4)
-                for h in T.unroll(2):  # rows row and row + 8
-                    if (not pred_m or row + h * 8 < M) and (not pred_n or col < N):
-                        if vec_store and store_pair is None:  # N even (v2_stores_need_even_n)
-                            T.ptx["st.global.v2.f32"](T.address_of(C[row + h * 8, col]),
-                                                      acc[v + h * 2], acc[v + h * 2 + 1])
-                        elif vec_store:
-                            store_pair(T.address_of(C[row + h * 8, col]), acc[v + h * 2],
-                                       acc[v + h * 2 + 1])
-                        else:
-                            C[row + h * 8, col] = T.cast(acc[v + h * 2], out_dtype)
-                            if not pred_n1 or col + 1 < N:
-                                C[row + h * 8, col + 1] = T.cast(acc[v + h * 2 + 1], out_dtype)
-
+    store_box, store_rows = row_major_stores(p, M, N, out_dtype)
     body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
                                          store_box=store_box, store_rows=store_rows))
 
@@ -370,3 +332,51 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
 
     # the kernel's name is the unscaled one's ("main_kernel")
     return p.kernel(scaled.with_attr("global_symbol", "main"), maps)
+
+
+def row_major_stores(p: hk.Plan, M: int, N: int, out_dtype: str):
+    """The output hooks (``Operands.store_box``, ``store_rows``) of a row-major C[M, N] (a bmm's
+    [b x M, N]; conv2d's Y as [N*OH*OW, K] when im2col loads its rows): the tma epilogue's
+    2-D box store, the direct epilogues' stores of each accumulator at (row, column)."""
+    from tvm.script import tirx as T
+
+    BM, BN, atoms, half_n, vec_store = p.BM, p.BN, p.atoms, p.half_n, p.vec_store
+    # ragged M or N (not a bmm's: bmm_tiles_within_batch): the direct stores test their rows
+    # and columns; TMA zero-fills the loads past each edge (and past K)
+    pred_m, pred_n = M % BM != 0, N % BN != 0
+    pred_n1 = N % 2 != 0  # scalar stores: column 2j + 1 may be past the edge while 2j is not
+    tma_st = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
+    # a 16-bit output: two accumulators rounded into one 4-byte store (fp32: st.global.v2.f32)
+    store_pair = hk.store_pair(out_dtype, "global")
+
+    @T.macro
+    def store_box(C_map, smem, tm, row0, a, col0, lt):
+        grow0 = T.meta_var(tm * BM + row0 + a * 64)
+        # a box wholly past a ragged edge stores nothing: skip it
+        if lt == 0 and (not pred_m or grow0 < M) and (not pred_n or col0 < N):
+            T.ptx[tma_st](T.address_of(C_map), col0, grow0, smem)
+            T.ptx["cp.async.bulk.commit_group"]()
+
+    @T.macro
+    def store_rows(C, acc, tm, tn, row0, lt):
+        # past a ragged edge (pred_m, pred_n) a store is skipped (its accumulators hold the
+        # products of TMA's zero fill)
+        for a in T.unroll(atoms):
+            for jj in T.unroll(BN // 8):
+                row = T.meta_var(tm * BM + row0 + a * 64 + lt // 32 * 16 + lt % 32 // 4)
+                col = T.meta_var(tn * BN + jj * 8 + lt % 4 * 2)
+                v = T.meta_var(a * half_n + jj * 4)
+                for h in T.unroll(2):  # rows row and row + 8
+                    if (not pred_m or row + h * 8 < M) and (not pred_n or col < N):
+                        if vec_store and store_pair is None:  # N even (v2_stores_need_even_n)
+                            T.ptx["st.global.v2.f32"](T.address_of(C[row + h * 8, col]),
+                                                      acc[v + h * 2], acc[v + h * 2 + 1])
+                        elif vec_store:
+                            store_pair(T.address_of(C[row + h * 8, col]), acc[v + h * 2],
+                                       acc[v + h * 2 + 1])
+                        else:
+                            C[row + h * 8, col] = T.cast(acc[v + h * 2], out_dtype)
+                            if not pred_n1 or col + 1 < N:
+                                C[row + h * 8, col + 1] = T.cast(acc[v + h * 2 + 1], out_dtype)
+
+    return store_box, store_rows

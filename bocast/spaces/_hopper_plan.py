@@ -123,3 +123,6 @@ class Operands:
     #: macro (out, acc, tm, tn, row0, lt): the direct epilogues (v2, scalar): consumer thread
     #: lt's accumulators of its rows from row0 of tile (tm, tn) to ``out``, none past an edge
     store_rows: Callable
+    #: kb -> the im2col offsets (u16 TIR expressions, W first) of A's load for k block kb, when
+    #: A's map is an im2col map (conv2d's ``a_load: im2col``); None: a tiled map
+    a_offsets: Callable | None = None

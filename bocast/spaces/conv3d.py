@@ -3,7 +3,9 @@ X[N,D,H,W,C], weights W[K,T,R,S,C], output Y[N,OD,OH,OW,K]; fp16 inputs, fp32 or
 accumulation and output.
 
 Knobs and constraints: the GEMM's (``gemm.py``) over M = N*OD*OH*OW, N = K, K = T*R*S*C,
-with ``vec_divides_c`` in place of ``vec_divides_k``. Default: N=4, 16x28x28, 64 -> 64 channels,
+with ``vec_divides_c`` in place of ``vec_divides_k``; space v3 (``--space v3``): the conv
+template's im2col producer over a rank-5 map (``_hopper_conv.py``), not yet ``space auto``'s
+choice. Default: N=4, 16x28x28, 64 -> 64 channels,
 3x3x3, pad 1. Heron's figure-6 cases, in the same order: C3D1 [8,8,56,56,64,64,3,3,3,1,1,1],
 C3D3 [8,4,28,28,128,128,3,3,3,1,1,1], C3D5 [8,2,14,14,256,256,3,3,3,1,1,1] and 1x1x1 stride-2
 downsamples C3D2/C3D4/C3D6.
@@ -18,6 +20,9 @@ from ._conv import Conv
 class Conv3d(Conv):
     name = "conv3d"
     spatial, kernel, torch_fn = ("D", "H", "W"), ("T", "R", "S"), "conv3d"
+    #: space v3: the conv template's im2col producer (bocast/spaces/_hopper_conv.py); no v3
+    #: rule yet (not measured against v2), so space auto keeps v2
+    hopper_v3 = True
     shape_help = ("N,D,H,W,C,K,T,R,S[,stride,pad,dilation] (X[N,D,H,W,C], W[K,T,R,S,C], "
                   "Y[N,OD,OH,OW,K]; stride 1, pad 0, dilation 1 when left out)")
     default_shape = (4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1)

@@ -276,13 +276,11 @@ def test_constraints_accept_and_refuse_by_name(shape, change, violated):
 
 
 @pytest.mark.parametrize("op_name, shape, options, message", [
-    ("conv2d", (16, 14, 14, 256, 256, 1, 1, 2, 0, 1), {}, "stride 1 only"),
+    ("conv2d", (16, 14, 14, 256, 256, 1, 1, 9, 0, 1), {}, "strides up to 8"),
     ("conv2d", C5, {"dtype": "fp16:fp16"}, "fp16:fp32 only"),
     ("conv2d", (16, 14, 14, 48, 256, 3, 3, 1, 1, 1), {}, "C % 32 == 0"),
-    ("conv1d", (16, 512, 256, 256, 3, 1, 1, 1), {}, "conv2d only"),
-    ("conv3d", (2, 8, 8, 8, 64, 64, 3, 3, 3, 1, 1, 1), {}, "conv2d only"),
-    ("conv2d_dilated", (16, 14, 14, 256, 256, 3, 3, 1, 2, 2), {}, "conv2d only"),
-    ("conv2d_transpose", (16, 14, 14, 256, 256, 3, 3, 2, 1, 1, 1), {}, "conv2d only"),
+    ("conv3d", (2, 8, 8, 8, 64, 64, 3, 3, 3, 1, 20, 1), {}, "im2col mode only"),  # corner
+    ("conv2d_transpose", (16, 14, 14, 256, 256, 3, 3, 2, 1, 1, 1), {}, "not the transposed"),
 ])
 def test_workloads_outside_the_conv_template_are_refused_by_name(op_name, shape, options,
                                                                  message):
@@ -314,7 +312,8 @@ def test_the_kernel_loads_4d_boxes_of_x_and_stores_through_a_4d_map_of_y():
     assert low.args == ("W_map", "X_map", "Y") and low.arch == "sm_90a"
     assert low.tensor_maps["X_map"] == {
         "tensor": "X", "dtype": "float16", "dims": [256, 14, 14, 16],
-        "strides": [512, 14 * 512, 14 * 14 * 512], "box": [64, 4, 2, 16], "swizzle": 3}
+        "strides": [512, 14 * 512, 14 * 14 * 512], "box": [64, 4, 2, 16],
+        "element_strides": [1, 1, 1, 1], "swizzle": 3}
     assert low.tensor_maps["W_map"] == {"tensor": "W", "dtype": "float16",
                                         "dims": [2304, 256], "strides": [4608],
                                         "box": [64, 128], "swizzle": 3}

@@ -104,9 +104,9 @@ def test_the_runner_encodes_bf16_tensor_maps_and_makes_bf16_inputs():
     to run)."""
     import inspect
 
-    from bocast.measure import gpu_worker
+    from bocast.measure import gpu_worker, tensor_maps
 
-    assert gpu_worker._TMA_DTYPES == {"float8_e4m3fn": 0, "float8_e5m2": 0, "float16": 6,
+    assert tensor_maps.TMA_DTYPES == {"float8_e4m3fn": 0, "float8_e5m2": 0, "float16": 6,
                                       "float32": 7, "bfloat16": 9}
     assert '"bfloat16": torch.bfloat16' in inspect.getsource(gpu_worker.make_inputs)
 

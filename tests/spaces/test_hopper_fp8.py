@@ -136,9 +136,9 @@ def test_the_runner_encodes_fp8_tensor_maps_as_bytes_and_draws_each_inputs_inter
     TensorSpec.values and builds it in its type (read from its source: it needs a GPU)."""
     import inspect
 
-    from bocast.measure import gpu_worker
+    from bocast.measure import gpu_worker, tensor_maps
 
-    assert gpu_worker._TMA_DTYPES["float8_e4m3fn"] == 0
+    assert tensor_maps.TMA_DTYPES["float8_e4m3fn"] == 0
     src = inspect.getsource(gpu_worker.make_inputs)
     assert '"float8_e4m3fn": torch.float8_e4m3fn' in src and "t.values" in src
 
