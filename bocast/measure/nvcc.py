@@ -35,6 +35,7 @@ class CompileResult:
     seconds: float = 0.0
     log: str = ""
     timed_out: bool = False
+    killed: bool = False  # nvcc ended by a signal (out of memory, ...): not the source's fault
 
 
 def nvcc_path() -> str | None:
@@ -103,7 +104,10 @@ def compile_cubin(source: str, *, timeout_s: float = 120.0, arch: str = DEFAULT_
                         and ln.strip() not in ("^", ""))
         if proc.returncode != 0 or not os.path.exists(out):
             errors = [ln for ln in log.splitlines() if "error" in ln.lower()]
-            return CompileResult(False, None, seconds=seconds, log="\n".join(errors) or log)
+            if proc.returncode < 0:
+                errors.insert(0, f"nvcc killed by signal {-proc.returncode}")
+            return CompileResult(False, None, seconds=seconds, log="\n".join(errors) or log,
+                                 killed=proc.returncode < 0)
         with open(out, "rb") as f:
             cubin = f.read()
     return CompileResult(True, cubin, parse_ptxas(log), seconds, log)
