@@ -262,7 +262,7 @@ class Builder:
 
         cache_keys = [cache_key(self.cache, op, t) for t in tasks] if self.cache else []
         todo = []
-        for i, t in enumerate(tasks):
+        for i in range(len(tasks)):
             hit = self.cache.get(cache_keys[i]) if self.cache else None
             if hit is not None:
                 finish(i, _from_dict({**hit, "key": keys[i], "cached": True}))
