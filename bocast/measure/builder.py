@@ -178,7 +178,7 @@ def build_one(task: Mapping[str, Any], cache: build_cache.BuildCache | None = No
     return Built(res, sch, low)
 
 
-def _from_dict(d: Mapping[str, Any]) -> BuildResult:
+def from_dict(d: Mapping[str, Any]) -> BuildResult:
     d = dict(d)
     d["status"] = Status(d["status"])
     d["grid"], d["block"], d["args"] = tuple(d["grid"]), tuple(d["block"]), tuple(d["args"])
@@ -206,7 +206,8 @@ class Builder:
 
     def __init__(self, *, workers: int | None = None, timeout_s: float = 180.0,
                  compile: bool = True, reject_spills: bool = False,
-                 cache: str | bool | None = None):
+                 cache: str | bool | None = None,
+                 task_fn: str = "bocast.measure.builder:build_task"):
         self.workers = workers or os.cpu_count() or 1
         self.timeout_s = timeout_s
         self.compile = compile
@@ -217,8 +218,7 @@ class Builder:
             raise RuntimeError(why_no_compiler())
         # tvm_ffi imports torch whenever it is installed (1-1.5 s and 200 MB a worker here);
         # lowering and nvcc never use it
-        self._pool = TimedPool("bocast.measure.builder:build_task", self.workers,
-                               hide=("torch",))
+        self._pool = TimedPool(task_fn, self.workers, hide=("torch",))
 
     def __enter__(self):
         return self
@@ -231,7 +231,7 @@ class Builder:
 
     def build(self, op: Operator, configs: Sequence[Config],
               on_result=None) -> list[BuildResult]:
-        return self._build(op, [{"config": _jsonable(c)} for c in configs],
+        return self._build(op, [{"config": jsonable(c)} for c in configs],
                            [Space.key(c) for c in configs], on_result)
 
     def build_modules(self, op: Operator, modules: Sequence[tuple[str, str]],
@@ -265,7 +265,7 @@ class Builder:
         for i in range(len(tasks)):
             hit = self.cache.get(cache_keys[i]) if self.cache else None
             if hit is not None:
-                finish(i, _from_dict({**hit, "key": keys[i], "cached": True}))
+                finish(i, from_dict({**hit, "key": keys[i], "cached": True}))
             else:
                 todo.append(i)
 
@@ -279,7 +279,7 @@ class Builder:
                 return
             if self.cache:
                 self.cache.put(cache_keys[i], raw)
-            finish(i, _from_dict(raw))
+            finish(i, from_dict(raw))
 
         self.built += len(todo)
         if todo:
@@ -312,5 +312,5 @@ def rejected(res: BuildResult) -> BuildResult:
     return res
 
 
-def _jsonable(config: Config) -> dict[str, Any]:
+def jsonable(config: Config) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}

@@ -1,0 +1,111 @@
+"""GPU servers that build what they time (bocast.measure.rpc_builds): two stand-in servers of
+two build workers each on 127.0.0.1, real TVM RPC sessions, real TVM lowering (no nvcc: the
+stand-in runner's builder), the stand-in measurement worker (synthetic timings)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from bocast.measure.builder import Builder
+from bocast.measure.engine import Measurer
+from bocast.measure.status import Status
+from bocast.operator import get_operator
+from bocast.space import Space
+from bocast.store import Store
+from tests.measure.test_rpc import Cluster
+
+OP = get_operator("gemm").from_args((128, 128, 128))
+LOWER_ONLY = {"compile": False, "compile_timeout_s": 60.0, "reject_spills": False}
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    c = Cluster(key="builds", gpus="0,1", sleep_s=0.3, build_workers=2)
+    try:
+        c.wait_free()
+        yield c
+    finally:
+        c.close()
+
+
+def cached_entries(folder: str) -> int:
+    return sum(f.endswith(".json") for _, _, fs in os.walk(folder) for f in fs)
+
+
+def test_servers_build_what_they_time_once(fleet):
+    infos = fleet.wait_free()
+    assert {i["build_workers"] for i in infos} == {2}
+    runner = fleet.runner(timeout_s=10.0)
+    configs = OP.space.sample(6, 0, unique=True)
+    got: list[int] = []
+    out = runner.build_and_run(OP, configs, LOWER_ONLY, on_result=lambda i, b, r: got.append(i))
+    assert sorted(got) == list(range(6))
+    assert [b.key for b, _ in out] == [Space.key(c) for c in configs]
+    for b, r in out:
+        assert b.status is Status.OK and b.kernel and not b.cached
+        assert r is not None and r.status is Status.OK and r.extra["measured_on"]["gpu_index"]
+    assert cached_entries(fleet.build_cache) == 6  # the servers' own cache
+    again = runner.build_and_run(OP, configs, LOWER_ONLY)
+    assert all(b.cached for b, _ in again)
+    assert [r.latency_ms for _, r in again] == [r.latency_ms for _, r in out]
+
+
+def test_a_tune_batch_through_the_engine_builds_on_the_servers(fleet, tmp_path):
+    fleet.wait_free()
+    with Builder(workers=1, compile=False) as local, \
+            Store(str(tmp_path / "r.db"), OP.workload) as store:
+        measurer = Measurer(OP, store, local, fleet.runner(timeout_s=10.0))
+        records = measurer.measure(OP.space.sample(5, 1, unique=True))
+        assert local.built == 0  # nothing built here
+    assert len(records) == 5 and all(r.ok and r.measured_on and r.build_s for r in records)
+    assert all("registers" not in r.features for r in records)  # lowered only, as asked
+
+
+def test_a_server_killed_mid_batch_has_its_kernels_built_and_timed_elsewhere(fleet):
+    before = {s["gpu_index"]: s for s in fleet.wait_free()}
+    runner = fleet.runner(timeout_s=10.0)
+    configs = OP.space.sample(12, 2, unique=True)
+    got: list[int] = []
+    out: dict = {}
+
+    def go():
+        try:
+            out["results"] = runner.build_and_run(OP, configs, LOWER_ONLY,
+                                                  on_result=lambda i, b, r: got.append(i))
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            out["error"] = e
+
+    t = threading.Thread(target=go)
+    t.start()
+    while len(got) < 2 and t.is_alive():
+        time.sleep(0.02)
+    os.kill(before["1"]["pid"], signal.SIGKILL)
+    t.join(240)
+    assert "error" not in out, out.get("error")
+    assert sorted(got) == list(range(12))  # each answered exactly once
+    assert all(b.status is Status.OK and r is not None and r.status is Status.OK
+               for b, r in out["results"])
+    assert any("lost" in line for line in runner.lost)
+    after = {s["gpu_index"]: s for s in fleet.wait_free(timeout_s=240)}
+    assert after["1"]["restarts"] == 1
+
+
+def test_a_server_that_builds_nothing_is_refused_for_builds(fleet, tmp_path):
+    c = Cluster(key="nobuilds", gpus="0", build_workers=0, server_wait_s=3.0)
+    try:
+        c.wait_free()
+        runner = c.runner()
+        from bocast.measure.rpc import RpcUnavailable
+
+        with pytest.raises(RpcUnavailable, match="build-workers 0"):
+            runner.build_and_run(OP, OP.space.sample(1, 0, unique=True), LOWER_ONLY)
+        # the same servers time what this side builds (rpc.builds: local)
+        local = c.runner(builds="local")
+        assert not local.builds_on_servers
+    finally:
+        c.close()
