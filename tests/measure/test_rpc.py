@@ -23,6 +23,7 @@ from bocast.measure import rpc_tracker as trk
 from bocast.measure.builder import BuildResult
 from bocast.measure.rpc import RpcRunner, RpcUnavailable
 from bocast.measure.rpc_options import parse_options
+from bocast.measure.rpc_service import PROTOCOL
 from bocast.measure.standin import StandinRunner
 from bocast.measure.status import Status
 from bocast.operator import get_operator
@@ -262,7 +263,8 @@ def test_tvm_client_reaches_a_server_through_the_tracker(cluster):
     cluster.wait_free()
     sess = rpc.connect_tracker(*cluster.tracker.addr).request(KEY, session_timeout=60)
     info = json.loads(sess.get_function("bocast.rpc.info")())
-    assert info["protocol"] == 1 and info["gpu_index"] in ("0", "1", "2")
+    assert info["protocol"] == PROTOCOL and info["gpu_index"] in ("0", "1", "2")
+    assert info["build_workers"] == 1
     del sess
 
 

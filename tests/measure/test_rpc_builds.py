@@ -109,3 +109,30 @@ def test_a_server_that_builds_nothing_is_refused_for_builds(fleet, tmp_path):
         assert not local.builds_on_servers
     finally:
         c.close()
+
+
+def test_the_batch_follows_the_fleet_unless_given_and_a_resume_keeps_its_own(fleet, tmp_path):
+    from bocast import api
+    from bocast.measure.nvcc import why_no_compiler
+
+    if why_no_compiler():
+        pytest.skip(why_no_compiler())
+    fleet.wait_free()
+    rpc = {"tracker": f"127.0.0.1:{fleet.tracker.port}", "key": fleet.key}
+    base = {"workload": {"op": "gemm", "shape": [128, 128, 128]},
+            "strategy": {"name": "random"}, "budget": {"trials": 4}, "seed": 0,
+            "output": str(tmp_path / "out"), "runner": "rpc", "rpc": rpc}
+    run = api.prepare(base)
+    assert run.cfg.batch_size == 4 and "2+2" in run.batch_note  # 2 servers, 2 workers each
+    assert run.identity["batch_size"] == 4
+    assert api.prepare({**base, "batch_size": 3}).cfg.batch_size == 3  # given: it stands
+    local = api.prepare({**base, "rpc": {**rpc, "builds": "local"}})
+    assert local.cfg.batch_size == 32 and local.batch_note is None  # the configuration's
+    quick = api.prepare(api.quick_config("gemm", shape=(128, 128, 128), runner="rpc",
+                                         output=str(tmp_path / "q"), warm_start="none"), rpc=rpc)
+    assert quick.cfg.batch_size == 4
+    # a run that began on a fleet of 6 build workers resumes with batch 6
+    with Store(run.store_path, OP.workload) as store:
+        store.set_meta("run", {**run.identity, "batch_size": 6})
+    resumed = api.prepare(base)
+    assert resumed.cfg.batch_size == 6 and "began with" in resumed.batch_note
