@@ -86,8 +86,13 @@ _PRIMITIVE = re.compile(r"schedule primitive '([\w-]+)'")
 
 
 def build_task(task: Mapping[str, Any]) -> dict[str, Any]:
-    """Build one configuration; runs inside a pool worker. Returns ``BuildResult.to_dict``."""
+    """Build one configuration; runs inside a pool worker. Returns ``BuildResult.to_dict``
+    (``{"kind": "warm"}``: only import TVM, so that the first build does not wait for it)."""
     source_only()
+    if task.get("kind") == "warm":
+        import tvm  # noqa: F401
+
+        return {"warm": True}
     return build_one(task).result.to_dict(with_cubin=True)
 
 
@@ -169,7 +174,7 @@ def build_one(task: Mapping[str, Any], cache: build_cache.BuildCache | None = No
         res.transient = True
     elif not cr.ok:
         res.status, res.stage, res.error = Status.BUILD_ERROR, "compile", tail(cr.log)
-        res.transient = cr.killed
+        res.transient = cr.fault
     else:
         res.cubin = cr.cubin
     res.times["total_s"] = time.perf_counter() - t0
@@ -242,6 +247,10 @@ class Builder:
         return self._build(op, [{"key": k, "module": m, "pass_config": pass_config}
                                 for k, m in modules],
                            [k for k, _ in modules], on_result)
+
+    def warm(self) -> None:
+        """Start the workers and import TVM in each (a GPU server, before its first batch)."""
+        self._pool.map([{"kind": "warm"}] * self.workers, self.timeout_s + 30)
 
     def options(self) -> dict[str, Any]:
         """What this builder does to a task besides building it (a GPU server that builds for

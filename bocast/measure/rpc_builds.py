@@ -92,6 +92,7 @@ class ServerBuilds:
         return self._ops[key]
 
     def _build_loop(self, builder: Builder) -> None:
+        builder.warm()
         while True:
             gen, task = self.inbox.get()
             if gen != self.generation:
