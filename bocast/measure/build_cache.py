@@ -42,6 +42,8 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from bocast.measure.nvcc import DEFAULT_ARCH, NVCC_FLAGS, nvcc_version
+
 ENV = "BOCAST_BUILD_CACHE"
 OFF = ("off", "none", "0", "")
 FORMAT = 1
@@ -70,8 +72,6 @@ def generator_identity() -> str:
 @functools.cache
 def toolchain() -> dict[str, str | None]:
     """The versions that decide a binary besides bocast's sources."""
-    from bocast.measure.nvcc import DEFAULT_ARCH, NVCC_FLAGS, nvcc_version
-
     return {"tvm": _version("apache-tvm", "tvm"), "tvm_ffi": _version("apache-tvm-ffi", "tvm_ffi"),
             "nvcc": nvcc_version(), "nvcc_flags": " ".join(NVCC_FLAGS),
             "default_arch": DEFAULT_ARCH, "generator": generator_identity()}

@@ -47,7 +47,6 @@ class ServerBuilds:
         self.answers: list[tuple[int, dict[str, Any]]] = []
         self.ready = threading.Condition()
         self.generation = 0
-        self.builds = 0  # kernels built here (not found in the cache)
         self._ops: dict[str, Operator] = {}
         self._builders = [Builder(workers=1, compile=False, task_fn=build_task)
                           for _ in range(workers)]
@@ -72,11 +71,14 @@ class ServerBuilds:
             out, self.answers = self.answers, []
         return json.dumps(out)
 
-    def end_session(self) -> None:
-        """Its tasks end with it: none not started is built, no answer reaches the next one."""
+    def end_session(self) -> str:
+        """Its tasks end with it: none not started is built, no answer reaches the next one.
+        Returns how many kernels this server has built and taken from its cache so far."""
         with self.ready:
             self.generation += 1
             self.answers = []
+        hits = sum(b.cache.hits for b in self._builders if b.cache is not None)
+        return f"{sum(b.built for b in self._builders)} kernel(s) built here, {hits} from the cache"
 
     # --- inside ----------------------------------------------------------------------------
     def _answer(self, gen: int, i: int, answer: dict[str, Any]) -> None:
@@ -103,9 +105,7 @@ class ServerBuilds:
                 builder.compile = bool(opts.get("compile", True))
                 builder.timeout_s = float(opts.get("compile_timeout_s", 180.0))
                 builder.reject_spills = bool(opts.get("reject_spills", False))
-                before = builder.built
                 (b,) = builder.build(op, [op.space.from_json(task["config"])])
-                self.builds += builder.built - before
             except Exception as e:  # noqa: BLE001 - a bad task is its answer, never the server's end
                 bad = BuildResult(key=str(task.get("key", "?")), status=Status.BUILD_ERROR,
                                   stage="server", error=str(e)[-2000:])

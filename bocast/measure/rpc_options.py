@@ -4,9 +4,11 @@ arguments)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
+from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
 
 OPTIONS = {"tracker", "key", "gpu_model", "sessions", "slack_s", "server_wait_s",
@@ -58,8 +60,6 @@ def fleet_batch(options: Mapping[str, Any]) -> tuple[int, str]:
     the key now, one kernel each (builds are most of a kernel's time: a 4096^3 GEMM builds in
     1.5 s and runs in 40 ms); and the line that says so. A ValueError where the tracker cannot
     say (the run would fail there anyway, with its own error)."""
-    from bocast.measure import rpc_auth as auth
-
     addr = proto.parse_addr(options["tracker"])
     try:
         token = auth.load_token(options.get("token_file"))
@@ -78,8 +78,6 @@ def batch_for_run(cfg: Any, store_path: str) -> str | None:
     the fleet's (:func:`fleet_batch`), or, resuming, to the batch
     the run began with (a resumed run is the same run, whatever the fleet is now); the line
     that says which. None where the configuration's batch stands."""
-    import os
-
     from bocast.store import Store
 
     if not follows_fleet(cfg.raw, cfg.runner, cfg.rpc):

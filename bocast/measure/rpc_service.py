@@ -99,10 +99,10 @@ class Service:
             tvm_ffi.register_global_func("bocast.rpc.submit", self.builds.submit, override=True)
             tvm_ffi.register_global_func("bocast.rpc.poll", self.builds.poll, override=True)
 
-    def end_session(self) -> None:
+    def end_session(self) -> str:
+        """The session is over (its tasks with it); what the server built so far, or ""."""
         self.session = None
-        if self.builds is not None:
-            self.builds.end_session()
+        return self.builds.end_session() if self.builds is not None else ""
 
 
 # ---------------------------------------------------------------------------- the server
@@ -252,9 +252,10 @@ def serve_sessions(listen: socket.socket, link: _TrackerLink, idle_s: float,
         except Exception as e:  # noqa: BLE001 - a broken session ends that session only
             log(f"session from {peer} ended: {str(e).splitlines()[0] if str(e) else e}")
         finally:
-            service.end_session()
+            built = service.end_session()
             conn.close()
-        log(f"session from {peer} done after {time.monotonic() - t0:.1f} s")
+        log(f"session from {peer} done after {time.monotonic() - t0:.1f} s"
+            + (f"; {built}" if built else ""))
         link.after_session()
 
 
