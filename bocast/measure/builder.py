@@ -211,8 +211,7 @@ class Builder:
 
     def __init__(self, *, workers: int | None = None, timeout_s: float = 180.0,
                  compile: bool = True, reject_spills: bool = False,
-                 cache: str | bool | None = None,
-                 task_fn: str = "bocast.measure.builder:build_task"):
+                 cache: str | bool | None = None):
         self.workers = workers or os.cpu_count() or 1
         self.timeout_s = timeout_s
         self.compile = compile
@@ -223,7 +222,8 @@ class Builder:
             raise RuntimeError(why_no_compiler())
         # tvm_ffi imports torch whenever it is installed (1-1.5 s and 200 MB a worker here);
         # lowering and nvcc never use it
-        self._pool = TimedPool(task_fn, self.workers, hide=("torch",))
+        self._pool = TimedPool("bocast.measure.builder:build_task", self.workers,
+                               hide=("torch",))
 
     def __enter__(self):
         return self

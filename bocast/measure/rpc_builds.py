@@ -29,17 +29,13 @@ from bocast.measure.runner import kernel_task
 from bocast.measure.status import Status
 from bocast.operator import Operator, from_workload
 
-#: the build function of each ``--worker`` (the stand-in server lowers with TVM as the
-#: stand-in runner's builder does: task ``compile`` false)
-BUILD_TASKS = {"gpu": "bocast.measure.builder:build_task",
-               "standin": "bocast.measure.builder:build_task"}
-
 
 class ServerBuilds:
-    """The build pool of one server; ``call(task, timeout_s)`` times one kernel on its GPU."""
+    """The build pool of one server; ``call(task, timeout_s)`` times one kernel on its GPU.
+    Every server builds with the real builder, a stand-in server too (its runner's tasks ask
+    it to lower only, as the stand-in runner's builder does)."""
 
-    def __init__(self, workers: int, call: Callable[[dict[str, Any], float], dict[str, Any]],
-                 build_task: str = BUILD_TASKS["gpu"]):
+    def __init__(self, workers: int, call: Callable[[dict[str, Any], float], dict[str, Any]]):
         self.workers = workers
         self.call = call
         self.inbox: queue.Queue = queue.Queue()
@@ -48,8 +44,7 @@ class ServerBuilds:
         self.ready = threading.Condition()
         self.generation = 0
         self._ops: dict[str, Operator] = {}
-        self._builders = [Builder(workers=1, compile=False, task_fn=build_task)
-                          for _ in range(workers)]
+        self._builders = [Builder(workers=1, compile=False) for _ in range(workers)]
         for b in self._builders:
             threading.Thread(target=self._build_loop, args=(b,), daemon=True,
                              name="server-build").start()

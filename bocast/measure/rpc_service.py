@@ -23,7 +23,7 @@ from typing import Any
 from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
 from bocast.measure.pool import TaskFailure, TimedPool
-from bocast.measure.rpc_builds import BUILD_TASKS, ServerBuilds
+from bocast.measure.rpc_builds import ServerBuilds
 from bocast.measure.rpc_handshake import Handshakes
 from bocast.provenance import git_sha
 
@@ -51,9 +51,7 @@ class Service:
         self.info: dict[str, Any] = {"build_workers": build_workers}
         self.token = token
         self.session: tuple[str, str] | None = None  # (matchkey, client nonce) of the session
-        self.builds = ServerBuilds(build_workers, self.time_kernel,
-                                   BUILD_TASKS.get(worker, BUILD_TASKS["gpu"])) \
-            if build_workers else None
+        self.builds = ServerBuilds(build_workers, self.time_kernel) if build_workers else None
 
     def info_json(self) -> str:
         """``bocast.rpc.info``: what this server is, and (with a token) its proof that it holds
