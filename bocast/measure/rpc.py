@@ -1,4 +1,7 @@
-"""The RPC runner: kernels built here are timed on GPU servers that a tracker hands out.
+"""The RPC runner: kernels timed on GPU servers that a tracker hands out, and built there too
+(``rpc.builds: server``, the default: :meth:`RpcRunner.build_and_run`, each server building
+what it times with its own cores, :mod:`bocast.measure.rpc_builds`) or built here
+(``rpc.builds: local``: :meth:`RpcRunner.run` of the builder's kernels).
 
 ``runner: rpc`` measures exactly what :class:`~bocast.measure.runner.GpuRunner` measures: each
 kernel is the same task (:func:`~bocast.measure.runner.kernel_task`) for the same worker
@@ -6,7 +9,8 @@ kernel is the same task (:func:`~bocast.measure.runner.kernel_task`) for the sam
 isolated in the server's measurement process (:mod:`bocast.measure.rpc_server`), and its answer
 becomes a :class:`RunResult` by the same conversion. What the RPC layer adds is where it runs:
 
-- one TVM RPC session per server per batch: a batch (one :meth:`RpcRunner.run` call) asks the
+- one TVM RPC session per server per batch: a batch (one :meth:`RpcRunner.run` or
+  :meth:`RpcRunner.build_and_run` call) asks the
   tracker for up to ``sessions`` servers (default: as many as are registered under the key)
   and each session takes kernels from the batch's queue until it is empty, so fast servers
   take more and a batch is spread over every free server;
@@ -67,6 +71,7 @@ from bocast.operator import Operator
 
 #: ``on_result(i, build, run)`` of :meth:`RpcRunner.build_and_run`
 BuiltAndRan = Callable[[int, BuildResult, "RunResult | None"], None]
+
 
 def measured_on(info: Mapping[str, Any]) -> dict[str, Any]:
     return {"host": info.get("host"), "port": info.get("port"),

@@ -10,7 +10,8 @@ A server is three processes deep, so that no fault below reaches the tuner:
 - the server (:mod:`bocast.measure.rpc_service`) registers with the tracker under a key,
   accepts one TVM RPC session at a time and serves it with TVM's own session loop
   (``tvm.rpc._ffi_api.ServerLoop``, the C++ RPC endpoint), in which a runner calls the remote
-  functions ``bocast.rpc.info`` and ``bocast.rpc.run``;
+  functions ``bocast.rpc.info`` and ``bocast.rpc.run`` (and ``bocast.rpc.submit``/``poll``:
+  the server builds what it times with ``--build-workers`` processes of its own);
 - the server's one measurement worker (:class:`~bocast.measure.pool.TimedPool`, the worker of
   :class:`~bocast.measure.runner.GpuRunner`) owns the CUDA context and times each kernel: a
   kernel that hangs is killed at its limit, a crash or a sticky CUDA error replaces the worker,

@@ -2,7 +2,9 @@
 :mod:`bocast.measure.rpc_server`): it registers with the tracker under a key, accepts one TVM
 RPC session at a time and serves it with TVM's own session loop
 (``tvm.rpc._ffi_api.ServerLoop``, the C++ RPC endpoint), in which a runner calls the remote
-functions ``bocast.rpc.info`` and ``bocast.rpc.run`` (:class:`Service`). Its one measurement
+functions ``bocast.rpc.info`` and ``bocast.rpc.run`` (:class:`Service`), and, on a server with
+build workers, ``bocast.rpc.submit`` and ``bocast.rpc.poll`` (its builds:
+:mod:`bocast.measure.rpc_builds`). Its one measurement
 worker (:class:`~bocast.measure.pool.TimedPool`, the worker of
 :class:`~bocast.measure.runner.GpuRunner`) owns the CUDA context and times each kernel, and
 lives as long as the server, across sessions. The handshake and the tracker registration are
