@@ -95,6 +95,37 @@ def test_a_server_killed_mid_batch_has_its_kernels_built_and_timed_elsewhere(fle
     assert after["1"]["restarts"] == 1
 
 
+def test_a_hung_server_has_its_kernels_built_and_timed_elsewhere(fleet):
+    before = {s["gpu_index"]: s for s in fleet.wait_free()}
+    # declared hung when nothing comes back for the build's limit (2 s + 30 s for a worker's
+    # start) + the run's (10 s) + slack (1 s)
+    runner = fleet.runner(timeout_s=10.0, slack_s=1.0)
+    configs = OP.space.sample(10, 3, unique=True)
+    got: list[int] = []
+    out: dict = {}
+
+    def go():
+        out["results"] = runner.build_and_run(OP, configs, {**LOWER_ONLY,
+                                                            "compile_timeout_s": 2.0},
+                                              on_result=lambda i, b, r: got.append(i))
+
+    t = threading.Thread(target=go)
+    t.start()
+    while len(got) < 2 and t.is_alive():
+        time.sleep(0.02)
+    pid = before["0"]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t.join(240)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert sorted(got) == list(range(10)) and len(out["results"]) == 10
+    assert all(r is not None and r.status is Status.OK for _, r in out["results"])
+    assert any("hung" in line for line in runner.lost)
+    after = {s["gpu_index"]: s for s in fleet.wait_free(timeout_s=240)}
+    assert after["0"]["pid"] == pid  # resumed, it ends the abandoned session and serves again
+
+
 def test_a_server_that_builds_nothing_is_refused_for_builds(fleet, tmp_path):
     c = Cluster(key="nobuilds", gpus="0", build_workers=0, server_wait_s=3.0)
     try:
