@@ -12,7 +12,7 @@
 #   bash experiments/device/fleet_scaling.sh                 # about 5 minutes on 2 H200
 #   GPUS=4 bash experiments/device/fleet_scaling.sh          # nvidia-h200-x4 (64 cores)
 #   TRIALS=160 RUN_S=150 bash experiments/device/fleet_scaling.sh
-# Each tune is at most RUN_S=210 s, each fleet's start SERVE_S=90 s: under 540 s in all.
+# Each tune is at most RUN_S=215 s, each fleet's start SERVE_S=40 s: under 540 s in all.
 #   STANDIN=1 TRIALS=8 WORKERS=1 OUT=/tmp/f bash experiments/device/fleet_scaling.sh  # CPU:
 #     the plumbing only (stand-in servers: synthetic timings, nvcc builds on this host)
 # Everything lands under $OUT (logs, stores, summaries, the servers' logs).
@@ -52,7 +52,7 @@ run_fleet() {  # $1: label, $2: GPU list, $3: tracker port
     --host 127.0.0.1 --tracker-host 127.0.0.1 --tracker-port "$port" --gpus "$gpus" \
     --build-workers "$WORKERS" --worker "$worker" > "$out/serve.log" 2>&1 &
   serve=$!
-  for _ in $(seq "${SERVE_S:-90}"); do
+  for _ in $(seq "${SERVE_S:-40}"); do
     [ "$(grep -c 'registered under key' "$out/serve.log")" -ge "$n" ] && break
     kill -0 "$serve" 2>/dev/null || { echo "serve exited:"; tail -20 "$out/serve.log"; return 1; }
     sleep 1
@@ -62,7 +62,7 @@ run_fleet() {  # $1: label, $2: GPU list, $3: tracker port
        "workers after $(( ($(date +%s%N) - t0) / 1000000000 )) s; tracker $tracker"
   t0=$(date +%s%N)
   # the tuner's own builds (the final re-timing) share the servers' cache: one host
-  BOCAST_BUILD_CACHE=$cache BOCAST_RECORDS=$(mktemp -d) timeout "${RUN_S:-210}" python3 -m bocast.cli tune gemm \
+  BOCAST_BUILD_CACHE=$cache BOCAST_RECORDS=$(mktemp -d) timeout "${RUN_S:-215}" python3 -m bocast.cli tune gemm \
     --shape 4096,4096,4096 --trials "$TRIALS" --seed 0 --warm-start none --runner rpc \
     --tracker "127.0.0.1:$tracker" --key fleet --output "$out" --json > "$out/tune.log" 2>&1
   local status=$?
@@ -108,7 +108,10 @@ for label, r in rows.items():
           f"{r['gpus']}")
 if len(rows) == 2:
     a, b = rows["gpu1"], rows[f"gpu{gpus}"]
+    def ratio(x, y):
+        return f"{x / y:.3f}" if x and y else "n/a"
+
     print(f"{gpus} GPUs / 1: trials/s {b['per_s'] / a['per_s']:.2f}x, end-to-end "
-          f"{a['e2e_s'] / b['e2e_s']:.2f}x faster, best {b['best'] / a['best']:.3f} "
-          f"(re-timed), {b['in_run'] / a['in_run']:.3f} (in-run)")
+          f"{a['e2e_s'] / b['e2e_s']:.2f}x faster, best {ratio(b['best'], a['best'])} "
+          f"(re-timed), {ratio(b['in_run'], a['in_run'])} (in-run)")
 PY
