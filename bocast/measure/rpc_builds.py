@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import queue
+import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +30,11 @@ from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.runner import kernel_task
 from bocast.measure.status import Status
 from bocast.operator import Operator, from_workload
+
+
+def log(msg: str) -> None:
+    """A line of a GPU server's log (stderr, with the time)."""
+    print(time.strftime("%H:%M:%S ") + msg, file=sys.stderr, flush=True)
 
 
 class ServerBuilds:
@@ -44,6 +51,7 @@ class ServerBuilds:
         self.ready = threading.Condition()
         self.generation = 0
         self._ops: dict[str, Operator] = {}
+        self._ops_lock = threading.Lock()
         self._builders = [Builder(workers=1, compile=False) for _ in range(workers)]
         for b in self._builders:
             threading.Thread(target=self._build_loop, args=(b,), daemon=True,
@@ -84,12 +92,16 @@ class ServerBuilds:
 
     def _op(self, workload: dict[str, Any]) -> Operator:
         key = json.dumps(workload, sort_keys=True)
-        if key not in self._ops:
-            self._ops[key] = from_workload(workload)
-        return self._ops[key]
+        with self._ops_lock:
+            if key not in self._ops:
+                self._ops[key] = from_workload(workload)
+            return self._ops[key]
 
     def _build_loop(self, builder: Builder) -> None:
-        builder.warm()
+        try:
+            builder.warm()
+        except RuntimeError as e:  # its worker did not start: the first build tries again
+            log(f"build worker: {e}")
         while True:
             gen, task = self.inbox.get()
             if gen != self.generation:
@@ -102,8 +114,9 @@ class ServerBuilds:
                 builder.reject_spills = bool(opts.get("reject_spills", False))
                 (b,) = builder.build(op, [op.space.from_json(task["config"])])
             except Exception as e:  # noqa: BLE001 - a bad task is its answer, never the server's end
+                # (a configuration this server's bocast does not know: another version)
                 bad = BuildResult(key=str(task.get("key", "?")), status=Status.BUILD_ERROR,
-                                  stage="server", error=str(e)[-2000:])
+                                  stage="server", error=str(e)[-2000:], transient=True)
                 self._answer(gen, task.get("id", -1), {"build": bad.to_dict()})
                 continue
             if b.status is Status.OK:
@@ -119,5 +132,8 @@ class ServerBuilds:
             run = task.get("run") or {}
             kt = kernel_task(op, b, seed=run.get("seed", 0), repeats=run.get("repeats", 10),
                              warmup_ms=run.get("warmup_ms", 20.0), l2=run.get("l2", "warm"))
-            raw = self.call(kt, float(task.get("timeout_s", 30.0)))
+            try:
+                raw = self.call(kt, float(task.get("timeout_s", 30.0)))
+            except Exception as e:  # noqa: BLE001 - the kernel's answer; the thread goes on
+                raw = {"_failure": {"kind": "error", "detail": str(e)[-2000:], "seconds": 0.0}}
             self._answer(gen, task["id"], {"build": b.to_dict(), "run": raw})

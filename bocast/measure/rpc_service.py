@@ -17,7 +17,6 @@ import os
 import queue
 import signal
 import socket
-import sys
 import threading
 import time
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
 from bocast.measure.pool import TaskFailure, TimedPool
-from bocast.measure.rpc_builds import ServerBuilds
+from bocast.measure.rpc_builds import ServerBuilds, log
 from bocast.measure.rpc_handshake import Handshakes
 from bocast.provenance import git_sha
 
@@ -33,10 +32,6 @@ from bocast.provenance import git_sha
 PROTOCOL = 2
 WORKERS = {"gpu": "bocast.measure.gpu_worker:run_task",
            "standin": "bocast.measure.standin:run_task"}
-
-
-def log(msg: str) -> None:
-    print(time.strftime("%H:%M:%S ") + msg, file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------- what a session calls
