@@ -229,8 +229,8 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
         if value == "" and (key in keys or key in keys.values()):  # else the default, silently
             raise InputError(f"{key}: empty; leave it out for its default")
     for key, value in {**{o.name: o.default for o in QUICK_OPTIONS}, **given}.items():
-        if value is None:
-            continue
+        if value is None or (key == "batch_size" and key not in given and cfg["runner"] == "rpc"):
+            continue  # rpc: the batch follows the fleet unless given (rpc_options.batch_for_run)
         key = keys.get(key, key)
         if key in ("strategy", "strategy.name"):
             cfg["strategy"].update({"name": value} if isinstance(value, str) else dict(value))
@@ -302,6 +302,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
     from bocast import identity, library, warm_sources
     from bocast.candidates import SpaceCandidates
     from bocast.datasets import dataset_files
+    from bocast.measure import rpc_options
     from bocast.store import Store
     from bocast.strategies import make_strategy
 
@@ -345,6 +346,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
         options = cfg.strategy_options if warm is None else \
             warm_sources.warm_options(cfg.strategy, cfg.strategy_options, warm.sources)
         strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **options)
+        batch_note = rpc_options.batch_for_run(cfg, store_path) if given is None else None
         ident = identity.run_identity(
             strategy=cfg.strategy, options=_identity_options(cfg.strategy_options, options),
             seed=cfg.seed,
@@ -358,7 +360,8 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
         raise cfgmod.in_file(e, path) from None
     return TuneRun(cfg, op, dataset, strategy, store_path, ident, warm=warm, records=folder,
                    records_named=bool(records or cfg.records), plot=plot, runner=given,
-                   builder=builder)
+                   builder=builder, batch_note=batch_note)
+
 
 
 def _identity_options(given: dict[str, Any], used: dict[str, Any]) -> dict[str, Any]:

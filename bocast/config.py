@@ -34,7 +34,7 @@ from bocast.measure.parts import (
     runner_kind,
 )
 from bocast.measure.replay import ReplayDataset, ReplayError, check_workload
-from bocast.measure.rpc import parse_options
+from bocast.measure.rpc_options import parse_options
 from bocast.operator import WorkloadError, from_workload
 from bocast.schema import ConfigError, Field, Section
 from bocast.strategies import StrategyError, strategy_class
@@ -53,7 +53,7 @@ DATASET = Field("dataset", str, None, nullable=True, doc="replay: prefix of a re
 RUNNER_OPTIONS = Field("runner_options", dict, None, nullable=True,
                        doc="how kernels are built and timed (section `runner_options`)")
 RPC = Field("rpc", dict, None, nullable=True,
-            doc="runner rpc: tracker (host:port), key, ... (bocast.measure.rpc.parse_options)")
+            doc="runner rpc: tracker (host:port), key, builds, ... (docs/rpc.md)")
 TUNE = Section((
     Field("name", str, "", doc="the run's name (its summary keeps it)"),
     Field("description", str, "", doc="free text, kept in the summary"), WORKLOAD,

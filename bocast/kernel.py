@@ -43,6 +43,7 @@ def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | st
     id or a configuration key; a status other than ok only with
     ``any_status``. Needs TVM, nvcc and a C compiler, no GPU; writes the whole folder or
     nothing."""
+    from bocast.measure import build_cache
     from bocast.measure.builder import build_one
     from bocast.measure.nvcc import compile_cubin
     from bocast.operator import from_workload
@@ -72,7 +73,8 @@ def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | st
     arch = _arch(op, rec.config)
     # a TVM with CUDA compiles the kernel while lowering: with nvcc, as the builder does
     with _cuda_compile(lambda code, _: compile_cubin(code, arch=arch).cubin):
-        built = build_one({"workload": workload, "config": rec.config})
+        built = build_one({"workload": workload, "config": rec.config},
+                          cache=build_cache.from_setting())
     res = built.result
     if res.cubin is None:
         raise InputError(f"{store}: record {row_id} does not build here: {res.status} at stage "

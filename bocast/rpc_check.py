@@ -180,8 +180,9 @@ def main(argv=None) -> int:
     args.dataset = locate(args.dataset)  # a path, or a shipped dataset's name
     with open(args.dataset + ".json") as f:
         op = from_workload(json.load(f)["workload"])
+    # the same kernels, built here, timed through either runner: the servers only time them
     rpc = RpcRunner(args.tracker, args.key, timeout_s=args.run_timeout, repeats=args.repeats,
-                    seed=args.seed)
+                    seed=args.seed, builds="local")
     device = rpc.device()
     print(f"{op.name} {op.workload}; RPC servers under {args.key!r}: "
           + ", ".join(f"{s['host']}:{s['port']} gpu {s['gpu_index']} ({s['gpu']})"

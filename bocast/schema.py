@@ -296,7 +296,9 @@ MAX_TRIALS = 1_000_000
 SEED = Field("seed", int, 0, min=0, max=2**31 - 1, doc="random seed")
 TRIALS = Field("trials", int, min=1, max=MAX_TRIALS, doc="trials (measured configurations)")
 SECONDS = Field("seconds", float, None, above=0, nullable=True, doc="wall-time budget")
-BATCH_SIZE = Field("batch_size", int, 32, min=1, max=10_000, doc="configurations per batch")
+BATCH_SIZE = Field("batch_size", int, 32, min=1, max=10_000,
+                   doc="configurations per batch (runner rpc with servers that build: left "
+                       "out, one per build worker of the fleet)")
 WORKERS = Field("workers", int, None, min=1, max=1024, nullable=True,
                 doc="processes (default: the machine's cores)")
 REPEATS = Field("repeats", int, 10, min=1, max=10_000, doc="timed repeats per kernel")

@@ -47,6 +47,7 @@ class TuneRun:
     plot: bool = False  # draw the run's figure (figure_prefix.png/.pdf/.svg)
     runner: Runner | None = None  # the caller's runner object (bocast.tune), never closed here
     builder: Builder | None = None  # the caller's builder object, never closed here
+    batch_note: str | None = None  # how the batch followed the fleet (runner rpc)
 
     @property
     def runner_name(self) -> str:
@@ -92,6 +93,8 @@ class TuneRun:
         timing: dict[str, Any] = {}  # how the runner timed
         if op.space_choice:  # space auto: which space, and why
             note(f"space {op.space_choice}; --space names one")
+        if self.batch_note:
+            note(self.batch_note)
         try:
             runner, builder, session = self.runner, self.builder, None
             if runner is None:

@@ -45,6 +45,15 @@ def records_library(tmp_path_factory, monkeypatch):
     return folder
 
 
+@pytest.fixture(autouse=True)
+def build_cache_folder(tmp_path_factory, monkeypatch):
+    """Every test's build cache is a folder of its own (bocast.measure.build_cache), never the
+    user's: a test that counts or times builds must find none made by another test."""
+    folder = tmp_path_factory.mktemp("builds")
+    monkeypatch.setenv("BOCAST_BUILD_CACHE", str(folder))
+    return folder
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "background(name): the test reads the result of "
                             "tests/background.py's job `name`, started when collection ends")

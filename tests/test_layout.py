@@ -48,12 +48,16 @@ LAZY: dict[tuple[str, str], tuple[str, str]] = {
     ("bocast.kernel", "bocast.tensorcore"): (IMPORT_BOCAST, "export: 3.5 ms alone"),
     ("bocast.kernel", "bocast.measure.tensor_maps"): (
         IMPORT_BOCAST, f"load()'s im2col encoder: {_NUMPY}"),
+    ("bocast.kernel", "bocast.measure.build_cache"): (
+        IMPORT_BOCAST, "export: tempfile, base64 (and nvcc's subprocess)"),
     # the API's entry points (api, study, tune_run: import bocast loads them) import what one
     # call needs when it is called
     **{("bocast.api", f"bocast.{t}"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}") for t in (
         "candidates", "comparison", "config", "datasets", "identity", "library",
         "measure.runner", "operator", "store", "strategies", "suggestions", "warm_sources")},
     ("bocast.api", "bocast.measure.nvcc"): (IMPORT_BOCAST, "need_compiler: subprocess"),
+    ("bocast.api", "bocast.measure.rpc_options"): (
+        IMPORT_BOCAST, "prepare's batch of runner rpc: socket, hmac, the tracker protocol"),
     **{("bocast.study", f"bocast.{t}"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}")
        for t in ("candidates", "config", "identity", "space", "store", "strategies", "tuner")},
     **{("bocast.tune_run", f"bocast.{t}"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}") for t in (
@@ -90,6 +94,8 @@ LAZY: dict[tuple[str, str], tuple[str, str]] = {
         HELP, "make_measurer (tune, measure, compare): multiprocessing, socket (+13-17 ms)"),
     ("bocast.measure.parts", "bocast.measure.rpc"): (
         HELP, "runner rpc: socket, hmac, the protocol (+16 ms)"),
+    ("bocast.measure.rpc_options", "bocast.store"): (
+        IMPORT_BOCAST, f"batch_for_run, a resumed rpc run's batch: {_NUMPY}, sqlite3"),
     # strategies() imports the strategy modules, which register themselves as they load
     ("bocast.strategies", "bocast.strategies.bo"): (
         IMPORT_BOCAST, "bo's module and the BO pieces it imports at its top (+0.3 s)"),

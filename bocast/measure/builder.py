@@ -13,6 +13,7 @@ A build over its time limit, or one that crashes its worker process, costs only 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bocast.knobs import Config
+from bocast.measure import build_cache
 from bocast.measure.nvcc import compile_cubin, why_no_compiler
 from bocast.measure.pool import TaskFailure, TimedPool
 from bocast.measure.status import Status, tail
@@ -45,6 +47,10 @@ class BuildResult:
     cluster: tuple[int, int, int] = (1, 1, 1)  # a cluster launch's dims (tensorcore.Lowered)
     times: dict[str, float] = field(default_factory=dict)
     cubin: bytes | None = field(default=None, repr=False)
+    # a failure of the machine that built it (over the time limit, a crashed worker, nvcc
+    # killed): a later build may succeed, so the build cache never keeps it
+    transient: bool = False
+    cached: bool = False  # taken from the build cache, not built now
 
     @property
     def failure_class(self) -> str | None:
@@ -80,8 +86,13 @@ _PRIMITIVE = re.compile(r"schedule primitive '([\w-]+)'")
 
 
 def build_task(task: Mapping[str, Any]) -> dict[str, Any]:
-    """Build one configuration; runs inside a pool worker. Returns ``BuildResult.to_dict``."""
+    """Build one configuration; runs inside a pool worker. Returns ``BuildResult.to_dict``
+    (``{"kind": "warm"}``: only import TVM, so that the first build does not wait for it)."""
     source_only()
+    if task.get("kind") == "warm":
+        import tvm  # noqa: F401
+
+        return {"warm": True}
     return build_one(task).result.to_dict(with_cubin=True)
 
 
@@ -95,9 +106,11 @@ class Built:
     lowered: Any = None
 
 
-def build_one(task: Mapping[str, Any]) -> Built:
+def build_one(task: Mapping[str, Any], cache: build_cache.BuildCache | None = None) -> Built:
     """Build one task (``{"workload", "config" | "key" + "module", "compile", ...}``) in this
-    process: the stages and failure classes of the module docstring."""
+    process: the stages and failure classes of the module docstring. With ``cache`` (export,
+    which needs the schedule and lowering and so lowers anyway), nvcc's cubin and report are
+    taken from the build cache where it holds them, and stored there otherwise."""
     op = _operator(task["workload"])
     t0 = time.perf_counter()
     sch = None
@@ -145,20 +158,32 @@ def build_one(task: Mapping[str, Any]) -> Built:
     if not task.get("compile", True):
         res.times["total_s"] = time.perf_counter() - t0
         return Built(res, sch, low)
+    key = cache_key(cache, op, task) if cache is not None else ""
+    hit = cache.get(key) if cache is not None else None
+    if hit is not None and hit.get("status") == "ok" and hit.get("cubin"):
+        res.cubin, res.cached = hit["cubin"], True
+        res.features.update(hit.get("features") or {})
+        res.times["compile_s"] = (hit.get("times") or {}).get("compile_s", 0.0)
+        res.times["total_s"] = time.perf_counter() - t0
+        return Built(res, sch, low)
     cr = compile_cubin(low.source, timeout_s=task.get("compile_timeout_s", 120.0), arch=low.arch)
     res.times["compile_s"] = cr.seconds
     res.features.update(cr.features)
     if cr.timed_out:
         res.status, res.stage, res.error = Status.BUILD_TIMEOUT, "compile", tail(cr.log)
+        res.transient = True
     elif not cr.ok:
         res.status, res.stage, res.error = Status.BUILD_ERROR, "compile", tail(cr.log)
+        res.transient = cr.fault
     else:
         res.cubin = cr.cubin
     res.times["total_s"] = time.perf_counter() - t0
+    if cache is not None:
+        cache.put(key, res.to_dict(with_cubin=True))
     return Built(res, sch, low)
 
 
-def _from_dict(d: Mapping[str, Any]) -> BuildResult:
+def from_dict(d: Mapping[str, Any]) -> BuildResult:
     d = dict(d)
     d["status"] = Status(d["status"])
     d["grid"], d["block"], d["args"] = tuple(d["grid"]), tuple(d["block"]), tuple(d["args"])
@@ -177,14 +202,22 @@ class Builder:
     register spills, a stack frame or serialized wgmma instructions (space v3: ptxas's
     "Potential Performance Loss") is recorded as ``build_rejected`` and never runs (those
     figures are free before a GPU run; a stack frame also marks local arrays, the cause of the
-    launch failures of v1's conv3d kernels). Use as a context manager, or call :meth:`close`."""
+    launch failures of v1's conv3d kernels). Use as a context manager, or call :meth:`close`.
+
+    ``cache``: the build cache (:mod:`bocast.measure.build_cache`): a folder, False for none,
+    None for the default (``$BOCAST_BUILD_CACHE``, else the user's cache folder). A build found
+    there is not built again; :attr:`built` counts the builds this builder made (sent to its
+    workers), ``self.cache.hits`` those it took from the cache."""
 
     def __init__(self, *, workers: int | None = None, timeout_s: float = 180.0,
-                 compile: bool = True, reject_spills: bool = False):
+                 compile: bool = True, reject_spills: bool = False,
+                 cache: str | bool | None = None):
         self.workers = workers or os.cpu_count() or 1
         self.timeout_s = timeout_s
         self.compile = compile
         self.reject_spills = reject_spills
+        self.cache = build_cache.from_setting(cache)
+        self.built = 0
         if compile and why_no_compiler():
             raise RuntimeError(why_no_compiler())
         # tvm_ffi imports torch whenever it is installed (1-1.5 s and 200 MB a worker here);
@@ -203,7 +236,7 @@ class Builder:
 
     def build(self, op: Operator, configs: Sequence[Config],
               on_result=None) -> list[BuildResult]:
-        return self._build(op, [{"config": _jsonable(c)} for c in configs],
+        return self._build(op, [{"config": jsonable(c)} for c in configs],
                            [Space.key(c) for c in configs], on_result)
 
     def build_modules(self, op: Operator, modules: Sequence[tuple[str, str]],
@@ -215,29 +248,62 @@ class Builder:
                                 for k, m in modules],
                            [k for k, _ in modules], on_result)
 
+    def warm(self) -> None:
+        """Start the workers and import TVM in each (a GPU server, before its first batch)."""
+        self._pool.map([{"kind": "warm"}] * self.workers, self.timeout_s + 30)
+
+    def options(self) -> dict[str, Any]:
+        """What this builder does to a task besides building it (a GPU server that builds for
+        the RPC runner is sent these: :meth:`bocast.measure.rpc.RpcRunner.build_and_run`)."""
+        return {"compile": self.compile, "compile_timeout_s": self.timeout_s,
+                "reject_spills": self.reject_spills}
+
     def _build(self, op: Operator, items: list[dict], keys: list[str],
                on_result) -> list[BuildResult]:
         tasks = [{"workload": op.workload, **item, "compile": self.compile,
                   "compile_timeout_s": self.timeout_s} for item in items]
-
-        def convert(i: int, raw: Any) -> BuildResult:
-            if isinstance(raw, TaskFailure):
-                status = Status.BUILD_TIMEOUT if raw.kind == "timeout" else Status.BUILD_ERROR
-                return BuildResult(key=keys[i], status=status, stage="worker",
-                                   error=tail(f"{raw.kind}: {raw.detail}"),
-                                   times={"total_s": raw.seconds})
-            res = _from_dict(raw)
-            return rejected(res) if self.reject_spills else res
-
         results: list[BuildResult | None] = [None] * len(tasks)
 
-        def collect(i: int, raw: Any) -> None:
-            results[i] = convert(i, raw)
+        def finish(i: int, res: BuildResult) -> None:
+            results[i] = rejected(res) if self.reject_spills else res
             if on_result is not None:
                 on_result(i, results[i])
 
-        self._pool.map(tasks, self.timeout_s + 30, on_result=collect)
+        cache_keys = [cache_key(self.cache, op, t) for t in tasks] if self.cache else []
+        todo = []
+        for i in range(len(tasks)):
+            hit = self.cache.get(cache_keys[i]) if self.cache else None
+            if hit is not None:
+                finish(i, from_dict({**hit, "key": keys[i], "cached": True}))
+            else:
+                todo.append(i)
+
+        def collect(j: int, raw: Any) -> None:
+            i = todo[j]
+            if isinstance(raw, TaskFailure):
+                status = Status.BUILD_TIMEOUT if raw.kind == "timeout" else Status.BUILD_ERROR
+                finish(i, BuildResult(key=keys[i], status=status, stage="worker",
+                                      error=tail(f"{raw.kind}: {raw.detail}"),
+                                      times={"total_s": raw.seconds}, transient=True))
+                return
+            if self.cache:
+                self.cache.put(cache_keys[i], raw)
+            finish(i, from_dict(raw))
+
+        self.built += len(todo)
+        if todo:
+            self._pool.map([tasks[i] for i in todo], self.timeout_s + 30, on_result=collect)
         return results  # type: ignore[return-value]
+
+
+def cache_key(cache: build_cache.BuildCache, op: Operator, task: Mapping[str, Any]) -> str:
+    """``task``'s key in ``cache``, with the target arch the operator asks for."""
+    arch = None
+    if "config" in task:
+        with contextlib.suppress(Exception):  # a configuration it refuses: built, and failed
+            options = op.build_options(op.space.from_json(task["config"]))
+            arch = (options.get("target") or {}).get("arch")
+    return cache.key(task, arch)
 
 
 def rejected(res: BuildResult) -> BuildResult:
@@ -255,5 +321,5 @@ def rejected(res: BuildResult) -> BuildResult:
     return res
 
 
-def _jsonable(config: Config) -> dict[str, Any]:
+def jsonable(config: Config) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}

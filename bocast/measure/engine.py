@@ -78,6 +78,9 @@ class Measurer:
                 self._keep(batch, Record(key, c, Status.INVALID, error=", ".join(v), source=source))
             else:
                 buildable.append((key, c))
+        if getattr(self.runner, "builds_on_servers", False):
+            batch.on_servers = buildable  # built where they are timed: run() does both
+            return batch
         builds = self.builder.build(self.op, [c for _, c in buildable]) if buildable else []
         for (key, c), b in zip(buildable, builds):
             if b.status is Status.OK and self.runner is not None:
@@ -87,7 +90,18 @@ class Measurer:
         return batch
 
     def run(self, batch: Prepared) -> list[Record]:
-        """Second half: run what built; returns every record of the batch in write order."""
+        """Second half: run what built (or, with a runner whose servers build, build and run
+        there); returns every record of the batch in write order."""
+        if batch.on_servers:
+            def built_and_ran(i: int, b: BuildResult, r: RunResult | None) -> None:
+                key, c = batch.on_servers[i]
+                self._keep(batch, to_record(key, c, b, r, batch.source))
+
+            self.runner.build_and_run(  # type: ignore[union-attr]
+                self.op, [c for _, c in batch.on_servers], self.builder.options(),
+                on_result=built_and_ran)
+            if self.batch_reference:
+                self._record_batch(batch)
         if batch.runnable:
             def ran(i: int, r: RunResult) -> None:
                 c, b = batch.runnable[i]
@@ -171,6 +185,7 @@ class Prepared:
     on_record: Callable[[Record], None] | None
     records: list[Record] = field(default_factory=list)
     runnable: list[tuple[Config, BuildResult]] = field(default_factory=list)
+    on_servers: list[tuple[str, Config]] = field(default_factory=list)  # to build and run there
 
 
 def to_record(key: str, config: Config, b: BuildResult, r: RunResult | None, source: str) -> Record:

@@ -35,6 +35,8 @@ class CompileResult:
     seconds: float = 0.0
     log: str = ""
     timed_out: bool = False
+    # the machine's fault, not the source's: no nvcc, or nvcc ended by a signal (out of memory)
+    fault: bool = False
 
 
 def nvcc_path() -> str | None:
@@ -81,7 +83,7 @@ def compile_cubin(source: str, *, timeout_s: float = 120.0, arch: str = DEFAULT_
                   ) -> CompileResult:
     nvcc = nvcc_path()
     if nvcc is None:
-        return CompileResult(False, None, log=why_no_compiler() or "")
+        return CompileResult(False, None, log=why_no_compiler() or "", fault=True)
     with tempfile.TemporaryDirectory(prefix="bocast_nvcc_") as tmp:
         src = os.path.join(tmp, "kernel.cu")
         out = os.path.join(tmp, "kernel.cubin")
@@ -103,7 +105,10 @@ def compile_cubin(source: str, *, timeout_s: float = 120.0, arch: str = DEFAULT_
                         and ln.strip() not in ("^", ""))
         if proc.returncode != 0 or not os.path.exists(out):
             errors = [ln for ln in log.splitlines() if "error" in ln.lower()]
-            return CompileResult(False, None, seconds=seconds, log="\n".join(errors) or log)
+            if proc.returncode < 0:
+                errors.insert(0, f"nvcc killed by signal {-proc.returncode}")
+            return CompileResult(False, None, seconds=seconds, log="\n".join(errors) or log,
+                                 fault=proc.returncode < 0)
         with open(out, "rb") as f:
             cubin = f.read()
     return CompileResult(True, cubin, parse_ptxas(log), seconds, log)

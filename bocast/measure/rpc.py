@@ -1,4 +1,7 @@
-"""The RPC runner: kernels built here are timed on GPU servers that a tracker hands out.
+"""The RPC runner: kernels timed on GPU servers that a tracker hands out, and built there too
+(``rpc.builds: server``, the default: :meth:`RpcRunner.build_and_run`, each server building
+what it times with its own cores, :mod:`bocast.measure.rpc_builds`) or built here
+(``rpc.builds: local``: :meth:`RpcRunner.run` of the builder's kernels).
 
 ``runner: rpc`` measures exactly what :class:`~bocast.measure.runner.GpuRunner` measures: each
 kernel is the same task (:func:`~bocast.measure.runner.kernel_task`) for the same worker
@@ -6,7 +9,8 @@ kernel is the same task (:func:`~bocast.measure.runner.kernel_task`) for the sam
 isolated in the server's measurement process (:mod:`bocast.measure.rpc_server`), and its answer
 becomes a :class:`RunResult` by the same conversion. What the RPC layer adds is where it runs:
 
-- one TVM RPC session per server per batch: a batch (one :meth:`RpcRunner.run` call) asks the
+- one TVM RPC session per server per batch: a batch (one :meth:`RpcRunner.run` or
+  :meth:`RpcRunner.build_and_run` call) asks the
   tracker for up to ``sessions`` servers (default: as many as are registered under the key)
   and each session takes kernels from the batch's queue until it is empty, so fast servers
   take more and a batch is spread over every free server;
@@ -40,11 +44,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bocast.errors import RpcUnavailable
+from bocast.knobs import Config
 from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
 from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure
-from bocast.measure.rpc_batch import _Batch, _Call, _Session
+from bocast.measure.rpc_batch import (
+    _Batch,
+    _Call,
+    _Session,
+    build_calls,
+    built_and_ran,
+    serve_builds,
+)
 from bocast.measure.rpc_service import PROTOCOL
 from bocast.measure.runner import (
     OnResult,
@@ -57,35 +69,8 @@ from bocast.measure.runner import (
 from bocast.measure.status import Status
 from bocast.operator import Operator
 
-OPTIONS = {"tracker", "key", "gpu_model", "sessions", "slack_s", "server_wait_s",
-           "max_attempts", "token_file"}
-
-
-def parse_options(raw: Any) -> dict[str, Any]:
-    """The ``rpc`` mapping of a configuration, checked; ValueError names the bad field."""
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"rpc: expected a mapping with tracker and key, got {raw!r}")
-    unknown = sorted(set(raw) - OPTIONS)
-    if unknown:
-        raise ValueError(f"rpc: unknown field(s) {unknown}; known: {sorted(OPTIONS)}")
-    out = dict(raw)
-    for name in ("tracker", "key"):
-        if not isinstance(out.get(name), str) or not out[name]:
-            raise ValueError(f"rpc.{name}: missing (tracker: HOST:PORT, key: the servers' key)")
-    proto.parse_addr(out["tracker"])
-    if out.get("token_file") is not None and not isinstance(out["token_file"], str):
-        raise ValueError(f"rpc.token_file: expected a file name, got {out['token_file']!r}")
-    if out.get("gpu_model") is not None and not isinstance(out["gpu_model"], str):
-        raise ValueError(f"rpc.gpu_model: expected a GPU name or 'any', got {out['gpu_model']!r}")
-    for name in ("sessions", "max_attempts"):
-        v = out.get(name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"rpc.{name}: expected a positive integer, got {v!r}")
-    for name in ("slack_s", "server_wait_s"):
-        v = out.get(name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
-            raise ValueError(f"rpc.{name}: expected a positive number of seconds, got {v!r}")
-    return out
+#: ``on_result(i, build, run)`` of :meth:`RpcRunner.build_and_run`
+BuiltAndRan = Callable[[int, BuildResult, "RunResult | None"], None]
 
 
 def measured_on(info: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,9 +97,10 @@ class RpcRunner(Runner):
                  slack_s: float = 120.0, connect_timeout_s: float = 30.0,
                  server_wait_s: float = 600.0, max_attempts: int = 3, priority: int = 1,
                  token_file: str | None = None, log: Callable[[str], None] | None = None,
-                 l2: str = "warm"):
+                 l2: str = "warm", builds: str = "server"):
         self.tracker, self.key = proto.parse_addr(tracker), key
         self.l2 = l2
+        self.builds = builds
         try:
             self.token = auth.load_token(token_file)
             auth.require(self.token, {"rpc tracker": self.tracker[0]})
@@ -154,6 +140,35 @@ class RpcRunner(Runner):
                 on_result(i, r)
 
         self._run_batch(calls, collect)
+        return out  # type: ignore[return-value]
+
+    @property
+    def builds_on_servers(self) -> bool:
+        """Whether :meth:`build_and_run` is how this runner measures (``rpc.builds``)."""
+        return self.builds == "server"
+
+    def build_and_run(self, op: Operator, configs: Sequence[Config], build: Mapping[str, Any],
+                      *, on_result: BuiltAndRan | None = None
+                      ) -> list[tuple[BuildResult, RunResult | None]]:
+        """Build ``configs`` on the servers that time them (:mod:`bocast.measure.rpc_builds`),
+        with the builder's options ``build`` (:meth:`~bocast.measure.builder.Builder.options`);
+        ``result[i]`` (also passed to ``on_result(i, build, run)`` as it comes) is the build of
+        ``configs[i]`` and, where it built, its run. Each is answered exactly once, a lost
+        server's kernels re-queued as in :meth:`run`."""
+        calls = build_calls(op, configs, build, timeout_s=self.timeout_s,
+                            timing={"seed": self.seed, "repeats": self.repeats,
+                                    "warmup_ms": self.warmup_ms, "l2": self.l2})
+        out: list[tuple[BuildResult, RunResult | None] | None] = [None] * len(calls)
+
+        def collect(i: int, info: dict | None, raw: dict) -> None:
+            b, r = built_and_ran(calls[i].task["key"], raw)
+            if r is not None and info is not None:
+                r.extra["measured_on"] = measured_on(info)
+            out[i] = (b, r)
+            if on_result is not None:
+                on_result(i, b, r)
+
+        self._run_batch(calls, collect, builds=True)
         return out  # type: ignore[return-value]
 
     def reference(self, op: Operator) -> dict[str, Any]:
@@ -204,11 +219,11 @@ class RpcRunner(Runner):
             registered = 1
         return max(1, min(n, registered))
 
-    def _run_batch(self, calls: list[_Call], deliver: Callable[[int, dict | None, dict], None]
-                   ) -> None:
+    def _run_batch(self, calls: list[_Call], deliver: Callable[[int, dict | None, dict], None],
+                   *, builds: bool = False) -> None:
         if not calls:
             return
-        batch = _Batch(calls)
+        batch = _Batch(calls, builds)
         want = self._wanted_sessions(len(calls))
         remaining = len(calls)
         try:
@@ -299,6 +314,9 @@ class RpcRunner(Runner):
                 with self._lock:
                     self.seen[s.server] = info
                 why = self._refuse(info)
+                if not why and batch.builds and not info.get("build_workers"):
+                    why = ("builds nothing (bocast serve --build-workers 0): set rpc.builds: "
+                           "local to build here for it")
             if why:
                 with batch.lock:
                     s.refused, s.deadline = True, None
@@ -307,22 +325,25 @@ class RpcRunner(Runner):
                     self.log(f"not using server {s.server}: {why}")
                 batch.finished.wait()  # held idle so the tracker does not hand it out again
                 return
+            if batch.builds:
+                serve_builds(sess, batch, s, info, self.slack_s)
+                return
             remote_run = sess.get_function("bocast.rpc.run")
             while not batch.finished.is_set():
-                i = batch.take(s, self.slack_s)
-                if i is None:
+                got = batch.take(s, self.slack_s)
+                if not got:
                     return
-                c = batch.calls[i]
+                c = batch.calls[got[0]]
                 raw = json.loads(remote_run(json.dumps(c.task), c.cubin, c.timeout_s))
-                batch.answer(s, i, info, raw)
+                batch.answer(s, got[0], info, raw)
                 if s.abandoned:
                     return
         except Exception as e:  # noqa: BLE001 - a lost server is a re-queue, never a crash
             if not s.abandoned:
                 why = f"server {s.server or '?'} lost ({_one_line(e)})"
                 self.lost.append(why)
-                if s.current is not None:
-                    self.log(why + "; its kernel goes to another server")
+                if s.held:
+                    self.log(why + f"; its {len(s.held)} kernel(s) go to another server")
                 batch.lost(s, why, self.max_attempts)
         finally:
             s.phase, s.deadline = "done", None

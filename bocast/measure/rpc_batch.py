@@ -1,23 +1,34 @@
 """One batch of the RPC runner (one :meth:`~bocast.measure.rpc.RpcRunner.run` call): the queue
-of its kernels, the sessions working on it (one thread per server), a lost server's kernel put
+of its kernels, the sessions working on it (one thread per server), a lost server's kernels put
 back in the queue (or, after too many, answered as a failure), and the answers, each kernel's
-first one kept."""
+first one kept. A batch of build tasks (servers that build what they time:
+:mod:`bocast.measure.rpc_builds`) is the same queue; :func:`serve_builds` is its session."""
 
 from __future__ import annotations
 
 import collections
+import json
 import queue
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from bocast.knobs import Config
+from bocast.measure.builder import BuildResult, from_dict, jsonable
+from bocast.measure.pool import TaskFailure
+from bocast.measure.runner import RunResult, WorkerRunner
+from bocast.measure.status import Status
+from bocast.operator import Operator
+from bocast.space import Space
 
 
 @dataclass
 class _Call:
-    task: dict[str, Any]   # the worker task, without its cubin
+    task: dict[str, Any]   # the worker task, without its cubin; or a build task (server builds)
     cubin: bytes
-    timeout_s: float
+    timeout_s: float       # how long its server may take to answer, before the slack
 
 
 @dataclass(eq=False)
@@ -27,7 +38,7 @@ class _Session:
     phase: str = "tracker"      # tracker | connect | run | done
     since: float = field(default_factory=time.monotonic)
     deadline: float | None = None
-    current: int | None = None
+    held: set[int] = field(default_factory=set)  # the kernels its server has now
     server: str = ""
     abandoned: bool = False     # declared hung: whatever it answers later is dropped
     refused: bool = False       # a server of another GPU model, held idle until the batch ends
@@ -36,8 +47,9 @@ class _Session:
 class _Batch:
     """The queue of one :meth:`~bocast.measure.rpc.RpcRunner.run` and the sessions working on it."""
 
-    def __init__(self, calls: list[_Call]):
+    def __init__(self, calls: list[_Call], builds: bool = False):
         self.calls = calls
+        self.builds = builds  # build tasks for servers that build (bocast.measure.rpc_builds)
         self.todo = collections.deque(range(len(calls)))
         self.attempts = [0] * len(calls)
         self.lost_on: list[list[str]] = [[] for _ in calls]
@@ -50,37 +62,94 @@ class _Batch:
         self.notes: list[str] = []
         self.fatal: str | None = None  # why no server can ever be had (the token disagrees)
 
-    def take(self, s: _Session, slack_s: float) -> int | None:
+    def take(self, s: _Session, slack_s: float, n: int = 1) -> list[int]:
+        """Up to ``n`` more kernels for ``s`` (none once the queue is empty). Its deadline: the
+        longest limit of what it holds plus ``slack_s``, from now (no answer by then: hung)."""
         with self.lock:
-            while self.todo:
+            got: list[int] = []
+            while self.todo and len(got) < n:
                 i = self.todo.popleft()
                 if not self.done[i]:
-                    s.current, s.phase, s.since = i, "run", time.monotonic()
-                    s.deadline = s.since + self.calls[i].timeout_s + slack_s
-                    return i
-            s.current, s.deadline = None, None
-            return None
+                    got.append(i)
+            s.held.update(got)
+            if got:
+                s.phase, s.since = "run", time.monotonic()
+            if got or not s.held:  # asking for more is no progress: the deadline stands
+                self._deadline(s, slack_s)
+            return got
+
+    def _deadline(self, s: _Session, slack_s: float) -> None:
+        s.deadline = time.monotonic() + max(self.calls[i].timeout_s for i in s.held) + slack_s \
+            if s.held else None
 
     def lost(self, s: _Session, why: str, max_attempts: int) -> None:
-        """``s``'s server is gone: its kernel goes back to the queue (or, after too many lost
-        servers, is answered as a runtime error)."""
+        """``s``'s server is gone: each kernel it held goes back to the queue (or, after too
+        many lost servers, is answered as a runtime error)."""
         with self.lock:
-            i, s.current = s.current, None
-            if i is None or self.done[i]:
-                return
-            self.attempts[i] += 1
-            self.lost_on[i].append(s.server)
-            if self.attempts[i] >= max_attempts:
-                self.answers.put((i, None, {"_failure": {
-                    "kind": "server-lost",
-                    "detail": f"{self.attempts[i]} servers lost while running it: {why}",
-                    "seconds": 0.0}}))
-            else:
-                self.todo.appendleft(i)
+            held, s.held = sorted(s.held, reverse=True), set()
+            for i in held:
+                if self.done[i]:
+                    continue
+                self.attempts[i] += 1
+                self.lost_on[i].append(s.server)
+                if self.attempts[i] >= max_attempts:
+                    self.answers.put((i, None, {"_failure": {
+                        "kind": "server-lost",
+                        "detail": f"{self.attempts[i]} servers lost while running it: {why}",
+                        "seconds": 0.0}}))
+                else:
+                    self.todo.appendleft(i)
 
-    def answer(self, s: _Session, i: int, info: dict, raw: dict) -> None:
+    def answer(self, s: _Session, i: int, info: dict, raw: dict, slack_s: float = 0.0) -> None:
         with self.lock:
-            if s.abandoned:
+            if s.abandoned or i not in s.held:
                 return
-            s.current, s.deadline = None, None
+            s.held.discard(i)
+            if s.held:
+                s.since = time.monotonic()  # progress: the rest get their time from now
+            self._deadline(s, slack_s)
         self.answers.put((i, info, raw))
+
+
+# ------------------------------------------------------------------- servers that build
+
+
+def build_calls(op: Operator, configs: Sequence[Config], build: Mapping[str, Any], *,
+                timeout_s: float, timing: Mapping[str, Any]) -> list[_Call]:
+    """The build tasks of ``configs``: the workload and configuration, the builder's options
+    ``build``, and how to time (``timing``; ``timeout_s`` per run). A server has the build's
+    limit, nvcc's and a worker's start (30 s) and the run's to answer."""
+    limit = float(build.get("compile_timeout_s", 180.0)) + 30.0 + timeout_s
+    return [_Call({"key": Space.key(c), "workload": op.workload, "config": jsonable(c),
+                   "build": dict(build), "run": dict(timing), "timeout_s": timeout_s},
+                  b"", limit) for c in configs]
+
+
+def built_and_ran(key: str, raw: Mapping[str, Any]) -> tuple[BuildResult, RunResult | None]:
+    """A server's answer to a build task (``{"build", "run"}``; ``run`` where it built), or a
+    kernel whose servers were all lost (``_failure``: built, never timed)."""
+    b = from_dict(raw["build"]) if "build" in raw else BuildResult(key, Status.OK)
+    if "_failure" not in raw and "run" not in raw:
+        return b, None
+    ran = raw.get("run", raw)
+    failure = ran.get("_failure")
+    return b, WorkerRunner._convert(key, TaskFailure(**failure) if failure else ran)
+
+
+def serve_builds(sess: Any, batch: _Batch, s: _Session, info: Mapping[str, Any],
+                 slack_s: float) -> None:
+    """One session of a batch of build tasks: as many tasks at the server as it has build
+    workers, topped up from the batch's queue as answers come (each a kernel built and timed
+    there), until the queue is empty and nothing is held."""
+    submit, poll = sess.get_function("bocast.rpc.submit"), sess.get_function("bocast.rpc.poll")
+    depth = max(1, int(info.get("build_workers") or 1))
+    while not batch.finished.is_set():
+        got = batch.take(s, slack_s, depth - len(s.held))
+        if got:
+            submit(json.dumps([{"id": i, **batch.calls[i].task} for i in got]))
+        if not s.held:
+            return
+        for i, raw in json.loads(poll(1.0)):
+            batch.answer(s, i, dict(info), raw, slack_s)
+        if s.abandoned:
+            return

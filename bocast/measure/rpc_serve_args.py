@@ -37,6 +37,7 @@ def int_in(lo: int, hi: int, what: str):
 
 port = int_in(0, 65535, "a port, 0 to 65535 (0: any free port)")
 port_end = int_in(1, 65536, "a port, 1 to 65536 (the end of the range, not included)")
+build_workers = int_in(0, 1024, "a number of build processes, 0 to 1024 (0: no builds here)")
 
 
 @arg

@@ -10,7 +10,8 @@ A server is three processes deep, so that no fault below reaches the tuner:
 - the server (:mod:`bocast.measure.rpc_service`) registers with the tracker under a key,
   accepts one TVM RPC session at a time and serves it with TVM's own session loop
   (``tvm.rpc._ffi_api.ServerLoop``, the C++ RPC endpoint), in which a runner calls the remote
-  functions ``bocast.rpc.info`` and ``bocast.rpc.run``;
+  functions ``bocast.rpc.info`` and ``bocast.rpc.run`` (and ``bocast.rpc.submit``/``poll``:
+  the server builds what it times with ``--build-workers`` processes of its own);
 - the server's one measurement worker (:class:`~bocast.measure.pool.TimedPool`, the worker of
   :class:`~bocast.measure.runner.GpuRunner`) owns the CUDA context and times each kernel: a
   kernel that hangs is killed at its limit, a crash or a sticky CUDA error replaces the worker,
@@ -43,6 +44,7 @@ from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
 from bocast.measure import rpc_tracker as trk
 from bocast.measure.rpc_serve_args import (
+    build_workers,
     gpu_list,
     host,
     port,
@@ -101,6 +103,15 @@ class Supervisor(threading.Thread):
                 p.wait(10)
 
 
+def default_build_workers(servers: int) -> int:
+    """This host's cores (those this process may use) shared among its ``servers``."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, servers))
+
+
 def _gpus(spec: str | None) -> list[str | None]:
     """The GPUs of ``--gpus`` (already checked by :func:`gpu_list`), "all" asked of nvidia-smi."""
     if not spec:
@@ -135,6 +146,8 @@ def serve(args) -> int:
     if args.token is not None:  # to the servers through their environment, not their argv
         env[auth.TOKEN_ENV] = args.token
     sups = []
+    builders = args.build_workers if args.build_workers is not None else \
+        default_build_workers(len(args.gpu_list))
     for i, gpu in enumerate(args.gpu_list):
         genv = dict(env)
         label = gpu if gpu is not None else genv.get("CUDA_VISIBLE_DEVICES", "")
@@ -145,14 +158,15 @@ def serve(args) -> int:
                  "--port-end", str(args.port_end),
                  "--worker", args.worker, "--gpu-label", label or "",
                  "--startup-timeout", str(args.startup_timeout),
-                 "--session-idle", str(args.session_idle)]
+                 "--session-idle", str(args.session_idle), "--build-workers", str(builders)]
         if args.custom_addr:
             child += ["--custom-addr", args.custom_addr]
         sups.append(Supervisor(child, genv, label or ""))
     for s in sups:
         s.start()
     # the log says whether the fleet proves a token (a check run should show which path it timed)
-    log(f"{len(sups)} server(s) under key {args.key!r}, tracker {tracker_at}, shared token "
+    log(f"{len(sups)} server(s) under key {args.key!r}, {builders} build worker(s) each, "
+        f"tracker {tracker_at}, shared token "
         f"{'on' if args.token is not None else 'off (loopback only)'}; Ctrl-C stops")
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -281,6 +295,10 @@ def _server_args(p: argparse.ArgumentParser) -> None:
                    help="seconds for the measurement worker to start")
     p.add_argument("--session-idle", type=seconds, default=600.0,
                    help="seconds a session may wait for the client's next call")
+    p.add_argument("--build-workers", type=build_workers, default=None,
+                   help="processes each server builds kernels with (the runner sends it "
+                        "workload and configuration; 0: the runner builds for this server); "
+                        "default: this host's cores divided by its servers")
 
 
 def build_parser(prog: str = "python -m bocast.measure.rpc_server") -> argparse.ArgumentParser:

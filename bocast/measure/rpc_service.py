@@ -2,7 +2,9 @@
 :mod:`bocast.measure.rpc_server`): it registers with the tracker under a key, accepts one TVM
 RPC session at a time and serves it with TVM's own session loop
 (``tvm.rpc._ffi_api.ServerLoop``, the C++ RPC endpoint), in which a runner calls the remote
-functions ``bocast.rpc.info`` and ``bocast.rpc.run`` (:class:`Service`). Its one measurement
+functions ``bocast.rpc.info`` and ``bocast.rpc.run`` (:class:`Service`), and, on a server with
+build workers, ``bocast.rpc.submit`` and ``bocast.rpc.poll`` (its builds:
+:mod:`bocast.measure.rpc_builds`). Its one measurement
 worker (:class:`~bocast.measure.pool.TimedPool`, the worker of
 :class:`~bocast.measure.runner.GpuRunner`) owns the CUDA context and times each kernel, and
 lives as long as the server, across sessions. The handshake and the tracker registration are
@@ -15,7 +17,6 @@ import os
 import queue
 import signal
 import socket
-import sys
 import threading
 import time
 from typing import Any
@@ -23,16 +24,14 @@ from typing import Any
 from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
 from bocast.measure.pool import TaskFailure, TimedPool
+from bocast.measure.rpc_builds import ServerBuilds, log
 from bocast.measure.rpc_handshake import Handshakes
 from bocast.provenance import git_sha
 
-PROTOCOL = 1
+#: 2: the server builds what it measures (bocast.rpc.submit / bocast.rpc.poll)
+PROTOCOL = 2
 WORKERS = {"gpu": "bocast.measure.gpu_worker:run_task",
            "standin": "bocast.measure.standin:run_task"}
-
-
-def log(msg: str) -> None:
-    print(time.strftime("%H:%M:%S ") + msg, file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------- what a session calls
@@ -42,12 +41,14 @@ class Service:
     """The measurement worker of one server and the remote functions that reach it."""
 
     def __init__(self, worker: str, *, startup_timeout_s: float = 300.0,
-                 token: str | None = None):
+                 token: str | None = None, build_workers: int = 0):
         self.worker = WORKERS.get(worker, worker)
         self.pool = TimedPool(self.worker, 1, startup_timeout_s=startup_timeout_s)
-        self.info: dict[str, Any] = {}
+        self._pool_lock = threading.Lock()  # the session and the build pool's timing thread
+        self.info: dict[str, Any] = {"build_workers": build_workers}
         self.token = token
         self.session: tuple[str, str] | None = None  # (matchkey, client nonce) of the session
+        self.builds = ServerBuilds(build_workers, self.time_kernel) if build_workers else None
 
     def info_json(self) -> str:
         """``bocast.rpc.info``: what this server is, and (with a token) its proof that it holds
@@ -59,7 +60,8 @@ class Service:
 
     def call(self, task: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """The worker's answer to ``task``, or ``{"_failure": ...}`` if it never answered."""
-        (raw,) = self.pool.map([task], timeout_s)
+        with self._pool_lock:
+            (raw,) = self.pool.map([task], timeout_s)
         if isinstance(raw, TaskFailure):
             return {"_failure": {"kind": raw.kind, "detail": raw.detail, "seconds": raw.seconds}}
         raw = dict(raw)
@@ -70,8 +72,11 @@ class Service:
         task = json.loads(task_json)
         if cubin:
             task["cubin"] = bytes(cubin)
+        return json.dumps(self.time_kernel(task, float(timeout_s)))
+
+    def time_kernel(self, task: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         try:
-            return json.dumps(self.call(task, float(timeout_s)))
+            return self.call(task, timeout_s)
         except RuntimeError as e:
             # the worker cannot be restarted (GPU gone, driver broken): this server must leave
             # the tracker rather than fail every kernel handed to it; the runner re-queues the
@@ -85,6 +90,14 @@ class Service:
 
         tvm_ffi.register_global_func("bocast.rpc.info", self.info_json, override=True)
         tvm_ffi.register_global_func("bocast.rpc.run", self.run, override=True)
+        if self.builds is not None:
+            tvm_ffi.register_global_func("bocast.rpc.submit", self.builds.submit, override=True)
+            tvm_ffi.register_global_func("bocast.rpc.poll", self.builds.poll, override=True)
+
+    def end_session(self) -> str:
+        """The session is over (its tasks with it); what the server built so far, or ""."""
+        self.session = None
+        return self.builds.end_session() if self.builds is not None else ""
 
 
 # ---------------------------------------------------------------------------- the server
@@ -234,9 +247,10 @@ def serve_sessions(listen: socket.socket, link: _TrackerLink, idle_s: float,
         except Exception as e:  # noqa: BLE001 - a broken session ends that session only
             log(f"session from {peer} ended: {str(e).splitlines()[0] if str(e) else e}")
         finally:
-            service.session = None
+            built = service.end_session()
             conn.close()
-        log(f"session from {peer} done after {time.monotonic() - t0:.1f} s")
+        log(f"session from {peer} done after {time.monotonic() - t0:.1f} s"
+            + (f"; {built}" if built else ""))
         link.after_session()
 
 
@@ -261,7 +275,8 @@ def run_server(args) -> int:
     # the uploaded kernels, need not inherit it
     token = args.token  # read from the environment by _check_server
     os.environ.pop(auth.TOKEN_ENV, None)
-    service = Service(args.worker, startup_timeout_s=args.startup_timeout, token=token)
+    service = Service(args.worker, startup_timeout_s=args.startup_timeout, token=token,
+                      build_workers=args.build_workers or 0)
     try:
         device = service.call({"kind": "device"}, args.startup_timeout)
     except RuntimeError as e:  # the worker never started (no GPU, no driver)
@@ -282,7 +297,7 @@ def run_server(args) -> int:
     link = _TrackerLink(proto.parse_addr(args.tracker), args.key, port, args.custom_addr,
                         service.info, token)
     log(f"server gpu {args.gpu_label or '-'} ({device.get('gpu')}) listening on port {port}, "
-        f"pid {os.getpid()}")
+        f"pid {os.getpid()}, {args.build_workers} build worker(s)")
 
     def stop(*_):
         service.pool.close()

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import collections
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -19,7 +21,9 @@ from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
 from bocast.measure import rpc_tracker as trk
 from bocast.measure.builder import BuildResult
-from bocast.measure.rpc import RpcRunner, RpcUnavailable, parse_options
+from bocast.measure.rpc import RpcRunner, RpcUnavailable
+from bocast.measure.rpc_options import parse_options
+from bocast.measure.rpc_service import PROTOCOL
 from bocast.measure.standin import StandinRunner
 from bocast.measure.status import Status
 from bocast.operator import get_operator
@@ -46,11 +50,14 @@ class Cluster:
 
     def __init__(self, *, key: str = KEY, gpus: str = "0,1,2", sleep_s: float = 0.2,
                  token: str | None = None, token_file: str | None = None,
-                 server_wait_s: float = 60.0):
+                 server_wait_s: float = 60.0, build_workers: int = 1):
         self.key, self.token, self.token_file = key, token, token_file
         self.n, self.server_wait_s = len(gpus.split(",")), server_wait_s
         self.tracker = trk.Tracker("127.0.0.1", 0, 1, token=token).start()
+        # the servers' build cache: a folder of this cluster's (started before any test's own)
+        self.build_cache = tempfile.mkdtemp(prefix="bocast-server-builds-")
         env = dict(os.environ, BOCAST_STANDIN_SLEEP=str(sleep_s),
+                   BOCAST_BUILD_CACHE=self.build_cache,
                    PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
         env.pop(auth.TOKEN_ENV, None)
         self.serve = subprocess.Popen(
@@ -58,6 +65,7 @@ class Cluster:
              "--tracker", f"127.0.0.1:{self.tracker.port}", "--gpus", gpus,
              "--host", "127.0.0.1", "--port", "0", "--worker", "standin",
              "--startup-timeout", "120", "--session-idle", "4",
+             "--build-workers", str(build_workers),
              *(["--token-file", token_file] if token_file else [])], env=env,
             start_new_session=True)
 
@@ -88,6 +96,7 @@ class Cluster:
         except subprocess.TimeoutExpired:
             os.killpg(self.serve.pid, signal.SIGKILL)
         self.tracker.stop()
+        shutil.rmtree(self.build_cache, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +263,8 @@ def test_tvm_client_reaches_a_server_through_the_tracker(cluster):
     cluster.wait_free()
     sess = rpc.connect_tracker(*cluster.tracker.addr).request(KEY, session_timeout=60)
     info = json.loads(sess.get_function("bocast.rpc.info")())
-    assert info["protocol"] == 1 and info["gpu_index"] in ("0", "1", "2")
+    assert info["protocol"] == PROTOCOL and info["gpu_index"] in ("0", "1", "2")
+    assert info["build_workers"] == 1
     del sess
 
 
@@ -408,7 +418,7 @@ def test_records_name_the_host_and_gpu_that_measured_them(cluster, tmp_path):
     cluster.wait_free()
     path = str(tmp_path / "r.db")
     with Store(path, OP.workload) as store:
-        measurer = Measurer(OP, store, NoBuilder(), cluster.runner())
+        measurer = Measurer(OP, store, NoBuilder(), cluster.runner(builds="local"))
         configs = OP.space.sample(9, 0, unique=True)
         assert len(measurer.measure(configs)) == 9
     conn = sqlite3.connect(path)  # a store from before the column: it is added on open
@@ -420,7 +430,7 @@ def test_records_name_the_host_and_gpu_that_measured_them(cluster, tmp_path):
         sqlite3.connect(path).execute("SELECT measured_on FROM measurements")
     with Store(path, OP.workload) as store:
         assert all(r.measured_on is None for r in store.records())
-        Measurer(OP, store, NoBuilder(), cluster.runner()).measure(
+        Measurer(OP, store, NoBuilder(), cluster.runner(builds="local")).measure(
             OP.space.sample(12, 1, unique=True))
         records = store.records()
     new = [r for r in records if r.measured_on]
@@ -478,7 +488,7 @@ def _through_cluster(cluster) -> str:
         pytest.skip(why_no_compiler())
     cluster.wait_free()
     return ("runner_options: {workers: 2}\n"
-            f"rpc: {{tracker: '127.0.0.1:{cluster.tracker.port}', key: {KEY}}}\n")
+            f"rpc: {{tracker: '127.0.0.1:{cluster.tracker.port}', key: {KEY}, builds: local}}\n")
 
 
 def test_bocast_tune_through_rpc_builds_here_and_records_the_servers(cluster, tmp_path):

@@ -75,7 +75,8 @@ class _Server:
         self.stop = threading.Event()
         self.thread = threading.Thread(
             target=svc.serve_sessions, daemon=True,
-            args=(self.listen, self.link, 5.0, types.SimpleNamespace(token=None, session=None)),
+            args=(self.listen, self.link, 5.0, types.SimpleNamespace(
+                token=None, session=None, end_session=lambda: "")),
             kwargs={"session": self._session, "stop": self.stop})
         self.thread.start()
 

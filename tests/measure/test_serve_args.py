@@ -31,6 +31,8 @@ CASES = [  # (arguments of `bocast serve`, what the error line names)
     (K + ["--session-idle", "-5"], "--session-idle: '-5'"),
     (K + ["--session-idle", "nan"], "--session-idle"),
     (K + ["--startup-timeout", "0"], "--startup-timeout"),
+    (K + ["--build-workers", "-1"], "--build-workers: '-1': expected a number of build"),
+    (K + ["--build-workers", "many"], "--build-workers: 'many'"),
     (K + ["--host", "nohost.invalid"], "--host: 'nohost.invalid'"),
     (K + ["--tracker-host", "nohost.invalid"], "--tracker-host"),
     (["--key", ""], "--key"),

@@ -719,7 +719,7 @@ def test_a_cluster_kernel_multicasts_the_shared_half_and_releases_both_ctas_stag
 def test_the_cluster_launch_reaches_the_runner_task():
     """The builder's result carries the cluster dims to the worker's task (and a result built
     before clusters reads as (1, 1, 1))."""
-    from bocast.measure.builder import BuildResult, _from_dict
+    from bocast.measure.builder import BuildResult, from_dict
     from bocast.measure.runner import kernel_task
     from bocast.measure.status import Status
 
@@ -727,10 +727,10 @@ def test_the_cluster_launch_reaches_the_runner_task():
     b = BuildResult(key="k", status=Status.OK, kernel="main_kernel", grid=(8, 1, 1),
                     args=("A_map", "B_map", "C"), cluster=(2, 1, 1), cubin=b"x")
     assert kernel_task(op, b, seed=0, repeats=1, warmup_ms=1)["cluster"] == (2, 1, 1)
-    assert _from_dict(b.to_dict()).cluster == (2, 1, 1)
+    assert from_dict(b.to_dict()).cluster == (2, 1, 1)
     old = b.to_dict()
     del old["cluster"]
-    assert _from_dict(old).cluster == (1, 1, 1)
+    assert from_dict(old).cluster == (1, 1, 1)
 
 
 def test_a_cluster_launch_config_is_cuLaunchKernelEx_s():
