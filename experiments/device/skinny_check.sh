@@ -4,7 +4,7 @@
 # target's SM count).
 # 1. Correctness of split K on a ragged skinny shape: random v3 configurations of GEMM
 #    100,1000,4040 (M, N and K ragged against every tile) with split_k 2, 4 or 8, batches of
-#    SAMPLE=16 for MEASURE_BATCH_S=20 s, each built, run (the output zeroed by the launch, the
+#    SAMPLE=16 for MEASURE_BATCH_S=15 s, each built, run (the output zeroed by the launch, the
 #    slices' partial sums added by TMA's reduce-add or red.global.add) and checked against the
 #    float64 reference.
 # 2. Cold tunes, v3 against v2: `bocast tune gemm --shape S --space SPACE --trials TRIALS
@@ -15,9 +15,10 @@
 # Tables last: split K's statuses by split_k and epilogue; per shape and space, best / cuBLAS,
 # and the best v3 kernel's split_k, tile and epilogue.
 #   bash experiments/device/skinny_check.sh     # defaults: under 540 s on a 16-core H200
-#   (the measure at most MEASURE_S=50 s; each tune a TUNE_S=38 s wall budget for its trials and
-#   at most RUN_S=58 s in all: 8 runs)
-#   SHAPES="128,14336,4096" SPACES=v3 TRIALS=64 bash experiments/device/skinny_check.sh
+#   (the measure at most MEASURE_S=40 s; each tune a TUNE_S=34 s wall budget for its trials and
+#   at most RUN_S=58 s in all: 8 runs. A run the budget cuts before 64 trials says so in the
+#   table's trials column; for 64 each, two calls of half the shapes with TUNE_S=60 RUN_S=90:)
+#   SHAPES="128,14336,4096 128,4096,14336" SAMPLE=0 TUNE_S=60 RUN_S=90 bash experiments/device/skinny_check.sh
 # Everything lands under $OUT (skinny_check.tar.gz: logs, records, summaries).
 set -uo pipefail
 source .devbundle/unpack.sh
@@ -35,9 +36,9 @@ if [ "$SAMPLE" -gt 0 ]; then
   t0=$(date +%s)
   # every feasible configuration with split_k 2, 4 or 8, in seeded random order, batches of
   # SAMPLE until MEASURE_BATCH_S: a uniform sample of split K's sub-space
-  timeout "${MEASURE_S:-50}" python3 -m bocast.cli measure gemm --shape 100,1000,4040 \
+  timeout "${MEASURE_S:-40}" python3 -m bocast.cli measure gemm --shape 100,1000,4040 \
     --space v3 --all --fix split_k=2 --fix split_k=4 --fix split_k=8 --batch "$SAMPLE" \
-    --max-seconds "${MEASURE_BATCH_S:-20}" --seed 0 --store "$root/measure_split.db" --json \
+    --max-seconds "${MEASURE_BATCH_S:-15}" --seed 0 --store "$root/measure_split.db" --json \
     > "$root/measure_split.log" 2>&1
   echo "measure gemm 100,1000,4040 v3, split_k > 1: exit $? in $(( $(date +%s) - t0 )) s"
   tail -2 "$root/measure_split.log"
@@ -49,7 +50,7 @@ for shape in $SHAPES; do
     mkdir -p "$out"
     t0=$(date +%s)
     BOCAST_RECORDS=$(mktemp -d) timeout "${RUN_S:-58}" python3 -m bocast.cli tune gemm \
-      --shape "$shape" --space "$space" --trials "$TRIALS" --seconds "${TUNE_S:-38}" --seed 0 \
+      --shape "$shape" --space "$space" --trials "$TRIALS" --seconds "${TUNE_S:-34}" --seed 0 \
       --warm-start none --retime-top 3 --output "$out" --json > "$out/tune.log" 2>&1
     echo "gemm $shape $space: exit $? in $(( $(date +%s) - t0 )) s"
   done
