@@ -329,6 +329,13 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
         _not_own_warm_start(cfg, store_path)
         op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset,
                                                   opened=replayed)
+        if dataset is None and cfg.runner == "local":
+            # the local GPU's SMs set space v3's grid and waves: the workload names them
+            # (replay: the dataset's workload; rpc, none known before the servers answer: 132)
+            from bocast.operator import on_gpu
+
+            arch = warm_sources.run_architecture("local")
+            op = on_gpu(op, arch[1] if arch else None)
         if dataset is not None:
             candidates = dataset.candidates()
         else:

@@ -173,6 +173,8 @@ def _meta(store, row_id, session, rec, built, op, reference, subspace,
         "kernel": {"entry": entry.name_hint, "name": low.kernel, "grid": list(low.grid),
                    "block": list(low.block), "dynamic_smem_bytes": low.dynamic_smem,
                    "cluster": list(getattr(low, "cluster", (1, 1, 1))),
+                   # outputs a launch must zero first (split K adds into them)
+                   "zeroed": list(getattr(low, "zeroed", ())),
                    "kernel_args": list(low.args), "features": res.features,
                    "features_match_store": (all(rec.features[k] == res.features[k]
                                                 for k in common) if common else None)},
@@ -341,6 +343,9 @@ class Kernel:
 
     def __call__(self, *tensors):
         self.check(*tensors)
+        names = [t["name"] for t in self.meta["tensors"]]
+        for name in self.meta["kernel"].get("zeroed", []):  # split K adds into its output
+            tensors[names.index(name)].zero_()
         self.load()._function(*tensors)
         return tensors[[t["role"] for t in self.meta["tensors"]].index("output")]
 

@@ -196,7 +196,7 @@ def make(name: str, shape: tuple[int, ...] | None = None, **options: Any) -> Ope
                 raise WorkloadError(f"{name}: extent {x!r} in shape {list(shape)} is not an "
                                     f"integer between 0 and {MAX_EXTENT} (2^31 - 1)")
     for key, value in options.items():
-        if not isinstance(value, str):
+        if not isinstance(value, str) and key not in INT_OPTIONS:
             raise WorkloadError(f"{name}: {key} must be a string, got {value!r}")
     if options.get("space") == AUTO_SPACE:
         return _auto_space(name, shape, options)
@@ -205,6 +205,10 @@ def make(name: str, shape: tuple[int, ...] | None = None, **options: Any) -> Ope
         check_tensor(name, t.name, t.shape)
     return op
 
+
+#: workload options whose value is an integer (the operator checks it), not a string: the
+#: target GPU's SM count (space v3's GEMM and bmm, ``_matmul.sm_count_entry``)
+INT_OPTIONS = ("sm_count",)
 
 #: the space value that lets the workload choose its space generation (:func:`make`)
 AUTO_SPACE = "auto"
@@ -263,6 +267,20 @@ def _auto_space(name: str, shape: tuple[int, ...] | None, options: dict[str, Any
         raise WorkloadError(f"{v2_error} (space auto: v3 does not take this workload "
                             f"either: {v3_error})") from None
     op.space_choice = f"v2 (auto: {why})"
+    return op
+
+
+def on_gpu(op: Operator, sm_count: int | None) -> Operator:
+    """``op`` for the GPU a live run measures on, of ``sm_count`` SMs: rebuilt with the
+    workload option ``sm_count`` where its operator takes one and its workload names none (the
+    operator records it where its kernels depend on it: space v3's grid and waves); ``op``
+    itself otherwise, and when the count is not known (None)."""
+    takes = "sm_count" in getattr(type(op), "option_names", ())
+    if sm_count is None or not takes or "sm_count" in op.workload:
+        return op
+    choice = op.space_choice
+    op = from_workload({**op.workload, "sm_count": sm_count})
+    op.space_choice = choice
     return op
 
 

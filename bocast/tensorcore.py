@@ -191,6 +191,8 @@ class Lowered:
     #: thread-block cluster dims of the launch (a cluster launch, cuLaunchKernelEx, when not
     #: (1, 1, 1)): space v3's cluster knob
     cluster: tuple[int, int, int] = (1, 1, 1)
+    #: output tensors each launch zeroes first (space v3's split K adds partial sums into them)
+    zeroed: tuple[str, ...] = ()
 
 
 def source_only():
@@ -257,7 +259,8 @@ def lower_tirx(kernel, *, target_overrides: dict | None = None) -> Lowered:
     return Lowered(source=source, kernel=sig.group(1), args=args, grid=kernel.grid,
                    block=kernel.block, dynamic_smem=kernel.dynamic_smem, module=rt,
                    arch=(target_overrides or {}).get("arch", "sm_90"),
-                   tensor_maps=dict(kernel.tensor_maps), cluster=cluster)
+                   tensor_maps=dict(kernel.tensor_maps), cluster=cluster,
+                   zeroed=tuple(getattr(kernel, "zeroed", ())))
 
 
 def _launch_call(host_script: str) -> tuple[str, list[str], list[str]]:

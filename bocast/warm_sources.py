@@ -25,6 +25,7 @@ A resumed run keeps the sources its store's identity names (:mod:`bocast.identit
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -206,6 +207,13 @@ def run_architecture(runner: str, *, dataset=None) -> tuple[str, int] | None:
         return architecture((getattr(dataset, "meta", None) or {}).get("device"))
     if runner != "local":
         return None
+    return _local_architecture()
+
+
+@functools.cache
+def _local_architecture() -> tuple[str, int] | None:
+    """The local GPU's (compute capability, SM count), probed once a process (a tune run's
+    workload and its warm start both ask)."""
     import subprocess
     import sys
 

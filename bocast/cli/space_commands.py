@@ -32,12 +32,14 @@ from bocast.datasets import dataset_files
 from bocast.files import atomic_write
 from bocast.locations import check_outputs, check_writable
 from bocast.measure.parts import make_builder, make_measurer, make_runner
+from bocast.operator import on_gpu
 from bocast.progress import Progress, say
 from bocast.records import export_dataset
 from bocast.space import MAX_ENUMERATION, Space
 from bocast.store import Store
 from bocast.strategies.listed import Listed
 from bocast.tuner import Tuner
+from bocast.warm_sources import run_architecture
 
 # -------------------------------------------------------------------------------- space
 
@@ -185,6 +187,12 @@ def _check_store(args, op, allowed, subspace: dict | None) -> None:
 
 
 
+def _on_local_gpu(op):
+    """``op`` for the local GPU's SM count (space v3's grid and waves: ``operator.on_gpu``)."""
+    arch = run_architecture("local")
+    return on_gpu(op, arch[1] if arch else None)
+
+
 def cmd_measure(args) -> int:
     op = _operator_from(args)
     exhaustive = args.all or args.subspace is not None
@@ -198,6 +206,7 @@ def cmd_measure(args) -> int:
         _need_gpu("bocast measure --runner local", "--runner standin runs the synthetic CPU "
                   "stand-in, for tests")
         _need_compiler("bocast measure --runner local")
+        op = _on_local_gpu(op)
     if args.runner == "rpc":
         if not (args.tracker and args.key):
             raise UsageError("--runner rpc needs --tracker HOST:PORT and --key KEY")

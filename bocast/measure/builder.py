@@ -45,6 +45,7 @@ class BuildResult:
     features: dict[str, float] = field(default_factory=dict)
     tensor_maps: dict[str, dict[str, Any]] = field(default_factory=dict)  # see tensorcore.Lowered
     cluster: tuple[int, int, int] = (1, 1, 1)  # a cluster launch's dims (tensorcore.Lowered)
+    zeroed: tuple[str, ...] = ()  # outputs each launch zeroes first (tensorcore.Lowered)
     times: dict[str, float] = field(default_factory=dict)
     cubin: bytes | None = field(default=None, repr=False)
     # a failure of the machine that built it (over the time limit, a crashed worker, nvcc
@@ -146,6 +147,9 @@ def build_one(task: Mapping[str, Any], cache: build_cache.BuildCache | None = No
         if not (set(low.args) - set(maps)) | {m["tensor"] for m in maps.values()} \
                 <= tensor_names:
             raise RuntimeError(f"kernel arguments {low.args} do not match tensors {tensor_names}")
+        outputs = {t.name for t in op.tensors() if t.role == "output"}
+        if not set(getattr(low, "zeroed", ())) <= outputs:
+            raise RuntimeError(f"the launch would zero {low.zeroed}, not outputs {outputs}")
     except Exception as e:  # noqa: BLE001
         res.status, res.stage, res.error = Status.BUILD_ERROR, "lower", tail(str(e))
         res.times["lower_s"] = time.perf_counter() - t1
@@ -155,6 +159,7 @@ def build_one(task: Mapping[str, Any], cache: build_cache.BuildCache | None = No
     res.features["dynamic_smem_bytes"] = float(low.dynamic_smem)
     res.tensor_maps = low.tensor_maps
     res.cluster = tuple(getattr(low, "cluster", (1, 1, 1)))
+    res.zeroed = tuple(getattr(low, "zeroed", ()))
     if not task.get("compile", True):
         res.times["total_s"] = time.perf_counter() - t0
         return Built(res, sch, low)
@@ -188,6 +193,7 @@ def from_dict(d: Mapping[str, Any]) -> BuildResult:
     d["status"] = Status(d["status"])
     d["grid"], d["block"], d["args"] = tuple(d["grid"]), tuple(d["block"]), tuple(d["args"])
     d["cluster"] = tuple(d.get("cluster", (1, 1, 1)))
+    d["zeroed"] = tuple(d.get("zeroed", ()))
     return BuildResult(**d)
 
 

@@ -9,8 +9,12 @@ removes the CPU launch gaps that would otherwise dominate microsecond kernels), 
 Inputs are uniform in [-1, 1) (never zeros; an fp8 GEMM's scales in [1/64, 1/16):
 ``TensorSpec.values``), redrawn for every configuration from a seed derived from its key; the
 output is poisoned with NaN before the first launch, so an element the kernel never writes
-fails the check. A fault that leaves the context unusable (illegal address, ...)
-returns its result with ``_restart`` so the pool replaces this process.
+fails the check. A kernel that adds into its output (space v3's split K: the task's
+``zeroed``) has it zeroed before every launch instead, the correctness launch's and each timed
+one's (the zeroing is part of the time, as a user's launch needs it); an element such a kernel
+never adds to stays 0 and fails the check against the reference of random inputs. A fault that
+leaves the context unusable (illegal address, ...) returns its result with ``_restart`` so the
+pool replaces this process.
 """
 
 from __future__ import annotations
@@ -252,6 +256,14 @@ def _run_kernel(task: Mapping[str, Any]) -> dict[str, Any]:
     res: dict[str, Any] = {"key": task["key"], "status": "ok"}
     inputs = make_inputs(op, _seed(task["key"] + str(task.get("seed", 0))))
     kernel = None
+    zeroed = [inputs[name] for name in task.get("zeroed") or ()]
+
+    def zero_then_launch(stream: int) -> None:
+        assert kernel is not None
+        for t in zeroed:
+            t.zero_()
+        kernel.launch(args, stream)
+
     try:
         args = kernel_args(op, task, inputs)
         kernel = Kernel(task["cubin"], task["kernel"], task["grid"], task["block"],
@@ -262,7 +274,7 @@ def _run_kernel(task: Mapping[str, Any]) -> dict[str, Any]:
             except CudaError as e:
                 res["max_active_clusters_error"] = str(e)
         stream = torch.cuda.current_stream().cuda_stream
-        kernel.launch(args, stream)
+        zero_then_launch(stream)
     except CudaError as e:
         res.update(status="launch_error", error=str(e), run_s=time.perf_counter() - t0)
         if e.code in _STICKY:
@@ -281,7 +293,7 @@ def _run_kernel(task: Mapping[str, Any]) -> dict[str, Any]:
                    run_s=time.perf_counter() - t0)
         kernel.unload()
         return res
-    launch = lambda: kernel.launch(args, torch.cuda.current_stream().cuda_stream)  # noqa: E731
+    launch = lambda: zero_then_launch(torch.cuda.current_stream().cuda_stream)  # noqa: E731
     how = {"warmup_ms": task.get("warmup_ms", 20), "repeats": task.get("repeats", 10),
            "l2": task.get("l2", "warm")}
     try:

@@ -119,7 +119,7 @@ def kernel_task(op: Operator, b: BuildResult, *, seed: int, repeats: int,
     return {"kind": "kernel", "key": b.key, "workload": op.workload, "cubin": b.cubin,
             "kernel": b.kernel, "grid": b.grid, "block": b.block, "args": b.args,
             "dynamic_smem": int(b.features.get("dynamic_smem_bytes", 0)),
-            "tensor_maps": b.tensor_maps, "cluster": b.cluster,
+            "tensor_maps": b.tensor_maps, "cluster": b.cluster, "zeroed": b.zeroed,
             "seed": seed, "repeats": repeats, "warmup_ms": warmup_ms, "tolerance": op.tolerance,
             "l2": l2}
 

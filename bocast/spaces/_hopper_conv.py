@@ -20,7 +20,7 @@ output come from, the body's hooks (``_hopper_kernel.Operands``) that :func:`ker
     the likely faster one): a CTA's BM rows are BM consecutive output pixels (n, oh, ow), M
     counted linearly across rows and images; the load starts at the first row's pixel and
     its offsets pick the tap; stride, padding and dilation live in the map. Y is then the
-    GEMM's C, a row-major [N*OH*OW, K] (``_hopper_matmul.row_major_stores``).
+    GEMM's C, a row-major [N*OH*OW, K] (``_hopper_stores.row_major_stores``).
   - ``tiled``: a 4-D tiled map (dims innermost first C, W, H, N), a CTA's rows a *pixel tile*
     of ``tile_n x tile_h x tile_w`` output pixels (tile_n = BM / (tile_h x tile_w) images, rows
     oh0.., columns ow0..). For k block kb = (r, s, cb), one box [BK, tile_w * stride, tile_h *
@@ -71,6 +71,7 @@ from . import _hopper_kernel as hk
 from . import _hopper_matmul as hm
 from ._hopper_conv_tiled import a_coords, atom_box, out_row, row_pixel, tile_counts, tile_origin
 from ._hopper_layout import EPI_COLS, EPI_ROWS, encode_args, tensor_map
+from ._hopper_stores import row_major_stores
 
 #: the tiled producer's coordinate helpers, here for the tests' simulation (one definition, in
 #: ``_hopper_conv_tiled``)
@@ -297,7 +298,7 @@ def _im2col_operands(g: ConvGeometry, config):
     p = hk.Plan(config, g.M, g.K, g.RSC)
     assert g.C % p.BK == 0, "c_block_within_tap"
     assert im2col.why_not(g) is None, "im2col_within_tma_limits"
-    store_box, store_rows = hm.row_major_stores(p, g.M, g.K, "float32")
+    store_box, store_rows = row_major_stores(p, g.M, g.K, "float32")
 
     def offsets(kb):  # the load's u16 offsets: the tap's shift
         return tuple(T.uint16(o) for o in im2col.load_offsets(kb, g, p.BK))

@@ -88,8 +88,9 @@ def device_body(p: Plan, ops: Operands):
     buffers (fp8 operands, ``Plan.scaled``; else None)."""
     from tvm.script import tirx as T
 
-    BM, BN, BK, S, NC, KT = p.BM, p.BN, p.BK, p.S, p.NC, p.KT
-    CM, CN, CS, grid, clusters, tiles = p.CM, p.CN, p.CS, p.grid, p.clusters, p.tiles
+    # KB: the k blocks of a unit (a tile, or its k slice with split K, from k block k0)
+    BM, BN, BK, S, NC, KB = p.BM, p.BN, p.BK, p.S, p.NC, p.KB
+    CM, CN, CS, grid, clusters, units = p.CM, p.CN, p.CS, p.grid, p.clusters, p.units
     split, pingpong, inflight, step = p.split, p.pingpong, p.inflight, p.step
     WM, atoms, half_n, threads, ring = p.WM, p.atoms, p.half_n, p.threads, p.ring
     tma_store, epi_bytes, stage_bytes, a_box, b_box = (
@@ -104,7 +105,8 @@ def device_body(p: Plan, ops: Operands):
         "A's multicast half is rows of a 2-D tiled map"
     swz = SWIZZLE[BK * size]
     sbo = 8 * BK * size // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
-    tile, a_coords, store_box, store_rows = p.tile, ops.a_coords, ops.store_box, ops.store_rows
+    tile, k0, a_coords = p.tile, p.k0, ops.a_coords
+    store_box, store_rows = ops.store_box, ops.store_rows
 
     ta, tb = WGMMA_TYPES[p.in_dtype], WGMMA_TYPES[p.b_dtype]
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
@@ -159,7 +161,7 @@ def device_body(p: Plan, ops: Operands):
         # every use) is plain arithmetic the compiler shares
         rank = T.meta_var(cta % CS if CS > 1 else 0)
         cl = T.meta_var(cta // CS)  # this CTA's cluster
-        n_tiles = T.meta_var((tiles // CS - cl + clusters - 1) // clusters)  # its walk's length
+        n_tiles = T.meta_var((units // CS - cl + clusters - 1) // clusters)  # its walk's length
         tx = T.thread_id([threads])
         # one dynamic allocation (TIRx allows one): stage s holds A's BM rows, then B's BN rows
         # (sm(s, r, col)); after the ring, the tma epilogue's staging boxes (output elements
@@ -198,11 +200,12 @@ def device_body(p: Plan, ops: Operands):
                 for i in T.serial(n_tiles):
                     tm = T.meta_var(tile(cl + i * clusters, rank)[0])
                     bn0 = T.meta_var(tile(cl + i * clusters, rank)[2])
+                    kf = T.meta_var(k0(cl + i * clusters))  # the unit's first k block
                     # a cluster's producer keeps its k loop rolled: unrolled (a short constant KT,
                     # a ring of 6 stages) its addresses outgrow the setmaxnreg.dec count and ptxas
                     # spills (1000 x 1024 x 1000, 128 x 128 tiles, 6 stages: 156 bytes)
-                    for kb in T.serial(KT, unroll=False if CS > 1 else None):
-                        it = T.meta_var(i * KT + kb)  # k blocks this CTA loaded before
+                    for kb in T.serial(KB, unroll=False if CS > 1 else None):
+                        it = T.meta_var(i * KB + kb)  # k blocks this CTA loaded before
                         s = T.meta_var(it % S)
                         # parity of the stage's previous release; the first pass finds every
                         # stage free (waiting on the parity before a barrier's first phase)
@@ -214,22 +217,23 @@ def device_body(p: Plan, ops: Operands):
                                                                    T.uint32(stage_bytes))
                         if CN > 1:  # 1x2: this CTA's half of A, to both CTAs' stage s
                             T.ptx[tma_mc](T.address_of(Sm[sm(s, rank * a_box, 0)]),
-                                          T.address_of(A_map), *a_half(kb, tm, rank),
+                                          T.address_of(A_map), *a_half(kf + kb, tm, rank),
                                           T.address_of(full[s]), CLUSTER_MASK)
                         elif a_offsets is None:
                             T.ptx[tma_a](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
-                                         *a_coords(kb, tm), T.address_of(full[s]))
+                                         *a_coords(kf + kb, tm), T.address_of(full[s]))
                         else:
                             T.ptx[tma_a](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
-                                         *a_coords(kb, tm), T.address_of(full[s]),
-                                         *a_offsets(kb))
+                                         *a_coords(kf + kb, tm), T.address_of(full[s]),
+                                         *a_offsets(kf + kb))
                         if CM > 1:  # 2x1: this CTA's half of B, to both CTAs' stage s
                             T.ptx[tma_mc](T.address_of(Sm[sm(s, BM + rank * b_box, 0)]),
-                                          T.address_of(B_map), kb * BK, bn0 + rank * b_box,
+                                          T.address_of(B_map), (kf + kb) * BK,
+                                          bn0 + rank * b_box,
                                           T.address_of(full[s]), CLUSTER_MASK)
                         else:
                             T.ptx[tma](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
-                                       kb * BK, bn0, T.address_of(full[s]))
+                                       (kf + kb) * BK, bn0, T.address_of(full[s]))
         else:
             if split is not None:
                 T.ptx.setmaxnreg.inc.sync.aligned.u32(split[1])
@@ -252,8 +256,8 @@ def device_body(p: Plan, ops: Operands):
                     # follows consumer 1's (j-1)-th, consumer 1's j-th follows consumer 0's j-th.
                     if i > 0:
                         T.cuda.mbarrier_wait(T.address_of(turn[cw]), (j - 1 + cw) & 1)
-                for kb in T.serial(KT):
-                    it = T.meta_var(i * KT + kb)
+                for kb in T.serial(KB):  # the unit's k blocks (a fresh sum: scale_d 0 first)
+                    it = T.meta_var(i * KB + kb)
                     s = T.meta_var(it % S)
                     T.cuda.mbarrier_wait(T.address_of(full[s]), (it // S) & 1)
                     T.ptx.wgmma.fence.sync.aligned()
@@ -276,7 +280,7 @@ def device_body(p: Plan, ops: Operands):
                         release(empty, (it + S - 1) % S, kb > 0, lt)
                 if inflight == 1:
                     T.ptx.wgmma.wait_group.sync.aligned(0)
-                    release(empty, (i * KT + KT - 1) % S, True, lt)
+                    release(empty, (i * KB + KB - 1) % S, True, lt)
                 if pingpong and lt == 0:
                     T.ptx.mbarrier.arrive.shared.b64(T.address_of(turn[1 - cw]))
                 if scaled:

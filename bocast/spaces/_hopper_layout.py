@@ -8,8 +8,37 @@ from __future__ import annotations
 # an element's bytes, by type: the one table every size in the template's arithmetic comes
 # from (stages, swizzles, descriptors, tensor maps, staging boxes)
 from bocast.operator import DTYPES as DTYPE_BYTES
+from bocast.operator import WorkloadError
 
-SM_COUNT = 132  # H100 SXM and H200: the persistent grid's size
+#: SMs of the target when none is known (H100 SXM and H200; a replay or a static build on a
+#: CPU): a workload names its GPU's own (``sm_count``, read from the device by a live run;
+#: :class:`bocast.spaces._matmul.MatmulSpec`), which sets the waves and the persistent grid
+DEFAULT_SM_COUNT = 132
+
+
+def target_sms(spec) -> int:
+    """The SM count of the GPU a matmul ``spec`` (``_matmul.MatmulSpec``) targets: its
+    ``sm_count``, else :data:`DEFAULT_SM_COUNT`."""
+    return spec.sm_count or DEFAULT_SM_COUNT
+
+
+def sm_count_entry(op: str, space: str, sm_count) -> dict[str, int]:
+    """A workload's ``sm_count`` as the workload records it: checked (an integer from 1 to
+    1024), and recorded only for space v3 and a count other than :data:`DEFAULT_SM_COUNT`, so
+    every workload of before (all of 132 SMs) keeps its identity: stores, datasets and the
+    records library name the same workload; v1 and v2 kernels do not depend on it. None: the
+    default."""
+    if sm_count is None:
+        return {}
+    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or not 1 <= sm_count <= 1024:
+        raise WorkloadError(f"{op}: sm_count must be an integer from 1 to 1024 (the GPU's "
+                            f"SMs), got {sm_count!r}")
+    return {"sm_count": sm_count} if space == "v3" and sm_count != DEFAULT_SM_COUNT else {}
+
+
+#: space v3's split-K factors: the k blocks of a tile divided among this many CTAs, whose
+#: partial sums add into the output (1: one CTA a tile, no reduction)
+SPLIT_K = (1, 2, 4, 8)
 #: setmaxnreg pairs (producer, consumer); "off" leaves every thread at the launch's share
 REG_SPLITS = {"off": None, "24/240": (24, 240), "40/232": (40, 232), "56/224": (56, 224)}
 #: TMA swizzle mode (CUtensorMapSwizzle) and wgmma descriptor swizzle, by row bytes of a tile
@@ -105,6 +134,17 @@ def tile_coords(t, *, M: int, N: int, BM: int, BN: int, G: int,
     tm = pm * cm + (rank % cm if cm > 1 else 0)
     tn = pn * cn + (rank // cm if cn > 1 else 0)
     return b * tiles_m + tm, tn, b * N + tn * BN
+
+
+def split_unit(u, blocks: int, splits: int):
+    """Work unit ``u`` of a split-K walk (``splits`` k slices of ``blocks`` tile blocks each,
+    the k slice outermost): (its tile block in :func:`tile_coords`' walk, its k slice). Slice
+    ``ks`` of a tile's ``KT`` k blocks is blocks ks x KT / splits .. (ks + 1) x KT / splits - 1
+    (``split_k_divides_k_blocks``). One split: the tile walk itself, no remainder taken (the
+    kernel of before split-K, unchanged)."""
+    if splits == 1:
+        return u, 0
+    return u % blocks, u // blocks
 
 
 def _grouped(r, group: int, across: int):

@@ -37,20 +37,23 @@ from bocast.operator import WorkloadError
 from bocast.space import Categorical, Constraint, Knob, Ordinal, Space
 
 from . import _hopper_kernel as hk
+from . import _hopper_split as sk
 from . import _matmul as mm
 from ._hopper_layout import (
     CLUSTERS,
+    DEFAULT_SM_COUNT,
     DTYPE_BYTES,
     EPI_ROWS,
     EPI_SMEM_PER_CONSUMER,
     REG_SPLITS,
-    SM_COUNT,
     WGMMA_TYPES,
     bk_choices,
     encode_args,
     epi_cols,
+    target_sms,
     tensor_map,
 )
+from ._hopper_stores import row_major_stores
 
 ARCH = "sm_90a"
 REGISTERS_PER_SM = 65536
@@ -130,7 +133,7 @@ def _regs(c, col: int):
 
 def derive(spec):
     M, N, K, batch = spec.M, spec.N, spec.K, max(spec.batch, 1)
-    in_size = DTYPE_BYTES[spec.in_dtype]
+    in_size, sms = DTYPE_BYTES[spec.in_dtype], target_sms(spec)
 
     def run(c):
         bm, bn, bk, cons = c["bm"], c["bn"], c["bk"], c["consumers"]
@@ -143,30 +146,35 @@ def derive(spec):
         launch_cap = np.minimum(255, REGISTERS_PER_SM // threads // 8 * 8)
         consumer_regs = np.where(_regs(c, 1) > 0, _regs(c, 1), launch_cap)
         tiles = batch * tiles_m * tiles_n
-        return {"wave_efficiency": wave_efficiency(batch * M * N, tiles, bm, bn),
+        # split K (GEMM and bmm; a space without the knob: 1): units of (k slice, tile)
+        splits = c["split_k"] if "split_k" in c else np.ones_like(bm)
+        units = tiles * splits
+        return {"wave_efficiency": wave_efficiency(batch * M * N * splits, units, bm, bn, sms),
                 "threads": threads, "atoms": atoms, "consumer_rows": rows,
                 "acc_regs": atoms * bn // 2,
                 "consumer_regs": consumer_regs, "producer_regs": _regs(c, 0),
                 "smem_bytes": smem, "dynamic_smem_bytes": smem - BARRIER_SMEM,
                 "static_smem_bytes": np.full_like(bm, BARRIER_SMEM),
                 "tiles_m": tiles_m, "tiles_n": tiles_n, "tiles": tiles,
-                "k_blocks": -(-K // bk),
-                "grid": np.where(c["persistent"] == "on", np.minimum(SM_COUNT, tiles), tiles),
+                "k_blocks": -(-K // bk), "units": units,
+                "grid": np.where(c["persistent"] == "on", np.minimum(sms, units), units),
                 "cluster_m": _cluster(c, 0), "cluster_n": _cluster(c, 1),
                 "cluster_size": _cluster(c, 0) * _cluster(c, 1)}
 
     return run
 
 
-def wave_efficiency(outputs: int, tiles, bm, bn):
+def wave_efficiency(outputs, tiles, bm, bn, sm_count: int = DEFAULT_SM_COUNT):
     """The share of the kernel's tile slots that compute real outputs: ``outputs`` elements
-    over (waves x SMs x BM x BN), a wave being one tile on each SM (v3 launches one CTA per SM:
-    each CTA's launch registers take the register file, ``launch_cap``). Quantization and
-    ragged edges together: at 1024^3 a 128 x 256 tile is 32 tiles for 132 SMs, 0.24; at
-    4096^3, 512 tiles in 4 waves, 0.97. Warm starts rescale a source row's TFLOPS by the ratio
-    of its value at the target's and the source's shape (:mod:`bocast.bo.sources`)."""
-    waves = -(-tiles // SM_COUNT)
-    return outputs / (waves * SM_COUNT * bm * bn)
+    over (waves x SMs x BM x BN), a wave being one tile on each of the target's ``sm_count``
+    SMs (v3 launches one CTA per SM: each CTA's launch registers take the register file,
+    ``launch_cap``). Quantization and ragged edges together: at 1024^3 a 128 x 256 tile is 32
+    tiles for 132 SMs, 0.24; at 4096^3, 512 tiles in 4 waves, 0.97. With split K the tiles are
+    the units (a k slice of a tile each) and the outputs count once a slice. Warm starts
+    rescale a source row's TFLOPS by the ratio of its value at the target's and the source's
+    shape (:mod:`bocast.bo.sources`)."""
+    waves = -(-tiles // sm_count)
+    return outputs / (waves * sm_count * bm * bn)
 
 
 def batch_constraints(spec) -> list[Constraint]:
@@ -253,7 +261,8 @@ def cluster_constraints(spec) -> list[Constraint]:
                    lambda c: ((c["cluster_m"] == 1) | (N % c["bn"] == 0))
                    & ((c["cluster_n"] == 1) | (M % c["bm"] == 0))),
         Constraint("cluster_divides_grid",
-                   f"the grid ({SM_COUNT} persistent CTAs or one a tile, at most the tiles) is "
+                   f"the grid ({target_sms(spec)} persistent CTAs (the target's SMs) or one a "
+                   "tile, at most the tiles) is "
                    "whole clusters: the cluster size divides it",
                    lambda c: c["grid"] % c["cluster_size"] == 0),
     ]
@@ -263,7 +272,8 @@ def space(spec, vec: Constraint, extra_knobs: Sequence[Knob] = (),
           extra_constraints: Sequence[Constraint] = ()) -> Space:
     """``vec`` (the v1/v2 fetch's vector rule) has no knob here: TMA copies whole boxes."""
     check_workload(spec)
-    return Space(knobs(spec) + list(extra_knobs), constraints(spec) + list(extra_constraints),
+    return Space(knobs(spec) + sk.knobs(spec) + list(extra_knobs),
+                 constraints(spec) + sk.constraints(spec) + list(extra_constraints),
                  derive(spec))
 
 
@@ -277,22 +287,30 @@ def build_options(config) -> dict:
 def schedule(spec, func, config, prepare) -> hk.TirxKernel:  # noqa: ARG001 - v1/v2's signature
     """The kernel of one configuration (``func`` and ``prepare`` belong to the s_tir spaces)."""
     return kernel(spec.M, spec.N, spec.K, config, batch=max(spec.batch, 1),
-                  in_dtype=spec.in_dtype, out_dtype=spec.out_dtype, b_dtype=spec.b_dtype)
+                  in_dtype=spec.in_dtype, out_dtype=spec.out_dtype, b_dtype=spec.b_dtype,
+                  sm_count=target_sms(spec))
 
 
 def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "float16",
-           out_dtype: str = "float32", b_dtype: str | None = None) -> hk.TirxKernel:
+           out_dtype: str = "float32", b_dtype: str | None = None,
+           sm_count: int = DEFAULT_SM_COUNT) -> hk.TirxKernel:
     from tvm.script import tirx as T
 
-    p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype, b_dtype=b_dtype)
+    p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype, b_dtype=b_dtype,
+                sm_count=sm_count)
     b_dtype = p.b_dtype
+    # split K: every unit adds its fp32 partial sums into C, which the launch zeroes first
+    # (TirxKernel.zeroed); TMA's reduce-add for the tma epilogue, red.global.add otherwise
+    adds = p.splits > 1
+    assert not adds or out_dtype == "float32", "split_k_needs_fp32_output"
+    zeroed = ("C",) if adds else ()
     BM, BK, tma_store = p.BM, p.BK, p.tma_store
     maps = {"A_map": tensor_map("A", batch * M, K, p.a_box, BK, in_dtype),
             "B_map": tensor_map("B", batch * N, K, p.b_box, BK, b_dtype)}
     if tma_store:
         maps["C_map"] = tensor_map("C", batch * M, N, EPI_ROWS, epi_cols(out_dtype), out_dtype)
     a_tma, b_tma, *c_tma = (encode_args(m) for m in maps.values())
-    store_box, store_rows = row_major_stores(p, M, N, out_dtype)
+    store_box, store_rows = row_major_stores(p, M, N, out_dtype, adds=adds)
     body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
                                          store_box=store_box, store_rows=store_rows))
 
@@ -317,7 +335,7 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
             C = T.match_buffer(C_ptr, (batch * M, N), out_dtype, align=16)
             launch(A, B, C, None, None)
 
-        return p.kernel(main, maps)
+        return p.kernel(main, maps, zeroed)
 
     @T.prim_func
     def scaled(A_ptr: T.handle, B_ptr: T.handle, scale_a_ptr: T.handle,
@@ -331,52 +349,4 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
         launch(A, B, C, scale_a, scale_b)
 
     # the kernel's name is the unscaled one's ("main_kernel")
-    return p.kernel(scaled.with_attr("global_symbol", "main"), maps)
-
-
-def row_major_stores(p: hk.Plan, M: int, N: int, out_dtype: str):
-    """The output hooks (``Operands.store_box``, ``store_rows``) of a row-major C[M, N] (a bmm's
-    [b x M, N]; conv2d's Y as [N*OH*OW, K] when im2col loads its rows): the tma epilogue's
-    2-D box store, the direct epilogues' stores of each accumulator at (row, column)."""
-    from tvm.script import tirx as T
-
-    BM, BN, atoms, half_n, vec_store = p.BM, p.BN, p.atoms, p.half_n, p.vec_store
-    # ragged M or N (not a bmm's: bmm_tiles_within_batch): the direct stores test their rows
-    # and columns; TMA zero-fills the loads past each edge (and past K)
-    pred_m, pred_n = M % BM != 0, N % BN != 0
-    pred_n1 = N % 2 != 0  # scalar stores: column 2j + 1 may be past the edge while 2j is not
-    tma_st = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
-    # a 16-bit output: two accumulators rounded into one 4-byte store (fp32: st.global.v2.f32)
-    store_pair = hk.store_pair(out_dtype, "global")
-
-    @T.macro
-    def store_box(C_map, smem, tm, row0, a, col0, lt):
-        grow0 = T.meta_var(tm * BM + row0 + a * 64)
-        # a box wholly past a ragged edge stores nothing: skip it
-        if lt == 0 and (not pred_m or grow0 < M) and (not pred_n or col0 < N):
-            T.ptx[tma_st](T.address_of(C_map), col0, grow0, smem)
-            T.ptx["cp.async.bulk.commit_group"]()
-
-    @T.macro
-    def store_rows(C, acc, tm, tn, row0, lt):
-        # past a ragged edge (pred_m, pred_n) a store is skipped (its accumulators hold the
-        # products of TMA's zero fill)
-        for a in T.unroll(atoms):
-            for jj in T.unroll(BN // 8):
-                row = T.meta_var(tm * BM + row0 + a * 64 + lt // 32 * 16 + lt % 32 // 4)
-                col = T.meta_var(tn * BN + jj * 8 + lt % 4 * 2)
-                v = T.meta_var(a * half_n + jj * 4)
-                for h in T.unroll(2):  # rows row and row + 8
-                    if (not pred_m or row + h * 8 < M) and (not pred_n or col < N):
-                        if vec_store and store_pair is None:  # N even (v2_stores_need_even_n)
-                            T.ptx["st.global.v2.f32"](T.address_of(C[row + h * 8, col]),
-                                                      acc[v + h * 2], acc[v + h * 2 + 1])
-                        elif vec_store:
-                            store_pair(T.address_of(C[row + h * 8, col]), acc[v + h * 2],
-                                       acc[v + h * 2 + 1])
-                        else:
-                            C[row + h * 8, col] = T.cast(acc[v + h * 2], out_dtype)
-                            if not pred_n1 or col + 1 < N:
-                                C[row + h * 8, col + 1] = T.cast(acc[v + h * 2 + 1], out_dtype)
-
-    return store_box, store_rows
+    return p.kernel(scaled.with_attr("global_symbol", "main"), maps, zeroed)

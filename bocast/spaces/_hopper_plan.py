@@ -10,10 +10,11 @@ from typing import Any
 
 from ._hopper_layout import (
     CLUSTERS,
+    DEFAULT_SM_COUNT,
     EPI_SMEM_PER_CONSUMER,
     REG_SPLITS,
-    SM_COUNT,
     epi_cols,
+    split_unit,
     tile_coords,
     wgmma_k,
 )
@@ -35,17 +36,25 @@ class TirxKernel:
     #: CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION; TVM's host code launches it so from the
     #: kernel's clusterCtaIdx extent); (1, 1, 1): a plain launch
     cluster: tuple[int, int, int] = (1, 1, 1)
+    #: output tensors the launch sets to zero before the kernel runs (split-K: the k slices'
+    #: partial sums add into them); the runner's zeroing is part of each timed launch
+    zeroed: tuple[str, ...] = ()
 
 
 class Plan:
     """What one configuration fixes about the kernel of an M x N x K matmul (``batch`` of them,
     read as one [b x M, K] A and one [b x N, K] B): tile, ring of stages, the consumers' rows,
     the tiles' walk and the launch. M, N and K may be ragged: tiles and k blocks are counted by
-    ceil-division (TMA zero-fills its boxes past an edge; the operator's stores test theirs)."""
+    ceil-division (TMA zero-fills its boxes past an edge; the operator's stores test theirs).
+
+    Split K (``split_k`` > 1, a GEMM's knob; 1 for a configuration without it): the walk is of
+    units, (k slice, tile), the k slice outermost (:func:`split_unit`); a unit runs ``KB`` =
+    KT / splits k blocks of its tile and its epilogue adds its partial sums into the output.
+    ``sm_count``: the target's SMs, the persistent grid's size."""
 
     def __init__(self, config, M: int, N: int, K: int, batch: int = 1, *,
                  in_dtype: str = "float16", out_dtype: str = "float32",
-                 b_dtype: str | None = None):
+                 b_dtype: str | None = None, sm_count: int = DEFAULT_SM_COUNT):
         c = config
         #: the operands' and the output's element types (the accumulators are fp32 whatever
         #: they are: wgmma has no other accumulator for bf16, and a 16-bit output is rounded
@@ -78,7 +87,11 @@ class Plan:
         self.M, self.N, self.K, self.batch = M, N, K, batch
         self.tiles_m, self.tiles_n, self.KT = -(-M // BM), -(-N // BN), -(-K // BK)
         self.tiles = batch * self.tiles_m * self.tiles_n
-        self.grid = min(SM_COUNT, self.tiles) if c["persistent"] == "on" else self.tiles
+        self.splits = int(c.get("split_k", 1))
+        assert self.KT % self.splits == 0, "split_k_divides_k_blocks"
+        self.KB = self.KT // self.splits  # k blocks a unit runs
+        self.units = self.tiles * self.splits  # (k slice, tile) pairs: the walk's work
+        self.grid = min(sm_count, self.units) if c["persistent"] == "on" else self.units
         assert self.tiles % self.CS == 0 and self.grid % self.CS == 0, \
             "cluster_pairs_whole_tiles, cluster_divides_grid"
         self.clusters = self.grid // self.CS  # the walk's stride, in blocks of CS tiles
@@ -93,17 +106,23 @@ class Plan:
         self.a_box, self.b_box = BM // self.CN, BN // self.CM
 
     def tile(self, t, rank):
-        """(A/C block row, C block column, B's first row) of tile ``t`` of a CTA's walk."""
-        return tile_coords(t, M=self.M, N=self.N, BM=self.BM, BN=self.BN, G=self.G,
+        """(A/C block row, C block column, B's first row) of unit ``t`` of a CTA's walk."""
+        block, _ = split_unit(t, self.tiles // self.CS, self.splits)
+        return tile_coords(block, M=self.M, N=self.N, BM=self.BM, BN=self.BN, G=self.G,
                            cluster=(self.CM, self.CN), rank=rank, major=self.major)
 
-    def kernel(self, main, tensor_maps: dict) -> TirxKernel:
-        """The v3 kernel of prim_func ``main`` (the operator's, around the body), launched so."""
+    def k0(self, t):
+        """The first k block of unit ``t`` (0 without split K)."""
+        return split_unit(t, self.tiles // self.CS, self.splits)[1] * self.KB
+
+    def kernel(self, main, tensor_maps: dict, zeroed: tuple[str, ...] = ()) -> TirxKernel:
+        """The v3 kernel of prim_func ``main`` (the operator's, around the body), launched so
+        (``zeroed``: :attr:`TirxKernel.zeroed`)."""
         import tvm
 
         return TirxKernel(tvm.IRModule({"main": main}), (self.grid, 1, 1), (self.threads, 1, 1),
                           self.S * self.stage_bytes + self.epi_bytes, tensor_maps,
-                          (self.CS, 1, 1))
+                          (self.CS, 1, 1), zeroed)
 
 
 @dataclass

@@ -128,8 +128,7 @@ class MatmulSpec:
     K: int
     in_dtype: str = "float16"
     acc_dtype: str = "float32"
-    #: the output's type: the accumulator's, except on space v3 (:func:`acc_dtype`)
-    out_dtype: str = "float32"
+    out_dtype: str = "float32"  # the accumulator's type, except on space v3 (:func:`acc_dtype`)
     trans_b: bool = True  # B is [N, K] ("NT"); else [K, N] ("NN")
     batch: int = 0  # extent of a leading batch axis of A, B and C (0: none)
     block: str = "C"  # name of the matmul block
@@ -138,6 +137,7 @@ class MatmulSpec:
     epilogue_map: Callable | None = None
     space: str = DEFAULT_SPACE
     b_dtype: str | None = None  # B's element type where it is not in_dtype (A's)
+    sm_count: int | None = None  # the target's SMs: space v3's grid (None: hl.DEFAULT_SM_COUNT)
 
     @property
     def acc_bytes(self) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from bocast.operator import TensorSpec, WorkloadError, register
 
+from . import _hopper_layout as hl
 from . import _matmul as mm
 
 LAYOUTS = ("NT", "NN")
@@ -32,6 +33,7 @@ class Bmm(mm.MatmulOperator):
                   "[K,N] with NN)")
     default_shape = (12, 512, 512, 64)
     extents = ("B", "M", "N", "K")
+    option_names = (*mm.MatmulOperator.option_names, "sm_count")
     v3_rule = mm.AUTO_V3_RULE
 
     @classmethod
@@ -39,7 +41,7 @@ class Bmm(mm.MatmulOperator):
         return len(shape) == len(cls.extents) and min(shape[1:3]) >= mm.AUTO_V3_MIN_MN
 
     def __init__(self, B: int, M: int, N: int, K: int, *, dtype: str = "fp16:fp32",
-                 layout: str = "NT", space: str = mm.DEFAULT_SPACE):
+                 layout: str = "NT", space: str = mm.DEFAULT_SPACE, sm_count: int | None = None):
         mm.check_extents(self.name, self.extents, (B, M, N, K))
         self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype, space)
         if layout not in LAYOUTS:
@@ -48,10 +50,12 @@ class Bmm(mm.MatmulOperator):
         self.layout = layout
         self.workload = {"op": self.name, "shape": [self.B, self.M, self.N, self.K],
                          "dtype": dtype, "layout": layout,
-                         "space": mm.space_version(self.name, space)}
+                         "space": mm.space_version(self.name, space),
+                         **(target := hl.sm_count_entry(self.name, space, sm_count))}
         self.matmul = mm.MatmulSpec(self.M, self.N, self.K, self.in_dtype,
                                     mm.acc_dtype(space, self.out_dtype), out_dtype=self.out_dtype,
-                                    trans_b=layout == "NT", batch=self.B, space=space)
+                                    trans_b=layout == "NT", batch=self.B, space=space,
+                                    sm_count=target.get("sm_count", hl.DEFAULT_SM_COUNT))
         b_extent = self.K if layout == "NT" else self.N
         self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_k", f"fetch vectors stay inside rows of A (K={self.K}) and "

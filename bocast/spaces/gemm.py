@@ -65,9 +65,14 @@ from __future__ import annotations
 
 from bocast.operator import TensorSpec, WorkloadError, register
 
+from . import _hopper_layout as hl
 from . import _matmul as mm
 
 LAYOUTS = ("NT", "NN")
+#: the switch for skinny GEMMs: True lets ``space: auto`` take v3 (with its split K, the
+#: ``split_k`` knob) for a GEMM of M < 64 too, N >= 64. Off until measured: v2 won at M = 32
+#: before split K existed; experiments/device/skinny_check.sh compares them at M = 16 and 128
+AUTO_V3_SKINNY_M = False
 
 
 @register
@@ -76,14 +81,18 @@ class Gemm(mm.MatmulOperator):
     shape_help = "M,N,K (C[M,N] = A[M,K] @ B; B is [N,K] with --layout NT, [K,N] with NN)"
     default_shape = (1024, 1024, 1024)
     extents = ("M", "N", "K")
-    v3_rule = mm.AUTO_V3_RULE
+    option_names = (*mm.MatmulOperator.option_names, "sm_count")
+    v3_rule = mm.AUTO_V3_RULE + (f" (switched on, AUTO_V3_SKINNY_M: any M with N >= "
+                                 f"{mm.AUTO_V3_MIN_MN})" if AUTO_V3_SKINNY_M else "")
 
     @classmethod
     def prefers_v3(cls, shape: tuple[int, ...]) -> bool:
-        return len(shape) == len(cls.extents) and min(shape[0:2]) >= mm.AUTO_V3_MIN_MN
+        return len(shape) == len(cls.extents) and (
+            min(shape[0:2]) >= mm.AUTO_V3_MIN_MN
+            or (AUTO_V3_SKINNY_M and shape[1] >= mm.AUTO_V3_MIN_MN))
 
     def __init__(self, M: int, N: int, K: int, *, dtype: str = "fp16:fp32", layout: str = "NT",
-                 space: str = mm.DEFAULT_SPACE):
+                 space: str = mm.DEFAULT_SPACE, sm_count: int | None = None):
         mm.check_extents(self.name, self.extents, (M, N, K))
         self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype, space, fp8=True)
         if layout not in LAYOUTS:
@@ -96,13 +105,15 @@ class Gemm(mm.MatmulOperator):
         if self.scaled:
             check_fp8(dtype, layout, self.N, self.K)
         self.layout = layout
+        target = hl.sm_count_entry(self.name, space, sm_count)
         self.workload = {"op": self.name, "shape": [self.M, self.N, self.K], "dtype": dtype,
-                         "layout": layout, "space": mm.space_version(self.name, space)}
+                         "layout": layout, "space": mm.space_version(self.name, space), **target}
         trans_b = layout == "NT"
         self.matmul = mm.MatmulSpec(self.M, self.N, self.K, self.in_dtype,
                                     mm.acc_dtype(space, self.out_dtype), out_dtype=self.out_dtype,
                                     trans_b=trans_b, space=space,
-                                    b_dtype=None if self.b_dtype == self.in_dtype else self.b_dtype)
+                                    b_dtype=None if self.b_dtype == self.in_dtype else self.b_dtype,
+                                    sm_count=target.get("sm_count", hl.DEFAULT_SM_COUNT))
         vec_b_extent = self.K if trans_b else self.N
         self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_k", f"fetch vectors stay inside rows of A (K={self.K}) and "

@@ -630,7 +630,7 @@ def test_a_cluster_tile_walk_pairs_its_ctas_tiles(M, N, BM, BN, G, cluster, batc
     cm, cn = cluster
     tiles_m, tiles_n = -(-M // BM), -(-N // BN)
     tiles = batch * tiles_m * tiles_n
-    grid = min(hl.SM_COUNT, tiles) if persistent else tiles
+    grid = min(hl.DEFAULT_SM_COUNT, tiles) if persistent else tiles
     clusters, seen = grid // 2, []
     for cl in range(clusters):
         walks = []
