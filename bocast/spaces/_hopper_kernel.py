@@ -82,9 +82,10 @@ __all__ = ["Operands", "Plan", "TirxKernel", "device_body", "store_pair"]
 
 def device_body(p: Plan, ops: Operands):
     """The device code (everything after ``T.device_entry()``), as a TIRx macro of (A_map,
-    B_map, out, out_map, scale_a, scale_b): the tensor maps of A and B, the output buffer, its
-    tensor map for the tma epilogue (else None), and the per-tensor scales, one-element fp32
-    buffers (fp8 operands, ``Plan.scaled``; else None)."""
+    B_map, out, out_map, scale_a, scale_b, bias): the tensor maps of A and B, the output buffer,
+    its tensor map for the tma epilogue (else None), the per-tensor scales, one-element fp32
+    buffers (fp8 operands, ``Plan.scaled``; else None), and the fused epilogue's bias vector
+    (``Plan.fuse`` with a bias; else None)."""
     from tvm.script import tirx as T
 
     BM, BN, BK, S, NC, KT = p.BM, p.BN, p.BK, p.S, p.NC, p.KT
@@ -108,6 +109,10 @@ def device_body(p: Plan, ops: Operands):
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
     trans = transpose_flags(p.in_dtype)  # (0, 0): K-major 16-bit operands; fp8 has none
     scaled = p.scaled
+    if p.fuse is not None:  # bias and activation on the accumulators (_fuse.tile_macro)
+        from ._fuse import tile_macro
+
+        fuse_tile = tile_macro(p.fuse, BN, atoms, p.N)
     stage_pair = store_pair(p.out_dtype, "shared")  # the tma epilogue's staging store, 16-bit
     tma_load = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
     tma, tma_a = tma_load.format(2), tma_load.format(ops.a_rank)  # B's map is 2-D, A's 2-D or 4-D
@@ -143,7 +148,7 @@ def device_body(p: Plan, ops: Operands):
             T.ptx.mbarrier.arrive.shared__cluster.b64(peer[0])
 
     @T.macro
-    def body(A_map, B_map, out, out_map, scale_a, scale_b):
+    def body(A_map, B_map, out, out_map, scale_a, scale_b, bias=None):
         if CS > 1:
             # declares the cluster: TVM's host code launches the kernel with cluster dims (CS,
             # 1, 1), its clusterCtaIdx.x extent (cuLaunchKernelEx), as the runner does
@@ -276,6 +281,8 @@ def device_body(p: Plan, ops: Operands):
                     # next tile's first wgmma overwrites the accumulators (scale_d 0)
                     for v in T.unroll(atoms * half_n):
                         acc[v] = acc[v] * sc[0]
+                if p.fuse is not None:  # then the bias and the activation, in fp32
+                    fuse_tile(acc, bias, tn, lt)
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
                 # columns 8 j + 2 (lt % 4) (+1)
                 if tma_store:
