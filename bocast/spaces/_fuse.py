@@ -18,9 +18,9 @@ The check's reference computes it in float64 (:func:`reference64`); the vendor b
 unfused torch sequence a user writes, ``F.gelu(torch.mm(a, b.t()) + bias)``, each step in the
 output's type (:func:`unfused`), timed as one callable the way every reference is (a CUDA
 graph of it). Its operands are drawn narrower than an unfused GEMM's (:func:`operand_values`),
-so that the accumulators' spread is about 1, where the activation is not linear and a bias of
-[-1, 1) matters: at the default [-1, 1) a sum over K = 4096 spreads about 21, the bias would
-be lost in the tolerance and gelu would be relu there.
+so that the accumulators' spread is about 1, where the activation bends and a bias of [-1, 1)
+matters: at the default [-1, 1) a sum over K = 4096 spreads about 21, where gelu is relu to
+2.3e-3 (inside the 16-bit tolerances) and the bias moves the output by 2.7e-2.
 """
 
 from __future__ import annotations

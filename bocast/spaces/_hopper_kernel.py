@@ -42,7 +42,9 @@ staged as 64-column boxes for TMA); every size derives from ``_hopper_layout.DTY
 fp8's 1-byte elements make BK 64 or 128 (64- or 128-byte swizzled rows, the same descriptors:
 the start address still steps 32 bytes a wgmma). fp8 operands carry per-tensor scales
 (``Plan.scaled``): the consumers multiply the accumulators by scale_a x scale_b once a tile,
-after its last wgmma and before the epilogue rounds them.
+after its last wgmma and before the epilogue rounds them. A GEMM's fused epilogue
+(``Plan.fuse``, the workload's ``fuse``: bias, activation; ``_fuse.tile_macro``) follows the
+scales there, on the same fp32 accumulators.
 
 What the template does not do yet: clusters of more than 2 CTAs, stmatrix for a 16-bit
 output's staging, a conflict-free staging layout for an fp32 output (the swizzled box costs 2

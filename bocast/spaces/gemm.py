@@ -10,6 +10,10 @@ reads both operands K-major, and B stored [N, K] row-major is exactly the column
 second operand torch._scaled_mm (cuBLASLt's "TN" fp8 GEMM, the vendor baseline) takes, so the
 two run on the same tensors. N and K multiples of 16 (_scaled_mm's rule; K's is TMA's too).
 
+Fused epilogue (``fuse``, space v3, ``_fuse.py``): C = act(scale (A B^T) + bias), the bias a
+length-N vector in the output's type, the activation relu, gelu (erf) or silu, applied to the
+fp32 accumulators before the output's rounding; the baseline is the unfused torch sequence.
+
 Three schedule spaces (``--space``, the workload's ``space``; ``auto``, the default of ``bocast
 tune gemm --shape``, picks v3 where M and N >= 64, see :meth:`Gemm.prefers_v3`). v1 and v2 are
 shared with every operator that runs as a Tensor Core matmul (bmm, the convolutions, gemv;
