@@ -190,7 +190,8 @@ def tune(config: str | os.PathLike | Mapping[str, Any] | None = None, *,
 
 def suggest(op: str, shape: Sequence[int] | None = None, *, k: int = 8,
             dtype: str | None = None, layout: str | None = None, space: str | None = None,
-            gpu: str | None = None, records: str | os.PathLike | None = None):
+            gpu: str | None = None, records: str | os.PathLike | None = None,
+            fuse: str | None = None):
     """``bocast suggest``: the ``k`` configurations of an operator's shape that the records
     library ranks best, with no measurement (:func:`bocast.suggestions.suggest`; ``gpu``: only
     records of that GPU model; ``records``: the library's folder). Returns
@@ -199,8 +200,8 @@ def suggest(op: str, shape: Sequence[int] | None = None, *, k: int = 8,
     from bocast import suggestions as suggestion
     from bocast.operator import make_named
 
-    options = {k: v for k, v in (("dtype", dtype), ("layout", layout), ("space", space))
-               if v is not None}
+    options = {k: v for k, v in (("dtype", dtype), ("layout", layout), ("space", space),
+                                 ("fuse", fuse)) if v is not None}
     target = make_named(op, tuple(shape) if shape is not None else None, **options)
     return suggestion.suggest(target, k=k, gpu=gpu,
                               records=library.directory(records) if records else None)
