@@ -68,6 +68,7 @@ what the runner binds) and calls the body there.
 # TVMScript's parser turns into variables and Python's linters see as undefined names
 from __future__ import annotations
 
+from ._fuse import tile_macro
 from ._hopper_layout import (
     CLUSTER_MASK,
     EPI_BOX_BYTES,
@@ -111,9 +112,7 @@ def device_body(p: Plan, ops: Operands):
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
     trans = transpose_flags(p.in_dtype)  # (0, 0): K-major 16-bit operands; fp8 has none
     scaled = p.scaled
-    if p.fuse is not None:  # bias and activation on the accumulators (_fuse.tile_macro)
-        from ._fuse import tile_macro
-
+    if p.fuse is not None:  # bias and activation on the accumulators
         fuse_tile = tile_macro(p.fuse, BN, atoms, p.N)
     stage_pair = store_pair(p.out_dtype, "shared")  # the tma epilogue's staging store, 16-bit
     tma_load = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
