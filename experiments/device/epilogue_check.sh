@@ -16,7 +16,8 @@
 #    bias epilogue, one kernel fewer than the reference), with their errors.
 # One table last: best tuned kernel, the unfused sequence, their ratio, and the context bars.
 #   bash experiments/device/epilogue_check.sh   # defaults: under 400 s on a 16-core H200
-#   (each measure at most MEASURE_S=25 s; each tune searches SEARCH_S=90 s, killed at RUN_S=125)
+#   (each measure at most MEASURE_S=24 s; each tune searches SEARCH_S=95 s, killed at RUN_S=128;
+#   the context at most 28 s: 380 s at most in all)
 #   SHAPES="4096,4096,4096" SEARCH_S=200 RUN_S=240 bash experiments/device/epilogue_check.sh
 # Everything lands under $OUT (epilogue_check.tar.gz: logs, records, summaries).
 set -uo pipefail
@@ -25,7 +26,7 @@ export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 echo "cores $(nproc); $(nvcc --version | tail -1); torch $(python3 -c 'import torch; print(torch.__version__)')"
 SHAPES=${SHAPES:-"2048,14336,4096 4096,4096,4096"}
-TRIALS=${TRIALS:-64} SAMPLE=${SAMPLE:-6} MEASURE_S=${MEASURE_S:-25}
+TRIALS=${TRIALS:-64} SAMPLE=${SAMPLE:-6} MEASURE_S=${MEASURE_S:-24}
 root=runs/epilogue_check
 mkdir -p "$root"
 
@@ -45,15 +46,15 @@ for shape in $SHAPES; do
   out=$root/gemm_${shape//,/x}_bf16_bias_gelu
   mkdir -p "$out"
   t0=$(date +%s)
-  BOCAST_RECORDS=$(mktemp -d) timeout "${RUN_S:-125}" python3 -m bocast.cli tune gemm \
+  BOCAST_RECORDS=$(mktemp -d) timeout "${RUN_S:-128}" python3 -m bocast.cli tune gemm \
     --shape "$shape" --dtype bf16:bf16 --fuse bias+gelu --trials "$TRIALS" \
-    --seconds "${SEARCH_S:-90}" --seed 0 --warm-start none --output "$out" --json \
+    --seconds "${SEARCH_S:-95}" --seed 0 --warm-start none --output "$out" --json \
     > "$out/tune.log" 2>&1
   echo "gemm $shape bf16:bf16 bias+gelu: exit $? in $(( $(date +%s) - t0 )) s"
 done
 
 # the context bars, timed as the runner times references, on the runner's inputs (seed 0)
-timeout 30 python3 - $SHAPES <<'PY' > "$root/context.json" 2> "$root/context.err"
+timeout 28 python3 - $SHAPES <<'PY' > "$root/context.json" 2> "$root/context.err"
 import json, sys
 import torch
 import torch.nn.functional as F
