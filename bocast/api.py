@@ -191,7 +191,8 @@ def tune(config: str | os.PathLike | Mapping[str, Any] | None = None, *,
 
 def suggest(op: str, shape: Sequence[int] | None = None, *, k: int = 8,
             dtype: str | None = None, layout: str | None = None, space: str | None = None,
-            gpu: str | None = None, records: str | os.PathLike | None = None):
+            gpu: str | None = None, records: str | os.PathLike | None = None,
+            fuse: str | None = None):
     """``bocast suggest``: the ``k`` configurations of an operator's shape that the records
     library ranks best, with no measurement (:func:`bocast.suggestions.suggest`; ``gpu``: only
     records of that GPU model; ``records``: the library's folder). Returns
@@ -200,7 +201,7 @@ def suggest(op: str, shape: Sequence[int] | None = None, *, k: int = 8,
     from bocast import suggestions as suggestion
     from bocast.operator import make_named
 
-    options = {k: v for k, v in (("dtype", dtype), ("layout", layout), ("space", space))
+    options = {k: v for k, v in dict(dtype=dtype, layout=layout, space=space, fuse=fuse).items()
                if v is not None}
     target = make_named(op, tuple(shape) if shape is not None else None, **options)
     return suggestion.suggest(target, k=k, gpu=gpu,
@@ -289,15 +290,12 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
             rpc: Mapping[str, Any] | None = None,
             records: str | os.PathLike | None = None, plot: bool = False,
             warm_also: Sequence[str] = (), warm_never: Sequence[str] = ()) -> TuneRun:
-    """Check a tune configuration whole, and the store already in its output (which must hold
-    this run, :mod:`bocast.identity`), only reading: nothing is written or created until
-    :meth:`TuneRun.execute` has started the runner. Errors of a file's configuration start with
-    the file's name (as the command prints them). ``warm_start: auto`` (the default) is
-    resolved here (:func:`bocast.warm_sources.resolve`; ``records``: the library's folder).
-    ``plot``: the run draws its figure (:attr:`TuneRun.figure_prefix`), matplotlib checked here.
-    ``runner``/``builder``: as :func:`tune` takes them (checked here; objects the caller's).
-    ``warm_also``/``warm_never``: a workload of a run of many (:mod:`bocast.many`): its run's
-    finished stores, candidates of ``auto``, and its other stores, never sources."""
+    """Check a tune configuration whole, and the store in its output (which must hold this run,
+    :mod:`bocast.identity`), only reading: nothing is written before :meth:`TuneRun.execute`
+    starts the runner. A file's errors start with its name. ``warm_start: auto`` is resolved
+    here (``records``: the library's folder); ``plot``: matplotlib checked; ``runner`` and
+    ``builder`` as :func:`tune` takes them; ``warm_also``/``warm_never``: a workload of a run
+    of many (:mod:`bocast.many`): its run's finished stores (candidates), its other stores."""
     from bocast import config as cfgmod
     from bocast import identity, library, warm_sources
     from bocast.candidates import SpaceCandidates

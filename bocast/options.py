@@ -124,6 +124,9 @@ class Workload(Options):
                                       "e5m2xe4m3:fp32 on space v3 (gemm: fp8 with "
                                       "per-tensor scales; e5m2xe4m3: A in e5m2)")
     layout: str | None = opt(None, doc="gemm, bmm: the layout of B: NT (the default) or NN")
+    fuse: str | None = opt(None, doc="gemm on space v3: the fused epilogue act(scale (A B^T) + "
+                                     "bias): none (the default), bias, relu, gelu, silu, "
+                                     "bias+relu, bias+gelu or bias+silu")
     space: str | None = opt(None, doc="schedule-space version: v1, v2, v3, or auto (the shape "
                                       "chooses: v3 where it beat v2 and takes the workload, "
                                       "else v2; docs/operators.md) (null: v2, so a file means "
@@ -183,6 +186,7 @@ def _text(name: str, doc: str) -> schema.Field:
 QUICK_OPTIONS = (
     QuickOption("dtype", "workload.dtype", WORKLOAD["dtype"]),
     QuickOption("layout", "workload.layout", WORKLOAD["layout"]),
+    QuickOption("fuse", "workload.fuse", WORKLOAD["fuse"]),
     QuickOption("space", "workload.space", _text(
         "space", "schedule space: auto (where it beat v2 at such shapes and takes the "
                  "workload: v3, else v2), v3 (Hopper: GEMM, bmm, conv2d), v2 or v1"), "auto"),

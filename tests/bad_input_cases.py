@@ -344,6 +344,9 @@ def cases() -> list[Case]:
         "conv2d: shape needs 7 to 10 extents")
     opt("unknown dtype", ["space", "gemm", "--dtype", "int8"], "dtype 'int8' not supported")
     opt("unknown layout", ["space", "gemm", "--layout", "TT"], "layout 'TT' not supported")
+    opt("unknown fuse", ["space", "gemm", "--fuse", "bias+tanh"], "fuse 'bias+tanh' not known")
+    opt("fuse on space v2", ["space", "gemm", "--fuse", "gelu", "--space", "v2"],
+        "fuse 'gelu' needs space v3")
     opt("unknown space", ["space", "gemm", "--space", "v9"], "space 'v9' not known")
     opt("unknown operator", ["space", "gemmm"], "unknown operator 'gemmm'")
     opt("--sample -1", ["space", "gemm", "--sample", "-1"],

@@ -132,7 +132,7 @@ def test_every_quick_option_is_a_flag_and_sets_its_field(bocast_cli):
     code, out, _ = bocast_cli("tune", "--help")
     assert code == 0 and all(o.flag in out for o in QUICK_OPTIONS)
     # the replay runner: the one that takes every option (--dataset is replay's alone)
-    given = {"dtype": "fp16:fp16", "layout": "NN", "space": "v2", "strategy": "bo",
+    given = {"dtype": "fp16:fp16", "layout": "NN", "fuse": "none", "space": "v2", "strategy": "bo",
              "trials": 7, "seconds": 9.5, "seed": 3, "batch_size": 4, "dataset": "d",
              "output": "o", "store": "s/x.db", "warm_start": "none", "l2": "flushed",
              "retime_top": 3}

@@ -312,6 +312,7 @@ def same_schedule(a, b) -> bool:
     return ((ma.space, ma.in_dtype, ma.acc_dtype, ma.trans_b)
             == (mb.space, mb.in_dtype, mb.acc_dtype, mb.trans_b)
             and a.workload.get("dtype") == b.workload.get("dtype")
+            and a.workload.get("fuse") == b.workload.get("fuse")
             and splits <= {k.name for k in a.space.knobs})
 
 

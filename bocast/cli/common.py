@@ -34,7 +34,8 @@ def _operator_from(args):
 
         given = [flag for flag, v in (("operator", args.op), ("--shape", args.shape),
                                       ("--dtype", args.dtype), ("--layout", args.layout),
-                                      ("--space", args.space)) if v is not None]
+                                      ("--fuse", args.fuse), ("--space", args.space))
+                 if v is not None]
         if given:
             raise UsageError(f"--subspace names its own workload: give no {', '.join(given)} "
                              "with it")
@@ -46,7 +47,7 @@ def _operator_from(args):
     if args.op is None:
         raise UsageError("name an operator (or give --subspace FILE)")
     shape = parse_shape(args.shape) if args.shape is not None else None
-    options = {k: getattr(args, k) for k in ("dtype", "layout", "space")
+    options = {k: getattr(args, k) for k in ("dtype", "layout", "fuse", "space")
                if getattr(args, k) is not None}
     return make_named(args.op, shape, **options)
 

@@ -48,6 +48,9 @@ def _add_workload_args(p: argparse.ArgumentParser, *, subspace: bool = False) ->
                    "e5m2xe4m3:bf16 or e5m2xe4m3:fp32 on space v3 (gemm: fp8 with per-tensor "
                    "scales; e5m2xe4m3: A in e5m2)")
     p.add_argument("--layout", help="operand layout where the operator has one (gemm: NT or NN)")
+    p.add_argument("--fuse", help="gemm on space v3: the fused epilogue, act(scale (A B^T) + "
+                                  "bias): none (default), bias, relu, gelu, silu, bias+relu, "
+                                  "bias+gelu or bias+silu")
     p.add_argument("--space", help="schedule space generation: auto (default: v3 where it beat "
                                    "v2 at such shapes and takes the workload, else v2), v3 "
                                    "(Hopper TMA + wgmma, sm_90a: GEMM, bmm, conv2d), v2 "

@@ -42,7 +42,9 @@ staged as 64-column boxes for TMA); every size derives from ``_hopper_layout.DTY
 fp8's 1-byte elements make BK 64 or 128 (64- or 128-byte swizzled rows, the same descriptors:
 the start address still steps 32 bytes a wgmma). fp8 operands carry per-tensor scales
 (``Plan.scaled``): the consumers multiply the accumulators by scale_a x scale_b once a tile,
-after its last wgmma and before the epilogue rounds them.
+after its last wgmma and before the epilogue rounds them. A GEMM's fused epilogue
+(``Plan.fuse``, the workload's ``fuse``: bias, activation; ``_fuse.tile_macro``) follows the
+scales there, on the same fp32 accumulators.
 
 What the template does not do yet: clusters of more than 2 CTAs, stmatrix for a 16-bit
 output's staging, a conflict-free staging layout for an fp32 output (the swizzled box costs 2
@@ -67,6 +69,7 @@ what the runner binds) and calls the body there.
 # TVMScript's parser turns into variables and Python's linters see as undefined names
 from __future__ import annotations
 
+from ._fuse import tile_macro
 from ._hopper_layout import (
     CLUSTER_MASK,
     EPI_BOX_BYTES,
@@ -83,9 +86,10 @@ __all__ = ["Operands", "Plan", "TirxKernel", "device_body", "store_pair"]
 
 def device_body(p: Plan, ops: Operands):
     """The device code (everything after ``T.device_entry()``), as a TIRx macro of (A_map,
-    B_map, out, out_map, scale_a, scale_b): the tensor maps of A and B, the output buffer, its
-    tensor map for the tma epilogue (else None), and the per-tensor scales, one-element fp32
-    buffers (fp8 operands, ``Plan.scaled``; else None)."""
+    B_map, out, out_map, scale_a, scale_b, bias): the tensor maps of A and B, the output buffer,
+    its tensor map for the tma epilogue (else None), the per-tensor scales, one-element fp32
+    buffers (fp8 operands, ``Plan.scaled``; else None), and the fused epilogue's bias vector
+    (``Plan.fuse`` with a bias; else None)."""
     from tvm.script import tirx as T
 
     # KB: the k blocks of a unit (a tile, or its k slice with split K, from k block k0)
@@ -112,6 +116,8 @@ def device_body(p: Plan, ops: Operands):
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
     trans = transpose_flags(p.in_dtype)  # (0, 0): K-major 16-bit operands; fp8 has none
     scaled = p.scaled
+    if p.fuse is not None:  # bias and activation on the accumulators
+        fuse_tile = tile_macro(p.fuse, BN, atoms, p.N)
     stage_pair = store_pair(p.out_dtype, "shared")  # the tma epilogue's staging store, 16-bit
     tma_load = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
     tma, tma_a = tma_load.format(2), tma_load.format(ops.a_rank)  # B's map is 2-D, A's 2-D or 4-D
@@ -150,7 +156,7 @@ def device_body(p: Plan, ops: Operands):
             T.ptx.mbarrier.arrive.shared__cluster.b64(peer[0])
 
     @T.macro
-    def body(A_map, B_map, out, out_map, scale_a, scale_b):
+    def body(A_map, B_map, out, out_map, scale_a, scale_b, bias=None):
         if CS > 1:
             # declares the cluster: TVM's host code launches the kernel with cluster dims (CS,
             # 1, 1), its clusterCtaIdx.x extent (cuLaunchKernelEx), as the runner does
@@ -289,6 +295,8 @@ def device_body(p: Plan, ops: Operands):
                     # next tile's first wgmma overwrites the accumulators (scale_d 0)
                     for v in T.unroll(atoms * half_n):
                         acc[v] = acc[v] * sc[0]
+                if p.fuse is not None:  # then the bias and the activation, in fp32
+                    fuse_tile(acc, bias, tn, lt)
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
                 # columns 8 j + 2 (lt % 4) (+1)
                 if tma_store:

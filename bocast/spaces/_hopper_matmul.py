@@ -36,6 +36,7 @@ import numpy as np
 from bocast.operator import WorkloadError
 from bocast.space import Categorical, Constraint, Knob, Ordinal, Space
 
+from . import _fuse as fx
 from . import _hopper_kernel as hk
 from . import _hopper_split as sk
 from . import _matmul as mm
@@ -288,16 +289,16 @@ def schedule(spec, func, config, prepare) -> hk.TirxKernel:  # noqa: ARG001 - v1
     """The kernel of one configuration (``func`` and ``prepare`` belong to the s_tir spaces)."""
     return kernel(spec.M, spec.N, spec.K, config, batch=max(spec.batch, 1),
                   in_dtype=spec.in_dtype, out_dtype=spec.out_dtype, b_dtype=spec.b_dtype,
-                  sm_count=target_sms(spec))
+                  sm_count=target_sms(spec), fuse=spec.fuse)
 
 
 def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "float16",
            out_dtype: str = "float32", b_dtype: str | None = None,
-           sm_count: int = DEFAULT_SM_COUNT) -> hk.TirxKernel:
+           sm_count: int = DEFAULT_SM_COUNT, fuse=None) -> hk.TirxKernel:
     from tvm.script import tirx as T
 
     p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype, b_dtype=b_dtype,
-                sm_count=sm_count)
+                sm_count=sm_count, fuse=fuse)
     b_dtype = p.b_dtype
     # split K: every unit adds its fp32 partial sums into C, which the launch zeroes first
     # (TirxKernel.zeroed); TMA's reduce-add for the tma epilogue, red.global.add otherwise
@@ -315,7 +316,7 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
                                          store_box=store_box, store_rows=store_rows))
 
     @T.macro
-    def launch(A, B, C, scale_a, scale_b):
+    def launch(A, B, C, scale_a, scale_b, bias=None):
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, in_dtype, 2, A.data, *a_tma)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
@@ -325,8 +326,12 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
             T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, out_dtype, 2, C.data,
                           *c_tma[0])
         T.device_entry()
-        body(A_map, B_map, C, C_map if tma_store else None, scale_a, scale_b)
+        body(A_map, B_map, C, C_map if tma_store else None, scale_a, scale_b, bias)
 
+    if fuse is not None and fuse.bias:  # a bias vector among the parameters (_fuse.entry)
+        return p.kernel(fx.entry(launch, rows_a=batch * M, rows_b=batch * N, K=K, N=N,
+                                 in_dtype=in_dtype, b_dtype=b_dtype, out_dtype=out_dtype,
+                                 scaled=p.scaled), maps)
     if not p.scaled:
         @T.prim_func
         def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):

@@ -54,7 +54,8 @@ class Plan:
 
     def __init__(self, config, M: int, N: int, K: int, batch: int = 1, *,
                  in_dtype: str = "float16", out_dtype: str = "float32",
-                 b_dtype: str | None = None, sm_count: int = DEFAULT_SM_COUNT):
+                 b_dtype: str | None = None, sm_count: int = DEFAULT_SM_COUNT,
+                 fuse: Any = None):
         c = config
         #: the operands' and the output's element types (the accumulators are fp32 whatever
         #: they are: wgmma has no other accumulator for bf16, and a 16-bit output is rounded
@@ -69,6 +70,8 @@ class Plan:
         #: per-tensor scales (fp8 operands): the kernel takes two fp32 scalars and multiplies
         #: its accumulators by their product before the output's rounding
         self.scaled = SIZE[in_dtype] == 1
+        #: the workload's fused epilogue (``_fuse.Fuse``: bias, activation) or None
+        self.fuse = fuse
         self.epi_cols = epi_cols(out_dtype)
         self.BM, self.BN, self.BK, self.S, self.NC = (
             int(c[k]) for k in ("bm", "bn", "bk", "stages", "consumers"))

@@ -38,4 +38,14 @@ def constraints(spec) -> list[Constraint]:
                    f"half its units, tiles x split_k / 2, are fewer than the target's {sms} SMs "
                    "(the spaces of shapes whose tiles fill a wave stay as they were)",
                    lambda c: (c["split_k"] == 1) | (c["tiles"] * (c["split_k"] // 2) < sms)),
+        Constraint("split_k_without_fuse",
+                   f"a fused epilogue (bias, activation) applies to the whole sum, never to one "
+                   f"k slice's part of it: split_k > 1 only without one (fuse "
+                   f"{fuse_name(spec)})",
+                   lambda c: (c["split_k"] == 1) | (getattr(spec, "fuse", None) is None)),
     ]
+
+
+def fuse_name(spec) -> str:
+    fuse = getattr(spec, "fuse", None)  # a conv's spec has none
+    return "none" if fuse is None else fuse.name

@@ -133,11 +133,11 @@ class MatmulSpec:
     batch: int = 0  # extent of a leading batch axis of A, B and C (0: none)
     block: str = "C"  # name of the matmul block
     epilogue: str | None = None  # block copying the matmul result into the output layout
-    # the epilogue's iterators -> (i, j) of the matmul (a row-major flattening of the output)
-    epilogue_map: Callable | None = None
+    epilogue_map: Callable | None = None  # its iterators -> (i, j) of the matmul (row-major)
     space: str = DEFAULT_SPACE
     b_dtype: str | None = None  # B's element type where it is not in_dtype (A's)
     sm_count: int | None = None  # the target's SMs: space v3's grid (None: hl.DEFAULT_SM_COUNT)
+    fuse: Any = None  # space v3's fused epilogue (_fuse.Fuse: bias, activation), or None
 
     @property
     def acc_bytes(self) -> int:

@@ -10,6 +10,10 @@ reads both operands K-major, and B stored [N, K] row-major is exactly the column
 second operand torch._scaled_mm (cuBLASLt's "TN" fp8 GEMM, the vendor baseline) takes, so the
 two run on the same tensors. N and K multiples of 16 (_scaled_mm's rule; K's is TMA's too).
 
+Fused epilogue (``fuse``, space v3, ``_fuse.py``): C = act(scale (A B^T) + bias), the bias a
+length-N vector in the output's type, the activation relu, gelu (erf) or silu, applied to the
+fp32 accumulators before the output's rounding; the baseline is the unfused torch sequence.
+
 Three schedule spaces (``--space``, the workload's ``space``; ``auto``, the default of ``bocast
 tune gemm --shape``, picks v3 where M and N >= 64, see :meth:`Gemm.prefers_v3`). v1 and v2 are
 shared with every operator that runs as a Tensor Core matmul (bmm, the convolutions, gemv;
@@ -65,6 +69,7 @@ from __future__ import annotations
 
 from bocast.operator import TensorSpec, WorkloadError, register
 
+from . import _fuse as fx
 from . import _hopper_layout as hl
 from . import _matmul as mm
 
@@ -81,7 +86,7 @@ class Gemm(mm.MatmulOperator):
     shape_help = "M,N,K (C[M,N] = A[M,K] @ B; B is [N,K] with --layout NT, [K,N] with NN)"
     default_shape = (1024, 1024, 1024)
     extents = ("M", "N", "K")
-    option_names = (*mm.MatmulOperator.option_names, "sm_count")
+    option_names = (*mm.MatmulOperator.option_names, "sm_count", "fuse")
     v3_rule = mm.AUTO_V3_RULE + (f" (switched on, AUTO_V3_SKINNY_M: any M with N >= "
                                  f"{mm.AUTO_V3_MIN_MN})" if AUTO_V3_SKINNY_M else "")
 
@@ -92,7 +97,8 @@ class Gemm(mm.MatmulOperator):
             or (AUTO_V3_SKINNY_M and shape[1] >= mm.AUTO_V3_MIN_MN))
 
     def __init__(self, M: int, N: int, K: int, *, dtype: str = "fp16:fp32", layout: str = "NT",
-                 space: str = mm.DEFAULT_SPACE, sm_count: int | None = None):
+                 space: str = mm.DEFAULT_SPACE, sm_count: int | None = None,
+                 fuse: str = fx.NONE):
         mm.check_extents(self.name, self.extents, (M, N, K))
         self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype, space, fp8=True)
         if layout not in LAYOUTS:
@@ -108,12 +114,18 @@ class Gemm(mm.MatmulOperator):
         target = hl.sm_count_entry(self.name, space, sm_count)
         self.workload = {"op": self.name, "shape": [self.M, self.N, self.K], "dtype": dtype,
                          "layout": layout, "space": mm.space_version(self.name, space), **target}
+        #: the fused epilogue (bias, activation; ``_fuse``), or None; a workload field only
+        #: when there is one, so every workload recorded before it reads as it did
+        self.fuse = fx.parse(self.name, fuse, space)
+        if self.fuse is not None:
+            self.workload["fuse"] = fuse
         trans_b = layout == "NT"
         self.matmul = mm.MatmulSpec(self.M, self.N, self.K, self.in_dtype,
                                     mm.acc_dtype(space, self.out_dtype), out_dtype=self.out_dtype,
                                     trans_b=trans_b, space=space,
                                     b_dtype=None if self.b_dtype == self.in_dtype else self.b_dtype,
-                                    sm_count=target.get("sm_count", hl.DEFAULT_SM_COUNT))
+                                    sm_count=target.get("sm_count", hl.DEFAULT_SM_COUNT),
+                                    fuse=self.fuse)
         vec_b_extent = self.K if trans_b else self.N
         self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_k", f"fetch vectors stay inside rows of A (K={self.K}) and "
@@ -131,26 +143,48 @@ class Gemm(mm.MatmulOperator):
         # either out fails the check)
         scales = [TensorSpec(s, (1,), "float32", "input", SCALE_VALUES)
                   for s in ("scale_a", "scale_b")] if self.scaled else []
-        return [TensorSpec("A", (self.M, self.K), self.in_dtype, "input"),
-                TensorSpec("B", b_shape, self.b_dtype, "input"), *scales,
+        # fused: operands drawn so that the products spread about 1, the activation's
+        # non-linear range (fx.operand_values); the bias in the output's type
+        values = fx.operand_values(self.K, self.scaled) if self.fuse else (-1.0, 1.0)
+        bias = [TensorSpec("bias", (self.N,), self.out_dtype, "input")] \
+            if self.fuse is not None and self.fuse.bias else []
+        return [TensorSpec("A", (self.M, self.K), self.in_dtype, "input", values),
+                TensorSpec("B", b_shape, self.b_dtype, "input", values), *scales, *bias,
                 TensorSpec("C", (self.M, self.N), self.out_dtype, "output")]
 
-    def reference(self, a, b, scale_a=None, scale_b=None):
+    def _split(self, rest):
+        """The inputs after A and B: (scale_a, scale_b, bias), None where the workload has
+        none."""
+        scales, rest = (rest[:2], rest[2:]) if self.scaled else ((None, None), rest)
+        return (*scales, rest[0] if rest else None)
+
+    def reference(self, a, b, *rest):
         """The exact product of the inputs in float64 (every dtype's check); fp8's dequantized
-        (scale_a A, scale_b B: each fp8 value is exact in float64)."""
+        (scale_a A, scale_b B: each fp8 value is exact in float64); then the fused epilogue's
+        bias and activation, in float64 too."""
+        scale_a, scale_b, bias = self._split(rest)
         b = b.double().t() if self.layout == "NT" else b.double()
         c = a.double() @ b
-        return c if scale_a is None else c * (scale_a.double() * scale_b.double())
+        c = c if scale_a is None else c * (scale_a.double() * scale_b.double())
+        return c if self.fuse is None else fx.reference64(self.fuse, c, bias)
 
     reference_name = "torch.matmul (cuBLAS)"
 
-    def reference_fast(self, a, b, scale_a=None, scale_b=None):
+    def reference_fast(self, a, b, *rest):
+        """The vendor's GEMM on the same inputs, then (fused) the unfused torch sequence of
+        the epilogue: what a user writes without bocast."""
         import torch
 
+        scale_a, scale_b, bias = self._split(rest)
         b = b.t() if self.layout == "NT" else b
         if self.scaled:
-            return vendor_scaled_mm(self, a, b, scale_a, scale_b)
-        return mm.vendor_matmul(self, torch.mm, a, b, "torch.mm")
+            c = vendor_scaled_mm(self, a, b, scale_a, scale_b)
+        else:
+            c = mm.vendor_matmul(self, torch.mm, a, b, "torch.mm")
+        if self.fuse is None:
+            return c
+        self.reference_name += fx.unfused_name(self.fuse)
+        return fx.unfused(self.fuse, c, bias)
 
     def prim_func(self):
         from tvm import te
@@ -162,15 +196,19 @@ class Gemm(mm.MatmulOperator):
         nt = self.layout == "NT"
         scales = [te.placeholder((1,), "float32", name=s) for s in ("scale_a", "scale_b")] \
             if self.scaled else []
+        fuse = self.fuse
+        bias = [te.placeholder((self.N,), out, name="bias")] if fuse and fuse.bias else []
         C = te.compute((self.M, self.N), lambda i, j: te.sum(
             A[i, k].astype(acc) * (B[j, k] if nt else B[k, j]).astype(acc), axis=k),
-            name="C" if acc == out and not scales else "C_acc")
+            name="C" if acc == out and not scales and not fuse else "C_acc")
         if scales:  # fp8: fp32 sums times both scales, then rounded once
             C = te.compute(C.shape, lambda i, j: (C[i, j] * scales[0][0] * scales[1][0])
-                           .astype(out), name="C")
-        elif acc != out:  # space v3's 16-bit output: fp32 sums, rounded once
+                           .astype(acc if fuse else out), name="C_scaled" if fuse else "C")
+        elif acc != out and not fuse:  # space v3's 16-bit output: fp32 sums, rounded once
             C = te.compute(C.shape, lambda i, j: C[i, j].astype(out), name="C")
-        return te.create_prim_func([A, B, *scales, C])
+        if fuse:  # bias and activation on the fp32 values, then rounded once
+            C = fx.te_epilogue(fuse, C, bias[0] if bias else None, out)
+        return te.create_prim_func([A, B, *scales, *bias, C])
 
 
 #: B's element type where it is not A's (wgmma and cuBLASLt take e4m3 x e5m2 either way

@@ -112,6 +112,13 @@ def test_split_k_needs_an_fp32_output():
     assert space.validate({**SKINNY, "split_k": 1}) == []
 
 
+
+def test_split_k_refuses_a_fused_epilogue():
+    """bias and activation apply to the whole sum: no k slice may fuse them into its part."""
+    space = make("gemm", (128, 4096, 4096), dtype="bf16:fp32", space="v3", fuse="gelu").space
+    assert space.validate({**SKINNY, "split_k": 2}) == ["split_k_without_fuse"]
+    assert space.validate({**SKINNY, "split_k": 1}) == []
+
 def test_the_split_k_knob_defaults_to_one_for_configurations_recorded_before_it():
     """The v3 datasets and stores hold no split_k: theirs read as 1, today's kernel, and the
     spaces of shapes whose tiles fill a wave keep the same feasible set (every split_k > 1 is
