@@ -5,9 +5,8 @@ Knobs and constraints: the GEMM's (``gemm.py``) over M = N*OH*OW, N = K, K = R*S
 ``vec_divides_c`` in place of ``vec_divides_k``. Space v3 (``--space v3``, any stride up to 8,
 padding and dilation, C % 32 == 0, fp16:fp32) is the Hopper TMA + wgmma template as an implicit
 GEMM whose A operand TMA gathers from X, by pixel tiles of a 4-D tiled map or by TMA's im2col
-mode (knob ``a_load``, ``_hopper_conv.py``). ``space auto`` takes v3 for stride 1 only (measured
-there) until :data:`AUTO_V3_STRIDED` says otherwise; the other convolutions refuse v3 but
-conv2d_dilated. Default: ResNet-50 stage 3, 3x3, 256 -> 256
+mode (knob ``a_load``, ``_hopper_conv.py``). ``space auto`` takes v3 at every stride (measured:
+:data:`AUTO_V3_STRIDED`); conv2d_dilated keeps v2 until its own switch. Default: ResNet-50 stage 3, 3x3, 256 -> 256
 channels on 14x14, batch 16 (Heron's figure-6 case C5, [16,14,14,256,256,3,3,1,1,1] in the same
 order; its other cases: C1 [16,56,56,64,64,3,3,1,1,1], C3 [16,28,28,128,128,3,3,1,1,1] and the 1x1
 stride-2 downsamples C2/C4/C6).
@@ -19,10 +18,14 @@ from bocast.operator import register
 
 from ._conv import Conv
 
-#: ``space auto`` takes v3 for a strided conv2d (stride >= 2) and for conv2d_dilated only once
-#: this is True: v3 takes them since the im2col producer, but no GPU measurement has shown it
-#: beating v2 there yet (experiments/device/conv_v3_check.sh measures both; flip after it does)
-AUTO_V3_STRIDED = False
+#: ``space auto`` takes v3 for a strided conv2d (stride >= 2): measured on an H200
+#: (2026-11-28, experiments/results/conv_v3_h200/, cold BO, 32 trials, seed 0, each space against
+#: cuDNN in its own run): ResNet-50 layer2.0.conv2 (3x3 stride 2) v3 1.070 against v2 0.312,
+#: layer2.0.downsample (1x1 stride 2) v3 0.942 against v2 0.378
+AUTO_V3_STRIDED = True
+#: ``space auto`` takes v3 for conv2d_dilated only once this is True: v3's uniform samples of a
+#: DeepLabv3 dilated layer reached 0.79-0.82 of cuDNN, but v2 was not timed at that shape
+AUTO_V3_DILATED = False
 
 
 @register
@@ -34,11 +37,10 @@ class Conv2d(Conv):
                   "stride 1, pad 0, dilation 1 when left out)")
     default_shape = (16, 14, 14, 256, 256, 3, 3, 1, 1, 1)
     #: cold, v3 reached 0.94-1.21 of cuDNN on two stride-1 ResNet stages where v2 reached
-    #: 0.26-0.45 (H200, experiments/results/v3_vs_v2_h200.md); a strided convolution stays v2's
-    #: until AUTO_V3_STRIDED, one with C % 32 != 0 v2's (v3 refuses it)
-    v3_rule: ClassVar[str | None] = ("v3 takes the convolution (stride 1, or any stride once "
-                                     "AUTO_V3_STRIDED; C % 32 == 0); measured, it beat v2 at "
-                                     "stride 1")
+    #: 0.26-0.45 (H200, experiments/results/v3_vs_v2_h200.md), and 0.94-1.07 at stride 2 where v2
+    #: reached 0.31-0.38 (AUTO_V3_STRIDED); one with C % 32 != 0 stays v2's (v3 refuses it)
+    v3_rule: ClassVar[str | None] = ("v3 takes the convolution (C % 32 == 0); measured, it beat "
+                                     "v2 at stride 1" + (" and 2" if AUTO_V3_STRIDED else ""))
 
     @classmethod
     def prefers_v3(cls, shape: tuple[int, ...]) -> bool:

@@ -398,9 +398,9 @@ def test_a_seed_gives_the_same_samples_as_it_always_did(op, args, space_name, di
     ("bmm", (12, 512, 512, 64), {}, "v3", "M and N >= 64"),
     ("bmm", (4, 100, 256, 64), {}, "v2", "multiples of 64"),
     ("conv2d", None, {}, "v3", "stride 1"),
-    # v3 takes them, unmeasured against v2: auto keeps v2 (conv2d.AUTO_V3_STRIDED)
-    ("conv2d", (16, 14, 14, 256, 256, 1, 1, 2, 0, 1), {}, "v2", "AUTO_V3_STRIDED"),
-    ("conv2d_dilated", None, {}, "v2", "AUTO_V3_STRIDED"),
+    ("conv2d", (16, 14, 14, 256, 256, 1, 1, 2, 0, 1), {}, "v3", "stride 1 and 2"),
+    # v3 takes it, unmeasured against v2 at one shape: auto keeps v2 (conv2d.AUTO_V3_DILATED)
+    ("conv2d_dilated", None, {}, "v2", "AUTO_V3_DILATED"),
     ("gemv", None, {}, "v2", "no v3 rule"),
 ])
 def test_space_auto_follows_the_measured_rule_and_says_why(op_name, shape, options, space, why):
