@@ -20,8 +20,9 @@ from ._conv import Conv
 
 #: ``space auto`` takes v3 for a strided conv2d (stride >= 2): measured on an H200
 #: (2026-11-28, experiments/results/conv_v3_h200/, cold BO, 32 trials, seed 0, each space against
-#: cuDNN in its own run): ResNet-50 layer2.0.conv2 (3x3 stride 2) v3 1.070 against v2 0.312,
-#: layer2.0.downsample (1x1 stride 2) v3 0.942 against v2 0.378
+#: cuDNN in its own run): ResNet-50 layer2.0.conv2 (3x3 stride 2) v3 1.070 against v2 0.312 (v2's
+#: run cut at 17 of 32 trials),
+#: layer2.0.downsample (1x1 stride 2) v3 0.954 against v2 0.378 (re-timed figures)
 AUTO_V3_STRIDED = True
 #: ``space auto`` takes v3 for conv2d_dilated only once this is True: v3's uniform samples of a
 #: DeepLabv3 dilated layer reached 0.79-0.82 of cuDNN, but v2 was not timed at that shape
@@ -37,7 +38,7 @@ class Conv2d(Conv):
                   "stride 1, pad 0, dilation 1 when left out)")
     default_shape = (16, 14, 14, 256, 256, 3, 3, 1, 1, 1)
     #: cold, v3 reached 0.94-1.21 of cuDNN on two stride-1 ResNet stages where v2 reached
-    #: 0.26-0.45 (H200, experiments/results/v3_vs_v2_h200.md), and 0.94-1.07 at stride 2 where v2
+    #: 0.26-0.45 (H200, experiments/results/v3_vs_v2_h200.md), and 0.95-1.07 at stride 2 where v2
     #: reached 0.31-0.38 (AUTO_V3_STRIDED); one with C % 32 != 0 stays v2's (v3 refuses it)
     v3_rule: ClassVar[str | None] = ("v3 takes the convolution (C % 32 == 0); measured, it beat "
                                      "v2 at stride 1" + (" and 2" if AUTO_V3_STRIDED else ""))
