@@ -118,12 +118,12 @@ from collections import Counter, defaultdict
 root, trials = sys.argv[1], int(sys.argv[2])
 
 
+sys.path.insert(0, "experiments/device")
+from store_rows import store as _store, worst_ok  # noqa: E402
+
+
 def store(db):
-    con = sqlite3.connect(db)
-    meta = dict(con.execute("select name, value from meta"))
-    rows = [(json.loads(c), st, err, tf) for c, st, err, tf in
-            con.execute("select config, status, rel_error, tflops from measurements")]
-    return json.loads(meta.get("workload", "{}")), json.loads(meta.get("reference") or "{}"), rows
+    return _store(db, tflops=True)
 
 
 def load(config):
@@ -159,6 +159,10 @@ for out in sorted(glob.glob(f"{root}/tune_*/")):
     ok = [(tf, c) for c, st, _, tf in rows if st == "ok" and tf]
     best_tf, best_c = max(ok, key=lambda x: x[0]) if ok else (0.0, {})
     ref_tf = s.get("reference_tflops") or ref.get("tflops") or 0
+    # a finished run's figure is its re-timing (best and reference paired); a cut run's the
+    # in-run best over the reference it recorded
+    figure = (s["best_tflops"], s["best_vs_reference"], "re-timed") if s.get("best_tflops") \
+        else (best_tf, best_tf / ref_tf if ref_tf else 0, "in-run")
     by = defaultdict(float)
     for tf, c in ok:
         by[load(c)] = max(by[load(c)], tf)
@@ -166,8 +170,7 @@ for out in sorted(glob.glob(f"{root}/tune_*/")):
     cut = "" if s else f" (cut at {len(rows)} of {trials}: no summary)"
     space = w.get("space")
     print(f"| {w.get('op')} | {','.join(map(str, w.get('shape', [])))} | {space} | "
-          f"{len(rows)}{cut} | {best_tf:.1f} | {ref_tf:.1f} | "
-          f"{best_tf / ref_tf if ref_tf else 0:.3f} | "
+          f"{len(rows)}{cut} | {figure[0]:.1f} ({figure[2]}) | {ref_tf:.1f} | {figure[1]:.3f} | "
           f"{load(best_c) if space == 'v3' and best_c else ''} | "
           + (", ".join(f"{l} {v:.1f}" for l, v in sorted(by.items())) if space == "v3" else "")
           + f" | {dict(Counter(st for _, st, _, _ in rows))} | {worst} |")

@@ -89,16 +89,10 @@ from collections import Counter
 root = sys.argv[1]
 
 
-def store(db):
-    con = sqlite3.connect(db)
-    meta = dict(con.execute("select name, value from meta"))
-    rows = [(json.loads(c), st, err) for c, st, err in
-            con.execute("select config, status, rel_error from measurements")]
-    return json.loads(meta.get("workload", "{}")), json.loads(meta.get("reference") or "{}"), rows
+sys.path.insert(0, "experiments/device")
+from store_rows import store, worst_ok  # noqa: E402
 
 
-def worst_ok(rows):
-    return max((e for _, st, e in rows if st == "ok" and e is not None), default=None)
 
 
 print("| store | dtype | fuse | status by epilogue knob | worst ok rel_error | reference rel_error |")

@@ -83,16 +83,10 @@ root = sys.argv[1]
 PEAK = 1979.0  # dense fp8 TFLOPS, H100/H200 SXM (132 SMs x 1.83 GHz x 8192 FLOP/clk)
 
 
-def store(db):
-    con = sqlite3.connect(db)
-    meta = dict(con.execute("select name, value from meta"))
-    rows = [(json.loads(c), st, err) for c, st, err in
-            con.execute("select config, status, rel_error from measurements")]
-    return json.loads(meta.get("workload", "{}")), json.loads(meta.get("reference") or "{}"), rows
+sys.path.insert(0, "experiments/device")
+from store_rows import store, worst_ok  # noqa: E402
 
 
-def worst_ok(rows):
-    return max((e for _, st, e in rows if st == "ok" and e is not None), default=None)
 
 
 print("| store | dtype | status by epilogue and bk | worst ok rel_error |")

@@ -62,12 +62,12 @@ from collections import Counter, defaultdict
 root = sys.argv[1]
 
 
+sys.path.insert(0, "experiments/device")
+from store_rows import store as _store, worst_ok  # noqa: E402
+
+
 def store(db):
-    con = sqlite3.connect(db)
-    meta = dict(con.execute("select name, value from meta"))
-    rows = [(json.loads(c), st, err, tf) for c, st, err, tf in
-            con.execute("select config, status, rel_error, tflops from measurements")]
-    return json.loads(meta.get("workload", "{}")), json.loads(meta.get("reference") or "{}"), rows
+    return _store(db, tflops=True)
 
 
 if os.path.exists(f"{root}/measure_split.db"):
