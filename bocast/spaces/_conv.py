@@ -35,9 +35,10 @@ from bocast.operator import TensorSpec, WorkloadError
 
 from . import _hopper_conv
 from . import _matmul as mm
+from . import _matmul_operator as mo
 
 
-class Conv(mm.MatmulOperator):
+class Conv(mo.MatmulOperator):
     """An N-d convolution; subclasses set the class attributes and register."""
 
     spatial: ClassVar[tuple[str, ...]]  # names of the input's spatial extents, e.g. ("H", "W")

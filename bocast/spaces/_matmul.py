@@ -16,25 +16,27 @@ the matmul's ``[M, N]`` (NHWC convolution outputs are ``[N*OH*OW, K]``): the sch
 output buffer through that reshape (``transform_layout``, which leaves its memory unchanged) and
 inline the copy into the write-back, so the kernel writes the operator's output directly.
 
-Two schedule spaces implement it, chosen by the workload's ``space``:
+Three schedule spaces implement it, chosen by the workload's ``space`` in
+:mod:`._matmul_operator` (the operator class and the choice live there, above the generations,
+which build on the pieces here):
 
 - ``v2`` (default): ``_pipelined_matmul.py``, cp.async software pipelines, ldmatrix +
   mma.sync or WMMA, XOR-swizzled or padded dynamic shared memory, block rasterisation;
 - ``v1``: ``_wmma_matmul.py``, Heron's WMMA knob set (the space of the datasets and
-  results recorded before space v2; kept so that they replay and rerun).
+  results recorded before space v2; kept so that they replay and rerun);
+- ``v3``: ``_hopper_matmul.py``, TMA + wgmma + warp specialization (Hopper).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any
 
 import numpy as np
 
-from bocast.knobs import MAX_EXTENT, Categorical, Constraint
-from bocast.operator import Operator, WorkloadError, check_tensor
-from bocast.space import Space
+from bocast.knobs import MAX_EXTENT, Constraint
+from bocast.operator import WorkloadError, check_tensor
 
 #: a workload's ``dtype``, "input:output": (the operands' type, A's if B's differs; the output's)
 DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "float16"),
@@ -61,8 +63,6 @@ DEFAULT_SPACE = "v2"
 #: padding and v2 splits K (H200, experiments/results/v3_vs_v2_h200.md)
 AUTO_V3_MIN_MN = 64
 AUTO_V3_RULE = f"M and N >= {AUTO_V3_MIN_MN}; measured, v3 beat v2 there and v2 won at M = 32"
-
-_Op = TypeVar("_Op", bound="MatmulOperator")
 
 
 def round_up(x: int, m: int) -> int:
@@ -210,12 +210,6 @@ def direct_writeback_constraint(spec: MatmulSpec, doc: str, m: str, n: str) -> C
                       lambda c: c["staged"] | ((M % c[m] == 0) & (N % c[n] == 0)))
 
 
-def _generation(spec: MatmulSpec):
-    from . import _hopper_matmul, _pipelined_matmul, _wmma_matmul
-
-    return {"v1": _wmma_matmul, "v3": _hopper_matmul}.get(spec.space, _pipelined_matmul)
-
-
 def check_size(spec: MatmulSpec, op: str) -> None:
     """Bounds of the matmul itself, checked before its space is built (a convolution's M is a
     product of extents, so each extent being bounded does not bound it): its operands fit the
@@ -230,22 +224,6 @@ def check_size(spec: MatmulSpec, op: str) -> None:
         raise WorkloadError(f"{op}: the matmul is M = {spec.M} x N = {spec.N}: one output element "
                             "per batch, which the Tensor Core schedules cannot tile (TVM drops "
                             "its unit loops); at least one of M, N must be >= 2")
-
-
-def space(spec: MatmulSpec, vec: Constraint) -> Space:
-    """The knobs and constraints of the spec's space generation, plus the batch binding when the
-    matmul has a batch axis."""
-    extra_k, extra_c = [], []
-    if spec.batch and getattr(_generation(spec), "BATCH_KNOB", True):
-        extra_k.append(Categorical(
-            "batch_bind", ("y", "x"), doc="batch axis on blockIdx.y, or fused outermost with the "
-                                          "block tiles into blockIdx.x"))
-        batch = spec.batch
-        extra_c.append(Constraint(
-            "batch_grid_y_le_65535",
-            f"batch on blockIdx.y needs batch ({batch}) <= 65535, the grid's y limit",
-            lambda c: (c["batch_bind"] != "y") | (batch <= GRID_Y_LIMIT)))
-    return _generation(spec).space(spec, vec, extra_k, extra_c)
 
 
 def prepare(sch, spec: MatmulSpec, m: int, n: int, k: int):
@@ -363,38 +341,3 @@ def copy_loop(sch, block, at):
     depth = next(n for n, lp in enumerate(loops) if sch.get_sref(lp).same_as(ref))
     inner = loops[depth + 1:]
     return sch.fuse(*inner) if len(inner) > 1 else inner[0]
-
-
-class MatmulOperator(Operator):
-    """An operator that runs as one Tensor Core matmul: subclasses set ``self.matmul`` (a
-    :class:`MatmulSpec`) and build ``self.space`` with :meth:`matmul_space`.
-
-    :meth:`from_args` takes a shape of exactly the extents named in ``extents`` (the
-    constructor's positional arguments, in order) and the options in ``option_names``
-    (``dtype``, ``layout``, ``space``, unless a subclass names others); operators whose shape
-    has another syntax override it."""
-
-    matmul: MatmulSpec
-    extents: ClassVar[tuple[str, ...]]
-    option_names: ClassVar[tuple[str, ...]] = ("dtype", "layout", "space")
-
-    @classmethod
-    def from_args(cls: type[_Op], shape=None, **options: Any) -> _Op:
-        shape = tuple(shape) if shape is not None else cls.default_shape
-        if len(shape) != len(cls.extents):
-            raise WorkloadError(f"{cls.name}: shape needs {len(cls.extents)} extents "
-                                f"{','.join(cls.extents)}, got {len(shape)}: {shape}")
-        check_options(cls.name, options, cls.option_names)
-        return cls(*shape, **options)
-
-    def matmul_space(self, vec: Constraint) -> Space:
-        check_size(self.matmul, self.name)
-        return space(self.matmul, vec)
-
-    def apply(self, config):
-        gen = _generation(self.matmul)
-        return gen.schedule(self.matmul, self.prim_func(), config,
-                            lambda sch, m, n, k: prepare(sch, self.matmul, m, n, k))
-
-    def build_options(self, config) -> dict[str, Any]:
-        return _generation(self.matmul).build_options(config)

@@ -22,18 +22,19 @@ from bocast.operator import TensorSpec, WorkloadError, register
 
 from . import _hopper_layout as hl
 from . import _matmul as mm
+from . import _matmul_operator as mo
 
 LAYOUTS = ("NT", "NN")
 
 
 @register
-class Bmm(mm.MatmulOperator):
+class Bmm(mo.MatmulOperator):
     name = "bmm"
     shape_help = ("B,M,N,K (C[b,M,N] = A[b,M,K] @ B[b]; B[b] is [N,K] with --layout NT, "
                   "[K,N] with NN)")
     default_shape = (12, 512, 512, 64)
     extents = ("B", "M", "N", "K")
-    option_names = (*mm.MatmulOperator.option_names, "sm_count")
+    option_names = (*mo.MatmulOperator.option_names, "sm_count")
     v3_rule = mm.AUTO_V3_RULE
 
     @classmethod

@@ -72,6 +72,7 @@ from bocast.operator import TensorSpec, WorkloadError, register
 from . import _fuse as fx
 from . import _hopper_layout as hl
 from . import _matmul as mm
+from . import _matmul_operator as mo
 
 LAYOUTS = ("NT", "NN")
 #: the switch for skinny GEMMs: True lets ``space: auto`` take v3 (with its split K, the
@@ -81,12 +82,12 @@ AUTO_V3_SKINNY_M = False
 
 
 @register
-class Gemm(mm.MatmulOperator):
+class Gemm(mo.MatmulOperator):
     name = "gemm"
     shape_help = "M,N,K (C[M,N] = A[M,K] @ B; B is [N,K] with --layout NT, [K,N] with NN)"
     default_shape = (1024, 1024, 1024)
     extents = ("M", "N", "K")
-    option_names = (*mm.MatmulOperator.option_names, "sm_count", "fuse")
+    option_names = (*mo.MatmulOperator.option_names, "sm_count", "fuse")
     v3_rule = mm.AUTO_V3_RULE + (f" (switched on, AUTO_V3_SKINNY_M: any M with N >= "
                                  f"{mm.AUTO_V3_MIN_MN})" if AUTO_V3_SKINNY_M else "")
 

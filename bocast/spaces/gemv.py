@@ -21,10 +21,11 @@ from typing import Any
 from bocast.operator import TensorSpec, WorkloadError, register
 
 from . import _matmul as mm
+from . import _matmul_operator as mo
 
 
 @register
-class Gemv(mm.MatmulOperator):
+class Gemv(mo.MatmulOperator):
     name = "gemv"
     shape_help = ("M,K[,B] (Y[B,M] = X[B,K] @ A[M,K]^T: B vectors times an M x K matrix; "
                   "B=1 when left out)")
