@@ -3,33 +3,24 @@
 what it times with its own cores, :mod:`bocast.measure.rpc_builds`) or built here
 (``rpc.builds: local``: :meth:`RpcRunner.run` of the builder's kernels).
 
-``runner: rpc`` measures exactly what :class:`~bocast.measure.runner.GpuRunner` measures: each
-kernel is the same task (:func:`~bocast.measure.runner.kernel_task`) for the same worker
-(:mod:`bocast.measure.gpu_worker`: CUDA-graph events, the torch correctness check), which runs
-isolated in the server's measurement process (:mod:`bocast.measure.rpc_server`), and its answer
-becomes a :class:`RunResult` by the same conversion. What the RPC layer adds is where it runs:
+It measures what :class:`~bocast.measure.runner.GpuRunner` does: the same task for the same
+worker, isolated in the server's measurement process (:mod:`bocast.measure.rpc_server`); a
+re-timing's kernel and reference in one task on one server (:meth:`RpcRunner.run_paired`).
+What the RPC layer adds is where it runs (docs/rpc.md):
 
-- one TVM RPC session per server per batch: a batch (one :meth:`RpcRunner.run` or
-  :meth:`RpcRunner.build_and_run` call) asks the
-  tracker for up to ``sessions`` servers (default: as many as are registered under the key)
-  and each session takes kernels from the batch's queue until it is empty, so fast servers
-  take more and a batch is spread over every free server;
-- a server lost mid-batch (its session breaks: killed, crashed, unreachable) or hung (no answer
-  within the kernel's time limit plus ``slack_s``) has its kernel re-queued for another
-  session; the first answer for a kernel is its result and any later one is dropped, so each
-  kernel is reported exactly once. A kernel whose server is lost ``max_attempts`` times is
-  reported as ``runtime_error`` naming the servers, never retried for ever;
+- one TVM RPC session per server per batch: a batch asks the tracker for up to ``sessions``
+  servers and each session takes kernels from the batch's queue until it is empty;
+- a server lost mid-batch (killed, crashed, unreachable) or hung (no answer within the
+  kernel's limit plus ``slack_s``) has its kernels re-queued; the first answer for a kernel is
+  its result, so each is reported once; one lost ``max_attempts`` times is a ``runtime_error``;
 - several runs (threads) calling :meth:`run` at once share the servers through the tracker;
-- each result names where it ran (``extra["measured_on"]``: host, port, GPU index and model),
-  and the runner uses only servers of one GPU model (``gpu_model``: a name, or None for the
-  model of the servers registered when the runner starts; ``"any"`` allows mixing);
+- each result names where it ran (``extra["measured_on"]``), and the runner uses servers of one
+  GPU model only (``gpu_model``: a name, None for the model registered first, ``"any"``);
 - no server answering for ``server_wait_s`` raises :class:`RpcUnavailable`: nothing unfinished
   is recorded, so a resumed run measures it later;
 - with the fleet's shared token (``token_file``, else ``$BOCAST_RPC_TOKEN``; required when the
   tracker is not loopback) the tracker and every server must prove it, and a server's results
-  are taken only once it has proved that it is the one the tracker granted for this session
-  (:mod:`bocast.measure.rpc_auth`); a tracker that disagrees on the token fails the batch at
-  once (:class:`RpcUnavailable`), never a silent wait.
+  count only once it has proved it is the one granted (:mod:`bocast.measure.rpc_auth`).
 """
 
 from __future__ import annotations
@@ -98,9 +89,7 @@ class RpcRunner(Runner):
                  server_wait_s: float = 600.0, max_attempts: int = 3, priority: int = 1,
                  token_file: str | None = None, log: Callable[[str], None] | None = None,
                  l2: str = "warm", builds: str = "server"):
-        self.tracker, self.key = proto.parse_addr(tracker), key
-        self.l2 = l2
-        self.builds = builds
+        self.tracker, self.key, self.l2, self.builds = proto.parse_addr(tracker), key, l2, builds
         try:
             self.token = auth.load_token(token_file)
             auth.require(self.token, {"rpc tracker": self.tracker[0]})
@@ -150,11 +139,9 @@ class RpcRunner(Runner):
     def build_and_run(self, op: Operator, configs: Sequence[Config], build: Mapping[str, Any],
                       *, on_result: BuiltAndRan | None = None
                       ) -> list[tuple[BuildResult, RunResult | None]]:
-        """Build ``configs`` on the servers that time them (:mod:`bocast.measure.rpc_builds`),
-        with the builder's options ``build`` (:meth:`~bocast.measure.builder.Builder.options`);
-        ``result[i]`` (also passed to ``on_result(i, build, run)`` as it comes) is the build of
-        ``configs[i]`` and, where it built, its run. Each is answered exactly once, a lost
-        server's kernels re-queued as in :meth:`run`."""
+        """Build ``configs`` on the servers that time them, with the builder's options
+        ``build``: ``result[i]`` (and ``on_result(i, build, run)`` as it comes) is the build
+        of ``configs[i]`` and, where it built, its run; each answered once, as in :meth:`run`."""
         calls = build_calls(op, configs, build, timeout_s=self.timeout_s,
                             timing={"seed": self.seed, "repeats": self.repeats,
                                     "warmup_ms": self.warmup_ms, "l2": self.l2})
@@ -174,12 +161,27 @@ class RpcRunner(Runner):
     def reference(self, op: Operator) -> dict[str, Any]:
         task = {"kind": "reference", "workload": op.workload, "seed": self.seed,
                 "repeats": max(20, self.repeats), "l2": self.l2}
-        got: list[tuple[dict | None, dict]] = []
-        self._run_batch([_Call(task, b"", 120.0)], lambda i, info, raw: got.append((info, raw)))
-        info, raw = got[0]
+        info, raw = self._one(_Call(task, b"", 120.0))
         if "_failure" in raw:
             raise RuntimeError(f"reference on the RPC server failed: {raw['_failure']['detail']}")
         return {**raw, "measured_on": measured_on(info) if info else None}
+
+    def run_paired(self, op: Operator, build: BuildResult) -> tuple[RunResult, dict[str, Any]]:
+        """As :meth:`WorkerRunner.run_paired`, in one task on one server: a re-timing's ratio
+        never divides by another GPU's reference."""
+        task = {**kernel_task(op, build, seed=self.seed, repeats=max(20, self.repeats),
+                              warmup_ms=self.warmup_ms, l2=self.l2), "kind": "paired"}
+        info, raw = self._one(_Call(task, task.pop("cubin") or b"", self.timeout_s * 2))
+        failure = raw.get("_failure")
+        res = WorkerRunner._convert(build.key, TaskFailure(**failure) if failure else raw)
+        if info is not None:
+            res.extra["measured_on"] = measured_on(info)
+        return res, {k: raw[k] for k in ("reference", "pair_ratios", "ratio") if "ratio" in raw}
+
+    def _one(self, call: _Call) -> tuple[dict | None, dict]:
+        got: list[tuple[dict | None, dict]] = []
+        self._run_batch([call], lambda i, info, raw: got.append((info, raw)))
+        return got[0]
 
     def timing(self) -> dict[str, Any]:
         return timing_method(self.repeats, self.warmup_ms, self.l2)

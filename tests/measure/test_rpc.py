@@ -221,6 +221,24 @@ def test_batch_spreads_over_all_servers_with_the_local_runners_results(cluster):
     assert results[0].key == "spread-0" and results[0].repeats == expected[0].repeats
 
 
+
+def test_a_re_timing_pairs_kernel_and_reference_in_one_task_on_one_server(cluster):
+    """Issue 40 over RPC: run_paired is one task on one server (a ratio never divides by
+    another GPU's reference) and answers what the local runner answers; re-timings of an rpc
+    run take the paired method."""
+    from bocast.measure import retime
+
+    cluster.wait_free()
+    runner = cluster.runner()
+    assert retime.pairs(runner) and retime.method_of(runner) == retime.METHOD_PAIRED
+    b = build("ok", "paired-0")
+    res, extra = runner.run_paired(OP, b)
+    with StandinRunner(timeout_s=5) as local:
+        lres, lextra = local.run_paired(OP, b)
+    assert res.status is Status.OK and res.latency_ms == lres.latency_ms
+    assert extra["ratio"] == lextra["ratio"] and extra["reference"] == lextra["reference"]
+    assert res.extra["measured_on"]["gpu_index"] in {"0", "1", "2"}
+
 def test_idle_connections_to_the_servers_do_not_hold_up_a_batch(cluster):
     """Issue 42: 8 idle connections to a server's port, handshaken one at a time, kept the
     runner's sessions out for the whole batch limit. Each is handshaken on its own now."""
