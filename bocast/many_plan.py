@@ -131,6 +131,9 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
         c = items[0].config
         output = os.path.join("runs", f"{stem}_{digest}_{c['strategy']['name']}_s{c['seed']}")
     check_writable(output, "output", directory=True)
+    if os.path.isfile(os.path.join(output, "records.db")):  # its summary would be written over
+        raise InputError(f"output: {output} holds a single run (records.db); a run of many "
+                         "workloads needs a folder of its own: give another --output")
     for it in items:
         w = it.workload
         name = "_".join([f"{it.index + 1:02d}", w["op"], "x".join(map(str, w["shape"])),
@@ -144,6 +147,10 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
         api.need_compiler(f"runner {kind}")
     plan = {"workloads": [_planned(it.config) for it in items]}
     held = read_json(os.path.join(output, PLAN))
+    if held is None and os.path.exists(os.path.join(output, PLAN)) or held is not None and not (
+            isinstance(held, dict) and isinstance(held.get("window"), int)):
+        raise InputError(f"output: {os.path.join(output, PLAN)} is damaged (not a plan this "
+                         "command wrote); give another --output, or restore it")
     if held is not None:
         if held.get("workloads") != plan["workloads"]:
             raise InputError(f"output: {output} holds a run of another list or other options "

@@ -11,6 +11,7 @@ import os
 import pytest
 
 from bocast import api, cli, many, many_plan
+from bocast.errors import InputError
 from bocast.interrupt import Interrupted
 from bocast.shapes_file import Shape, ShapesError, read, write
 from bocast.store import Store
@@ -211,6 +212,8 @@ def test_the_warm_start_window_is_fixed_by_the_list_not_the_timing(tmp_path):
 
 
 def test_command_line_shapes_and_its_refusals(tmp_path, capsys):
+    broken = tmp_path / "broken.py"
+    broken.write_text("def make():\n    return 1 / 0\n")
     shapes = tmp_path / "s.yaml"
     shapes.write_text("- {op: gemm, shape: [256, 256, 256]}\n- {op: gemm, shape: '256x512x256'}\n")
     out = tmp_path / "run"
@@ -229,7 +232,9 @@ def test_command_line_shapes_and_its_refusals(tmp_path, capsys):
             (["tune", "gemm", "--shape", "256,256,256", "--shape", "512,256,256",
               "--parallel", "2"], "the local runner"),
             (["tune", "--shapes", str(shapes), "--store", "x.db", "--runner", "standin"],
-             "store: not for a run of many")):
+             "store: not for a run of many"),
+            (["shapes", "no_such_module_here:fn"], "importing no_such_module_here failed"),
+            (["shapes", str(broken) + ":make"], "make() raised ZeroDivisionError")):
         assert cli.main(argv) == 2, argv
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err, (argv, err)
@@ -265,3 +270,18 @@ def test_with_rpc_the_fleet_sets_the_window(tmp_path, monkeypatch):
         assert len(records) == 4
         assert all(x.measured_on and x.measured_on["gpu_index"] in ("0", "1")
                    for x in records if x.ok)
+
+
+def test_a_run_of_many_refuses_a_single_runs_folder_and_a_damaged_plan(tmp_path):
+    """Its summary would be written over a single run's; a plan it cannot read is not taken
+    for a fresh start (the list and the window would be made anew)."""
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "records.db").write_bytes(b"")
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / many_plan.PLAN).write_text("[1, 2")
+    for out, message in ((single, "holds a single run"), (damaged, "is damaged")):
+        with pytest.raises(InputError, match=message):
+            many_plan.prepare_many("gemm", [(256, 256, 256), (512, 256, 256)],
+                                   runner="standin", output=str(out), space="v2")

@@ -147,18 +147,25 @@ def cmd_shapes(args) -> int:
     if not sep or not module or not name:
         raise UsageError(f"shapes: expected MODULE:FN (a module or a .py file, and a function "
                          f"returning (model, inputs)), got {args.target!r}")
-    if module.endswith(".py"):
-        if not os.path.isfile(module):
-            raise UsageError(f"shapes: {module}: no such file")
-        spec = importlib.util.spec_from_file_location("bocast_shapes_target", module)
-        loaded = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        spec.loader.exec_module(loaded)  # type: ignore[union-attr]
-    else:
-        loaded = importlib.import_module(module)
+    if module.endswith(".py") and not os.path.isfile(module):
+        raise UsageError(f"shapes: {module}: no such file")
+    # the user's code: whatever it raises is one line naming it, never "internal error"
+    try:
+        if module.endswith(".py"):
+            spec = importlib.util.spec_from_file_location("bocast_shapes_target", module)
+            loaded = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            spec.loader.exec_module(loaded)  # type: ignore[union-attr]
+        else:
+            loaded = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - any failure of the user's module is its own
+        raise UsageError(f"shapes: importing {module} failed: {type(e).__name__}: {e}") from None
     fn = getattr(loaded, name, None)
     if not callable(fn):
         raise UsageError(f"shapes: {module} has no function {name}")
-    got = fn()
+    try:
+        got = fn()
+    except Exception as e:  # noqa: BLE001 - as above
+        raise UsageError(f"shapes: {args.target}() raised {type(e).__name__}: {e}") from None
     if not (isinstance(got, tuple) and len(got) == 2):
         raise UsageError(f"shapes: {args.target}() must return (model, inputs), got "
                          f"{type(got).__name__}")

@@ -84,6 +84,9 @@ def _operator(workload: Mapping[str, Any]) -> Operator:
 
 
 _PRIMITIVE = re.compile(r"schedule primitive '([\w-]+)'")
+#: failures of the machine a build ran on, not of the configuration: never kept in the build
+#: cache (memory, files, an import that failed), so another attempt may build it
+_MACHINE_ERRORS = (MemoryError, OSError, ImportError)
 
 
 def build_task(task: Mapping[str, Any]) -> dict[str, Any]:
@@ -132,6 +135,7 @@ def build_one(task: Mapping[str, Any], cache: build_cache.BuildCache | None = No
             res.status, res.stage, res.error = Status.SCHEDULE_ERROR, "apply", tail(msg)
             res.primitive = m.group(1) if m else type(e).__name__
             res.times["apply_s"] = time.perf_counter() - t0
+            res.transient = isinstance(e, _MACHINE_ERRORS)  # the machine's, not the config's
             return Built(res)
     t1 = time.perf_counter()
     res.times["apply_s"] = t1 - t0
@@ -153,6 +157,7 @@ def build_one(task: Mapping[str, Any], cache: build_cache.BuildCache | None = No
     except Exception as e:  # noqa: BLE001
         res.status, res.stage, res.error = Status.BUILD_ERROR, "lower", tail(str(e))
         res.times["lower_s"] = time.perf_counter() - t1
+        res.transient = isinstance(e, _MACHINE_ERRORS)
         return Built(res, sch)
     res.times["lower_s"] = time.perf_counter() - t1
     res.kernel, res.args, res.grid, res.block = low.kernel, low.args, low.grid, low.block

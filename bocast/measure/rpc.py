@@ -317,8 +317,8 @@ class RpcRunner(Runner):
                     self.seen[s.server] = info
                 why = self._refuse(info)
                 if not why and batch.builds and not info.get("build_workers"):
-                    why = ("builds nothing (bocast serve --build-workers 0): set rpc.builds: "
-                           "local to build here for it")
+                    cause = info.get("cannot_build") or "bocast serve --build-workers 0"
+                    why = f"builds nothing ({cause}): set rpc.builds: local to build here for it"
             if why:
                 with batch.lock:
                     s.refused, s.deadline = True, None

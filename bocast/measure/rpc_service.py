@@ -23,6 +23,7 @@ from typing import Any
 
 from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
+from bocast.measure.nvcc import why_no_compiler
 from bocast.measure.pool import TaskFailure, TimedPool
 from bocast.measure.rpc_builds import ServerBuilds, log
 from bocast.measure.rpc_handshake import Handshakes
@@ -45,7 +46,15 @@ class Service:
         self.worker = WORKERS.get(worker, worker)
         self.pool = TimedPool(self.worker, 1, startup_timeout_s=startup_timeout_s)
         self._pool_lock = threading.Lock()  # the session and the build pool's timing thread
-        self.info: dict[str, Any] = {"build_workers": build_workers}
+        # a server that would build but cannot (no nvcc or no C compiler here) says so instead
+        # of answering every kernel as a build_error: runners that want server builds refuse it
+        # by name (rpc.builds: local still uses it)
+        cannot = why_no_compiler() if build_workers else None
+        if cannot:
+            log(f"cannot build here ({cannot}): this server only times kernels built elsewhere")
+            build_workers = 0
+        self.info: dict[str, Any] = {"build_workers": build_workers,
+                                     **({"cannot_build": cannot} if cannot else {})}
         self.token = token
         self.session: tuple[str, str] | None = None  # (matchkey, client nonce) of the session
         self.builds = ServerBuilds(build_workers, self.time_kernel) if build_workers else None

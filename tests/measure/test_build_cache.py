@@ -129,3 +129,19 @@ def test_the_key_follows_what_decides_the_binary(edit, monkeypatch):
     else:
         monkeypatch.setattr(build_cache, "toolchain", lambda: {"nvcc": "another release"})
     assert cache.key(task) != before
+
+
+@pytest.mark.parametrize("error, kept", [(OSError("Too many open files"), False),
+                                         (MemoryError(), False),
+                                         (ValueError("no schedule"), True)])
+def test_a_machines_exception_in_apply_is_not_kept(error, kept, monkeypatch):
+    """A configuration's own failure is kept; one of the machine the build ran on (memory,
+    files, an import) is transient: another attempt may build it."""
+    from bocast.measure import builder
+
+    config = OP.space.sample(1, 0)[0]
+    monkeypatch.setattr(type(OP), "apply", lambda self, c: (_ for _ in ()).throw(error))
+    got = builder.build_one({"workload": OP.workload, "config": builder.jsonable(config),
+                             "compile": False})
+    assert got.result.status.value == "schedule_error" and got.result.stage == "apply"
+    assert build_cache.cacheable(got.result.to_dict()) is kept

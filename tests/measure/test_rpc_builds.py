@@ -167,3 +167,24 @@ def test_the_batch_follows_the_fleet_unless_given_and_a_resume_keeps_its_own(fle
         store.set_meta("run", {**run.identity, "batch_size": 6})
     resumed = api.prepare(base)
     assert resumed.cfg.batch_size == 6 and "began with" in resumed.batch_note
+
+
+def test_a_server_without_nvcc_offers_no_builds_and_says_why(monkeypatch):
+    """A GPU host without nvcc (servers only timed before): it advertises no build workers and
+    the reason, which a runner that wants server builds names when it refuses the server,
+    instead of every kernel answered as a build_error."""
+    from bocast.measure import rpc_service
+
+    class NoPool:
+        def __init__(self, *a, **k):
+            pass
+
+    monkeypatch.setattr(rpc_service, "TimedPool", NoPool)
+    monkeypatch.setattr(rpc_service, "why_no_compiler", lambda: "nvcc is not on PATH")
+    service = rpc_service.Service("standin", build_workers=4)
+    assert service.builds is None
+    assert service.info == {"build_workers": 0, "cannot_build": "nvcc is not on PATH"}
+    monkeypatch.setattr(rpc_service, "why_no_compiler", lambda: None)
+    monkeypatch.setattr(rpc_service, "ServerBuilds", lambda n, call: ("builds", n))
+    able = rpc_service.Service("standin", build_workers=4)
+    assert able.info == {"build_workers": 4} and able.builds == ("builds", 4)
