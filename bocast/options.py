@@ -131,7 +131,7 @@ class Workload(Options):
                                       "chooses: v3 where it beat v2 and takes the workload, "
                                       "else v2; docs/operators.md) (null: v2, so a file means "
                                       "what it meant; bocast tune OP --shape defaults to auto)")
-    sm_count: int | None = opt(None, doc="gemm, bmm on space v3: the target GPU's SMs (its "
+    sm_count: int | None = opt(None, doc="gemm, bmm, conv on space v3: the target GPU's SMs (its "
                                          "persistent grid and waves); null: a live local run "
                                          "reads the GPU's, else 132 (H100 SXM, H200)")
 

@@ -34,6 +34,7 @@ import numpy as np
 from bocast.operator import TensorSpec, WorkloadError
 
 from . import _hopper_conv
+from . import _hopper_layout as hl
 from . import _matmul as mm
 from . import _matmul_operator as mo
 
@@ -48,9 +49,10 @@ class Conv(mo.MatmulOperator):
     torch_fn: ClassVar[str]  # torch.nn.functional function of the reference
     #: space v3 (the Hopper TMA + wgmma template, ``_hopper_conv``) implements this operator
     hopper_v3: ClassVar[bool] = False
+    option_names: ClassVar[tuple[str, ...]] = ("dtype", "space", "sm_count")
 
     def __init__(self, shape: tuple[int, ...], *, dtype: str = "fp16:fp32",
-                 space: str = mm.DEFAULT_SPACE):
+                 space: str = mm.DEFAULT_SPACE, sm_count: int | None = None):
         name = self.name
         fields = self.fields()
         if not self.min_fields() <= len(shape) <= len(fields):
@@ -80,13 +82,16 @@ class Conv(mo.MatmulOperator):
         if min(self.out) < 1:
             raise WorkloadError(f"{name}: the output would be empty ({self.out}): the dilated "
                                 f"kernel is larger than the padded input")
+        # the target's SMs: space v3's persistent grid and waves (recorded as GEMM's are)
+        target = hl.sm_count_entry(name, space, sm_count)
         self.workload = {"op": name, "shape": [int(values[k]) for k in fields], "dtype": dtype,
-                         "space": mm.space_version(name, space)}
+                         "space": mm.space_version(name, space), **target}
         self.matmul = mm.MatmulSpec(
             self.N * math.prod(self.out), self.K, math.prod(self.ksize) * self.C,
             self.in_dtype, mm.acc_dtype(space, self.out_dtype), out_dtype=self.out_dtype,
             trans_b=True, epilogue="Y",
-            epilogue_map=lambda n, *rest: (self._ravel(n, rest[:-1]), rest[-1]), space=space)
+            epilogue_map=lambda n, *rest: (self._ravel(n, rest[:-1]), rest[-1]), space=space,
+            sm_count=target.get("sm_count", hl.DEFAULT_SM_COUNT))
         self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_c", f"fetch vectors stay inside one tap's run of C={self.C} input "
                              f"channels (contiguous and aligned in X and W)", (self.C,)))
@@ -130,7 +135,7 @@ class Conv(mo.MatmulOperator):
     @classmethod
     def from_args(cls, shape=None, **options: Any) -> Conv:
         shape = tuple(shape) if shape is not None else cls.default_shape
-        mm.check_options(cls.name, options, ("dtype", "space"))
+        mm.check_options(cls.name, options, cls.option_names)
         return cls(shape, **options)
 
     def _out_extent(self, n: int, r: int) -> int:

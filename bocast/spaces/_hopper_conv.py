@@ -70,7 +70,14 @@ from . import _hopper_im2col as im2col
 from . import _hopper_kernel as hk
 from . import _hopper_matmul as hm
 from ._hopper_conv_tiled import a_coords, atom_box, out_row, row_pixel, tile_counts, tile_origin
-from ._hopper_layout import EPI_COLS, EPI_ROWS, encode_args, tensor_map
+from ._hopper_layout import (
+    DEFAULT_SM_COUNT,
+    EPI_COLS,
+    EPI_ROWS,
+    encode_args,
+    target_sms,
+    tensor_map,
+)
 from ._hopper_stores import row_major_stores
 
 #: the tiled producer's coordinate helpers, here for the tests' simulation (one definition, in
@@ -96,11 +103,12 @@ class ConvGeometry:
     pad: int
     dil: int
     stride: int = 1
+    sms: int = DEFAULT_SM_COUNT  # the target GPU's SMs (the workload's sm_count)
 
     @classmethod
     def of(cls, op) -> ConvGeometry:
         return cls(op.N, op.C, op.K, tuple(op.size), tuple(op.ksize), tuple(op.out), op.pad,
-                   op.dilation, op.stride)
+                   op.dilation, op.stride, target_sms(op.matmul))
 
     @property
     def M(self) -> int:
@@ -185,7 +193,7 @@ def derive(spec, g: ConvGeometry):
             out["tile_n"] = tn
         tiles = tiles_m * -(-g.K // c["bn"])
         out.update(tiles_m=tiles_m, tiles=tiles, pixel_fraction=g.M / (tiles_m * bm),
-                   wave_efficiency=hm.wave_efficiency(g.M * g.K, tiles, bm, c["bn"]),
+                   wave_efficiency=hm.wave_efficiency(g.M * g.K, tiles, bm, c["bn"], g.sms),
                    k_blocks=int(np.prod(g.ksize)) * -(-g.C // c["bk"]))
         return out
 
@@ -295,7 +303,7 @@ def _im2col_operands(g: ConvGeometry, config):
     C."""
     from tvm.script import tirx as T
 
-    p = hk.Plan(config, g.M, g.K, g.RSC)
+    p = hk.Plan(config, g.M, g.K, g.RSC, sm_count=g.sms)
     assert g.C % p.BK == 0, "c_block_within_tap"
     assert im2col.why_not(g) is None, "im2col_within_tma_limits"
     store_box, store_rows = row_major_stores(p, g.M, g.K, "float32")

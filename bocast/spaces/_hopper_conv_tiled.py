@@ -153,7 +153,8 @@ def operands(g, config):
     pix_tile = TN, TH, TW = pixel_tile(config)
     # the implicit GEMM over whole pixel tiles (rows past the output's edge are computed, never
     # stored), the output channels and the (r, s, c) reduction
-    p = hk.Plan(config, int(np.prod(tile_counts(g, pix_tile))) * BM, g.K, g.R * g.S * g.C)
+    p = hk.Plan(config, int(np.prod(tile_counts(g, pix_tile))) * BM, g.K, g.R * g.S * g.C,
+                sm_count=g.sms)
     BN, BK, atoms, half_n, vec_store = p.BN, p.BK, p.atoms, p.half_n, p.vec_store
     assert g.C % BK == 0, "c_block_within_tap"
     # rows past a ragged edge of the pixel tiling are computed but not stored

@@ -405,3 +405,20 @@ def test_a_sample_of_the_strided_space_builds_for_sm_90a_without_spills():
     one = {k: v for k, v in IM2COL.items() if not k.startswith("tile_")}
     check_v3_builds(conv(SIM_ND[0][1], "conv1d"), [one])
     check_v3_builds(conv(SIM_ND[3][1], "conv3d"), [{**one, "epilogue": "tma"}])
+
+
+def test_a_conv_on_v3_targets_its_gpus_sm_count():
+    """As GEMM's: a 114-SM H100 PCIe gets its own persistent grid and waves (a conv's workload
+    names the count only when it is not 132, so every workload recorded before keeps its
+    identity), for both producers' kernel plans."""
+    layer = (32, 56, 56, 128, 128, 3, 3, 2, 1, 1)  # ResNet-50 layer2.0.conv2: 196+ tiles
+    h200 = make("conv2d", layer, space="v3")
+    pcie = make("conv2d", layer, space="v3", sm_count=114)
+    assert make("conv2d", layer, space="v3", sm_count=132).workload == h200.workload
+    assert pcie.workload == {**h200.workload, "sm_count": 114}
+    assert (hc.ConvGeometry.of(h200).sms, hc.ConvGeometry.of(pcie).sms) == (132, 114)
+    sample = [c for c in pcie.space.sample(200, rng=0) if c["persistent"] == "on"]
+    grids_132 = h200.space.columns(sample)["grid"]
+    grids_114 = pcie.space.columns(sample)["grid"]
+    assert max(grids_114) <= 114 and max(grids_132) > 114  # this layer fills more than 114
+    assert (np.asarray(grids_114) == np.minimum(grids_132, 114)).all()
