@@ -38,10 +38,10 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from bocast.files import atomic_write
 from bocast.measure.nvcc import DEFAULT_ARCH, NVCC_FLAGS, nvcc_version
 
 ENV = "BOCAST_BUILD_CACHE"
@@ -162,15 +162,8 @@ class BuildCache:
         path = self._path(key)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump(entry, f, default=str)
-                os.replace(tmp, path)  # atomic: a reader sees the old entry or the new one
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.remove(tmp)
-                raise
+            with atomic_write(path) as f:  # a reader sees the old entry or the new one
+                json.dump(entry, f, default=str)
         except OSError:
             return False
         self.stored += 1
