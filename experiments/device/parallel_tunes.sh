@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool, carry .devbundle; `bash experiments/device/lean_tree.sh out`
+# first): several default-command tunes at once, one queue per GPU of the machine (x2, x4: the
+# device time of one call buys a tune per GPU instead of one). Each queue runs its jobs one after
+# another on its own GPU (CUDA_VISIBLE_DEVICES) with the machine's cores split evenly among the
+# queues (--set runner_options.workers=CORES/GPUS: on an x4, 16 build workers per tune, as on a
+# one-GPU H200), every tune cold (an empty records library of its own, --warm-start none) unless
+# its line says otherwise. Each tune's figure is its own: the run's final re-timing pairs its
+# best kernels with the vendor call in one process on its GPU (docs/export.md); queues on other
+# GPUs share only the CPU, which builds, and never the GPU a kernel is timed on.
+#   JOBS=experiments/device/jobs/breadth_a.txt bash experiments/device/parallel_tunes.sh
+# A jobs file: one tune per line, `QUEUE NAME ARGS...` (QUEUE 0..GPUS-1; ARGS are `bocast tune`'s;
+# blank lines and # comments skipped); a line whose NAME starts with `py:` runs
+# experiments/device/NAME-without-py:.py ARGS on that queue's GPU instead (context timings).
+# RUN_S kills a tune (SEARCH_S is its --seconds); a tune cut short keeps its stored trials. A
+# line's own --trials/--seed/--warm-start come after the defaults, so they win.
+# Table last: per tune, trials, figure, best TFLOPS, the reference's, the ratio, key knobs.
+# Everything lands under $OUT (parallel_tunes.tar.gz: logs, records, summaries, clocks).
+set -uo pipefail
+source .devbundle/unpack.sh
+export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
+JOBS=${JOBS:?a jobs file: JOBS=experiments/device/jobs/NAME.txt}
+SEARCH_S=${SEARCH_S:-120} RUN_S=${RUN_S:-160} TRIALS=${TRIALS:-64}
+gpus=$(nvidia-smi -L | wc -l)
+cores=$(nproc)
+workers=$(( cores / gpus ))
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu \
+  --format=csv,noheader
+echo "gpus $gpus; cores $cores ($workers build workers per queue); $(nvcc --version | tail -1);" \
+  "torch $(python3 -c 'import torch; print(torch.__version__)')"
+root=runs/parallel_tunes
+mkdir -p "$root"
+cp "$JOBS" "$root/jobs.txt"
+# clocks of every GPU every 5 s while the queues run
+nvidia-smi --query-gpu=timestamp,index,clocks.sm,temperature.gpu,power.draw,utilization.gpu \
+  --format=csv,noheader -l 5 > "$root/clocks.csv" 2>/dev/null &
+smi=$!
+
+run_queue() {  # $1: the queue (= GPU index)
+  local q=$1 line name args out t0
+  grep -v '^\s*#' "$JOBS" | grep -v '^\s*$' | while read -r queue name args; do
+    [ "$queue" = "$q" ] || continue
+    if [ "$q" -ge "$gpus" ]; then
+      echo "queue $q: $name skipped (the machine has $gpus GPUs)"; continue
+    fi
+    out=$root/$name
+    mkdir -p "$out"
+    t0=$(date +%s)
+    if [[ $name == py:* ]]; then
+      # shellcheck disable=SC2086
+      CUDA_VISIBLE_DEVICES=$q timeout "$RUN_S" python3 "experiments/device/${name#py:}.py" $args \
+        > "$out/result.json" 2> "$out/stderr.log"
+      echo "queue $q: $name exit $? in $(( $(date +%s) - t0 )) s"
+      continue
+    fi
+    # shellcheck disable=SC2086
+    CUDA_VISIBLE_DEVICES=$q BOCAST_RECORDS=$(mktemp -d) timeout "$RUN_S" python3 -m bocast.cli \
+      tune --trials "$TRIALS" --seconds "$SEARCH_S" --seed "${SEED:-0}" --output "$out" --json \
+      --set runner_options.workers=$workers $args > "$out/tune.log" 2>&1
+    echo "queue $q: $name exit $? in $(( $(date +%s) - t0 )) s"
+  done
+}
+
+for (( q = 0; q < gpus; q++ )); do run_queue "$q" & done
+wait $(jobs -p | grep -v "^$smi$")
+kill "$smi" 2>/dev/null
+
+python3 - "$root" <<'PY'
+import glob, json, os, sys
+sys.path.insert(0, "experiments/device")
+from store_rows import store, worst_ok  # noqa: E402
+
+root = sys.argv[1]
+for res in sorted(glob.glob(f"{root}/py:*/result.json")):
+    print(f"## {os.path.basename(os.path.dirname(res))}")
+    print(open(res).read().strip() or open(res.replace("result.json", "stderr.log")).read()[-800:])
+print()
+print("| tune | op | shape | dtype | space | trials | figure | best TFLOPS | ref TFLOPS | "
+      "best / ref | reference | worst ok err | key knobs of the best |")
+print("|" + " --- |" * 13)
+KEYS = ("bm", "bn", "bk", "stages", "a_load", "split_k", "cluster", "arrangement", "epilogue")
+for out in sorted(glob.glob(f"{root}/*/")):
+    name = os.path.basename(out.rstrip("/"))
+    if name.startswith("py:"):
+        continue
+    if not os.path.exists(f"{out}summary.json"):
+        tail = "".join(open(f"{out}tune.log").readlines()[-3:]).strip().replace("\n", " / ") \
+            if os.path.exists(f"{out}tune.log") else "no log"
+        rows = store(f"{out}records.db", tflops=True)[2] if os.path.exists(
+            f"{out}records.db") else []
+        best = max((r[3] or 0 for r in rows if r[1] == "ok"), default=0)
+        print(f"| {name} | no summary ({len(rows)} stored, best in-run {best:.1f}): {tail[:300]} |")
+        continue
+    s = json.load(open(f"{out}summary.json"))
+    w, ref, rows = store(f"{out}records.db")
+    cfg = s.get("best_config") or {}
+    print(f"| {name} | {w.get('op')} | {','.join(map(str, w.get('shape', [])))} | "
+          f"{w.get('dtype')} | {w.get('space')} | {s.get('trials')} | {s.get('figure')} | "
+          f"{s.get('best_tflops') or 0:.1f} | {s.get('reference_tflops') or 0:.1f} | "
+          f"{s.get('best_vs_reference') or 0:.3f} | {ref.get('what', '')} | {worst_ok(rows)} | "
+          f"{' '.join(f'{k}={cfg[k]}' for k in KEYS if k in cfg)} |")
+PY
+tar -czf "$OUT/parallel_tunes.tar.gz" --exclude='*.db-wal' --exclude='*.db-shm' "$root"
