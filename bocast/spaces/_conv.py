@@ -203,8 +203,13 @@ class Conv(mo.MatmulOperator):
             return self._channels_last(fn(x, w, **kw))
 
     @property
+    def reference_call(self) -> str:
+        """The vendor call :meth:`reference_fast` makes, in words."""
+        return f"torch.nn.functional.{self.torch_fn}"
+
+    @property
     def reference_name(self) -> str:
-        return f"torch.nn.functional.{self.torch_fn} (cuDNN, fp16 channels-last, fp16 out)"
+        return f"{self.reference_call} (cuDNN, fp16 channels-last, fp16 out)"
 
     def reference_fast(self, x, w):
         import torch

@@ -6,7 +6,7 @@ Knobs and constraints: the GEMM's (``gemm.py``) over M = N*OH*OW, N = K, K = R*S
 padding and dilation, C % 32 == 0, fp16:fp32) is the Hopper TMA + wgmma template as an implicit
 GEMM whose A operand TMA gathers from X, by pixel tiles of a 4-D tiled map or by TMA's im2col mode
 (knob ``a_load``, ``_hopper_conv.py``). ``space auto`` takes v3 at every stride (measured:
-:data:`AUTO_V3_STRIDED`); conv2d_dilated keeps v2 until its own switch. Default: ResNet-50 stage 3,
+:data:`AUTO_V3_STRIDED`); conv2d_dilated too (:data:`AUTO_V3_DILATED`). Default: ResNet-50 stage 3,
 3x3, 256 -> 256 channels on 14x14, batch 16 (Heron's figure-6 case C5, [16,14,14,256,256,3,3,1,1,1]
 in the same order; its other cases: C1 [16,56,56,64,64,3,3,1,1,1], C3 [16,28,28,128,128,3,3,1,1,1]
 and the 1x1 stride-2 downsamples C2/C4/C6).
@@ -24,9 +24,11 @@ from ._conv import Conv
 #: run cut at 17 of 32 trials),
 #: layer2.0.downsample (1x1 stride 2) v3 0.954 against v2 0.378 (re-timed figures)
 AUTO_V3_STRIDED = True
-#: ``space auto`` takes v3 for conv2d_dilated only once this is True: v3's uniform samples of a
-#: DeepLabv3 dilated layer reached 0.79-0.82 of cuDNN, but v2 was not timed at that shape
-AUTO_V3_DILATED = False
+#: ``space auto`` takes v3 for conv2d_dilated: measured on an H200 (2026-11-28,
+#: experiments/results/breadth_h200x4/, cold BO, 64 trials, seed 0, each space in its own run):
+#: DeepLabv3-ResNet-50 layer4 (8x33x33, 512 -> 512, 3x3 dilation 2) v3 1.207 of cuDNN against
+#: v2 0.737 (re-timed figures)
+AUTO_V3_DILATED = True
 
 
 @register

@@ -16,14 +16,15 @@ from bocast.measure.gpu_worker import make_inputs, rel_error
 from bocast.measure.timing import time_callable
 from bocast.operator import make_named
 
-rows = []
-for shape in sys.argv[1:]:
+
+def measure(shape: str) -> list[dict]:
+    rows = []
     op = make_named("conv1d", tuple(int(v) for v in shape.split(",")))
     t = make_inputs(op, 0)
     x, w = t["X"], t["W"]  # X[N, L, C], W[K, R, C], fp16
     ref = op.reference(x, w)
     xc, wc, kw = op._torch_args(x, w)  # [N, C, L] view, [K, C, R]
-    N, L, C, K, R = op.N, op.size[0], op.C, op.K, op.ksize[0]
+    N, C, K, R = op.N, op.C, op.K, op.ksize[0]
     s, p, d = op.stride, op.pad, op.dilation
     OL = op.out[0]
     xpad = torch.nn.functional.pad(x, (0, 0, p, p))  # [N, L + 2p, C]
@@ -54,4 +55,7 @@ for shape in sys.argv[1:]:
         rows.append({"shape": shape, "route": name, "rel_error": rel_error(out, ref),
                      "latency_ms": timing["latency_ms"],
                      "tflops": op.flops / (timing["latency_ms"] * 1e-3) / 1e12})
-print(json.dumps(rows, indent=0))
+    return rows
+
+
+print(json.dumps([row for shape in sys.argv[1:] for row in measure(shape)], indent=0))

@@ -296,19 +296,23 @@ def test_conv1d_and_conv3d_take_the_im2col_producer_only(op_name, shape):
     assert len(sample) == 50 and all(space.validate(c) == [] for c in sample)
 
 
-def test_space_auto_takes_v3_at_stride_2_and_keeps_v2_for_dilated_until_switched(monkeypatch):
-    """Measured: strided conv2d on v3 (conv2d.AUTO_V3_STRIDED); dilated: v2 until its switch."""
-    assert make_named("conv2d", S2_3X3).workload["space"] == "v3"
-    assert make_named("conv2d", S2_1X1).workload["space"] == "v3"
-    assert make_named("conv2d_dilated", DIL2).workload["space"] == "v2"
+def test_space_auto_takes_v3_for_each_measured_convolution_and_v2_once_switched_off(monkeypatch):
+    """Measured: strided conv2d (conv2d.AUTO_V3_STRIDED), dilated (AUTO_V3_DILATED), conv1d and
+    conv3d (their AUTO_V3) on v3; each switch, turned off, gives v2 back."""
+    from bocast.spaces import conv1d, conv3d
+
+    cases = [(conv2d, "AUTO_V3_STRIDED", "conv2d", S2_3X3), (conv2d, "AUTO_V3_STRIDED", "conv2d",
+             S2_1X1), (conv2d, "AUTO_V3_DILATED", "conv2d_dilated", DIL2),
+             (conv1d, "AUTO_V3", "conv1d", SIM_ND[0][1]), (conv3d, "AUTO_V3", "conv3d",
+                                                            SIM_ND[2][1])]
+    for _, _, name, shape in cases:
+        op = make_named(name, shape)
+        assert op.workload["space"] == "v3", (name, op.space_choice)
     assert make_named("conv2d", (16, 14, 14, 256, 256, 3, 3, 1, 1, 1)).workload["space"] == "v3"
-    for name, shape in (("conv1d", SIM_ND[0][1]), ("conv3d", SIM_ND[2][1])):  # no v3 rule yet
-        assert make_named(name, shape).workload["space"] == "v2"
-    monkeypatch.setattr(conv2d, "AUTO_V3_STRIDED", False)
-    assert make_named("conv2d", S2_3X3).workload["space"] == "v2"
-    monkeypatch.setattr(conv2d, "AUTO_V3_DILATED", True)
-    op = make_named("conv2d_dilated", DIL2)
-    assert op.workload["space"] == "v3", op.space_choice
+    for module, flag, name, shape in cases:
+        with monkeypatch.context() as m:
+            m.setattr(module, flag, False)
+            assert make_named(name, shape).workload["space"] == "v2", (name, flag)
 
 
 # --------------------------------------------------------- host encoding and the kernel

@@ -247,6 +247,7 @@ def test_operators_register_from_bocast_spaces_without_torch_or_pandas():
 TINY = [
     ("bmm", (2, 5, 6, 7), "NT"), ("bmm", (2, 5, 6, 7), "NN"),
     ("conv1d", (2, 9, 8, 16, 3, 2, 2, 1), None),
+    ("conv1d", (1, 11, 8, 8, 3, 1, 2, 2), None),  # dilated: its conv2d (H = 1) reference too
     ("conv2d", (2, 5, 6, 8, 16, 3, 3, 1, 1, 1), None),
     ("conv2d", (2, 7, 6, 8, 16, 3, 2, 2, 1, 2), None),
     ("conv3d", (1, 4, 5, 6, 8, 8, 3, 2, 3, 1, 1, 1), None),
@@ -399,8 +400,11 @@ def test_a_seed_gives_the_same_samples_as_it_always_did(op, args, space_name, di
     ("bmm", (4, 100, 256, 64), {}, "v2", "multiples of 64"),
     ("conv2d", None, {}, "v3", "stride 1"),
     ("conv2d", (16, 14, 14, 256, 256, 1, 1, 2, 0, 1), {}, "v3", "stride 1 and 2"),
-    # v3 takes it, unmeasured against v2 at one shape: auto keeps v2 (conv2d.AUTO_V3_DILATED)
-    ("conv2d_dilated", None, {}, "v2", "AUTO_V3_DILATED"),
+    # measured against v2 on one layer each (experiments/results/breadth_h200x4/)
+    ("conv2d_dilated", None, {}, "v3", "AUTO_V3_DILATED"),
+    ("conv1d", None, {}, "v3", "conv1d.AUTO_V3"),
+    ("conv1d", (2, 40, 30, 64, 3, 1, 1, 1), {}, "v2", "needs C % 32 == 0"),
+    ("conv3d", None, {}, "v3", "conv3d.AUTO_V3"),
     ("gemv", None, {}, "v2", "no v3 rule"),
 ])
 def test_space_auto_follows_the_measured_rule_and_says_why(op_name, shape, options, space, why):
