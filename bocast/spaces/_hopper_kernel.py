@@ -186,8 +186,9 @@ def device_body(p: Plan, ops: Operands):
         # starts after it (see the consumers' loop)
         turn = T.alloc_buffer((2,), "uint64", scope="shared", align=8)
         acc = T.alloc_buffer((atoms * half_n,), "float32", scope="local")
-        part = T.alloc_buffer((atoms * half_n,), "float32", scope="local") if block else acc
-        sv = T.alloc_buffer((scales_len(p),), "float32", scope="local") if block else None
+        if block:  # a k block's fresh tile, and the thread's scales of it
+            part = T.alloc_buffer((atoms * half_n,), "float32", scope="local")
+            sv = T.alloc_buffer((scales_len(p),), "float32", scope="local")
         desc_a: T.uint64
         desc_b: T.uint64
         wg = tx // 128
@@ -284,7 +285,7 @@ def device_body(p: Plan, ops: Operands):
                             T.cuda.wgmma.encode_matrix_descriptor(
                                 T.address_of(desc_a),
                                 T.address_of(Sm[sm(s, row0 + a * 64, kk * KW)]), 1, sbo, swz)
-                            T.ptx[mma](*acc_list(part, a), desc_a, desc_b,
+                            T.ptx[mma](*acc_list(part if block else acc, a), desc_a, desc_b,
                                        T.ptx.pred(accumulate(kb, kk)), 1, 1, *trans)
                     T.ptx.wgmma.commit_group.sync.aligned()
                     if block:  # this k block's scales, loaded while its wgmmas run
