@@ -25,13 +25,6 @@ def reference64(a, b, scale_a, scale_b):
     return dequantized(a, scale_a, 1) @ dequantized(b, scale_b, SCALE_BLOCK).t()
 
 
-#: the vendor calls tried, in order (:func:`vendor_block_mm`): torch's scaled_mm with cuBLASLt's
-#: block scales (CUDA 12.9+, sm90: ScalingType.BlockWise1x128 x BlockWise128x128), the same
-#: through the older ``torch._scaled_mm`` (the scaling read from the scales' shapes), and last a
-#: speed bar only: per-tensor ``_scaled_mm`` (not the block-scaled product; its error says so)
-VENDOR_CALLS = ("F.scaled_mm blockwise", "_scaled_mm blockwise", "_scaled_mm per-tensor")
-
-
 def cublaslt_scales(scale_a, scale_b):
     """The scales laid out as cuBLASLt's block scaling takes them (torch's
     test_scaled_mm_block_wise_numerics): scale_a [M, L] column-major ("outer-dim-major"),
@@ -45,9 +38,13 @@ def cublaslt_scales(scale_a, scale_b):
     return sa, sb.t()
 
 
-def _calls(a, b, scale_a, scale_b, out):
-    """(name, callable) of each of :data:`VENDOR_CALLS` on these inputs (``b`` [K, N], the
-    column-major view of B [N, K])."""
+def vendor_calls(a, b, scale_a, scale_b, out):
+    """(name, callable) of each vendor call :func:`vendor_block_mm` tries, in order, on these
+    inputs (``b`` [K, N], the column-major view of B [N, K]): torch's scaled_mm with cuBLASLt's
+    block scales (CUDA 12.9+, sm90: ScalingType.BlockWise1x128 x BlockWise128x128), the same
+    through the older ``torch._scaled_mm`` (which reads the scaling from the scales' shapes),
+    and last a speed bar only: per-tensor ``_scaled_mm`` (not the block-scaled product; its
+    error says so, its name why the others did not run)."""
     import torch
     import torch.nn.functional as F
 
@@ -67,7 +64,7 @@ def _calls(a, b, scale_a, scale_b, out):
 
 
 def vendor_block_mm(op, a, b, scale_a, scale_b):
-    """The vendor's block-scaled fp8 GEMM on these inputs: the first of :data:`VENDOR_CALLS`
+    """The vendor's block-scaled fp8 GEMM on these inputs: the first of :func:`vendor_calls`
     that runs here, chosen once per set of input tensors (the runner times the same tensors
     over and over; the scales' cuBLASLt layout is made with the choice, outside the timing).
     Sets ``op.reference_name`` to exactly what ran (with the fallback, why the others did
@@ -79,7 +76,7 @@ def vendor_block_mm(op, a, b, scale_a, scale_b):
     if chosen is None or chosen[0] != key:
         out = {"bfloat16": torch.bfloat16, "float32": torch.float32}[op.out_dtype]
         why = []
-        for name, call in _calls(a, b, scale_a, scale_b, out):
+        for name, call in vendor_calls(a, b, scale_a, scale_b, out):
             try:
                 call()
             except (RuntimeError, NotImplementedError, TypeError, ValueError,

@@ -6,7 +6,7 @@
 #    e4m3b128:bf16 and SAMPLE_FP32 in e4m3b128:fp32 (M = 1000: a partial block row; N = 1008: a
 #    partial 128-column scale block; K = 1040: a partial last k block), each built, run and
 #    checked against the float64 product of the dequantized inputs (tolerance 2e-2).
-# 2. Which vendor call takes block scales here (bocast/spaces/_block_fp8.py: VENDOR_CALLS), each
+# 2. Which vendor call takes block scales here (bocast/spaces/_block_fp8.py: vendor_calls), each
 #    timed on its own at SHAPE, with its error against the float64 reference at 1000,1008,1040.
 # 3. The default command, cold (an empty records library, --warm-start none), seed 0:
 #    `bocast tune gemm --shape SHAPE --dtype e4m3b128:bf16 --trials TRIALS`, which times the
@@ -52,7 +52,7 @@ for shape, timed in (("1000,1008,1040", False), (sys.argv[1], True)):
     t = make_inputs(op, 0)
     a, b, sa, sb = (t[n] for n in ("A", "B", "scale_a", "scale_b"))
     ref = op.reference(a, b, sa, sb) if not timed else None
-    for name, call in bf._calls(a, b.t(), sa, sb, torch.bfloat16):
+    for name, call in bf.vendor_calls(a, b.t(), sa, sb, torch.bfloat16):
         row = {"shape": shape, "call": name.split(" (")[0]}
         try:
             out = call()

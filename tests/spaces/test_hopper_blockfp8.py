@@ -203,3 +203,31 @@ def test_static_builds_without_spills_where_the_space_admits_the_tile():
     check_v3_builds(fp32, [TILE | {"epilogue": "tma"}])
     [wide] = build_configs(op, [TILE | {"bn": 256}])
     assert wide["status"] == "ok" and wide["features"]["spill_stores"] > 0
+
+
+def test_the_vendor_call_is_the_first_that_runs_named_with_why_the_others_did_not(monkeypatch):
+    """vendor_block_mm tries vendor_calls in order, once per set of inputs, and names what ran;
+    the per-tensor fallback's name carries each failure. (On the GPU: blockfp8_check.sh.)"""
+    import torch
+
+    tried = []
+
+    def calls(a, b, sa, sb, out):
+        def fail(what):
+            def call():
+                tried.append(what)
+                raise RuntimeError(f"{what} not here\nmore")
+            return call
+
+        yield "first(x)", fail("first")
+        yield "second(y)", fail("second")
+        yield "per-tensor (why: {why})", lambda: tried.append("third") or torch.zeros(2)
+
+    monkeypatch.setattr(bf, "vendor_calls", calls)
+    op = Gemm(256, 256, 256, dtype="e4m3b128:bf16", space="v3")
+    ins = _inputs(256, 256, 256)
+    out = bf.vendor_block_mm(op, ins[0], ins[1].t(), ins[2], ins[3])
+    assert torch.equal(out, torch.zeros(2))
+    assert op.reference_name == "per-tensor (why: first: first not here; second: second not here)"
+    bf.vendor_block_mm(op, ins[0], ins[1].t(), ins[2], ins[3])  # chosen once: no retries
+    assert tried == ["first", "second", "third", "third", "third"]
