@@ -6,7 +6,7 @@ with the GEMM's hooks (A's box at k block and block row of a 2-D map; C's rows a
 
 The matmul is the GEMM's NT layout (both operands K-major, which is wgmma's native form and
 fp8's only one), fp16, bf16 or fp8 in, fp32 accumulate, fp32 or 16-bit out (the workload's
-dtype: ``mm.SPACE_DTYPES``; fp8 with per-tensor scales, ``gemm.py``).
+dtype: ``mm.SPACE_DTYPES``; fp8 with per-tensor or block scales, ``gemm.py``).
 A GEMM's extents may be ragged (M, N, K need not be multiples of BM, BN, BK; K % 8 == 0 remains,
 TMA's global rows being multiples of 16 bytes): tiles and k blocks are counted by ceil-division,
 TMA zero-fills the parts of its boxes past an edge (the mbarrier still receives the whole box's
@@ -24,7 +24,7 @@ for the workload, by :func:`check_workload`.
 Kernel arguments: the tensor maps of A and B (``__grid_constant__ CUtensorMap``, encoded by the
 runner with ``cuTensorMapEncodeTiled`` from :attr:`TirxKernel.tensor_maps`) and C's pointer, or
 with the tma epilogue C's tensor map (in C's type); fp8's also the scales' pointers (scale_a,
-scale_b: one fp32 each).
+scale_b: one fp32 each, or block scales' row-major matrices, ``_hopper_blockscale``).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ workload like A and B), fp32 accumulation, the output rounded once. Layout NT on
 reads both operands K-major, and B stored [N, K] row-major is exactly the column-major [K, N]
 second operand torch._scaled_mm (cuBLASLt's "TN" fp8 GEMM, the vendor baseline) takes, so the
 two run on the same tensors. N and K multiples of 16 (_scaled_mm's rule; K's is TMA's too).
+``e4m3b128:bf16``/``:fp32``: the same with DeepSeek-V3's block scales (scale_a [M, K/128],
+scale_b [N/128, K/128]; ``_block_fp8``), a dtype of its own.
 
 Fused epilogue (``fuse``, space v3, ``_fuse.py``): C = act(scale (A B^T) + bias), the bias a
 length-N vector in the output's type, the activation relu, gelu (erf) or silu, applied to the
