@@ -122,7 +122,9 @@ class Workload(Options):
                                       "fp16:fp16; bf16:fp32 or bf16:bf16 on space v3 (gemm, "
                                       "bmm); e4m3:bf16, e4m3:fp32, e5m2xe4m3:bf16 or "
                                       "e5m2xe4m3:fp32 on space v3 (gemm: fp8 with "
-                                      "per-tensor scales; e5m2xe4m3: A in e5m2)")
+                                      "per-tensor scales; e5m2xe4m3: A in e5m2); "
+                                      "e4m3b128:bf16 or e4m3b128:fp32 (gemm, v3: fp8 "
+                                      "with 1x128 and 128x128 block scales)")
     layout: str | None = opt(None, doc="gemm, bmm: the layout of B: NT (the default) or NN")
     fuse: str | None = opt(None, doc="gemm on space v3: the fused epilogue act(scale (A B^T) + "
                                      "bias): none (the default), bias, relu, gelu, silu, "

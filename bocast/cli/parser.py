@@ -46,7 +46,8 @@ def _add_workload_args(p: argparse.ArgumentParser, *, subspace: bool = False) ->
     p.add_argument("--dtype", help="input:output types: fp16:fp32 (default) or fp16:fp16; "
                    "bf16:fp32 or bf16:bf16 on space v3 (gemm, bmm); e4m3:bf16, e4m3:fp32, "
                    "e5m2xe4m3:bf16 or e5m2xe4m3:fp32 on space v3 (gemm: fp8 with per-tensor "
-                   "scales; e5m2xe4m3: A in e5m2)")
+                   "scales; e5m2xe4m3: A in e5m2); e4m3b128:bf16 or e4m3b128:fp32 (gemm, v3: "
+                   "fp8 with 1x128 and 128x128 block scales)")
     p.add_argument("--layout", help="operand layout where the operator has one (gemm: NT or NN)")
     p.add_argument("--fuse", help="gemm on space v3: the fused epilogue, act(scale (A B^T) + "
                                   "bias): none (default), bias, relu, gelu, silu, bias+relu, "

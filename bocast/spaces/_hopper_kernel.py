@@ -44,14 +44,14 @@ the start address still steps 32 bytes a wgmma). fp8 operands carry per-tensor s
 (``Plan.scaled``): the consumers multiply the accumulators by scale_a x scale_b once a tile,
 after its last wgmma and before the epilogue rounds them. A GEMM's fused epilogue
 (``Plan.fuse``, the workload's ``fuse``: bias, activation; ``_fuse.tile_macro``) follows the
-scales there, on the same fp32 accumulators.
+scales there, on the same fp32 accumulators. Or block scales (``Plan.block_scaled``, BK 128):
+each k block into a fresh tile, scaled and added into the accumulators (``_hopper_blockscale``).
 
 What the template does not do yet: clusters of more than 2 CTAs, stmatrix for a 16-bit
 output's staging, a conflict-free staging layout for an fp32 output (the swizzled box costs 2
 shared-memory wavefronts a half-warp's store, see ``_hopper_layout.staging_offset``; a 16-bit
 output's takes 1), overlapping a tile's epilogue with the next tile's main loop beyond what
-ping-pong gives, the NN layout, fp8 block scales (DeepGEMM's promotion every 128 of K), fp8
-with B in e5m2, an fp8 output.
+ping-pong gives, the NN layout, fp8 with B in e5m2, an fp8 output.
 
 One body, two operators. A :class:`Plan` is what a configuration fixes over an M x N x K matmul
 (tile, ring, warpgroups, the tiles' walk, the launch); :func:`device_body` turns it into the
@@ -70,6 +70,7 @@ what the runner binds) and calls the body there.
 from __future__ import annotations
 
 from ._fuse import tile_macro
+from ._hopper_blockscale import promotion, scales_len
 from ._hopper_layout import (
     CLUSTER_MASK,
     EPI_BOX_BYTES,
@@ -115,7 +116,9 @@ def device_body(p: Plan, ops: Operands):
     ta, tb = WGMMA_TYPES[p.in_dtype], WGMMA_TYPES[p.b_dtype]
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
     trans = transpose_flags(p.in_dtype)  # (0, 0): K-major 16-bit operands; fp8 has none
-    scaled = p.scaled
+    scaled, block = p.scaled, p.block_scaled
+    if block:  # fp8 block scales: a fresh tile a k block, promoted (_hopper_blockscale)
+        zero_acc, fetch, promote = promotion(p)  # fetch: the scales
     if p.fuse is not None:  # bias and activation on the accumulators
         fuse_tile = tile_macro(p.fuse, BN, atoms, p.N)
     stage_pair = store_pair(p.out_dtype, "shared")  # the tma epilogue's staging store, 16-bit
@@ -132,6 +135,9 @@ def device_body(p: Plan, ops: Operands):
 
     def sm(s, r, col):  # element (row r, column col) of stage s in the ring
         return (s * (BM + BN) + r) * BK + col
+
+    def accumulate(kb, kk):  # wgmma's scale_d: add to the tile's sums (else start them)
+        return kk > 0 if block else T.Or(kb > 0, kk > 0)
 
     def acc_list(buf, a):
         return [buf[a * half_n + i] for i in range(half_n)]
@@ -180,6 +186,9 @@ def device_body(p: Plan, ops: Operands):
         # starts after it (see the consumers' loop)
         turn = T.alloc_buffer((2,), "uint64", scope="shared", align=8)
         acc = T.alloc_buffer((atoms * half_n,), "float32", scope="local")
+        if block:  # a k block's fresh tile, and the thread's scales of it
+            part = T.alloc_buffer((atoms * half_n,), "float32", scope="local")
+            sv = T.alloc_buffer((scales_len(p),), "float32", scope="local")
         desc_a: T.uint64
         desc_b: T.uint64
         wg = tx // 128
@@ -262,6 +271,8 @@ def device_body(p: Plan, ops: Operands):
                     # follows consumer 1's (j-1)-th, consumer 1's j-th follows consumer 0's j-th.
                     if i > 0:
                         T.cuda.mbarrier_wait(T.address_of(turn[cw]), (j - 1 + cw) & 1)
+                if block:
+                    zero_acc(acc)
                 for kb in T.serial(KB):  # the unit's k blocks (a fresh sum: scale_d 0 first)
                     it = T.meta_var(i * KB + kb)
                     s = T.meta_var(it % S)
@@ -274,12 +285,16 @@ def device_body(p: Plan, ops: Operands):
                             T.cuda.wgmma.encode_matrix_descriptor(
                                 T.address_of(desc_a),
                                 T.address_of(Sm[sm(s, row0 + a * 64, kk * KW)]), 1, sbo, swz)
-                            T.ptx[mma](*acc_list(acc, a), desc_a, desc_b,
-                                       T.ptx.pred((kb > 0) or (kk > 0)), 1, 1, *trans)
+                            T.ptx[mma](*acc_list(part if block else acc, a), desc_a, desc_b,
+                                       T.ptx.pred(accumulate(kb, kk)), 1, 1, *trans)
                     T.ptx.wgmma.commit_group.sync.aligned()
+                    if block:  # this k block's scales, loaded while its wgmmas run
+                        fetch(sv, scale_a, scale_b, tm, tn, k0(cl + i * clusters) + kb, row0, lt)
                     if inflight == 0:
                         T.ptx.wgmma.wait_group.sync.aligned(0)
                         release(empty, s, True, lt)
+                        if block:
+                            promote(acc, part, sv, tn)
                     else:
                         # the newest group may still read stage s: free the one before it
                         T.ptx.wgmma.wait_group.sync.aligned(1)

@@ -6,7 +6,7 @@ with the GEMM's hooks (A's box at k block and block row of a 2-D map; C's rows a
 
 The matmul is the GEMM's NT layout (both operands K-major, which is wgmma's native form and
 fp8's only one), fp16, bf16 or fp8 in, fp32 accumulate, fp32 or 16-bit out (the workload's
-dtype: ``mm.SPACE_DTYPES``; fp8 with per-tensor scales, ``gemm.py``).
+dtype: ``mm.SPACE_DTYPES``; fp8 with per-tensor or block scales, ``gemm.py``).
 A GEMM's extents may be ragged (M, N, K need not be multiples of BM, BN, BK; K % 8 == 0 remains,
 TMA's global rows being multiples of 16 bytes): tiles and k blocks are counted by ceil-division,
 TMA zero-fills the parts of its boxes past an edge (the mbarrier still receives the whole box's
@@ -24,7 +24,7 @@ for the workload, by :func:`check_workload`.
 Kernel arguments: the tensor maps of A and B (``__grid_constant__ CUtensorMap``, encoded by the
 runner with ``cuTensorMapEncodeTiled`` from :attr:`TirxKernel.tensor_maps`) and C's pointer, or
 with the tma epilogue C's tensor map (in C's type); fp8's also the scales' pointers (scale_a,
-scale_b: one fp32 each).
+scale_b: one fp32 each, or block scales' row-major matrices, ``_hopper_blockscale``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from bocast.operator import WorkloadError
 from bocast.space import Categorical, Constraint, Knob, Ordinal, Space
 
 from . import _fuse as fx
+from . import _hopper_blockscale as bs
 from . import _hopper_kernel as hk
 from . import _hopper_split as sk
 from . import _matmul as mm
@@ -93,7 +94,7 @@ def knobs(spec) -> list[Knob]:
         Ordinal("bm", (64, 128, 192, 256), doc="CTA tile rows (BM = 64 x wgmma atoms x "
                                                "consumers)"),
         Ordinal("bn", (64, 128, 192, 256), doc="CTA tile columns = the wgmma's N"),
-        Ordinal("bk", bk_choices(spec.in_dtype),
+        Ordinal("bk", (bs.SCALE_BLOCK,) if spec.scale_block else bk_choices(spec.in_dtype),
                 doc="k block per stage: rows of 128 bytes (128-byte swizzle) or 64 (64-byte): "
                     "64 or 32 16-bit elements, 128 or 64 fp8 ones"),
         Ordinal("stages", (2, 3, 4, 5, 6), doc="shared-memory ring of A/B k blocks"),
@@ -101,7 +102,9 @@ def knobs(spec) -> list[Knob]:
         Categorical("arrangement", ("cooperative", "pingpong"),
                     doc="consumers split each tile's rows, or take turns with whole tiles"),
         Categorical("regs", tuple(REG_SPLITS), doc="setmaxnreg producer/consumer registers"),
-        Ordinal("inflight", (0, 1), doc="wgmma groups left in flight when a k block ends"),
+        # block scales: every k block's tile is waited for and promoted before the next one
+        Ordinal("inflight", (0,) if spec.scale_block else (0, 1),
+                doc="wgmma groups left in flight when a k block ends"),
         Categorical("persistent", ("on", "off"), doc="one CTA per SM looping over tiles, or "
                                                      "one CTA per tile"),
         Ordinal("raster", (1, 2, 4, 8, 16), doc="block rows (raster_major m) or columns (n) "
@@ -239,6 +242,12 @@ def constraints(spec) -> list[Constraint]:
                    lambda c: np.where(c["raster_major"] == "n", c["tiles_n"], c["tiles_m"])
                    % c["raster"] == 0),
         *cluster_constraints(spec),
+        *([] if not spec.scale_block else [Constraint(
+            "block_scales_fit_registers",
+            f"fp8 block scales keep two accumulator sets (a k block's tile and the promoted sums, "
+            f"_hopper_blockscale): 2 x atoms x BN / 2 + {REGISTER_OVERHEAD} fit a consumer "
+            "thread's registers (DeepGEMM's BLOCK_N <= 192 at 128 rows for the same reason)",
+            lambda c: 2 * c["acc_regs"] + REGISTER_OVERHEAD <= c["consumer_regs"])]),
     ]
 
 
@@ -289,16 +298,16 @@ def schedule(spec, func, config, prepare) -> hk.TirxKernel:  # noqa: ARG001 - v1
     """The kernel of one configuration (``func`` and ``prepare`` belong to the s_tir spaces)."""
     return kernel(spec.M, spec.N, spec.K, config, batch=max(spec.batch, 1),
                   in_dtype=spec.in_dtype, out_dtype=spec.out_dtype, b_dtype=spec.b_dtype,
-                  sm_count=target_sms(spec), fuse=spec.fuse)
+                  sm_count=target_sms(spec), fuse=spec.fuse, scale_block=spec.scale_block)
 
 
 def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "float16",
            out_dtype: str = "float32", b_dtype: str | None = None,
-           sm_count: int = DEFAULT_SM_COUNT, fuse=None) -> hk.TirxKernel:
+           sm_count: int = DEFAULT_SM_COUNT, fuse=None, scale_block: int = 0) -> hk.TirxKernel:
     from tvm.script import tirx as T
 
     p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype, b_dtype=b_dtype,
-                sm_count=sm_count, fuse=fuse)
+                sm_count=sm_count, fuse=fuse, scale_block=scale_block)
     b_dtype = p.b_dtype
     # split K: every unit adds its fp32 partial sums into C, which the launch zeroes first
     # (TirxKernel.zeroed); TMA's reduce-add for the tma epilogue, red.global.add otherwise
@@ -332,7 +341,7 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
         return p.kernel(fx.entry(launch, rows_a=batch * M, rows_b=batch * N, K=K, N=N,
                                  in_dtype=in_dtype, b_dtype=b_dtype, out_dtype=out_dtype,
                                  scaled=p.scaled), maps)
-    if not p.scaled:
+    if not p.scaled and not p.block_scaled:
         @T.prim_func
         def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
             A = T.match_buffer(A_ptr, (batch * M, K), in_dtype, align=16)
@@ -342,14 +351,17 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
 
         return p.kernel(main, maps, zeroed)
 
+    sa_shape, sb_shape = bs.scale_shapes(M, N, K) if p.block_scaled else ((1,), (1,))
+
     @T.prim_func
     def scaled(A_ptr: T.handle, B_ptr: T.handle, scale_a_ptr: T.handle,
                scale_b_ptr: T.handle, C_ptr: T.handle):
         A = T.match_buffer(A_ptr, (batch * M, K), in_dtype, align=16)
         B = T.match_buffer(B_ptr, (batch * N, K), b_dtype, align=16)
-        # fp8's per-tensor scales: one fp32 each (the workload's scale_a, scale_b)
-        scale_a = T.match_buffer(scale_a_ptr, (1,), "float32")
-        scale_b = T.match_buffer(scale_b_ptr, (1,), "float32")
+        # fp8's per-tensor scales, one fp32 each, or block scales (the workload's scale_a,
+        # scale_b; row-major)
+        scale_a = T.match_buffer(scale_a_ptr, sa_shape, "float32")
+        scale_b = T.match_buffer(scale_b_ptr, sb_shape, "float32")
         C = T.match_buffer(C_ptr, (batch * M, N), out_dtype, align=16)
         launch(A, B, C, scale_a, scale_b)
 

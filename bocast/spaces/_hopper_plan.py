@@ -55,7 +55,7 @@ class Plan:
     def __init__(self, config, M: int, N: int, K: int, batch: int = 1, *,
                  in_dtype: str = "float16", out_dtype: str = "float32",
                  b_dtype: str | None = None, sm_count: int = DEFAULT_SM_COUNT,
-                 fuse: Any = None):
+                 fuse: Any = None, scale_block: int = 0):
         c = config
         #: the operands' and the output's element types (the accumulators are fp32 whatever
         #: they are: wgmma has no other accumulator for bf16, and a 16-bit output is rounded
@@ -67,9 +67,12 @@ class Plan:
         assert SIZE[self.b_dtype] == SIZE[in_dtype], (in_dtype, b_dtype)
         self.in_size, self.out_size = SIZE[in_dtype], SIZE[out_dtype]
         self.wgmma_k = wgmma_k(in_dtype)
-        #: per-tensor scales (fp8 operands): the kernel takes two fp32 scalars and multiplies
-        #: its accumulators by their product before the output's rounding
-        self.scaled = SIZE[in_dtype] == 1
+        #: fp8 block scales (``scale_block`` 128: ``_hopper_blockscale``): each k block's
+        #: products scaled and added into a second set of accumulators
+        self.block_scaled = scale_block > 0
+        #: per-tensor scales (fp8 operands without block scales): the kernel takes two fp32
+        #: scalars and multiplies its accumulators by their product before the output's rounding
+        self.scaled = SIZE[in_dtype] == 1 and not self.block_scaled
         #: the workload's fused epilogue (``_fuse.Fuse``: bias, activation) or None
         self.fuse = fuse
         self.epi_cols = epi_cols(out_dtype)
@@ -77,6 +80,8 @@ class Plan:
             int(c[k]) for k in ("bm", "bn", "bk", "stages", "consumers"))
         BM, BN, BK, S, NC = self.BM, self.BN, self.BK, self.S, self.NC
         self.G, self.inflight = int(c["raster"]), int(c["inflight"])
+        assert not self.block_scaled or (scale_block == BK and self.inflight == 0
+                                         and fuse is None), "bk 128, inflight 0, no fuse"
         self.major = c.get("raster_major", "m")  # a configuration from before the knob: "m"
         self.split = REG_SPLITS[c["regs"]]
         self.pingpong = c["arrangement"] == "pingpong"

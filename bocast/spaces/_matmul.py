@@ -44,9 +44,15 @@ DTYPE_PAIRS = {"fp16:fp32": ("float16", "float32"), "fp16:fp16": ("float16", "fl
                "e4m3:bf16": ("float8_e4m3fn", "bfloat16"),
                "e4m3:fp32": ("float8_e4m3fn", "float32"),
                "e5m2xe4m3:bf16": ("float8_e5m2", "bfloat16"),
-               "e5m2xe4m3:fp32": ("float8_e5m2", "float32")}
-#: fp8 (e4m3, or A e5m2 x B e4m3), per-tensor scales (``gemm.py``); GEMM only (``fp8`` below)
-FP8_PAIRS = ("e4m3:bf16", "e4m3:fp32", "e5m2xe4m3:bf16", "e5m2xe4m3:fp32")
+               "e5m2xe4m3:fp32": ("float8_e5m2", "float32"),
+               "e4m3b128:bf16": ("float8_e4m3fn", "bfloat16"),
+               "e4m3b128:fp32": ("float8_e4m3fn", "float32")}
+#: fp8 with block scales (DeepSeek-V3's: A 1 x 128, B 128 x 128 blocks, fp32; ``gemm.py``):
+#: a dtype of its own, so every per-tensor workload keeps its identity
+BLOCK_FP8_PAIRS = ("e4m3b128:bf16", "e4m3b128:fp32")
+#: fp8 (e4m3, or A e5m2 x B e4m3), per-tensor or block scales (``gemm.py``); GEMM only
+#: (``fp8`` below)
+FP8_PAIRS = ("e4m3:bf16", "e4m3:fp32", "e5m2xe4m3:bf16", "e5m2xe4m3:fp32", *BLOCK_FP8_PAIRS)
 #: the dtypes each space generation implements. v1/v2: fp16 mma.sync / WMMA, accumulating in
 #: the output's type; v3: wgmma on fp16, bf16 or fp8, fp32 accumulators, a 16-bit output rounded
 #: once (:func:`acc_dtype`), GEMM and bmm (fp8: GEMM; conv2d: fp16:fp32, ``_hopper_conv``).
@@ -138,6 +144,7 @@ class MatmulSpec:
     b_dtype: str | None = None  # B's element type where it is not in_dtype (A's)
     sm_count: int | None = None  # the target's SMs: space v3's grid (None: hl.DEFAULT_SM_COUNT)
     fuse: Any = None  # space v3's fused epilogue (_fuse.Fuse: bias, activation), or None
+    scale_block: int = 0  # fp8 block scales' K block (128: BLOCK_FP8_PAIRS), 0 without
 
     @property
     def acc_bytes(self) -> int:

@@ -9,6 +9,8 @@ workload like A and B), fp32 accumulation, the output rounded once. Layout NT on
 reads both operands K-major, and B stored [N, K] row-major is exactly the column-major [K, N]
 second operand torch._scaled_mm (cuBLASLt's "TN" fp8 GEMM, the vendor baseline) takes, so the
 two run on the same tensors. N and K multiples of 16 (_scaled_mm's rule; K's is TMA's too).
+``e4m3b128:bf16``/``:fp32``: the same with DeepSeek-V3's block scales (scale_a [M, K/128],
+scale_b [N/128, K/128]; ``_block_fp8``), a dtype of its own.
 
 Fused epilogue (``fuse``, space v3, ``_fuse.py``): C = act(scale (A B^T) + bias), the bias a
 length-N vector in the output's type, the activation relu, gelu (erf) or silu, applied to the
@@ -69,6 +71,7 @@ from __future__ import annotations
 
 from bocast.operator import TensorSpec, WorkloadError, register
 
+from . import _block_fp8 as bf
 from . import _fuse as fx
 from . import _hopper_layout as hl
 from . import _matmul as mm
@@ -108,9 +111,14 @@ class Gemm(mo.MatmulOperator):
         self.M, self.N, self.K = int(M), int(N), int(K)
         #: fp8 operands with per-tensor scales (torch._scaled_mm's contract); B's type
         self.scaled = dtype in mm.FP8_PAIRS
+        #: of those, block scales (``_block_fp8``): scale_a and scale_b are matrices
+        self.block_scaled = dtype in mm.BLOCK_FP8_PAIRS
         self.b_dtype = B_DTYPES.get(dtype, self.in_dtype)
         if self.scaled:
             check_fp8(dtype, layout, self.N, self.K)
+        if self.block_scaled and fuse != fx.NONE:
+            raise WorkloadError(f"gemm: dtype {dtype!r} (block scales) has no fused epilogue "
+                                f"yet; got fuse {fuse!r}")
         self.layout = layout
         target = hl.sm_count_entry(self.name, space, sm_count)
         self.workload = {"op": self.name, "shape": [self.M, self.N, self.K], "dtype": dtype,
@@ -126,7 +134,8 @@ class Gemm(mo.MatmulOperator):
                                     trans_b=trans_b, space=space,
                                     b_dtype=None if self.b_dtype == self.in_dtype else self.b_dtype,
                                     sm_count=target.get("sm_count", hl.DEFAULT_SM_COUNT),
-                                    fuse=self.fuse)
+                                    fuse=self.fuse,
+                                    scale_block=bf.SCALE_BLOCK if self.block_scaled else 0)
         vec_b_extent = self.K if trans_b else self.N
         self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_k", f"fetch vectors stay inside rows of A (K={self.K}) and "
@@ -142,8 +151,9 @@ class Gemm(mo.MatmulOperator):
         b_shape = (self.N, self.K) if self.layout == "NT" else (self.K, self.N)
         # fp8: the per-tensor scales, drawn in [1/64, 1/16) (away from 1: a kernel that left
         # either out fails the check)
-        scales = [TensorSpec(s, (1,), "float32", "input", SCALE_VALUES)
-                  for s in ("scale_a", "scale_b")] if self.scaled else []
+        scales = [TensorSpec(s, shape, "float32", "input", SCALE_VALUES)
+                  for s, shape in zip(("scale_a", "scale_b"), self.scale_shapes())] \
+            if self.scaled else []
         # fused: operands drawn so that the products spread about 1, the activation's
         # non-linear range (fx.operand_values); the bias in the output's type
         values = fx.operand_values(self.K, self.scaled) if self.fuse else (-1.0, 1.0)
@@ -152,6 +162,10 @@ class Gemm(mo.MatmulOperator):
         return [TensorSpec("A", (self.M, self.K), self.in_dtype, "input", values),
                 TensorSpec("B", b_shape, self.b_dtype, "input", values), *scales, *bias,
                 TensorSpec("C", (self.M, self.N), self.out_dtype, "output")]
+
+    def scale_shapes(self):
+        """The shapes of scale_a and scale_b: one element each, or block scales' matrices."""
+        return bf.scale_shapes(self.M, self.N, self.K) if self.block_scaled else ((1,), (1,))
 
     def _split(self, rest):
         """The inputs after A and B: (scale_a, scale_b, bias), None where the workload has
@@ -164,6 +178,8 @@ class Gemm(mo.MatmulOperator):
         (scale_a A, scale_b B: each fp8 value is exact in float64); then the fused epilogue's
         bias and activation, in float64 too."""
         scale_a, scale_b, bias = self._split(rest)
+        if self.block_scaled:  # every 1 x 128 block of A and 128 x 128 block of B scaled
+            return bf.reference64(a, b, scale_a, scale_b)
         b = b.double().t() if self.layout == "NT" else b.double()
         c = a.double() @ b
         c = c if scale_a is None else c * (scale_a.double() * scale_b.double())
@@ -178,7 +194,9 @@ class Gemm(mo.MatmulOperator):
 
         scale_a, scale_b, bias = self._split(rest)
         b = b.t() if self.layout == "NT" else b
-        if self.scaled:
+        if self.block_scaled:
+            c = bf.vendor_block_mm(self, a, b, scale_a, scale_b)
+        elif self.scaled:
             c = vendor_scaled_mm(self, a, b, scale_a, scale_b)
         else:
             c = mm.vendor_matmul(self, torch.mm, a, b, "torch.mm")
@@ -195,14 +213,22 @@ class Gemm(mo.MatmulOperator):
         B = te.placeholder(self.tensors()[1].shape, self.b_dtype, name="B")
         k = te.reduce_axis((0, self.K), name="k")
         nt = self.layout == "NT"
-        scales = [te.placeholder((1,), "float32", name=s) for s in ("scale_a", "scale_b")] \
-            if self.scaled else []
+        scales = [te.placeholder(shape, "float32", name=s) for s, shape in
+                  zip(("scale_a", "scale_b"), self.scale_shapes())] if self.scaled else []
+        blk = bf.SCALE_BLOCK  # block scales: each product times its blocks' two scales
         fuse = self.fuse
         bias = [te.placeholder((self.N,), out, name="bias")] if fuse and fuse.bias else []
-        C = te.compute((self.M, self.N), lambda i, j: te.sum(
-            A[i, k].astype(acc) * (B[j, k] if nt else B[k, j]).astype(acc), axis=k),
-            name="C" if acc == out and not scales and not fuse else "C_acc")
-        if scales:  # fp8: fp32 sums times both scales, then rounded once
+
+        def product(i, j):
+            p = A[i, k].astype(acc) * (B[j, k] if nt else B[k, j]).astype(acc)
+            return p * scales[0][i, k // blk] * scales[1][j // blk, k // blk] \
+                if self.block_scaled else p
+
+        C = te.compute((self.M, self.N), lambda i, j: te.sum(product(i, j), axis=k),
+                       name="C" if acc == out and not scales and not fuse else "C_acc")
+        if scales and self.block_scaled:
+            C = te.compute(C.shape, lambda i, j: C[i, j].astype(out), name="C")
+        elif scales:  # fp8: fp32 sums times both scales, then rounded once
             C = te.compute(C.shape, lambda i, j: (C[i, j] * scales[0][0] * scales[1][0])
                            .astype(acc if fuse else out), name="C_scaled" if fuse else "C")
         elif acc != out and not fuse:  # space v3's 16-bit output: fp32 sums, rounded once

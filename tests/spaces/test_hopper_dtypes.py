@@ -43,7 +43,8 @@ def test_v3_takes_the_dtypes_of_gemm_and_bmm(dtype):
 @pytest.mark.parametrize("op, shape, options, message", [
     ("gemm", (256, 256, 256), {"dtype": "bf16"},
      r"dtype 'bf16' not supported; use one of \['fp16:fp32', 'fp16:fp16', 'bf16:fp32', "
-     r"'bf16:bf16', 'e4m3:bf16', 'e4m3:fp32', 'e5m2xe4m3:bf16', 'e5m2xe4m3:fp32'\]$"),
+     r"'bf16:bf16', 'e4m3:bf16', 'e4m3:fp32', 'e5m2xe4m3:bf16', 'e5m2xe4m3:fp32', "
+     r"'e4m3b128:bf16', 'e4m3b128:fp32'\]$"),
     ("gemm", (256, 256, 256), {"dtype": "bf16:fp16", "space": "v3"}, "use one of"),
     ("gemm", (256, 256, 256), {"dtype": "bf16:fp32", "space": "v2"},
      r"dtype 'bf16:fp32' needs space v3; space v2 implements \['fp16:fp32', 'fp16:fp16'\]$"),
