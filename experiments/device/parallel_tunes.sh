@@ -11,7 +11,10 @@
 #   JOBS=experiments/device/jobs/breadth_a.txt bash experiments/device/parallel_tunes.sh
 # A jobs file: one tune per line, `QUEUE NAME ARGS...` (QUEUE 0..GPUS-1; ARGS are `bocast tune`'s;
 # blank lines and # comments skipped); a line whose NAME starts with `py:` runs
-# experiments/device/NAME-without-py:.py ARGS on that queue's GPU instead (context timings).
+# experiments/device/NAME-without-py:.py ARGS on that queue's GPU instead (context timings), one
+# whose NAME starts with `sh:` the device script experiments/device/NAME-without-sh:.sh (its
+# environment: ARGS are not passed; its files land in $OUT beside this script's, its last lines
+# in this script's output).
 # RUN_S kills a tune (SEARCH_S is its --seconds); a tune cut short keeps its stored trials. A
 # line's own --trials/--seed/--warm-start come after the defaults, so they win.
 # Table last: per tune, trials, figure, best TFLOPS, the reference's, the ratio, key knobs.
@@ -46,6 +49,12 @@ run_queue() {  # $1: the queue (= GPU index)
     out=$root/$name
     mkdir -p "$out"
     t0=$(date +%s)
+    if [[ $name == sh:* ]]; then  # a whole device script on this queue's GPU
+      CUDA_VISIBLE_DEVICES=$q timeout "${SH_S:-540}" bash "experiments/device/${name#sh:}.sh" \
+        > "$out/stdout.log" 2>&1
+      echo "queue $q: $name exit $? in $(( $(date +%s) - t0 )) s"; tail -n 30 "$out/stdout.log"
+      continue
+    fi
     if [[ $name == py:* ]]; then
       # shellcheck disable=SC2086
       CUDA_VISIBLE_DEVICES=$q timeout "$RUN_S" python3 "experiments/device/${name#py:}.py" $args \
@@ -81,7 +90,7 @@ print("|" + " --- |" * 13)
 KEYS = ("bm", "bn", "bk", "stages", "a_load", "split_k", "cluster", "arrangement", "epilogue")
 for out in sorted(glob.glob(f"{root}/*/")):
     name = os.path.basename(out.rstrip("/"))
-    if name.startswith("py:"):
+    if name.startswith(("py:", "sh:")):
         continue
     if not os.path.exists(f"{out}summary.json"):
         tail = "".join(open(f"{out}tune.log").readlines()[-3:]).strip().replace("\n", " / ") \
