@@ -138,6 +138,9 @@ class MatmulSpec:
     b_dtype: str | None = None  # B's element type where it is not in_dtype (A's)
     sm_count: int | None = None  # the target's SMs: space v3's grid (None: hl.DEFAULT_SM_COUNT)
     fuse: Any = None  # space v3's fused epilogue (_fuse.Fuse: bias, activation), or None
+    #: the operator's names of the GEMM's A, B and C tensors (space v3's kernel parameters, bound
+    #: by name): a GEMV's are X, A, Y
+    operands: tuple[str, str, str] = ("A", "B", "C")
 
     @property
     def acc_bytes(self) -> int:
