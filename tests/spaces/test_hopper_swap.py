@@ -155,17 +155,21 @@ def test_swap_reaches_the_generated_cuda_and_the_tensor_maps():
     assert "m64n32k16.f32.f16.f16" in low.source and "st.global.v2" not in low.source
     split = lowered(op, {**SWAP, "bm": 32, "split_k": 2, "bk": 32})
     assert split.zeroed == ("C",) and "red.global.add.f32" in split.source
+    # fp8 e5m2 x e4m3: the kernel's first operand is B, e4m3 (both K-major, as fp8 needs)
+    fp8 = make("gemm", (16, 4096, 4096), dtype="e5m2xe4m3:bf16", space="v3")
+    low = lowered(fp8, SWAP)
+    assert "m64n16k32.f32.e4m3.e5m2" in low.source
+    assert low.tensor_maps["A_map"]["dtype"] == "float8_e5m2"
 
 
 def test_gemv_runs_on_v3_with_its_tensors_named():
     """A GEMV on v3 is the GEMM of M = B vectors, N = the matrix's rows: the kernel's
-    parameters are the GEMV's X, A, Y; space auto keeps v2 (AUTO_V3_GEMV off)."""
+    parameters are the GEMV's X, A, Y."""
     g = make("gemv", (4096, 14336, 8), space="v3")
     low = lowered(g, {**SWAP, "bm": 8, "split_k": 4})
     assert set(low.args) == {"A_map", "B_map", "Y"} and low.zeroed == ("Y",)
     assert {m["tensor"] for m in low.tensor_maps.values()} == {"X", "A"}
     assert "m64n8k16" in low.source
-    assert make_named("gemv", (4096, 14336, 8)).workload["space"] == "v2"
 
 
 @needs_nvcc
@@ -180,3 +184,14 @@ def test_swapped_kernels_build_for_sm_90a_without_spills():
     (res,) = check_v3_builds(gemv, [{**SWAP, "bm": 8, "bn": 64, "consumers": 1,
                                      "split_k": 2, "stages": 6}])
     assert res["zeroed"] == ("Y",)
+
+
+def test_space_auto_takes_v3_for_a_gemv_only_when_switched_on(monkeypatch):
+    from bocast.spaces import gemv
+
+    assert make_named("gemv", (4096, 14336, 8)).workload["space"] == "v2"
+    monkeypatch.setattr(gemv, "AUTO_V3_GEMV", True)
+    monkeypatch.setattr(gemv.Gemv, "v3_rule", "AUTO_V3_GEMV (switched on): M >= 64")
+    op = make_named("gemv", (4096, 14336, 8))
+    assert op.workload["space"] == "v3" and "AUTO_V3_GEMV" in op.space_choice
+    assert make_named("gemv", (32, 4096, 8)).workload["space"] == "v2"  # M < 64
