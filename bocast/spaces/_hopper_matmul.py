@@ -21,6 +21,10 @@ outermost; a tile must not cross a batch element (``bmm_tiles_within_batch``: BM
 divides N; K may be ragged). Configurations outside it are refused by named constraints or,
 for the workload, by :func:`check_workload`.
 
+Swap AB (``swap_ab``, GEMM and GEMV: ``_hopper_swap``): the same body over C^T = B A^T, B's
+rows as wgmma's M and C's BM rows (8 to 256) as its N, C stored transposed. A GEMV is the GEMM
+of M = its vectors (``GEMV_NAMES``: the kernel's parameters carry its tensors' names).
+
 Kernel arguments: the tensor maps of A and B (``__grid_constant__ CUtensorMap``, encoded by the
 runner with ``cuTensorMapEncodeTiled`` from :attr:`TirxKernel.tensor_maps`) and C's pointer, or
 with the tma epilogue C's tensor map (in C's type); fp8's also the scales' pointers (scale_a,
