@@ -9,6 +9,7 @@ from __future__ import annotations
 # from (stages, swizzles, descriptors, tensor maps, staging boxes)
 from bocast.operator import DTYPES as DTYPE_BYTES
 from bocast.operator import WorkloadError
+from bocast.space import Constraint
 
 #: SMs of the target when none is known (H100 SXM and H200; a replay or a static build on a
 #: CPU): a workload names its GPU's own (``sm_count``, read from the device by a live run;
@@ -170,3 +171,30 @@ def staging_offset(lt, jj, h, size: int = 4):
     r = lt // 32 * 16 + lt % 32 // 4 + h * 8
     col_bytes = (jj * 8 + lt % 4 * 2) * size  # the pair's first byte in its unswizzled row
     return r * EPI_ROW_BYTES + ((col_bytes // 16) ^ (r % 8)) * 16 + col_bytes % 16
+
+
+def cluster_constraints(spec) -> list[Constraint]:
+    """What a 2-CTA cluster (2x1 or 1x2) needs; 1x1 passes every one."""
+    M, N = spec.M, spec.N
+    return [
+        Constraint("cluster_pairs_whole_tiles",
+                   "a cluster's two CTAs hold paired tiles at every step of their walk (2x1: "
+                   "block rows 2p and 2p + 1 of one block column; 1x2: block columns 2q and "
+                   "2q + 1 of one block row) and walk the same number of them, so the pairing "
+                   f"is exact: ceil(M / BM) even for 2x1 (M = {M}), ceil(N / BN) even for 1x2 "
+                   f"(N = {N}), in each batch element",
+                   lambda c: (c["tiles_m"] % c["cluster_m"] == 0)
+                   & (c["tiles_n"] % c["cluster_n"] == 0)),
+        Constraint("cluster_shared_operand_whole",
+                   "each CTA of a cluster loads one half of the shared operand's box (2x1: B's "
+                   "BN rows, 1x2: A's BM rows) and multicasts it to both, so that operand's "
+                   f"rows have no ragged edge: N % BN == 0 for 2x1 (N = {N}), M % BM == 0 for "
+                   f"1x2 (M = {M}); ragged extents only along the paired dimension",
+                   lambda c: ((c["cluster_m"] == 1) | (N % c["bn"] == 0))
+                   & ((c["cluster_n"] == 1) | (M % c["bm"] == 0))),
+        Constraint("cluster_divides_grid",
+                   f"the grid ({target_sms(spec)} persistent CTAs (the target's SMs) or one a "
+                   "tile, at most the tiles) is "
+                   "whole clusters: the cluster size divides it",
+                   lambda c: c["grid"] % c["cluster_size"] == 0),
+    ]

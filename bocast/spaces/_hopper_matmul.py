@@ -21,6 +21,10 @@ outermost; a tile must not cross a batch element (``bmm_tiles_within_batch``: BM
 divides N; K may be ragged). Configurations outside it are refused by named constraints or,
 for the workload, by :func:`check_workload`.
 
+Swap AB (``swap_ab``, GEMM and GEMV: ``_hopper_swap``): the same body over C^T = B A^T, B's
+rows as wgmma's M and C's BM rows (8 to 256) as its N, C stored transposed. A GEMV is the GEMM
+of M = its vectors (``GEMV_NAMES``: the kernel's parameters carry its tensors' names).
+
 Kernel arguments: the tensor maps of A and B (``__grid_constant__ CUtensorMap``, encoded by the
 runner with ``cuTensorMapEncodeTiled`` from :attr:`TirxKernel.tensor_maps`) and C's pointer, or
 with the tma epilogue C's tensor map (in C's type); fp8's also the scales' pointers (scale_a,
@@ -40,6 +44,7 @@ from . import _fuse as fx
 from . import _hopper_blockscale as bs
 from . import _hopper_kernel as hk
 from . import _hopper_split as sk
+from . import _hopper_swap as sw
 from . import _matmul as mm
 from ._hopper_layout import (
     CLUSTERS,
@@ -50,6 +55,7 @@ from ._hopper_layout import (
     REG_SPLITS,
     WGMMA_TYPES,
     bk_choices,
+    cluster_constraints,
     encode_args,
     epi_cols,
     target_sms,
@@ -70,8 +76,9 @@ BATCH_KNOB = False
 def check_workload(spec: mm.MatmulSpec) -> None:
     """What the template implements, refused by name otherwise."""
     what = "space v3 (Hopper TMA + wgmma)"
-    if spec.epilogue is not None or spec.block != "C":
-        raise WorkloadError(f"{what} implements GEMM and bmm only so far; use space v2")
+    if spec.epilogue is not None or (spec.block, spec.operands) not in (
+            ("C", ("A", "B", "C")), ("Y", GEMV_NAMES)):
+        raise WorkloadError(f"{what} implements GEMM, bmm and GEMV only so far; use space v2")
     if not spec.trans_b:
         raise WorkloadError(f"{what} needs layout NT (B stored [N, K], K-major); use space v2 "
                             "for NN")
@@ -142,7 +149,9 @@ def derive(spec):
     def run(c):
         bm, bn, bk, cons = c["bm"], c["bn"], c["bk"], c["consumers"]
         threads = 128 * (1 + cons)
-        rows = np.where(c["arrangement"] == "pingpong", bm, bm // cons)  # one consumer's
+        # the kernel's tile: C's, or C^T's under swap_ab (_hopper_swap): wgmma M rows, N columns
+        k_rows, k_cols = sw.kernel_tile(c)
+        rows = np.where(c["arrangement"] == "pingpong", k_rows, k_rows // cons)  # one consumer's
         atoms = rows // 64
         tiles_m, tiles_n = -(-M // bm), -(-N // bn)  # ceil: ragged edges are partial tiles
         epi = np.where(c["epilogue"] == "tma", cons * EPI_SMEM_PER_CONSUMER, 0)
@@ -155,7 +164,7 @@ def derive(spec):
         units = tiles * splits
         return {"wave_efficiency": wave_efficiency(batch * M * N * splits, units, bm, bn, sms),
                 "threads": threads, "atoms": atoms, "consumer_rows": rows,
-                "acc_regs": atoms * bn // 2,
+                "acc_regs": atoms * k_cols // 2,
                 "consumer_regs": consumer_regs, "producer_regs": _regs(c, 0),
                 "smem_bytes": smem, "dynamic_smem_bytes": smem - BARRIER_SMEM,
                 "static_smem_bytes": np.full_like(bm, BARRIER_SMEM),
@@ -199,10 +208,11 @@ def constraints(spec) -> list[Constraint]:
     N, out, out_size = spec.N, spec.out_dtype, DTYPE_BYTES[spec.out_dtype]
     out_name = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[out]
     return [
-        Constraint("bm_whole_atoms", "a consumer's rows are whole m64 wgmma atoms: BM % (64 x "
-                   "consumers) == 0 when they split a tile (cooperative)",
+        Constraint("bm_whole_atoms", "a consumer's rows are whole m64 wgmma atoms: BM (BN under "
+                   "swap_ab, the kernel's rows) % (64 x consumers) == 0 when they split a tile "
+                   "(cooperative)",
                    lambda c: (c["arrangement"] == "pingpong")
-                   | (c["bm"] % (64 * c["consumers"]) == 0)),
+                   | (sw.kernel_tile(c)[0] % (64 * c["consumers"]) == 0)),
         Constraint("pingpong_needs_two", "ping-pong takes turns: it needs 2 consumers",
                    lambda c: (c["arrangement"] == "cooperative") | (c["consumers"] == 2)),
         *batch_constraints(spec),
@@ -251,40 +261,14 @@ def constraints(spec) -> list[Constraint]:
     ]
 
 
-def cluster_constraints(spec) -> list[Constraint]:
-    """What a 2-CTA cluster (2x1 or 1x2) needs; 1x1 passes every one."""
-    M, N = spec.M, spec.N
-    return [
-        Constraint("cluster_pairs_whole_tiles",
-                   "a cluster's two CTAs hold paired tiles at every step of their walk (2x1: "
-                   "block rows 2p and 2p + 1 of one block column; 1x2: block columns 2q and "
-                   "2q + 1 of one block row) and walk the same number of them, so the pairing "
-                   f"is exact: ceil(M / BM) even for 2x1 (M = {M}), ceil(N / BN) even for 1x2 "
-                   f"(N = {N}), in each batch element",
-                   lambda c: (c["tiles_m"] % c["cluster_m"] == 0)
-                   & (c["tiles_n"] % c["cluster_n"] == 0)),
-        Constraint("cluster_shared_operand_whole",
-                   "each CTA of a cluster loads one half of the shared operand's box (2x1: B's "
-                   "BN rows, 1x2: A's BM rows) and multicasts it to both, so that operand's "
-                   f"rows have no ragged edge: N % BN == 0 for 2x1 (N = {N}), M % BM == 0 for "
-                   f"1x2 (M = {M}); ragged extents only along the paired dimension",
-                   lambda c: ((c["cluster_m"] == 1) | (N % c["bn"] == 0))
-                   & ((c["cluster_n"] == 1) | (M % c["bm"] == 0))),
-        Constraint("cluster_divides_grid",
-                   f"the grid ({target_sms(spec)} persistent CTAs (the target's SMs) or one a "
-                   "tile, at most the tiles) is "
-                   "whole clusters: the cluster size divides it",
-                   lambda c: c["grid"] % c["cluster_size"] == 0),
-    ]
-
-
 def space(spec, vec: Constraint, extra_knobs: Sequence[Knob] = (),
           extra_constraints: Sequence[Constraint] = ()) -> Space:
     """``vec`` (the v1/v2 fetch's vector rule) has no knob here: TMA copies whole boxes."""
     check_workload(spec)
-    return Space(knobs(spec) + sk.knobs(spec) + list(extra_knobs),
-                 constraints(spec) + sk.constraints(spec) + list(extra_constraints),
-                 derive(spec))
+    base = [sw.bm_knob(k, spec) if k.name == "bm" else k for k in knobs(spec)]
+    return Space(base + sk.knobs(spec) + sw.knobs(spec) + list(extra_knobs),
+                 constraints(spec) + sk.constraints(spec) + sw.constraints(spec)
+                 + list(extra_constraints), derive(spec))
 
 
 def build_options(config) -> dict:
@@ -298,29 +282,46 @@ def schedule(spec, func, config, prepare) -> hk.TirxKernel:  # noqa: ARG001 - v1
     """The kernel of one configuration (``func`` and ``prepare`` belong to the s_tir spaces)."""
     return kernel(spec.M, spec.N, spec.K, config, batch=max(spec.batch, 1),
                   in_dtype=spec.in_dtype, out_dtype=spec.out_dtype, b_dtype=spec.b_dtype,
-                  sm_count=target_sms(spec), fuse=spec.fuse, scale_block=spec.scale_block)
+                  sm_count=target_sms(spec), fuse=spec.fuse, scale_block=spec.scale_block,
+                  names=spec.operands)
+
+
+#: the operator's tensors (A, B, C of the GEMM) as a GEMV names them: vectors X [B, K] are the
+#: GEMM's A, the matrix A [M, K] its B, Y [B, M] its C (gemv.py)
+GEMV_NAMES = ("X", "A", "Y")
 
 
 def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "float16",
            out_dtype: str = "float32", b_dtype: str | None = None,
-           sm_count: int = DEFAULT_SM_COUNT, fuse=None, scale_block: int = 0) -> hk.TirxKernel:
+           sm_count: int = DEFAULT_SM_COUNT, fuse=None, scale_block: int = 0,
+           names: tuple[str, str, str] = ("A", "B", "C")) -> hk.TirxKernel:
     from tvm.script import tirx as T
 
-    p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype, b_dtype=b_dtype,
-                sm_count=sm_count, fuse=fuse, scale_block=scale_block)
-    b_dtype = p.b_dtype
+    b_dtype = b_dtype or in_dtype
+    # swap_ab (_hopper_swap): the kernel computes C^T = B A^T, its first operand B (never with
+    # block scales: their space has no swap_ab)
+    swap = config.get("swap_ab", "off") == "on"
+    if swap:
+        p = hk.Plan(sw.kernel_config(config), N, M, K, batch, in_dtype=b_dtype,
+                    out_dtype=out_dtype, b_dtype=in_dtype, sm_count=sm_count, fuse=fuse)
+    else:
+        p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype,
+                    b_dtype=b_dtype, sm_count=sm_count, fuse=fuse, scale_block=scale_block)
     # split K: every unit adds its fp32 partial sums into C, which the launch zeroes first
     # (TirxKernel.zeroed); TMA's reduce-add for the tma epilogue, red.global.add otherwise
     adds = p.splits > 1
     assert not adds or out_dtype == "float32", "split_k_needs_fp32_output"
-    zeroed = ("C",) if adds else ()
+    zeroed = (names[2],) if adds else ()
     BM, BK, tma_store = p.BM, p.BK, p.tma_store
-    maps = {"A_map": tensor_map("A", batch * M, K, p.a_box, BK, in_dtype),
-            "B_map": tensor_map("B", batch * N, K, p.b_box, BK, b_dtype)}
+    a_box, b_box = (p.b_box, p.a_box) if swap else (p.a_box, p.b_box)  # A's and B's boxes
+    maps = {"A_map": tensor_map(names[0], batch * M, K, a_box, BK, in_dtype),
+            "B_map": tensor_map(names[1], batch * N, K, b_box, BK, b_dtype)}
     if tma_store:
-        maps["C_map"] = tensor_map("C", batch * M, N, EPI_ROWS, epi_cols(out_dtype), out_dtype)
+        maps["C_map"] = tensor_map(names[2], batch * M, N, EPI_ROWS, epi_cols(out_dtype),
+                                   out_dtype)
     a_tma, b_tma, *c_tma = (encode_args(m) for m in maps.values())
-    store_box, store_rows = row_major_stores(p, M, N, out_dtype, adds=adds)
+    store_box, store_rows = (sw.transposed_stores(p, out_dtype, adds=adds) if swap else
+                             row_major_stores(p, M, N, out_dtype, adds=adds))
     body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
                                          store_box=store_box, store_rows=store_rows))
 
@@ -335,12 +336,24 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
             T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, out_dtype, 2, C.data,
                           *c_tma[0])
         T.device_entry()
-        body(A_map, B_map, C, C_map if tma_store else None, scale_a, scale_b, bias)
+        if swap:  # the kernel's first operand is B
+            body(B_map, A_map, C, None, scale_a, scale_b, bias)
+        else:
+            body(A_map, B_map, C, C_map if tma_store else None, scale_a, scale_b, bias)
 
     if fuse is not None and fuse.bias:  # a bias vector among the parameters (_fuse.entry)
         return p.kernel(fx.entry(launch, rows_a=batch * M, rows_b=batch * N, K=K, N=N,
                                  in_dtype=in_dtype, b_dtype=b_dtype, out_dtype=out_dtype,
                                  scaled=p.scaled), maps)
+    if names == GEMV_NAMES:  # the kernel's parameters named as the GEMV's tensors
+        @T.prim_func
+        def gemv(A_ptr: T.handle, X_ptr: T.handle, Y_ptr: T.handle):
+            A = T.match_buffer(A_ptr, (N, K), b_dtype, align=16)  # the matrix: the GEMM's B
+            X = T.match_buffer(X_ptr, (M, K), in_dtype, align=16)  # the vectors: its A
+            Y = T.match_buffer(Y_ptr, (M, N), out_dtype, align=16)
+            launch(X, A, Y, None, None)
+
+        return p.kernel(gemv, maps, zeroed)
     if not p.scaled and not p.block_scaled:
         @T.prim_func
         def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):

@@ -145,6 +145,9 @@ class MatmulSpec:
     sm_count: int | None = None  # the target's SMs: space v3's grid (None: hl.DEFAULT_SM_COUNT)
     fuse: Any = None  # space v3's fused epilogue (_fuse.Fuse: bias, activation), or None
     scale_block: int = 0  # fp8 block scales' K block (128: BLOCK_FP8_PAIRS), 0 without
+    #: the operator's names of the GEMM's A, B and C tensors (space v3's kernel parameters, bound
+    #: by name): a GEMV's are X, A, Y
+    operands: tuple[str, str, str] = ("A", "B", "C")
 
     @property
     def acc_bytes(self) -> int:

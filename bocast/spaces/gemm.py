@@ -79,8 +79,9 @@ from . import _matmul_operator as mo
 
 LAYOUTS = ("NT", "NN")
 #: the switch for skinny GEMMs: True lets ``space: auto`` take v3 (with its split K, the
-#: ``split_k`` knob) for a GEMM of M < 64 too, N >= 64. Off until measured: v2 won at M = 32
-#: before split K existed; experiments/device/skinny_check.sh compares them at M = 16 and 128
+#: ``split_k`` knob, and swap-AB, ``swap_ab``) for a GEMM of M < 64 too, N >= 64. Off until
+#: measured: v2 won at M = 32 before split K existed; experiments/device/skinny_check.sh
+#: compares them at M = 16 and 128, skinny_swap.sh tunes v3 with swap-AB at M = 16 and 64
 AUTO_V3_SKINNY_M = False
 
 

@@ -1,4 +1,4 @@
-"""Matrix times a batch of vectors on Tensor Cores (WMMA): Y[b, m] = sum_k X[b, k] * A[m, k], i.e.
+"""Matrix times a batch of vectors on Tensor Cores: Y[b, m] = sum_k X[b, k] * A[m, k], i.e.
 ``torch.nn.functional.linear(X, A)``, with a matrix A[M, K], vectors X[B, K] and fp16 inputs, fp32
 or fp16 accumulation and output.
 
@@ -12,6 +12,11 @@ matrix is read once whatever the batch.
 Default: a 4096 x 4096 matrix and 16 vectors. Heron's figure-6 cases use batch 1 and shapes (M, K)
 GV1 [512,16], GV2 [1024,256], GV3 [256,1024], GV4 [512,256], GV5 [1024,1024]; here
 ``--shape M,K`` is batch 1.
+
+Space v3 (``--space v3``, fp16 only; ``space: auto`` keeps v2 until measured,
+:data:`AUTO_V3_GEMV`) runs it on the GEMM's Hopper template (``_hopper_matmul``), whose
+``swap_ab`` knob (``_hopper_swap``) lets the matrix's rows fill wgmma's 64-row M and the vectors
+be its N (8 to 256), with split K for matrices of few row tiles.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from bocast.operator import TensorSpec, WorkloadError, register
 from . import _matmul as mm
 from . import _matmul_operator as mo
 
+#: see Gemv.v3_rule
+AUTO_V3_GEMV = False
+
 
 @register
 class Gemv(mo.MatmulOperator):
@@ -30,19 +38,29 @@ class Gemv(mo.MatmulOperator):
     shape_help = ("M,K[,B] (Y[B,M] = X[B,K] @ A[M,K]^T: B vectors times an M x K matrix; "
                   "B=1 when left out)")
     default_shape = (4096, 4096, 16)
+    #: the switch for ``space: auto``: True takes v3 (swap_ab, split K) for a GEMV whose matrix
+    #: has at least 64 rows. Off until measured against v2 (experiments/device/skinny_swap.sh)
+    v3_rule = f"AUTO_V3_GEMV (switched on): M >= {mm.AUTO_V3_MIN_MN}" if AUTO_V3_GEMV else None
+
+    @classmethod
+    def prefers_v3(cls, shape: tuple[int, ...]) -> bool:
+        return AUTO_V3_GEMV and len(shape) in (2, 3) and shape[0] >= mm.AUTO_V3_MIN_MN
 
     def __init__(self, M: int, K: int, B: int = 1, *, dtype: str = "fp16:fp32",
                  space: str = mm.DEFAULT_SPACE):
         mm.check_extents(self.name, ("M", "K", "B"), (M, K, B))
-        # gemv has no v3 (the fp16 spaces)
+        # fp16 only, on every space (v3 too: bf16 and fp8 GEMVs are not offered yet)
         self.in_dtype, self.out_dtype = mm.dtype_pair(self.name, dtype, space, ("v1", "v2"))
         self.M, self.K, self.B = int(M), int(K), int(B)
         self.workload = {"op": self.name, "shape": [self.M, self.K, self.B], "dtype": dtype,
                          "space": mm.space_version(self.name, space)}
-        # the vectors are the matmul's A operand and the matrix its (transposed) B
-        self.matmul = mm.MatmulSpec(self.B, self.M, self.K, self.in_dtype, self.out_dtype,
+        # the vectors are the matmul's A operand and the matrix its (transposed) B; on v3
+        # (_hopper_matmul, its swap_ab knob: the matrix's rows fill wgmma's M) the kernel's
+        # parameters are named as these tensors (operands) and it accumulates in fp32
+        self.matmul = mm.MatmulSpec(self.B, self.M, self.K, self.in_dtype,
+                                    mm.acc_dtype(space, self.out_dtype),
                                     out_dtype=self.out_dtype, trans_b=True, block="Y",
-                                    space=space)
+                                    space=space, operands=("X", "A", "Y"))
         self.space = self.matmul_space(mm.vec_constraint(
             "vec_divides_k", f"fetch vectors stay inside rows of X and A (K={self.K})", (self.K,)))
 
