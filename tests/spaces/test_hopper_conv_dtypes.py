@@ -208,3 +208,19 @@ def test_a_sampled_bf16_configuration_of_each_producer_builds_for_sm_90a(produce
     op = make("conv2d", RAGGED, dtype=dtype, space="v3")
     config = next(c for c in op.space.sample(64, rng=0) if c["a_load"] == producer)
     check_v3_builds(op, [config])
+
+
+def test_a_16_bit_outputs_tma_epilogue_rules_hold_for_both_producers():
+    """GEMM's 16-bit tma rules over Y's maps: a consumer's 64-column boxes pair up, and Y's
+    rows (K output channels of 2 bytes) are multiples of 16 bytes."""
+    one_box = {"bm": 64, "bn": 64, "consumers": 1, "epilogue": "tma"}
+    for producer in (TILED, IM2COL):
+        config = {**producer, **one_box}
+        assert make("conv2d", RAGGED, space="v3").space.validate(config) == []
+        assert make("conv2d", RAGGED, dtype="bf16:bf16", space="v3").space.validate(config) \
+            == ["tma_boxes_pair_up"]
+        odd_k = (7, 13, 11, 64, 100, 3, 3, 1, 1, 1)  # 200-byte rows of bf16
+        tma = {**producer, "epilogue": "tma"}
+        assert make("conv2d", odd_k, dtype="bf16:bf16", space="v3").space.validate(tma) == \
+            ["tma_store_needs_n_multiple_of_4"]
+        assert make("conv2d", odd_k, dtype="bf16:fp32", space="v3").space.validate(tma) == []
