@@ -14,7 +14,7 @@ from typing import Any
 from bocast import api
 from bocast.errors import InputError
 from bocast.locations import check_writable
-from bocast.shapes_file import Shape, entry, read
+from bocast.shapes_file import Shape, command_options, entry, read
 
 PLAN = "plan.json"
 #: a run's settings that are one per workload: the run sets them itself
@@ -44,7 +44,7 @@ class Item:
     def text(self) -> str:
         w = self.workload  # gemm 128x4096x4096 fp16:fp32 NT v3
         return " ".join([w["op"], "x".join(map(str, w["shape"])),
-                         *(str(w[k]) for k in ("dtype", "layout", "space") if w.get(k))])
+                         *(str(w[k]) for k in ("dtype", "layout", "fuse", "space") if w.get(k))])
 
 
 @dataclass
@@ -98,6 +98,7 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
     from bocast.operator import canonical_workload, from_workload
 
     listed, stem = _entries(op, shapes)
+    command_options(listed, settings)  # --layout, --fuse: every entry's operator takes them
     for key, why in PER_WORKLOAD.items():
         if settings.get(key) is not None:
             raise InputError(f"{key}: not for a run of many shapes ({why})")
@@ -112,7 +113,7 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
     items: list[Item] = []
     seen: dict[str, str] = {}
     for i, (e, where) in enumerate(listed):
-        own = {k: v for k, v in (("dtype", e.dtype), ("layout", e.layout)) if v}
+        own = e.options()  # its dtype, layout, fuse over the command's
         try:
             cfg = api.quick_config(e.op, e.shape, runner=kind, **{**settings, **own,
                                                                    "output": "."})
@@ -137,8 +138,8 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
     for it in items:
         w = it.workload
         name = "_".join([f"{it.index + 1:02d}", w["op"], "x".join(map(str, w["shape"])),
-                         *(str(w[k]).replace(":", "-") for k in ("dtype", "layout", "space")
-                           if w.get(k))])
+                         *(str(w[k]).replace(":", "-").replace("+", "-")
+                           for k in ("dtype", "layout", "fuse", "space") if w.get(k))])
         it.config["output"] = os.path.join(output, name)
     first = cfgmod.parse(items[0].config, rpc=rpc)
     if kind == "local":

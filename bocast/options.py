@@ -120,7 +120,8 @@ class Workload(Options):
         metadata=about(doc="the operator's extents, e.g. [M, N, K] for gemm"))
     dtype: str | None = opt(None, doc="input:output types: fp16:fp32 (the default) or "
                                       "fp16:fp16; bf16:fp32 or bf16:bf16 on space v3 (gemm, "
-                                      "bmm); e4m3:bf16, e4m3:fp32, e5m2xe4m3:bf16 or "
+                                      "bmm, the direct convolutions); e4m3:bf16, e4m3:fp32, "
+                                      "e5m2xe4m3:bf16 or "
                                       "e5m2xe4m3:fp32 on space v3 (gemm: fp8 with "
                                       "per-tensor scales; e5m2xe4m3: A in e5m2); "
                                       "e4m3b128:bf16 or e4m3b128:fp32 (gemm, v3: fp8 "

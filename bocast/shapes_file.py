@@ -4,19 +4,24 @@ shapes``) writes them for a torch model.
 
 - **CSV** (``.csv``): a header line naming the columns, then one workload a line; ``#`` starts a
   comment line. Columns: ``op`` and ``shape`` (extents separated by ``x``, or by commas inside
-  quotes), and optionally ``dtype``, ``layout``, ``count`` (how many times one forward pass runs
-  it) and ``name`` (what it is in the model)::
+  quotes), and optionally ``dtype``, ``layout``, ``fuse`` (a GEMM's fused epilogue: ``bias``,
+  ``bias+gelu``, ...; an nn.Linear with a bias is ``bias``), ``count`` (how many times one
+  forward pass runs it) and ``name`` (what it is in the model)::
 
-      op,shape,dtype,count,name
-      gemm,128x4096x4096,fp16:fp32,64,q_proj o_proj
+      op,shape,dtype,fuse,count,name
+      gemm,128x4096x4096,fp16:fp32,,64,q_proj o_proj
+      gemm,128x14336x4096,bf16:bf16,bias,32,mlp.*.up
 
 - **YAML** (``.yaml``, ``.yml``): a list of mappings with the same keys (``shape`` a list of
   integers or the text above)::
 
       - {op: gemm, shape: [128, 4096, 4096], dtype: "fp16:fp32", count: 64}
 
-An entry without ``dtype`` or ``layout`` takes the command's (``--dtype``), else the operator's
-default. Bad input is one :class:`ShapesError` naming the file and the line.
+An entry without ``dtype``, ``layout`` or ``fuse`` takes the command's (``--dtype``, ``--fuse``),
+else the operator's default. A command's ``--layout`` or ``--fuse`` is every entry's: a list with
+an operator that takes none (a convolution) is refused before anything runs, naming the entry
+(:func:`command_options`); a list of GEMMs and convolutions fuses GEMMs by its ``fuse`` column.
+Bad input is one :class:`ShapesError` naming the file and the line.
 """
 
 from __future__ import annotations
@@ -33,7 +38,10 @@ from bocast.errors import InputError
 from bocast.files import atomic_write
 
 #: the columns (CSV) and keys (YAML) of an entry, in the order written
-COLUMNS = ("op", "shape", "dtype", "layout", "count", "name")
+COLUMNS = ("op", "shape", "dtype", "layout", "fuse", "count", "name")
+#: the workload options an entry may set, over the command's (the others are what it says of
+#: the model)
+OPTIONS = ("dtype", "layout", "fuse")
 #: a shapes file is read only up to this size (a model's de-duplicated shapes are a few dozen)
 MAX_BYTES = 256 * 1024
 
@@ -44,9 +52,9 @@ class ShapesError(InputError):
 
 @dataclass(frozen=True)
 class Shape:
-    """One workload of a shapes file: an operator's shape, with its dtype and layout where
-    given, and what the model says of it (``count``, ``name``). ``line``: where it was read
-    (None: given in code)."""
+    """One workload of a shapes file: an operator's shape, with its dtype, layout and fused
+    epilogue where given, and what the model says of it (``count``, ``name``). ``line``: where
+    it was read (None: given in code)."""
 
     op: str
     shape: tuple[int, ...]
@@ -55,21 +63,54 @@ class Shape:
     count: int | None = None
     name: str | None = None
     line: int | None = None
+    fuse: str | None = None  # last: the fields before it keep their positions
+
+    def options(self) -> dict[str, str]:
+        """The workload options this entry sets (:data:`OPTIONS` it gives)."""
+        return {k: getattr(self, k) for k in OPTIONS if getattr(self, k)}
 
     def workload(self) -> dict[str, Any]:
         """The configuration's ``workload`` fields this entry sets."""
-        return {"op": self.op, "shape": list(self.shape),
-                **{k: v for k, v in (("dtype", self.dtype), ("layout", self.layout)) if v}}
+        return {"op": self.op, "shape": list(self.shape), **self.options()}
 
     @property
     def text(self) -> str:
-        """``gemm 128x4096x4096 fp16:fp32 NT``: the entry in a line (dtype, layout if given)."""
-        return " ".join([self.op, "x".join(map(str, self.shape)),
-                         *(v for v in (self.dtype, self.layout) if v)])
+        """``gemm 128x4096x4096 fp16:fp32 NT bias``: the entry in a line (dtype, layout, fuse
+        if given)."""
+        return " ".join([self.op, "x".join(map(str, self.shape)), *self.options().values()])
 
     def row(self) -> dict[str, Any]:
         return {"op": self.op, "shape": "x".join(map(str, self.shape)), "dtype": self.dtype,
-                "layout": self.layout, "count": self.count, "name": self.name}
+                "layout": self.layout, "fuse": self.fuse, "count": self.count, "name": self.name}
+
+
+def command_options(listed: Sequence[tuple[Shape, str]], options: Mapping[str, Any]) -> None:
+    """A command's workload options (``--layout``, ``--fuse``) apply to every entry: one
+    ShapesError, before anything runs, naming the first entry whose operator takes none of one
+    given (a convolution has no layout and no fused epilogue). ``listed``: each entry with where
+    it was given."""
+    for key in OPTIONS:
+        value = options.get(key)
+        if value is None:
+            continue
+        for e, where in listed:
+            if key not in _option_names(e.op) and key not in e.options():
+                takes = [o for o in sorted({x.op for x, _ in listed})
+                         if key in _option_names(o)]
+                if not takes:
+                    raise ShapesError(f"--{key} {value}: {e.op} takes no {key} ({where})")
+                raise ShapesError(
+                    f"--{key} {value}: {where} is {e.op}, which takes no {key}; a command's "
+                    f"--{key} is every workload's, so with {e.op} in the list give it per "
+                    f"workload instead: the shapes file's {key} column, on the "
+                    f"{' and '.join(takes)} lines")
+
+
+def _option_names(op: str) -> tuple[str, ...]:
+    """The workload options operator ``op`` takes (its ``option_names``)."""
+    from bocast.operator import get_operator
+
+    return tuple(getattr(get_operator(op), "option_names", ()))
 
 
 def entry(raw: Mapping[str, Any], where: str) -> Shape:
@@ -98,9 +139,12 @@ def entry(raw: Mapping[str, Any], where: str) -> Shape:
             raise ShapesError(f"shape {shape!r}: expected integers (a list, or 128x4096x4096)")
     except InputError as e:
         raise ShapesError(f"{where}: {e}") from None
-    for key in ("dtype", "layout", "name"):
+    for key in ("dtype", "layout", "fuse", "name"):
         if key in given and not isinstance(given[key], str):
             raise ShapesError(f"{where}: {key}: expected text, got {given[key]!r}")
+    for key in ("layout", "fuse"):
+        if key in given and key not in _option_names(str(given["op"])):
+            raise ShapesError(f"{where}: {key} {given[key]!r}: {given['op']} takes no {key}")
     count = given.get("count")
     if count is not None:
         try:
@@ -112,7 +156,7 @@ def entry(raw: Mapping[str, Any], where: str) -> Shape:
                               f"{given['count']!r}")
     line = int(where.rsplit(" ", 1)[-1]) if " line " in where else None
     return Shape(str(given["op"]), dims, given.get("dtype"), given.get("layout"), count,
-                 given.get("name"), line)
+                 given.get("name"), line, given.get("fuse"))
 
 
 def read(path: str) -> list[Shape]:

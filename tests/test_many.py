@@ -100,18 +100,22 @@ def test_shapes_of_a_tiny_model_lists_each_workload_once_with_its_calls(tmp_path
             return x @ x.transpose(-1, -2)
 
     found = bocast.shapes_of(Model(), torch.randn(2, 16, 8, 8), torch.randn(2, 16, 64))
-    got = [(e.op, e.shape, e.dtype, e.layout, e.count, e.name) for e in found]
+    got = [(e.op, e.shape, e.dtype, e.layout, e.fuse, e.count, e.name) for e in found]
+    # 2 x 16 tokens; a linear layer with a bias (an addmm) is the GEMM with the bias fused
     assert got == [
-        ("conv2d", (2, 8, 8, 16, 32, 3, 3, 1, 1, 1), "fp16:fp32", None, 1, "conv"),
-        ("gemm", (32, 64, 64), "fp16:fp32", "NT", 4, "layers.*.q layers.*.o"),  # 2 x 16 tokens
-        ("gemm", (32, 256, 64), "fp16:fp32", "NT", 2, "layers.*.up"),
-        ("gemm", (32, 64, 256), "fp16:fp32", "NT", 2, "layers.*.down"),
-        ("bmm", (2, 16, 16, 64), "fp16:fp32", "NT", 1, None)]
+        ("conv2d", (2, 8, 8, 16, 32, 3, 3, 1, 1, 1), "fp16:fp32", None, None, 1, "conv"),
+        ("gemm", (32, 64, 64), "fp16:fp32", "NT", None, 2, "layers.*.q"),
+        ("gemm", (32, 64, 64), "fp16:fp32", "NT", "bias", 2, "layers.*.o"),
+        ("gemm", (32, 256, 64), "fp16:fp32", "NT", "bias", 2, "layers.*.up"),
+        ("gemm", (32, 64, 256), "fp16:fp32", "NT", "bias", 2, "layers.*.down"),
+        ("bmm", (2, 16, 16, 64), "fp16:fp32", "NT", None, 1, None)]
     assert len(found.skipped) == 1 and "groups=32" in found.skipped[0]
     found.write(str(tmp_path / "model.csv"))
     plan = many_plan.prepare_many(None, str(tmp_path / "model.csv"), runner="standin",
                                   output=str(tmp_path / "run"))
-    assert [it.entry.count for it in plan.items] == [1, 4, 2, 2, 1] and plan.window == 1
+    assert [it.entry.count for it in plan.items] == [1, 2, 2, 2, 2, 1] and plan.window == 1
+    assert [it.workload.get("fuse") for it in plan.items] == [None, None, "bias", "bias",
+                                                              "bias", None]
 
 
 # ------------------------------------------------------------------------ a run of many

@@ -44,7 +44,8 @@ def _add_workload_args(p: argparse.ArgumentParser, *, subspace: bool = False) ->
         p.add_argument("op", help=f"operator: {', '.join(operators())}")
     p.add_argument("--shape", help="extents, comma-separated (per operator; see `bocast ops`)")
     p.add_argument("--dtype", help="input:output types: fp16:fp32 (default) or fp16:fp16; "
-                   "bf16:fp32 or bf16:bf16 on space v3 (gemm, bmm); e4m3:bf16, e4m3:fp32, "
+                   "bf16:fp32 or bf16:bf16 on space v3 (gemm, bmm, the direct "
+                   "convolutions); e4m3:bf16, e4m3:fp32, "
                    "e5m2xe4m3:bf16 or e5m2xe4m3:fp32 on space v3 (gemm: fp8 with per-tensor "
                    "scales; e5m2xe4m3: A in e5m2); e4m3b128:bf16 or e4m3b128:fp32 (gemm, v3: "
                    "fp8 with 1x128 and 128x128 block scales)")

@@ -19,6 +19,7 @@ from bocast.model_shapes import shapes_of
 from bocast.operator import get_operator, operators, parse_shape
 from bocast.options import QUICK_OPTIONS
 from bocast.progress import say
+from bocast.shapes_file import COLUMNS
 
 # --------------------------------------------------------------------------------- tune
 
@@ -173,16 +174,17 @@ def cmd_shapes(args) -> int:
     found = shapes_of(model, *(inputs if isinstance(inputs, (tuple, list)) else (inputs,)))
     if args.out:
         found.write(args.out)
-    rows = [[e.op, "x".join(map(str, e.shape)), e.dtype or "", e.layout or "", str(e.count),
-             e.name or ""] for e in found]
-    head = ["op", "shape", "dtype", "layout", "count", "name"]
+    # the file's columns: fuse where an entry has one
+    head = [c for c in COLUMNS if c != "fuse" or any(e.fuse for e in found)]
+    rows = [["" if e.row()[c] is None else str(e.row()[c]) for c in head] for e in found]
     width = [max(len(c) for c in col) for col in zip(head, *rows)]
     lines = [" ".join(c.ljust(w) for c, w in zip(r, width)).rstrip() for r in [head, *rows]]
     lines += [f"not listed: {s}" for s in found.skipped]
+    lines += [f"listed without its bias fused: {s}" for s in found.unfused]
     lines.append(f"{len(found)} workloads" + (f" written to {args.out}; tune them: bocast tune "
                                               f"--shapes {args.out}" if args.out else ""))
     _emit(args, {"shapes": [e.row() for e in found], "skipped": found.skipped,
-                 "out": args.out}, lines)
+                 "unfused": found.unfused, "out": args.out}, lines)
     return 0
 
 

@@ -67,8 +67,10 @@ class Conv(mo.MatmulOperator):
         if values["dilation"] < self.min_dilation:
             raise WorkloadError(f"{name}: dilation must be >= {self.min_dilation}, got "
                                 f"{values['dilation']} (use conv2d for an undilated convolution)")
-        # v3's conv2d is fp16:fp32 only (_hopper_conv.check_workload): the fp16 spaces' dtypes
-        self.in_dtype, self.out_dtype = mm.dtype_pair(name, dtype, space, ("v1", "v2"))
+        # v1/v2: fp16 in; v3 (the direct convolutions): also bf16 in, fp32 accumulation, an
+        # fp32 or 16-bit output (_hopper_conv.DTYPES: v3's dtypes but fp8, which is GEMM's)
+        self.in_dtype, self.out_dtype = mm.dtype_pair(
+            name, dtype, space, mm.SPACES if self.hopper_v3 else ("v1", "v2"))
         self.N, self.C, self.K = (int(values[k]) for k in ("N", "C", "K"))
         self.size = tuple(int(values[k]) for k in self.spatial)
         self.ksize = tuple(int(values[k]) for k in self.kernel)
@@ -194,13 +196,13 @@ class Conv(mo.MatmulOperator):
         return y.permute(0, *range(2, dims + 2), 1)
 
     def reference(self, x, w):
+        """The exact convolution of the inputs in float64 (every dtype's check, as GEMM's:
+        each 16-bit product and the sums are exact there to far below any tolerance)."""
         import torch
 
         fn = getattr(torch.nn.functional, self.torch_fn)
-        x, w, kw = self._torch_args(x.float(), w.float())
-        # fp32 convolutions may run in TF32 on the GPU; the reference must not
-        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-            return self._channels_last(fn(x, w, **kw))
+        x, w, kw = self._torch_args(x.double(), w.double())
+        return self._channels_last(fn(x, w, **kw))
 
     @property
     def reference_call(self) -> str:
@@ -209,9 +211,14 @@ class Conv(mo.MatmulOperator):
 
     @property
     def reference_name(self) -> str:
-        return f"{self.reference_call} (cuDNN, fp16 channels-last, fp16 out)"
+        # torch's convolutions have no out_dtype: cuDNN's output is in the inputs' type, an
+        # fp32 workload's too (the faster bar: it writes half the bytes of the kernel's Y)
+        ins = {"float16": "fp16", "bfloat16": "bf16"}[self.in_dtype]
+        return f"{self.reference_call} (cuDNN, {ins} channels-last, {ins} out)"
 
     def reference_fast(self, x, w):
+        """The vendor's convolution as users call it, on the same channels-last inputs in
+        their type (fp16 or bf16), its output in that type."""
         import torch
 
         x, w, kw = self._torch_args(x, w)
@@ -221,7 +228,8 @@ class Conv(mo.MatmulOperator):
         import tvm
         from tvm import te
 
-        dims, C, acc = len(self.spatial), self.C, self.out_dtype
+        # v3's 16-bit output: fp32 sums, rounded once as Y is written (v1/v2: acc is out)
+        dims, C, acc, out = len(self.spatial), self.C, self.matmul.acc_dtype, self.out_dtype
         spec = self.matmul
         X = te.placeholder((self.N, *self.size, C), self.in_dtype, name="X")
         W = te.placeholder((self.K, *self.ksize, C), self.in_dtype, name="W")
@@ -253,7 +261,8 @@ class Conv(mo.MatmulOperator):
         Cm = te.compute((spec.M, self.K), lambda i, j: te.sum(
             A[i, k].astype(acc) * B[j, k].astype(acc), axis=k), name="C")
         Y = te.compute((self.N, *self.out, self.K),
-                       lambda n, *rest: Cm[self._ravel(n, rest[:-1]), rest[-1]], name="Y")
+                       lambda n, *rest: Cm[self._ravel(n, rest[:-1]), rest[-1]].astype(out),
+                       name="Y")
         return te.create_prim_func([X, W, Y])
 
 

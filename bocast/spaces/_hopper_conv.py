@@ -44,9 +44,15 @@ one or three offsets; ``ConvGeometry`` is of any spatial rank); conv2d_dilated i
 
 Not covered (refused by :func:`check_workload`, by name): a stride above 8 (TMA's traversal
 stride), C not a multiple of 32 (a k block of BK channels must stay inside one tap: BK is 32 or
-64 for the 64- or 128-byte swizzle), dtypes other than fp16:fp32, a conv1d or conv3d that TMA's
-im2col mode cannot take (its corner and offset limits). The transposed convolution stays on
-v1/v2.
+64 for the 64- or 128-byte swizzle), a conv1d or conv3d that TMA's im2col mode cannot take (its
+corner and offset limits). The transposed convolution stays on v1/v2.
+
+Dtypes (:data:`DTYPES`): fp16 or bf16 operands (X, the weights; wgmma ``.f16``/``.bf16``
+m64nNk16, X's and the weights' maps in that type, the 16-bit element size every box and swizzle
+already assumed), fp32 accumulators, an fp32 output or one in the operands' type, each pair of
+accumulators rounded once into a 4-byte store, or staged as 64-column boxes of 128-byte rows
+for the tma epilogue (Y's map in the output's type), as GEMM's 16-bit epilogues are. fp8 is
+GEMM's only (per-tensor scales, K-major rules); the workload refuses it (``_conv``).
 
 This module holds the conv geometry and the tiled producer's coordinate helpers (the kernel's
 hooks use them, and the tests' numpy simulation), the space (the GEMM's knobs and constraints
@@ -69,12 +75,13 @@ from . import _hopper_conv_tiled as tiled
 from . import _hopper_im2col as im2col
 from . import _hopper_kernel as hk
 from . import _hopper_matmul as hm
+from . import _matmul as mm
 from ._hopper_conv_tiled import a_coords, atom_box, out_row, row_pixel, tile_counts, tile_origin
 from ._hopper_layout import (
     DEFAULT_SM_COUNT,
-    EPI_COLS,
     EPI_ROWS,
     encode_args,
+    epi_cols,
     target_sms,
     tensor_map,
 )
@@ -86,6 +93,10 @@ __all__ = ["a_coords", "atom_box", "out_row", "row_pixel", "tile_counts", "tile_
 
 #: the smallest k block (64-byte swizzle): C must be a multiple of it
 MIN_BK = 32
+#: the workload dtypes the conv template implements: 16-bit operands (wgmma k16, .f16 or
+#: .bf16), fp32 accumulators, an fp32 output or one in the operands' type, rounded once at the
+#: store (GEMM's 16-bit epilogues); fp8 is GEMM's only (its per-tensor scales, K-major rules)
+DTYPES = {d: mm.DTYPE_PAIRS[d] for d in ("fp16:fp32", "fp16:fp16", "bf16:fp32", "bf16:bf16")}
 
 
 @dataclass(frozen=True)
@@ -104,11 +115,13 @@ class ConvGeometry:
     dil: int
     stride: int = 1
     sms: int = DEFAULT_SM_COUNT  # the target GPU's SMs (the workload's sm_count)
+    in_dtype: str = "float16"  # X's and the weights' type (fp16 or bf16: :data:`DTYPES`)
+    out_dtype: str = "float32"  # Y's (fp32, or the inputs' 16-bit type)
 
     @classmethod
     def of(cls, op) -> ConvGeometry:
         return cls(op.N, op.C, op.K, tuple(op.size), tuple(op.ksize), tuple(op.out), op.pad,
-                   op.dilation, op.stride, target_sms(op.matmul))
+                   op.dilation, op.stride, target_sms(op.matmul), op.in_dtype, op.out_dtype)
 
     @property
     def M(self) -> int:
@@ -152,8 +165,11 @@ def check_workload(op) -> None:
         raise WorkloadError(f"{what} takes strides up to {im2col.MAX_TRAVERSAL_STRIDE} (TMA's "
                             f"traversal stride, both of its producers), got stride {op.stride}; "
                             "use space v2")
-    if op.in_dtype != "float16" or op.out_dtype != "float32":  # fp16:fp16 (bf16: _conv's)
-        raise WorkloadError(f"{what} implements fp16:fp32 only; use space v2")
+    # the workload checked its dtype against v3's (_conv: mm.dtype_pair, fp8 left out); one
+    # v3 takes that this template does not is refused here, by name
+    if (op.in_dtype, op.out_dtype) not in DTYPES.values():
+        raise WorkloadError(f"{what} implements the dtypes {list(DTYPES)}, got "
+                            f"{op.workload['dtype']}")
     if op.C % MIN_BK:
         raise WorkloadError(f"{what} needs C % {MIN_BK} == 0 (a k block of BK = 32 or 64 "
                             f"channels stays inside one tap), got C = {op.C}; use space v2")
@@ -244,13 +260,13 @@ def conv_tensor_maps(g: ConvGeometry, BM: int, BN: int, BK: int, tile, tma_store
     (``tile`` None: the im2col producer's; else the tiled producer's 4-D box over the pixel
     tile, ``_hopper_conv_tiled.tiled_maps``), the weights' 2-D [K, R*S*C] boxes, and for the
     tma epilogue Y's store box of one atom (2-D over [N*OH*OW, K] rows for im2col, else 4-D)."""
-    W_map = tensor_map("W", g.K, g.RSC, BN, BK)
+    W_map = tensor_map("W", g.K, g.RSC, BN, BK, g.in_dtype)
     if tile is not None:
         maps = tiled.tiled_maps(g, BK, tile, tma_store)
         return {"X_map": maps.pop("X_map"), "W_map": W_map, **maps}
     maps = {"X_map": im2col.tensor_map(g, BM, BK), "W_map": W_map}
     if tma_store:
-        maps["Y_map"] = tensor_map("Y", g.M, g.K, EPI_ROWS, EPI_COLS, "float32")
+        maps["Y_map"] = tensor_map("Y", g.M, g.K, EPI_ROWS, epi_cols(g.out_dtype), g.out_dtype)
     return maps
 
 
@@ -277,19 +293,20 @@ def kernel(g: ConvGeometry, config) -> hk.TirxKernel:
     y_tma = encode_args(maps["Y_map"]) if p.tma_store else []
     body = hk.device_body(p, ops)
     Kout, x_shape, x_rank = g.K, (g.N, *g.size, g.C), len(g.size) + 2
+    ins, out = g.in_dtype, g.out_dtype
 
     @T.prim_func
     def main(X_ptr: T.handle, W_ptr: T.handle, Y_ptr: T.handle):
-        X = T.match_buffer(X_ptr, x_shape, "float16", align=16)
-        Wt = T.match_buffer(W_ptr, (Kout, g.RSC), "float16", align=16)
-        Y = T.match_buffer(Y_ptr, (g.M, Kout), "float32", align=16)
+        X = T.match_buffer(X_ptr, x_shape, ins, align=16)
+        Wt = T.match_buffer(W_ptr, (Kout, g.RSC), ins, align=16)
+        Y = T.match_buffer(Y_ptr, (g.M, Kout), out, align=16)
         X_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed(x_encoder, X_map, "float16", x_rank, X.data, *x_tma)
+        T.call_packed(x_encoder, X_map, ins, x_rank, X.data, *x_tma)
         W_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", W_map, "float16", 2, Wt.data, *w_tma)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", W_map, ins, 2, Wt.data, *w_tma)
         if p.tma_store:
             Y_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-            T.call_packed("runtime.cuTensorMapEncodeTiled", Y_map, "float32", y_rank, Y.data,
+            T.call_packed("runtime.cuTensorMapEncodeTiled", Y_map, out, y_rank, Y.data,
                           *y_tma)
         T.device_entry()
         body(X_map, W_map, Y, Y_map if p.tma_store else None, None, None)
@@ -303,10 +320,11 @@ def _im2col_operands(g: ConvGeometry, config):
     C."""
     from tvm.script import tirx as T
 
-    p = hk.Plan(config, g.M, g.K, g.RSC, sm_count=g.sms)
+    p = hk.Plan(config, g.M, g.K, g.RSC, sm_count=g.sms, in_dtype=g.in_dtype,
+                out_dtype=g.out_dtype)
     assert g.C % p.BK == 0, "c_block_within_tap"
     assert im2col.why_not(g) is None, "im2col_within_tma_limits"
-    store_box, store_rows = row_major_stores(p, g.M, g.K, "float32")
+    store_box, store_rows = row_major_stores(p, g.M, g.K, g.out_dtype)
 
     def offsets(kb):  # the load's u16 offsets: the tap's shift
         return tuple(T.uint16(o) for o in im2col.load_offsets(kb, g, p.BK))

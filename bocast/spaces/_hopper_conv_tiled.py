@@ -12,7 +12,7 @@ from bocast.space import Constraint, Knob, Ordinal
 
 from . import _hopper_im2col as im2col
 from . import _hopper_kernel as hk
-from ._hopper_layout import DTYPE_BYTES, EPI_COLS, SWIZZLE
+from ._hopper_layout import DTYPE_BYTES, SWIZZLE, epi_cols
 
 #: pixel-tile extents along OW and OH (powers of two: a 64-row wgmma atom is then a sub-box of
 #: the tile, see :func:`atom_box`); tile_n = BM / (tile_h x tile_w) is derived
@@ -121,18 +121,17 @@ def tiled_maps(g, BK: int, tile, tma_store: bool) -> dict:
     """The tiled producer's maps of X (a 4-D box over the pixel tile, every stride-th input
     pixel) and, for the tma epilogue, of Y (a 4-D store box of one atom)."""
     tn, th, tw = tile
-    f16, st = DTYPE_BYTES["float16"], g.stride
-    maps = {"X_map": {"tensor": "X", "dtype": "float16", "dims": [g.C, g.W, g.H, g.N],
-                      "strides": [g.C * f16, g.W * g.C * f16, g.H * g.W * g.C * f16],
+    ins, st = DTYPE_BYTES[g.in_dtype], g.stride
+    maps = {"X_map": {"tensor": "X", "dtype": g.in_dtype, "dims": [g.C, g.W, g.H, g.N],
+                      "strides": [g.C * ins, g.W * g.C * ins, g.H * g.W * g.C * ins],
                       "box": [BK, tw * st, th * st, tn], "element_strides": [1, st, st, 1],
-                      "swizzle": SWIZZLE[BK * f16]}}
-    if tma_store:
+                      "swizzle": SWIZZLE[BK * ins]}}
+    if tma_store:  # a staging box's 128-byte rows: 32 fp32 or 64 16-bit output channels
         bn, bh, bw = atom_box(tile)
-        f32 = DTYPE_BYTES["float32"]
-        maps["Y_map"] = {"tensor": "Y", "dtype": "float32", "dims": [g.K, g.OW, g.OH, g.N],
-                         "strides": [g.K * f32, g.OW * g.K * f32, g.OH * g.OW * g.K * f32],
-                         "box": [EPI_COLS, bw, bh, bn],
-                         "swizzle": SWIZZLE[EPI_COLS * f32]}
+        out, cols = DTYPE_BYTES[g.out_dtype], epi_cols(g.out_dtype)
+        maps["Y_map"] = {"tensor": "Y", "dtype": g.out_dtype, "dims": [g.K, g.OW, g.OH, g.N],
+                         "strides": [g.K * out, g.OW * g.K * out, g.OH * g.OW * g.K * out],
+                         "box": [cols, bw, bh, bn], "swizzle": SWIZZLE[cols * out]}
     return maps
 
 
@@ -154,7 +153,7 @@ def operands(g, config):
     # the implicit GEMM over whole pixel tiles (rows past the output's edge are computed, never
     # stored), the output channels and the (r, s, c) reduction
     p = hk.Plan(config, int(np.prod(tile_counts(g, pix_tile))) * BM, g.K, g.R * g.S * g.C,
-                sm_count=g.sms)
+                sm_count=g.sms, in_dtype=g.in_dtype, out_dtype=g.out_dtype)
     BN, BK, atoms, half_n, vec_store = p.BN, p.BK, p.atoms, p.half_n, p.vec_store
     assert g.C % BK == 0, "c_block_within_tap"
     # rows past a ragged edge of the pixel tiling are computed but not stored
@@ -163,6 +162,9 @@ def operands(g, config):
     pred_k = Kout % BN != 0  # ragged output channels (the GEMM's ragged N)
     pred_k1 = Kout % 2 != 0
     tma_st = "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group"
+    out_dtype = g.out_dtype
+    # a 16-bit output: two accumulators rounded into one 4-byte store (fp32: st.global.v2.f32)
+    store_pair = hk.store_pair(out_dtype, "global")
 
     def x_coords(kb, tm):  # the pixel tile's BK channels of tap (r, s): one 4-D box of X
         return a_coords(kb, tile_origin(tm, g, pix_tile), g, BK)
@@ -192,12 +194,14 @@ def operands(g, config):
                     v = T.meta_var(a * half_n + jj * 4 + h * 2)
                     if (not rag_n or px[0] < N_) and (not rag_h or px[1] < OH) and (
                             not rag_w or px[2] < OW) and (not pred_k or col < Kout):
-                        if vec_store:  # K even (v2_stores_need_even_n)
+                        if vec_store and store_pair is None:  # K even (v2_stores_need_even_n)
                             T.ptx["st.global.v2.f32"](T.address_of(Y[m, col]), acc[v], acc[v + 1])
+                        elif vec_store:
+                            store_pair(T.address_of(Y[m, col]), acc[v], acc[v + 1])
                         else:
-                            Y[m, col] = acc[v]
+                            Y[m, col] = T.cast(acc[v], out_dtype)
                             if not pred_k1 or col + 1 < Kout:
-                                Y[m, col + 1] = acc[v + 1]
+                                Y[m, col + 1] = T.cast(acc[v + 1], out_dtype)
 
     return p, hk.Operands(a_coords=x_coords, a_rank=4, store_box=store_box,
                                 store_rows=store_rows)

@@ -91,19 +91,19 @@ def why_not(g) -> str | None:
 
 
 def tensor_map(g, BM: int, BK: int) -> dict:
-    """The im2col map over X[N, H, W, C] (fp16) for loads of BM pixels x BK channels (128- or
-    64-byte rows: that swizzle); what the runner encodes (``gpu_worker.encode_tensor_map``,
-    ``mode`` im2col)."""
-    f16 = DTYPE_BYTES["float16"]
+    """The im2col map over X[N, H, W, C] (its type: fp16 or bf16, ``g.in_dtype``) for loads of
+    BM pixels x BK channels (128- or 64-byte rows: that swizzle); what the runner encodes
+    (``gpu_worker.encode_tensor_map``, ``mode`` im2col)."""
+    size = DTYPE_BYTES[g.in_dtype]
     lower, upper = corners(g)
-    strides = [g.C * f16]
+    strides = [g.C * size]
     for n in reversed(g.size):  # every dimension's but the outermost's (N)
         strides.append(strides[-1] * n)
-    return {"tensor": "X", "dtype": "float16", "mode": "im2col",
+    return {"tensor": "X", "dtype": g.in_dtype, "mode": "im2col",
             "dims": [g.C, *reversed(g.size), g.N], "strides": strides,
             "lower": lower, "upper": upper, "channels": BK, "pixels": BM,
             "element_strides": [1, *[g.stride] * len(g.size), 1],
-            "swizzle": SWIZZLE[BK * f16]}
+            "swizzle": SWIZZLE[BK * size]}
 
 
 #: the fields of an im2col map after its rank, in the order of :func:`encode_args` (the number of

@@ -60,7 +60,7 @@ WGMMA_K_BYTES = 32
 #: a k block's row bytes the bk knob offers: 64 (64-byte swizzle) or 128 (128-byte); BK is
 #: this over the element size (:func:`bk_choices`), the TMA box's inner extent
 BK_ROW_BYTES = (64, 128)
-#: columns of the tma epilogue's staging box for an fp32 output (conv2d's, fp32 only)
+#: columns of the tma epilogue's staging box for an fp32 output (:func:`epi_cols` of any type)
 EPI_COLS = EPI_ROW_BYTES // DTYPE_BYTES["float32"]
 
 #: thread-block clusters, as (block rows, block columns) of C a cluster's CTAs hold at once: 2x1

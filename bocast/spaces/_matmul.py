@@ -55,7 +55,8 @@ BLOCK_FP8_PAIRS = ("e4m3b128:bf16", "e4m3b128:fp32")
 FP8_PAIRS = ("e4m3:bf16", "e4m3:fp32", "e5m2xe4m3:bf16", "e5m2xe4m3:fp32", *BLOCK_FP8_PAIRS)
 #: the dtypes each space generation implements. v1/v2: fp16 mma.sync / WMMA, accumulating in
 #: the output's type; v3: wgmma on fp16, bf16 or fp8, fp32 accumulators, a 16-bit output rounded
-#: once (:func:`acc_dtype`), GEMM and bmm (fp8: GEMM; conv2d: fp16:fp32, ``_hopper_conv``).
+#: once (:func:`acc_dtype`), GEMM and bmm (fp8: GEMM only) and the direct convolutions
+#: (``_hopper_conv.DTYPES``: the 16-bit ones).
 SPACE_DTYPES = {"v1": ("fp16:fp32", "fp16:fp16"), "v2": ("fp16:fp32", "fp16:fp16"),
                 "v3": ("fp16:fp32", "fp16:fp16", "bf16:fp32", "bf16:bf16", *FP8_PAIRS)}
 GRID_Y_LIMIT = 65535

@@ -1,15 +1,17 @@
 """2-D convolution on Tensor Cores as an implicit GEMM (``_conv.py``): input X[N,H,W,C], weights
-W[K,R,S,C], output Y[N,OH,OW,K]; fp16 inputs, fp32 or fp16 accumulation and output.
+W[K,R,S,C], output Y[N,OH,OW,K]; fp16 inputs, fp32 or fp16 accumulation and output (space v3:
+also bf16 inputs; fp32 accumulation, an fp32 or 16-bit output).
 
 Knobs and constraints: the GEMM's (``gemm.py``) over M = N*OH*OW, N = K, K = R*S*C, with
 ``vec_divides_c`` in place of ``vec_divides_k``. Space v3 (``--space v3``, any stride up to 8,
-padding and dilation, C % 32 == 0, fp16:fp32) is the Hopper TMA + wgmma template as an implicit
-GEMM whose A operand TMA gathers from X, by pixel tiles of a 4-D tiled map or by TMA's im2col mode
-(knob ``a_load``, ``_hopper_conv.py``). ``space auto`` takes v3 at every stride (measured:
-:data:`AUTO_V3_STRIDED`); conv2d_dilated too (:data:`AUTO_V3_DILATED`). Default: ResNet-50 stage 3,
-3x3, 256 -> 256 channels on 14x14, batch 16 (Heron's figure-6 case C5, [16,14,14,256,256,3,3,1,1,1]
-in the same order; its other cases: C1 [16,56,56,64,64,3,3,1,1,1], C3 [16,28,28,128,128,3,3,1,1,1]
-and the 1x1 stride-2 downsamples C2/C4/C6).
+padding and dilation, C % 32 == 0, fp16 or bf16 in, fp32 or 16-bit out) is the Hopper TMA +
+wgmma template as an implicit GEMM whose A operand TMA gathers from X, by pixel tiles of a 4-D
+tiled map or by TMA's im2col mode (knob ``a_load``, ``_hopper_conv.py``). ``space auto`` takes
+v3 at every stride (measured: :data:`AUTO_V3_STRIDED`); conv2d_dilated too
+(:data:`AUTO_V3_DILATED`). Default: ResNet-50 stage 3, 3x3, 256 -> 256 channels on 14x14, batch
+16 (Heron's figure-6 case C5, [16,14,14,256,256,3,3,1,1,1] in the same order; its other cases: C1
+[16,56,56,64,64,3,3,1,1,1], C3 [16,28,28,128,128,3,3,1,1,1] and the 1x1 stride-2 downsamples
+C2/C4/C6).
 """
 
 from typing import ClassVar
