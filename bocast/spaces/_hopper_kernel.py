@@ -120,7 +120,9 @@ def device_body(p: Plan, ops: Operands):
         fuse_tile = tile_macro(p.fuse, BN, atoms, p.N)
     stage_pair = store_pair(p.out_dtype, "shared")  # the tma epilogue's staging store, 16-bit
     tma_load = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
-    tma, tma_a = tma_load.format(2), tma_load.format(ops.a_rank)  # B's map is 2-D, A's 2-D or 4-D
+    tma, tma_a = tma_load.format(2), tma_load.format(ops.a_rank)  # A's map 2-D, 4-D or im2col
+    tma_b, b_coords = tma_load.format(ops.b_rank), ops.b_coords  # B's 2-D, or 4-D (b_coords)
+    assert b_coords is None or CM == 1, "B's multicast half is rows of a 2-D tiled map"
     a_offsets = ops.a_offsets
     if a_offsets is not None:  # A's map is an im2col map: the load names the mode, offsets last
         tma_a = tma_a.replace(".global.", ".global.im2col.")
@@ -237,9 +239,12 @@ def device_body(p: Plan, ops: Operands):
                                           T.address_of(B_map), (kf + kb) * BK,
                                           bn0 + rank * b_box,
                                           T.address_of(full[s]), CLUSTER_MASK)
-                        else:
+                        elif b_coords is None:
                             T.ptx[tma](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
                                        (kf + kb) * BK, bn0, T.address_of(full[s]))
+                        else:
+                            T.ptx[tma_b](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
+                                         *b_coords(kf + kb, tm, bn0), T.address_of(full[s]))
         else:
             if split is not None:
                 T.ptx.setmaxnreg.inc.sync.aligned.u32(split[1])
