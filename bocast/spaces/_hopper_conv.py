@@ -45,8 +45,8 @@ one or three offsets; ``ConvGeometry`` is of any spatial rank); conv2d_dilated i
 Not covered (refused by :func:`check_workload`, by name): a stride above 8 (TMA's traversal
 stride), C not a multiple of 32 (a k block of BK channels must stay inside one tap: BK is 32 or
 64 for the 64- or 128-byte swizzle), dtypes other than fp16:fp32, a conv1d or conv3d that TMA's
-im2col mode cannot take (its corner and offset limits). The transposed convolution stays on
-v1/v2.
+im2col mode cannot take (its corner and offset limits). The transposed convolution has its
+own decomposition on the same body (``_hopper_tconv``).
 
 This module holds the conv geometry and the tiled producer's coordinate helpers (the kernel's
 hooks use them, and the tests' numpy simulation), the space (the GEMM's knobs and constraints

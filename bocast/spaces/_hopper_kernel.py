@@ -60,7 +60,8 @@ only in its :class:`Operands` hooks: where A's box of a k block lies (GEMM: a 2-
 [b x M, K]; conv2d: a 4-D map over the NHWC input, the pixel tile shifted by the tap, or an
 im2col map, the tile's pixels and the tap's offsets: ``Operands.a_offsets``) and how a
 tile's rows reach the output (the direct stores' addresses and edge tests, the tma epilogue's
-box store). B is the same for both, a 2-D [rows, K] map. Each operator's ``kernel`` declares
+box store). B is a 2-D [rows, K] map, or (conv2d_transpose, ``Operands.b_coords``) a 4-D map
+of the weights whose box is one phase's tap. Each operator's ``kernel`` declares
 its buffers and tensor maps in its own prim_func (their names are the kernel's parameters and
 what the runner binds) and calls the body there.
 """
