@@ -124,6 +124,7 @@ def device_body(p: Plan, ops: Operands):
     tma, tma_a = tma_load.format(2), tma_load.format(ops.a_rank)  # A's map 2-D, 4-D or im2col
     tma_b, b_coords = tma_load.format(ops.b_rank), ops.b_coords  # B's 2-D, or 4-D (b_coords)
     assert b_coords is None or CM == 1, "B's multicast half is rows of a 2-D tiled map"
+    k_live = ops.k_live
     a_offsets = ops.a_offsets
     if a_offsets is not None:  # A's map is an im2col map: the load names the mode, offsets last
         tma_a = tma_a.replace(".global.", ".global.im2col.")
@@ -221,31 +222,35 @@ def device_body(p: Plan, ops: Operands):
                         # released by the peer's consumers too with a cluster (remote
                         # arrives); a CTA-scoped wait, as CUTLASS's producer's
                         T.cuda.mbarrier_wait(T.address_of(empty[s]), ((it // S) & 1) ^ 1)
-                        # the whole stage arrives here, the peer's half of a shared tile too
-                        T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
-                                                                   T.uint32(stage_bytes))
-                        if CN > 1:  # 1x2: this CTA's half of A, to both CTAs' stage s
-                            T.ptx[tma_mc](T.address_of(Sm[sm(s, rank * a_box, 0)]),
-                                          T.address_of(A_map), *a_half(kf + kb, tm, rank),
-                                          T.address_of(full[s]), CLUSTER_MASK)
-                        elif a_offsets is None:
-                            T.ptx[tma_a](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
-                                         *a_coords(kf + kb, tm), T.address_of(full[s]))
-                        else:
-                            T.ptx[tma_a](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
-                                         *a_coords(kf + kb, tm), T.address_of(full[s]),
-                                         *a_offsets(kf + kb))
-                        if CM > 1:  # 2x1: this CTA's half of B, to both CTAs' stage s
-                            T.ptx[tma_mc](T.address_of(Sm[sm(s, BM + rank * b_box, 0)]),
-                                          T.address_of(B_map), (kf + kb) * BK,
-                                          bn0 + rank * b_box,
-                                          T.address_of(full[s]), CLUSTER_MASK)
-                        elif b_coords is None:
-                            T.ptx[tma](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
-                                       (kf + kb) * BK, bn0, T.address_of(full[s]))
-                        else:
-                            T.ptx[tma_b](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
-                                         *b_coords(kf + kb, tm, bn0), T.address_of(full[s]))
+                        live = T.meta_var(True if k_live is None else k_live(kf + kb, tm))
+                        if live:
+                            # the whole stage arrives here, the peer's half of a shared tile too
+                            T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
+                                                                       T.uint32(stage_bytes))
+                            if CN > 1:  # 1x2: this CTA's half of A, to both CTAs' stage s
+                                T.ptx[tma_mc](T.address_of(Sm[sm(s, rank * a_box, 0)]),
+                                              T.address_of(A_map), *a_half(kf + kb, tm, rank),
+                                              T.address_of(full[s]), CLUSTER_MASK)
+                            elif a_offsets is None:
+                                T.ptx[tma_a](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
+                                             *a_coords(kf + kb, tm), T.address_of(full[s]))
+                            else:
+                                T.ptx[tma_a](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
+                                             *a_coords(kf + kb, tm), T.address_of(full[s]),
+                                             *a_offsets(kf + kb))
+                            if CM > 1:  # 2x1: this CTA's half of B, to both CTAs' stage s
+                                T.ptx[tma_mc](T.address_of(Sm[sm(s, BM + rank * b_box, 0)]),
+                                              T.address_of(B_map), (kf + kb) * BK,
+                                              bn0 + rank * b_box,
+                                              T.address_of(full[s]), CLUSTER_MASK)
+                            elif b_coords is None:
+                                T.ptx[tma](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
+                                           (kf + kb) * BK, bn0, T.address_of(full[s]))
+                            else:
+                                T.ptx[tma_b](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
+                                             *b_coords(kf + kb, tm, bn0), T.address_of(full[s]))
+                        else:  # a skipped k block (k_live): its stage completes empty
+                            T.ptx.mbarrier.arrive.shared.b64(T.address_of(full[s]))
         else:
             if split is not None:
                 T.ptx.setmaxnreg.inc.sync.aligned.u32(split[1])
@@ -273,15 +278,18 @@ def device_body(p: Plan, ops: Operands):
                     s = T.meta_var(it % S)
                     T.cuda.mbarrier_wait(T.address_of(full[s]), (it // S) & 1)
                     T.ptx.wgmma.fence.sync.aligned()
-                    for kk in T.unroll(BK // KW):
-                        T.cuda.wgmma.encode_matrix_descriptor(
-                            T.address_of(desc_b), T.address_of(Sm[sm(s, BM, kk * KW)]), 1, sbo, swz)
-                        for a in T.unroll(atoms):
+                    # a skipped k block (k_live; never the first) commits an empty group
+                    if True if k_live is None else k_live(k0(cl + i * clusters) + kb, tm):
+                        for kk in T.unroll(BK // KW):
                             T.cuda.wgmma.encode_matrix_descriptor(
-                                T.address_of(desc_a),
-                                T.address_of(Sm[sm(s, row0 + a * 64, kk * KW)]), 1, sbo, swz)
-                            T.ptx[mma](*acc_list(acc, a), desc_a, desc_b,
-                                       T.ptx.pred((kb > 0) or (kk > 0)), 1, 1, *trans)
+                                T.address_of(desc_b), T.address_of(Sm[sm(s, BM, kk * KW)]), 1,
+                                sbo, swz)
+                            for a in T.unroll(atoms):
+                                T.cuda.wgmma.encode_matrix_descriptor(
+                                    T.address_of(desc_a),
+                                    T.address_of(Sm[sm(s, row0 + a * 64, kk * KW)]), 1, sbo, swz)
+                                T.ptx[mma](*acc_list(acc, a), desc_a, desc_b,
+                                           T.ptx.pred((kb > 0) or (kk > 0)), 1, 1, *trans)
                     T.ptx.wgmma.commit_group.sync.aligned()
                     if inflight == 0:
                         T.ptx.wgmma.wait_group.sync.aligned(0)

@@ -154,3 +154,7 @@ class Operands:
     b_coords: Callable | None = None
     #: the rank of B's tensor map
     b_rank: int = 2
+    #: (kb, tm) -> whether k block kb of block row tm computes (a TIR condition, never false
+    #: for kb 0): a skipped one loads nothing and issues no wgmma, its stage completes empty
+    #: (conv2d_transpose: a phase's taps past its own). None: every k block computes
+    k_live: Callable | None = None

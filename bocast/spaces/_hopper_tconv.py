@@ -13,15 +13,21 @@ of phase (ph, pw), Y[n, s qh + ph, s qw + pw, k], are
                              x W[k, r0_h + s th, r0_w + s tw, c]
 
 a stride-1 correlation with reversed taps; X outside [0, H) x [0, W) reads zero (padding).
-:func:`phase_of` gives (r0, off). Phase ph has ceil((R - r0) / s) real taps along R: for 4 x 4
-stride 2 every phase has 2 x 2, for 3 x 3 stride 2 the phases have 2 x 2, 2 x 1, 1 x 2 and 1 x 1
-(and for R < s some have none: their outputs are zero). Every phase runs
-``Th x Tw = ceil(R / s) x ceil(S / s)`` taps here (*zero taps padded*): a tap r0 + s t >= R reads
-weights past R, which TMA's out-of-bounds fill makes zero (W's 4-D map over [K, R, S, C]), so
-no test and no per-phase K extent; the waste is R x S / (s^2 Th Tw) of the work (derived column
-``tap_fraction``: 1.0 for a kernel size a multiple of the stride, the decoders' 4 x 4 / 2 and
-2 x 2 / 2; 0.5625 for 3 x 3 / 2). A per-phase K extent would save it but breaks the body's
-constant k blocks a unit (the ring's stage and parity are counted as unit x KB + kb).
+:func:`phase_of` gives (r0, off). Phase ph has ceil((R - r0) / s) taps of its own along R: for
+4 x 4 stride 2 every phase has 2 x 2, for 3 x 3 stride 2 the phases have 2 x 2, 2 x 1, 1 x 2 and
+1 x 1 (and for R < s some have none: their outputs are zero).
+
+Per-phase K extent: the body's units all run KB = Th x Tw x C / BK k blocks, ``Th x Tw =
+ceil(R / s) x ceil(S / s)`` (the ring's stage and parity are counted as unit x KB + kb), and a
+phase with fewer taps *skips* the k blocks past its own (``Operands.k_live``: its taps first, in
+row-major order over its own Th x Tw, then the skipped ones): the producer loads nothing for
+them and arrives on the stage's full barrier with no bytes, the consumers issue no wgmma, commit
+an empty group and release the stage. A skipped k block costs a barrier round trip, not a k
+block's loads and MMAs; derived column ``tap_fraction`` is the share of k block slots that are
+real taps (1.0 for a kernel size a multiple of the stride, the decoders' 4 x 4 / 2 and 2 x 2 / 2,
+where nothing is skipped and the kernel has no test; 0.5625 for 3 x 3 / 2). A phase with no
+tap of its own runs one, tap 0, whose weights lie past R (or S): TMA's out-of-bounds fill of
+W's 4-D map over [K, R, S, C] makes them zero.
 
 The kernel: the conv2d template's tiled producer (``_hopper_conv_tiled``) over the phases'
 common grid of ``Qh x Qw = ceil(OH / s) x ceil(OW / s)`` sub-output pixels: a unit of the
@@ -55,7 +61,6 @@ from bocast.space import Categorical, Constraint, Knob, Space
 
 from . import _hopper_conv as hc
 from . import _hopper_conv_tiled as tiled
-from . import _hopper_im2col as im2col
 from . import _hopper_kernel as hk
 from . import _hopper_matmul as hm
 from ._hopper_layout import DTYPE_BYTES, SWIZZLE, encode_args, target_sms
@@ -109,9 +114,17 @@ class Phases:
                                sms=self.sms)
 
     @property
+    def padded(self) -> bool:
+        """Whether some phase runs fewer taps than Th x Tw (then its k blocks past them are
+        skipped): a kernel extent of at least s, not a multiple of s (below s every phase runs
+        one tap, its own or a zero one)."""
+        return any(r >= self.stride and r % self.stride for r in (self.R, self.S))
+
+    @property
     def tap_fraction(self) -> float:
-        """The useful share of the (phase, tap) pairs the kernel runs (each real tap belongs to
-        exactly one phase per dimension)."""
+        """The share of the units' k block slots (phases x Th x Tw taps) that are real taps
+        (each tap belongs to exactly one phase per dimension): the rest are skipped, or, for a
+        phase with no tap of its own (R < s), one runs on zero weights."""
         return self.R * self.S / (self.P * int(np.prod(self.taps)))
 
     def spec(self, op_spec):
@@ -128,11 +141,33 @@ class Phases:
         phase = tm // T
         return phase // self.stride, phase % self.stride, tm % T
 
+    def phase_taps(self, ph, pw):
+        """(Th, Tw) of phase (ph, pw): its own taps, at least 1 x 1 (a phase with none, R < s,
+        runs one whose weights lie past R: TMA's zero fill makes its outputs zero)."""
+        s, p = self.stride, self.pad
+        return (_at_least_1((self.R - phase_of(ph, s, p)[0] + s - 1) // s),
+                _at_least_1((self.S - phase_of(pw, s, p)[0] + s - 1) // s))
+
+    def k_live(self, kb, tm, tile, bk: int):
+        """Whether k block ``kb`` of block row ``tm`` is one of its phase's own taps' (they come
+        first: the k blocks from Th Tw C / BK on are skipped; kb 0 never is)."""
+        ph, pw, _ = self.unit(tm, tile)
+        th, tw = self.phase_taps(ph, pw)
+        return kb < th * tw * (self.C // bk)
+
+    def tap(self, kb, tm, tile, bk: int):
+        """(th, tw, c-block) of k block ``kb`` of block row ``tm``: (tap, c-block) with c-block
+        innermost, taps in row-major order over the phase's own Th x Tw."""
+        ph, pw, _ = self.unit(tm, tile)
+        cbs = self.C // bk
+        j, tw_ph = kb // cbs, self.phase_taps(ph, pw)[1]
+        return j // tw_ph, j % tw_ph, kb % cbs
+
     def x_coords(self, kb, tm, tile, bk: int):
         """TMA coordinates (c, w, h, n) of X's box for k block ``kb`` = (th, tw, c-block) of
         block row ``tm``: the input each sub-output of the pixel tile reads through that tap."""
         ph, pw, t = self.unit(tm, tile)
-        th, tw, cb = im2col.tap(kb, self.sub, bk)
+        th, tw, cb = self.tap(kb, tm, tile, bk)
         n0, qh0, qw0 = tiled.tile_origin(t, self.sub, tile)
         return (cb * bk, qw0 + phase_of(pw, self.stride, self.pad)[1] - tw,
                 qh0 + phase_of(ph, self.stride, self.pad)[1] - th, n0)
@@ -141,7 +176,7 @@ class Phases:
         """TMA coordinates (c, s, r, k) of W's box for k block ``kb`` of block row ``tm`` and
         output channels from ``k0``: the phase's tap (r0 + s th, r0 + s tw), zeros past R, S."""
         ph, pw, _ = self.unit(tm, tile)
-        th, tw, cb = im2col.tap(kb, self.sub, bk)
+        th, tw, cb = self.tap(kb, tm, tile, bk)
         s = self.stride
         return (cb * bk, phase_of(pw, s, self.pad)[0] + s * tw,
                 phase_of(ph, s, self.pad)[0] + s * th, k0)
@@ -151,6 +186,15 @@ class Phases:
         ph, pw, t = self.unit(tm, tile)
         n, qh, qw = tiled.row_pixel(row, tiled.tile_origin(t, self.sub, tile), tile)
         return n, self.stride * qh + ph, self.stride * qw + pw
+
+
+def _at_least_1(x):
+    """max(x, 1) of an int or a TIR expression."""
+    if isinstance(x, (int, np.integer)):
+        return max(int(x), 1)
+    import tvm
+
+    return tvm.tirx.max(x, 1)
 
 
 def check_workload(op) -> None:
@@ -293,7 +337,8 @@ def kernel(g: Phases, config) -> hk.TirxKernel:
 
     ops = hk.Operands(a_coords=lambda kb, tm: g.x_coords(kb, tm, tile, BK), a_rank=4,
                       store_box=_no_tma_store, store_rows=store_rows,
-                      b_coords=lambda kb, tm, k0: g.w_coords(kb, tm, tile, BK, k0), b_rank=4)
+                      b_coords=lambda kb, tm, k0: g.w_coords(kb, tm, tile, BK, k0), b_rank=4,
+                      k_live=(lambda kb, tm: g.k_live(kb, tm, tile, BK)) if g.padded else None)
     body = hk.device_body(p, ops)
     M_out = g.N * OH * OW
 

@@ -100,6 +100,7 @@ def simulate(op, config):
     w = rng.integers(-3, 4, (g.K, g.R, g.S, g.C)).astype(np.float64)
     y = np.full((g.N, g.OH, g.OW, g.K), np.nan)
     written = np.zeros(y.shape, dtype=int)
+    blocks = {True: 0, False: 0}  # k blocks computed, skipped
     tiles_m = g.P * int(np.prod(tiled.tile_counts(g.sub, tile)))
     xm, wm = maps["X_map"], maps["W_map"]
     assert xm["element_strides"] == [1, 1, 1, 1] and wm["box"] == [BK, 1, 1, BN]
@@ -108,6 +109,11 @@ def simulate(op, config):
                                      major=c["raster_major"])
         acc = np.zeros((BM, BN))
         for kb in range(g.sub.RSC // BK):
+            live = not g.padded or g.k_live(kb, tm, tile, BK)
+            assert live or kb > 0, "the first k block computes (wgmma's scale_d 0)"
+            blocks[live] += 1
+            if not live:  # skipped: no loads, no wgmma
+                continue
             a = tiled_load(x, g.x_coords(kb, tm, tile, BK), xm["box"], (1, 1, 1, 1))
             b = tiled_load(w, g.w_coords(kb, tm, tile, BK, bn0), wm["box"], (1, 1, 1, 1))
             assert a.shape == (BM, BK) and b.shape == (BN, BK)
@@ -118,7 +124,7 @@ def simulate(op, config):
                 cols = np.arange(tn * BN, min(tn * BN + BN, g.K))
                 y[n, oh, ow, cols] = acc[r, :len(cols)]
                 written[n, oh, ow, cols] += 1
-    return x, w, y, written
+    return x, w, y, written, blocks
 
 
 @pytest.mark.parametrize("shape, config", [
@@ -135,9 +141,16 @@ def simulate(op, config):
 def test_the_simulated_kernel_computes_the_transposed_convolution(shape, config):
     op = tconv(shape)
     assert op.space.validate(config) == [], op.space.validate(config)
-    x, w, y, written = simulate(op, config)
+    x, w, y, written, blocks = simulate(op, config)
     assert (written == 1).all(), f"{(written == 0).sum()} unwritten, {(written > 1).sum()} twice"
     np.testing.assert_array_equal(y, torch_reference(x, w, op.stride, op.pad, op.output_padding))
+    # the k blocks past a phase's own taps are skipped: the computed share is tap_fraction
+    # (a phase with no tap of its own, R < s, runs one: more than R S / (s^2 Th Tw))
+    g = ht.Phases.of(op)
+    share = blocks[True] / (blocks[True] + blocks[False])
+    if op.ksize[0] >= op.stride and op.ksize[1] >= op.stride:
+        assert share == pytest.approx(g.tap_fraction)
+    assert (blocks[False] > 0) == g.padded
 
 
 def test_the_simulation_catches_a_wrong_phase_offset(monkeypatch):
@@ -145,7 +158,7 @@ def test_the_simulation_catches_a_wrong_phase_offset(monkeypatch):
     op = tconv(S2_3X3)
     good = ht.phase_of
     monkeypatch.setattr(ht, "phase_of", lambda ph, s, p: (good(ph + 1, s, p)[0], good(ph, s, p)[1]))
-    x, w, y, _ = simulate(op, {**BASE, "bm": 64, "bn": 64, "consumers": 1})
+    x, w, y, *_ = simulate(op, {**BASE, "bm": 64, "bn": 64, "consumers": 1})
     assert not np.array_equal(y, torch_reference(x, w, op.stride, op.pad, op.output_padding))
 
 
