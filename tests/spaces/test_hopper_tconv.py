@@ -224,6 +224,13 @@ def test_the_kernel_loads_4d_boxes_of_x_and_w():
     loads = re.findall(r"tvm_builtin_ptx_cp_async_bulk_tensor\w*\(", low.source)
     assert len(loads) == 3 and all("tensor_4d" in f for f in loads), loads
     assert ".im2col." not in low.source
+    # 3x3 stride 2 skips k blocks: a stage completed by a plain arrive on its full barrier;
+    # 4x4 stride 2 skips none and has no such branch
+    skip = re.compile(r"mbarrier_arrive_nocount\w*\("
+                      r"tvm_builtin_cuda_cvta_generic_to_shared\(\(&\(full")
+    assert skip.search(low.source)
+    op4 = tconv(S2_4X4)
+    assert not skip.search(lower_tirx(op4.apply(BASE), target_overrides={"arch": "sm_90a"}).source)
     # 4 phases x 1 x ceil(11 / 4) x ceil(13 / 8) pixel tiles of 4 images, one block column
     assert low.grid == (24, 1, 1)
 
