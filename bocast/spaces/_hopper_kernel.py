@@ -60,10 +60,9 @@ only in its :class:`Operands` hooks: where A's box of a k block lies (GEMM: a 2-
 [b x M, K]; conv2d: a 4-D map over the NHWC input, the pixel tile shifted by the tap, or an
 im2col map, the tile's pixels and the tap's offsets: ``Operands.a_offsets``) and how a
 tile's rows reach the output (the direct stores' addresses and edge tests, the tma epilogue's
-box store). B is a 2-D [rows, K] map, or (conv2d_transpose, ``Operands.b_coords``) a 4-D map
-of the weights whose box is one phase's tap. Each operator's ``kernel`` declares
-its buffers and tensor maps in its own prim_func (their names are the kernel's parameters and
-what the runner binds) and calls the body there.
+box store). B is a 2-D [rows, K] map (conv2d_transpose's 4-D: ``Operands.b_coords``). Each
+operator's ``kernel`` declares its buffers and tensor maps in its own prim_func (their names
+are the kernel's parameters and what the runner binds) and calls the body there.
 """
 
 # ruff: noqa: F821 - the kernel's scalars (desc_a: T.uint64) are declared by annotation, which
@@ -122,9 +121,8 @@ def device_body(p: Plan, ops: Operands):
     stage_pair = store_pair(p.out_dtype, "shared")  # the tma epilogue's staging store, 16-bit
     tma_load = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
     tma, tma_a = tma_load.format(2), tma_load.format(ops.a_rank)  # A's map 2-D, 4-D or im2col
-    tma_b, b_coords = tma_load.format(ops.b_rank), ops.b_coords  # B's 2-D, or 4-D (b_coords)
-    assert b_coords is None or CM == 1, "B's multicast half is rows of a 2-D tiled map"
-    k_live = ops.k_live
+    tma_b, b_coords, k_count = tma_load.format(ops.b_rank), ops.b_coords, ops.k_count
+    assert (b_coords is None or CM == 1) and (k_count is None or p.splits == 1), "multicast, split"
     a_offsets = ops.a_offsets
     if a_offsets is not None:  # A's map is an im2col map: the load names the mode, offsets last
         tma_a = tma_a.replace(".global.", ".global.im2col.")
@@ -222,8 +220,7 @@ def device_body(p: Plan, ops: Operands):
                         # released by the peer's consumers too with a cluster (remote
                         # arrives); a CTA-scoped wait, as CUTLASS's producer's
                         T.cuda.mbarrier_wait(T.address_of(empty[s]), ((it // S) & 1) ^ 1)
-                        live = T.meta_var(True if k_live is None else k_live(kf + kb, tm))
-                        if live:
+                        if True if k_count is None else kb < k_count(tm):
                             # the whole stage arrives here, the peer's half of a shared tile too
                             T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
                                                                        T.uint32(stage_bytes))
@@ -249,7 +246,7 @@ def device_body(p: Plan, ops: Operands):
                             else:
                                 T.ptx[tma_b](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
                                              *b_coords(kf + kb, tm, bn0), T.address_of(full[s]))
-                        else:  # a skipped k block (k_live): its stage completes empty
+                        else:  # a skipped k block (k_count): its stage completes empty
                             T.ptx.mbarrier.arrive.shared.b64(T.address_of(full[s]))
         else:
             if split is not None:
@@ -273,23 +270,22 @@ def device_body(p: Plan, ops: Operands):
                     # follows consumer 1's (j-1)-th, consumer 1's j-th follows consumer 0's j-th.
                     if i > 0:
                         T.cuda.mbarrier_wait(T.address_of(turn[cw]), (j - 1 + cw) & 1)
-                for kb in T.serial(KB):  # the unit's k blocks (a fresh sum: scale_d 0 first)
+                # the unit's k blocks that compute (a fresh sum: scale_d 0 first); k_count's bound
+                live = T.meta_var(KB if k_count is None else k_count(tm))
+                for kb in T.serial(live):
                     it = T.meta_var(i * KB + kb)
                     s = T.meta_var(it % S)
                     T.cuda.mbarrier_wait(T.address_of(full[s]), (it // S) & 1)
                     T.ptx.wgmma.fence.sync.aligned()
-                    # a skipped k block (k_live; never the first) commits an empty group
-                    if True if k_live is None else k_live(k0(cl + i * clusters) + kb, tm):
-                        for kk in T.unroll(BK // KW):
+                    for kk in T.unroll(BK // KW):
+                        T.cuda.wgmma.encode_matrix_descriptor(
+                            T.address_of(desc_b), T.address_of(Sm[sm(s, BM, kk * KW)]), 1, sbo, swz)
+                        for a in T.unroll(atoms):
                             T.cuda.wgmma.encode_matrix_descriptor(
-                                T.address_of(desc_b), T.address_of(Sm[sm(s, BM, kk * KW)]), 1,
-                                sbo, swz)
-                            for a in T.unroll(atoms):
-                                T.cuda.wgmma.encode_matrix_descriptor(
-                                    T.address_of(desc_a),
-                                    T.address_of(Sm[sm(s, row0 + a * 64, kk * KW)]), 1, sbo, swz)
-                                T.ptx[mma](*acc_list(acc, a), desc_a, desc_b,
-                                           T.ptx.pred((kb > 0) or (kk > 0)), 1, 1, *trans)
+                                T.address_of(desc_a),
+                                T.address_of(Sm[sm(s, row0 + a * 64, kk * KW)]), 1, sbo, swz)
+                            T.ptx[mma](*acc_list(acc, a), desc_a, desc_b,
+                                       T.ptx.pred((kb > 0) or (kk > 0)), 1, 1, *trans)
                     T.ptx.wgmma.commit_group.sync.aligned()
                     if inflight == 0:
                         T.ptx.wgmma.wait_group.sync.aligned(0)
@@ -300,7 +296,12 @@ def device_body(p: Plan, ops: Operands):
                         release(empty, (it + S - 1) % S, kb > 0, lt)
                 if inflight == 1:
                     T.ptx.wgmma.wait_group.sync.aligned(0)
-                    release(empty, (i * KB + KB - 1) % S, True, lt)
+                    release(empty, (i * KB + live - 1) % S, True, lt)
+                if k_count is not None:
+                    for kb in T.serial(live, KB):  # skipped: each stage arrived empty
+                        it = T.meta_var(i * KB + kb)
+                        T.cuda.mbarrier_wait(T.address_of(full[it % S]), (it // S) & 1)
+                        release(empty, it % S, True, lt)
                 if pingpong and lt == 0:
                     T.ptx.mbarrier.arrive.shared.b64(T.address_of(turn[1 - cw]))
                 if scaled:

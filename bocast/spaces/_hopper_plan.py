@@ -154,7 +154,7 @@ class Operands:
     b_coords: Callable | None = None
     #: the rank of B's tensor map
     b_rank: int = 2
-    #: (kb, tm) -> whether k block kb of block row tm computes (a TIR condition, never false
-    #: for kb 0): a skipped one loads nothing and issues no wgmma, its stage completes empty
-    #: (conv2d_transpose: a phase's taps past its own). None: every k block computes
-    k_live: Callable | None = None
+    #: tm -> how many k blocks of block row tm compute (a TIR expression, at least 1): the
+    #: first ones; the rest are skipped, the producer loads nothing and completes their stages
+    #: empty, the consumers issue no wgmma (conv2d_transpose: a phase's own taps). None: all
+    k_count: Callable | None = None

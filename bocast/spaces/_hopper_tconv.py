@@ -19,20 +19,24 @@ a stride-1 correlation with reversed taps; X outside [0, H) x [0, W) reads zero 
 
 Per-phase K extent: the body's units all run KB = Th x Tw x C / BK k blocks, ``Th x Tw =
 ceil(R / s) x ceil(S / s)`` (the ring's stage and parity are counted as unit x KB + kb), and a
-phase with fewer taps *skips* the k blocks past its own (``Operands.k_live``: its taps first, in
+phase with fewer taps *skips* the k blocks past its own (``Operands.k_count``: its taps first, in
 row-major order over its own Th x Tw, then the skipped ones): the producer loads nothing for
-them and arrives on the stage's full barrier with no bytes, the consumers issue no wgmma, commit
-an empty group and release the stage. A skipped k block costs a barrier round trip, not a k
-block's loads and MMAs; derived column ``tap_fraction`` is the share of k block slots that are
-real taps (1.0 for a kernel size a multiple of the stride, the decoders' 4 x 4 / 2 and 2 x 2 / 2,
-where nothing is skipped and the kernel has no test; 0.5625 for 3 x 3 / 2). A phase with no
+them and arrives on the stage's full barrier with no bytes; the consumers' wgmma loop runs the
+live k blocks only (a runtime loop bound: a branch around the wgmma made ptxas serialize them,
+C7520), then a second loop waits for the skipped stages and releases them. A skipped k block
+costs a barrier round trip, not a k block's loads and MMAs; derived column ``tap_fraction`` is
+the share of k block slots that are real taps (1.0 for a kernel size a multiple of the stride,
+the decoders' 4 x 4 / 2 and 2 x 2 / 2, where nothing is skipped and the kernel has no test;
+0.5625 for 3 x 3 / 2). A phase with no
 tap of its own runs one, tap 0, whose weights lie past R (or S): TMA's out-of-bounds fill of
 W's 4-D map over [K, R, S, C] makes them zero.
 
 The kernel: the conv2d template's tiled producer (``_hopper_conv_tiled``) over the phases'
 common grid of ``Qh x Qw = ceil(OH / s) x ceil(OW / s)`` sub-output pixels: a unit of the
-persistent walk is (phase, pixel tile), phase outermost, as bmm's batch (block row tm is
-phase tm // T and pixel tile tm % T, T the pixel tiles a phase). For k block (th, tw, c-block)
+persistent walk is (phase, pixel tile), phase outermost as bmm's batch (block row tm is phase
+tm // T and pixel tile tm % T, T the pixel tiles a phase) or innermost (knob ``phase_order``:
+phase tm % s^2, pixel tile tm // s^2, so the s^2 phases of a tile, which read the same input
+pixels, run on neighbouring CTAs at once). For k block (th, tw, c-block)
 the producer loads X's 4-D box [BK, tile_w, tile_h, tile_n] at (c, qw0 + off_w - tw, qh0 +
 off_h - th, n0) (element strides 1) and W's box [BK, 1, 1, BN] at (c, r0_w + s tw, r0_h + s th,
 k0): BN rows of BK channels, the same shared-memory rows the GEMM's 2-D box makes. One launch
@@ -90,12 +94,17 @@ class Phases:
     stride: int
     pad: int
     sms: int
+    #: the walk's order (knob ``phase_order``): phase innermost (a pixel tile's phases on
+    #: neighbouring units) or outermost (every pixel tile of one phase, then the next)
+    phase_inner: bool = False
 
     @classmethod
-    def of(cls, op) -> Phases:
+    def of(cls, op, config=None) -> Phases:
+        """The phases of the transposed conv2d ``op``, walked as ``config`` orders them."""
         (H, W), (R, S), (OH, OW) = op.size, op.ksize, op.out
+        inner = config is not None and config.get("phase_order", "outer") == "inner"
         return cls(op.N, op.C, op.K, H, W, R, S, OH, OW, op.stride, op.pad,
-                   target_sms(op.matmul))
+                   target_sms(op.matmul), inner)
 
     @property
     def P(self) -> int:
@@ -136,10 +145,13 @@ class Phases:
     # ----------------------------------------------- coordinates (ints in tests, TIR in kernel)
 
     def unit(self, tm, tile):
-        """(ph, pw, pixel tile) of block row ``tm`` of the walk: phase outermost."""
-        T = int(np.prod(tiled.tile_counts(self.sub, tile)))
-        phase = tm // T
-        return phase // self.stride, phase % self.stride, tm % T
+        """(ph, pw, pixel tile) of block row ``tm`` of the walk (:attr:`phase_inner`)."""
+        if self.phase_inner:
+            phase, t = tm % self.P, tm // self.P
+        else:
+            T = int(np.prod(tiled.tile_counts(self.sub, tile)))
+            phase, t = tm // T, tm % T
+        return phase // self.stride, phase % self.stride, t
 
     def phase_taps(self, ph, pw):
         """(Th, Tw) of phase (ph, pw): its own taps, at least 1 x 1 (a phase with none, R < s,
@@ -148,12 +160,12 @@ class Phases:
         return (_at_least_1((self.R - phase_of(ph, s, p)[0] + s - 1) // s),
                 _at_least_1((self.S - phase_of(pw, s, p)[0] + s - 1) // s))
 
-    def k_live(self, kb, tm, tile, bk: int):
-        """Whether k block ``kb`` of block row ``tm`` is one of its phase's own taps' (they come
-        first: the k blocks from Th Tw C / BK on are skipped; kb 0 never is)."""
+    def k_count(self, tm, tile, bk: int):
+        """The k blocks of block row ``tm`` that compute, its phase's own taps' (they come
+        first; the rest, up to Th Tw C / BK, are skipped): at least C / BK."""
         ph, pw, _ = self.unit(tm, tile)
         th, tw = self.phase_taps(ph, pw)
-        return kb < th * tw * (self.C // bk)
+        return th * tw * (self.C // bk)
 
     def tap(self, kb, tm, tile, bk: int):
         """(th, tw, c-block) of k block ``kb`` of block row ``tm``: (tap, c-block) with c-block
@@ -222,6 +234,10 @@ def knobs(spec) -> list[Knob]:
     return [*(fixed.get(k.name, k) for k in hm.knobs(spec)),
             Categorical("a_load", ("tiled",), default="tiled",
                         doc="A's producer: a 4-D tiled box of a phase's pixel tile"),
+            Categorical("phase_order", ("outer", "inner"), default="outer",
+                        doc="the walk's units (phase, pixel tile): phase outermost (a wave "
+                            "shares one phase's weights), or innermost (a pixel tile's phases "
+                            "on neighbouring CTAs share its input from L2)"),
             *tiled.knobs()]
 
 
@@ -291,7 +307,7 @@ def _no_tma_store(*args):
 
 
 def schedule(op, config) -> hk.TirxKernel:
-    return kernel(Phases.of(op), config)
+    return kernel(Phases.of(op, config), config)
 
 
 def kernel(g: Phases, config) -> hk.TirxKernel:
@@ -338,7 +354,7 @@ def kernel(g: Phases, config) -> hk.TirxKernel:
     ops = hk.Operands(a_coords=lambda kb, tm: g.x_coords(kb, tm, tile, BK), a_rank=4,
                       store_box=_no_tma_store, store_rows=store_rows,
                       b_coords=lambda kb, tm, k0: g.w_coords(kb, tm, tile, BK, k0), b_rank=4,
-                      k_live=(lambda kb, tm: g.k_live(kb, tm, tile, BK)) if g.padded else None)
+                      k_count=(lambda tm: g.k_count(tm, tile, BK)) if g.padded else None)
     body = hk.device_body(p, ops)
     M_out = g.N * OH * OW
 

@@ -91,7 +91,8 @@ def simulate(op, config):
     """The kernel's walk in numpy: (phase, pixel tile) units in the Plan's tile order, each k
     block's boxes of X and W (the kernel's coordinates and maps, a tiled-load model with zero
     fill), the accumulation, and the stores of the rows the kernel stores."""
-    g, c = ht.Phases.of(op), op.space.complete(config)
+    c = op.space.complete(config)
+    g = ht.Phases.of(op, c)
     BM, BN, BK, G = (int(c[k]) for k in ("bm", "bn", "bk", "raster"))
     tile = tiled.pixel_tile(c)
     maps = ht.tensor_maps(g, BK, BN, tile)
@@ -109,7 +110,7 @@ def simulate(op, config):
                                      major=c["raster_major"])
         acc = np.zeros((BM, BN))
         for kb in range(g.sub.RSC // BK):
-            live = not g.padded or g.k_live(kb, tm, tile, BK)
+            live = not g.padded or kb < g.k_count(tm, tile, BK)
             assert live or kb > 0, "the first k block computes (wgmma's scale_d 0)"
             blocks[live] += 1
             if not live:  # skipped: no loads, no wgmma
@@ -131,6 +132,9 @@ def simulate(op, config):
     (S2_4X4, {**BASE, "bn": 64}),
     (S2_3X3, {**BASE, "bm": 64, "bn": 64, "consumers": 1, "tile_w": 4, "tile_h": 4,
               "raster": 2}),
+    (S2_3X3, {**BASE, "bm": 64, "bn": 64, "consumers": 1, "phase_order": "inner",
+              "raster": 4}),
+    (S2_4X4, {**BASE, "phase_order": "inner", "raster_major": "n"}),
     ((3, 7, 6, 64, 64, 3, 3, 2, 1, 1, 0), {**BASE, "bm": 64, "consumers": 1, "bk": 32,
                                            "tile_w": 8, "tile_h": 2, "raster_major": "n"}),
     ((2, 5, 6, 64, 64, 5, 3, 3, 2, 1, 2), {**BASE, "bm": 64, "bn": 64, "consumers": 1,
@@ -181,6 +185,11 @@ def test_the_space_and_its_derived_columns():
     assert cols["k_blocks"][0] == 4 * 64 // 64
     assert cols["pixel_fraction"][0] == pytest.approx(4 * 22 * 26 / (48 * 64))
     assert tconv(S2_4X4).space.columns([BASE])["tap_fraction"][0] == 1.0
+    # the walk's order: block row 1 is phase (0, 1)'s first pixel tile, or phase (0, 0)'s second
+    tile = (4, 4, 8)
+    assert ht.Phases.of(op, {"phase_order": "inner"}).unit(1, tile) == (0, 1, 0)
+    assert ht.Phases.of(op, {"phase_order": "outer"}).unit(1, tile) == (0, 0, 1)
+    assert ht.Phases.of(op).unit(6, tile) == (0, 1, 0)  # 6 pixel tiles a phase: phase 1
 
 
 @pytest.mark.parametrize("shape, options, match", [
@@ -231,6 +240,9 @@ def test_the_kernel_loads_4d_boxes_of_x_and_w():
     assert skip.search(low.source)
     op4 = tconv(S2_4X4)
     assert not skip.search(lower_tirx(op4.apply(BASE), target_overrides={"arch": "sm_90a"}).source)
+    # the knob phase_order reaches the kernel
+    inner = {**BASE, "phase_order": "inner"}
+    assert lower_tirx(op.apply(inner), target_overrides={"arch": "sm_90a"}).source != low.source
     # 4 phases x 1 x ceil(11 / 4) x ceil(13 / 8) pixel tiles of 4 images, one block column
     assert low.grid == (24, 1, 1)
 
