@@ -120,9 +120,9 @@ def device_body(p: Plan, ops: Operands):
         fuse_tile = tile_macro(p.fuse, BN, atoms, p.N)
     stage_pair = store_pair(p.out_dtype, "shared")  # the tma epilogue's staging store, 16-bit
     tma_load = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
-    tma, tma_a = tma_load.format(2), tma_load.format(ops.a_rank)  # A's map 2-D, 4-D or im2col
-    tma_b, b_coords, k_count = tma_load.format(ops.b_rank), ops.b_coords, ops.k_count
-    assert (b_coords is None or CM == 1) and (k_count is None or p.splits == 1), "multicast, split"
+    tma, tma_a, tma_b = (tma_load.format(r) for r in (2, ops.a_rank, ops.b_rank))  # A: or im2col
+    b_coords, k_count = ops.b_coords or (lambda kb, tm, bn0: (kb * BK, bn0)), ops.k_count
+    assert (ops.b_coords is None or CM == 1) and (k_count is None or p.splits == 1), "CM, split"
     a_offsets = ops.a_offsets
     if a_offsets is not None:  # A's map is an im2col map: the load names the mode, offsets last
         tma_a = tma_a.replace(".global.", ".global.im2col.")
@@ -212,7 +212,8 @@ def device_body(p: Plan, ops: Operands):
                     # a cluster's producer keeps its k loop rolled: unrolled (a short constant KT,
                     # a ring of 6 stages) its addresses outgrow the setmaxnreg.dec count and ptxas
                     # spills (1000 x 1024 x 1000, 128 x 128 tiles, 6 stages: 156 bytes)
-                    for kb in T.serial(KB, unroll=False if CS > 1 else None):
+                    live_p = T.meta_var(KB if k_count is None else k_count(tm))
+                    for kb in T.serial(live_p, unroll=False if CS > 1 else None):
                         it = T.meta_var(i * KB + kb)  # k blocks this CTA loaded before
                         s = T.meta_var(it % S)
                         # parity of the stage's previous release; the first pass finds every
@@ -220,34 +221,33 @@ def device_body(p: Plan, ops: Operands):
                         # released by the peer's consumers too with a cluster (remote
                         # arrives); a CTA-scoped wait, as CUTLASS's producer's
                         T.cuda.mbarrier_wait(T.address_of(empty[s]), ((it // S) & 1) ^ 1)
-                        if True if k_count is None else kb < k_count(tm):
-                            # the whole stage arrives here, the peer's half of a shared tile too
-                            T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
-                                                                       T.uint32(stage_bytes))
-                            if CN > 1:  # 1x2: this CTA's half of A, to both CTAs' stage s
-                                T.ptx[tma_mc](T.address_of(Sm[sm(s, rank * a_box, 0)]),
-                                              T.address_of(A_map), *a_half(kf + kb, tm, rank),
-                                              T.address_of(full[s]), CLUSTER_MASK)
-                            elif a_offsets is None:
-                                T.ptx[tma_a](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
-                                             *a_coords(kf + kb, tm), T.address_of(full[s]))
-                            else:
-                                T.ptx[tma_a](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
-                                             *a_coords(kf + kb, tm), T.address_of(full[s]),
-                                             *a_offsets(kf + kb))
-                            if CM > 1:  # 2x1: this CTA's half of B, to both CTAs' stage s
-                                T.ptx[tma_mc](T.address_of(Sm[sm(s, BM + rank * b_box, 0)]),
-                                              T.address_of(B_map), (kf + kb) * BK,
-                                              bn0 + rank * b_box,
-                                              T.address_of(full[s]), CLUSTER_MASK)
-                            elif b_coords is None:
-                                T.ptx[tma](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
-                                           (kf + kb) * BK, bn0, T.address_of(full[s]))
-                            else:
-                                T.ptx[tma_b](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
-                                             *b_coords(kf + kb, tm, bn0), T.address_of(full[s]))
-                        else:  # a skipped k block (k_count): its stage completes empty
-                            T.ptx.mbarrier.arrive.shared.b64(T.address_of(full[s]))
+                        # the whole stage arrives here, the peer's half of a shared tile too
+                        T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
+                                                                   T.uint32(stage_bytes))
+                        if CN > 1:  # 1x2: this CTA's half of A, to both CTAs' stage s
+                            T.ptx[tma_mc](T.address_of(Sm[sm(s, rank * a_box, 0)]),
+                                          T.address_of(A_map), *a_half(kf + kb, tm, rank),
+                                          T.address_of(full[s]), CLUSTER_MASK)
+                        elif a_offsets is None:
+                            T.ptx[tma_a](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
+                                         *a_coords(kf + kb, tm), T.address_of(full[s]))
+                        else:
+                            T.ptx[tma_a](T.address_of(Sm[sm(s, 0, 0)]), T.address_of(A_map),
+                                         *a_coords(kf + kb, tm), T.address_of(full[s]),
+                                         *a_offsets(kf + kb))
+                        if CM > 1:  # 2x1: this CTA's half of B, to both CTAs' stage s
+                            T.ptx[tma_mc](T.address_of(Sm[sm(s, BM + rank * b_box, 0)]),
+                                          T.address_of(B_map), (kf + kb) * BK,
+                                          bn0 + rank * b_box,
+                                          T.address_of(full[s]), CLUSTER_MASK)
+                        else:  # B's box: a 2-D map's, or Operands.b_coords'
+                            T.ptx[tma_b](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
+                                         *b_coords(kf + kb, tm, bn0), T.address_of(full[s]))
+                    if k_count is not None:  # skipped k blocks: each stage completes empty
+                        for kb in T.serial(live_p, KB):
+                            it = T.meta_var(i * KB + kb)
+                            T.cuda.mbarrier_wait(T.address_of(empty[it % S]), ((it // S) & 1) ^ 1)
+                            T.ptx.mbarrier.arrive.shared.b64(T.address_of(full[it % S]))
         else:
             if split is not None:
                 T.ptx.setmaxnreg.inc.sync.aligned.u32(split[1])
@@ -270,9 +270,8 @@ def device_body(p: Plan, ops: Operands):
                     # follows consumer 1's (j-1)-th, consumer 1's j-th follows consumer 0's j-th.
                     if i > 0:
                         T.cuda.mbarrier_wait(T.address_of(turn[cw]), (j - 1 + cw) & 1)
-                # the unit's k blocks that compute (a fresh sum: scale_d 0 first); k_count's bound
-                live = T.meta_var(KB if k_count is None else k_count(tm))
-                for kb in T.serial(live):
+                live = T.meta_var(KB if k_count is None else k_count(tm))  # then skipped ones
+                for kb in T.serial(live):  # the unit's k blocks (a fresh sum: scale_d 0 first)
                     it = T.meta_var(i * KB + kb)
                     s = T.meta_var(it % S)
                     T.cuda.mbarrier_wait(T.address_of(full[s]), (it // S) & 1)
