@@ -112,7 +112,8 @@ class Phases:
 
     @property
     def taps(self) -> tuple[int, int]:
-        """(Th, Tw): every phase's taps, zero taps padded (ceil(R / s), ceil(S / s))."""
+        """(Th, Tw) = (ceil(R / s), ceil(S / s)): the most taps a phase has, the k block slots
+        (Th Tw C / BK) every unit runs (a phase with fewer skips the rest)."""
         return -(-self.R // self.stride), -(-self.S // self.stride)
 
     @property
@@ -170,9 +171,10 @@ class Phases:
     def tap(self, kb, tm, tile, bk: int):
         """(th, tw, c-block) of k block ``kb`` of block row ``tm``: (tap, c-block) with c-block
         innermost, taps in row-major order over the phase's own Th x Tw."""
-        ph, pw, _ = self.unit(tm, tile)
         cbs = self.C // bk
-        j, tw_ph = kb // cbs, self.phase_taps(ph, pw)[1]
+        # without padded phases every phase's own Tw is the static one (no runtime division)
+        tw_ph = self.phase_taps(*self.unit(tm, tile)[:2])[1] if self.padded else self.taps[1]
+        j = kb // cbs
         return j // tw_ph, j % tw_ph, kb % cbs
 
     def x_coords(self, kb, tm, tile, bk: int):
