@@ -33,7 +33,7 @@ import numpy as np
 
 from bocast.operator import TensorSpec, WorkloadError
 
-from . import _hopper_conv
+from . import _hopper_conv, _hopper_tconv
 from . import _hopper_layout as hl
 from . import _matmul as mm
 from . import _matmul_operator as mo
@@ -103,20 +103,24 @@ class Conv(mo.MatmulOperator):
         if self.matmul.space != "v3":
             return super().matmul_space(vec)
         if not self.hopper_v3:
-            raise WorkloadError(f"{self.name}: space v3 (Hopper TMA + wgmma) implements the "
-                                "direct convolutions only (conv1d, conv2d, conv2d_dilated, "
-                                "conv3d), not the transposed one; use space v2")
+            raise WorkloadError(f"{self.name}: space v3 (Hopper TMA + wgmma) does not "
+                                "implement this operator; use space v2")
         mm.check_size(self.matmul, self.name)
-        return _hopper_conv.space(self)
+        return self._v3().space(self)
+
+    def _v3(self):
+        """Space v3's module: the phase decomposition for a transposed convolution, else the
+        implicit GEMM of the direct ones."""
+        return _hopper_tconv if self.transposed else _hopper_conv
 
     def apply(self, config):
         if self.matmul.space == "v3":
-            return _hopper_conv.schedule(self, config)
+            return self._v3().schedule(self, config)
         return super().apply(config)
 
     def build_options(self, config):
         if self.matmul.space == "v3":
-            return _hopper_conv.build_options(config)
+            return self._v3().build_options(config)
         return super().build_options(config)
 
     # ------------------------------------------------------------------------- shape syntax

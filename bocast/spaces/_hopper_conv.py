@@ -45,7 +45,8 @@ one or three offsets; ``ConvGeometry`` is of any spatial rank); conv2d_dilated i
 Not covered (refused by :func:`check_workload`, by name): a stride above 8 (TMA's traversal
 stride), C not a multiple of 32 (a k block of BK channels must stay inside one tap: BK is 32 or
 64 for the 64- or 128-byte swizzle), a conv1d or conv3d that TMA's im2col mode cannot take (its
-corner and offset limits). The transposed convolution stays on v1/v2.
+corner and offset limits). The transposed convolution has its own decomposition on the same
+body (``_hopper_tconv``, fp16:fp32 only).
 
 Dtypes (:data:`DTYPES`): fp16 or bf16 operands (X, the weights; wgmma ``.f16``/``.bf16``
 m64nNk16, X's and the weights' maps in that type, the 16-bit element size every box and swizzle

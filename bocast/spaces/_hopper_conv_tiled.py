@@ -12,6 +12,7 @@ from bocast.space import Constraint, Knob, Ordinal
 
 from . import _hopper_im2col as im2col
 from . import _hopper_kernel as hk
+from . import _hopper_layout as hl
 from ._hopper_layout import DTYPE_BYTES, SWIZZLE, epi_cols
 
 #: pixel-tile extents along OW and OH (powers of two: a 64-row wgmma atom is then a sub-box of
@@ -164,7 +165,7 @@ def operands(g, config):
     tma_st = "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group"
     out_dtype = g.out_dtype
     # a 16-bit output: two accumulators rounded into one 4-byte store (fp32: st.global.v2.f32)
-    store_pair = hk.store_pair(out_dtype, "global")
+    store_pair = hl.store_pair(out_dtype, "global")
 
     def x_coords(kb, tm):  # the pixel tile's BK channels of tap (r, s): one 4-D box of X
         return a_coords(kb, tile_origin(tm, g, pix_tile), g, BK)

@@ -60,9 +60,9 @@ only in its :class:`Operands` hooks: where A's box of a k block lies (GEMM: a 2-
 [b x M, K]; conv2d: a 4-D map over the NHWC input, the pixel tile shifted by the tap, or an
 im2col map, the tile's pixels and the tap's offsets: ``Operands.a_offsets``) and how a
 tile's rows reach the output (the direct stores' addresses and edge tests, the tma epilogue's
-box store). B is the same for both, a 2-D [rows, K] map. Each operator's ``kernel`` declares
-its buffers and tensor maps in its own prim_func (their names are the kernel's parameters and
-what the runner binds) and calls the body there.
+box store). B is a 2-D [rows, K] map (conv2d_transpose's 4-D: ``Operands.b_coords``). Each
+operator's ``kernel`` declares its buffers and tensor maps in its own prim_func (their names
+are the kernel's parameters and what the runner binds) and calls the body there.
 """
 
 # ruff: noqa: F821 - the kernel's scalars (desc_a: T.uint64) are declared by annotation, which
@@ -78,11 +78,12 @@ from ._hopper_layout import (
     SWIZZLE,
     WGMMA_TYPES,
     staging_offset,
+    store_pair,
     transpose_flags,
 )
 from ._hopper_plan import Operands, Plan, TirxKernel
 
-__all__ = ["Operands", "Plan", "TirxKernel", "device_body", "store_pair"]
+__all__ = ["Operands", "Plan", "TirxKernel", "device_body"]
 
 
 def device_body(p: Plan, ops: Operands):
@@ -123,7 +124,9 @@ def device_body(p: Plan, ops: Operands):
         fuse_tile = tile_macro(p.fuse, BN, atoms, p.N)
     stage_pair = store_pair(p.out_dtype, "shared")  # the tma epilogue's staging store, 16-bit
     tma_load = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
-    tma, tma_a = tma_load.format(2), tma_load.format(ops.a_rank)  # B's map is 2-D, A's 2-D or 4-D
+    tma, tma_a, tma_b = (tma_load.format(r) for r in (2, ops.a_rank, ops.b_rank))  # A: or im2col
+    b_coords, k_count = ops.b_coords or (lambda kb, tm, bn0: (kb * BK, bn0)), ops.k_count
+    assert (ops.b_coords is None or CM == 1) and (k_count is None or p.splits == 1), "CM, split"
     a_offsets = ops.a_offsets
     if a_offsets is not None:  # A's map is an im2col map: the load names the mode, offsets last
         tma_a = tma_a.replace(".global.", ".global.im2col.")
@@ -219,7 +222,8 @@ def device_body(p: Plan, ops: Operands):
                     # a cluster's producer keeps its k loop rolled: unrolled (a short constant KT,
                     # a ring of 6 stages) its addresses outgrow the setmaxnreg.dec count and ptxas
                     # spills (1000 x 1024 x 1000, 128 x 128 tiles, 6 stages: 156 bytes)
-                    for kb in T.serial(KB, unroll=False if CS > 1 else None):
+                    live_p = T.meta_var(KB if k_count is None else k_count(tm))
+                    for kb in T.serial(live_p, unroll=False if CS > 1 else None):
                         it = T.meta_var(i * KB + kb)  # k blocks this CTA loaded before
                         s = T.meta_var(it % S)
                         # parity of the stage's previous release; the first pass finds every
@@ -246,9 +250,14 @@ def device_body(p: Plan, ops: Operands):
                                           T.address_of(B_map), (kf + kb) * BK,
                                           bn0 + rank * b_box,
                                           T.address_of(full[s]), CLUSTER_MASK)
-                        else:
-                            T.ptx[tma](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
-                                       (kf + kb) * BK, bn0, T.address_of(full[s]))
+                        else:  # B's box: a 2-D map's, or Operands.b_coords'
+                            T.ptx[tma_b](T.address_of(Sm[sm(s, BM, 0)]), T.address_of(B_map),
+                                         *b_coords(kf + kb, tm, bn0), T.address_of(full[s]))
+                    if k_count is not None:  # skipped k blocks: each stage completes empty
+                        for kb in T.serial(live_p, KB):
+                            it = T.meta_var(i * KB + kb)
+                            T.cuda.mbarrier_wait(T.address_of(empty[it % S]), ((it // S) & 1) ^ 1)
+                            T.ptx.mbarrier.arrive.shared.b64(T.address_of(full[it % S]))
         else:
             if split is not None:
                 T.ptx.setmaxnreg.inc.sync.aligned.u32(split[1])
@@ -273,7 +282,8 @@ def device_body(p: Plan, ops: Operands):
                         T.cuda.mbarrier_wait(T.address_of(turn[cw]), (j - 1 + cw) & 1)
                 if block:
                     zero_acc(acc)
-                for kb in T.serial(KB):  # the unit's k blocks (a fresh sum: scale_d 0 first)
+                live = T.meta_var(KB if k_count is None else k_count(tm))  # then skipped ones
+                for kb in T.serial(live):  # the unit's k blocks (a fresh sum: scale_d 0 first)
                     it = T.meta_var(i * KB + kb)
                     s = T.meta_var(it % S)
                     T.cuda.mbarrier_wait(T.address_of(full[s]), (it // S) & 1)
@@ -301,7 +311,12 @@ def device_body(p: Plan, ops: Operands):
                         release(empty, (it + S - 1) % S, kb > 0, lt)
                 if inflight == 1:
                     T.ptx.wgmma.wait_group.sync.aligned(0)
-                    release(empty, (i * KB + KB - 1) % S, True, lt)
+                    release(empty, (i * KB + live - 1) % S, True, lt)
+                if k_count is not None:
+                    for kb in T.serial(live, KB):  # skipped: each stage arrived empty
+                        it = T.meta_var(i * KB + kb)
+                        T.cuda.mbarrier_wait(T.address_of(full[it % S]), (it // S) & 1)
+                        release(empty, it % S, True, lt)
                 if pingpong and lt == 0:
                     T.ptx.mbarrier.arrive.shared.b64(T.address_of(turn[1 - cw]))
                 if scaled:
@@ -363,38 +378,3 @@ def device_body(p: Plan, ops: Operands):
             T.cuda.cluster_sync()
 
     return body
-
-
-#: CUDA's conversion of two floats to a packed pair of each 16-bit output type (round to
-#: nearest even), and the pair's type
-_PAIRS = {"bfloat16": ("__floats2bfloat162_rn", "__nv_bfloat162"),
-          "float16": ("__floats2half2_rn", "__half2")}
-
-
-def store_pair(dtype: str, space: str):
-    """A function of (address, x, y) storing two fp32 accumulators, rounded to the 16-bit
-    ``dtype``, as one 4-byte store to ``space`` ("global" or "shared"): a TIR call of a small
-    CUDA helper (the PTX table of TVM 0.27 offers the fp32 pair's st.v2.f32, not the rounding
-    of two floats into one register). None for an fp32 ``dtype``."""
-    if dtype not in _PAIRS:
-        return None
-    from tvm.script import tirx as T
-
-    convert, pair = _PAIRS[dtype]
-    name = f"bocast_st_{space}_{pair.strip('_')}"
-    # a shared store through its 32-bit shared address (st.shared), a global one through the
-    # pointer (a generic store that ptxas makes st.global)
-    if space == "shared":
-        body = (f"  {pair} v = {convert}(x, y);\n"
-                "  asm volatile(\"st.shared.b32 [%0], %1;\" :: "
-                "\"r\"((unsigned)__cvta_generic_to_shared(p)), "
-                "\"r\"(*reinterpret_cast<unsigned*>(&v)) : \"memory\");\n")
-    else:
-        body = f"  *reinterpret_cast<{pair}*>(p) = {convert}(x, y);\n"
-    source = (f"__forceinline__ __device__ void {name}(void* p, float x, float y) {{\n"
-              f"{body}}}\n")
-
-    def call(address, x, y):
-        return T.cuda.func_call(name, address, x, y, source_code=source)
-
-    return call

@@ -198,3 +198,38 @@ def cluster_constraints(spec) -> list[Constraint]:
                    "whole clusters: the cluster size divides it",
                    lambda c: c["grid"] % c["cluster_size"] == 0),
     ]
+
+
+#: CUDA's conversion of two floats to a packed pair of each 16-bit output type (round to
+#: nearest even), and the pair's type
+_PAIRS = {"bfloat16": ("__floats2bfloat162_rn", "__nv_bfloat162"),
+          "float16": ("__floats2half2_rn", "__half2")}
+
+
+def store_pair(dtype: str, space: str):
+    """A function of (address, x, y) storing two fp32 accumulators, rounded to the 16-bit
+    ``dtype``, as one 4-byte store to ``space`` ("global" or "shared"): a TIR call of a small
+    CUDA helper (the PTX table of TVM 0.27 offers the fp32 pair's st.v2.f32, not the rounding
+    of two floats into one register). None for an fp32 ``dtype``."""
+    if dtype not in _PAIRS:
+        return None
+    from tvm.script import tirx as T
+
+    convert, pair = _PAIRS[dtype]
+    name = f"bocast_st_{space}_{pair.strip('_')}"
+    # a shared store through its 32-bit shared address (st.shared), a global one through the
+    # pointer (a generic store that ptxas makes st.global)
+    if space == "shared":
+        body = (f"  {pair} v = {convert}(x, y);\n"
+                "  asm volatile(\"st.shared.b32 [%0], %1;\" :: "
+                "\"r\"((unsigned)__cvta_generic_to_shared(p)), "
+                "\"r\"(*reinterpret_cast<unsigned*>(&v)) : \"memory\");\n")
+    else:
+        body = f"  *reinterpret_cast<{pair}*>(p) = {convert}(x, y);\n"
+    source = (f"__forceinline__ __device__ void {name}(void* p, float x, float y) {{\n"
+              f"{body}}}\n")
+
+    def call(address, x, y):
+        return T.cuda.func_call(name, address, x, y, source_code=source)
+
+    return call

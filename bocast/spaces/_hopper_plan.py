@@ -153,3 +153,13 @@ class Operands:
     #: kb -> the im2col offsets (u16 TIR expressions, W first) of A's load for k block kb, when
     #: A's map is an im2col map (conv2d's ``a_load: im2col``); None: a tiled map
     a_offsets: Callable | None = None
+    #: (kb, tm, bn0) -> TMA coordinates, innermost first, of B's box for k block kb of block
+    #: row tm and B's first row bn0 (conv2d_transpose: a phase's tap in W's 4-D map); None:
+    #: B is a 2-D [rows, K] map, box at (kb x BK, bn0)
+    b_coords: Callable | None = None
+    #: the rank of B's tensor map
+    b_rank: int = 2
+    #: tm -> how many k blocks of block row tm compute (a TIR expression, at least 1): the
+    #: first ones; the rest are skipped, the producer loads nothing and completes their stages
+    #: empty, the consumers issue no wgmma (conv2d_transpose: a phase's own taps). None: all
+    k_count: Callable | None = None

@@ -5,6 +5,7 @@ a bmm's [b x M, N], and conv2d's Y as [N*OH*OW, K] when the im2col producer load
 from __future__ import annotations
 
 from . import _hopper_kernel as hk
+from . import _hopper_layout as hl
 
 
 def row_major_stores(p: hk.Plan, M: int, N: int, out_dtype: str, *, adds: bool = False):
@@ -22,7 +23,7 @@ def row_major_stores(p: hk.Plan, M: int, N: int, out_dtype: str, *, adds: bool =
     tma_st = ("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group" if adds
               else "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group")
     # a 16-bit output: two accumulators rounded into one 4-byte store (fp32: st.global.v2.f32)
-    store_pair = hk.store_pair(out_dtype, "global")
+    store_pair = hl.store_pair(out_dtype, "global")
 
     @T.macro
     def store_box(C_map, smem, tm, row0, a, col0, lt):

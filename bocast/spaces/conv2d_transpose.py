@@ -6,15 +6,25 @@ dilation*(R-1) + output_padding + 1.
 Knobs and constraints: the GEMM's (``gemm.py``) over M = N*OH*OW, N = K, K = R*S*C, with
 ``vec_divides_c`` in place of ``vec_divides_k``. With stride s, only one tap in s (per dimension)
 of the gathered A tile is a real input element; the kernel multiplies the zeros anyway (``flops``
-counts the useful ones). Default: the 2x upsampling of a DCGAN-style generator, 14x14 -> 28x28,
+counts the useful ones). Space v3 (``--space v3``: dilation 1, C % 32 == 0, fp16:fp32) runs it
+as stride x stride phase convolutions on the Hopper template, no zero insertion
+(``_hopper_tconv.py``); ``space auto`` keeps v2 until :data:`AUTO_V3_TRANSPOSED`.
+Default: the 2x upsampling of a DCGAN-style generator, 14x14 -> 28x28,
 256 -> 128 channels, 4x4, stride 2, pad 1. Heron's figure-6 cases (order N,H,W,C,K,R,S,stride,pad,
 dilation,output_padding): T1 [16,56,56,64,64,3,3,1,1,1,0], T3 [16,28,28,128,128,3,3,1,1,1,0],
 T5 [16,14,14,256,512,3,3,1,1,1,0] and 1x1 stride-2 cases T2/T4/T6.
 """
 
+from typing import ClassVar
+
 from bocast.operator import register
 
 from ._conv import Conv
+
+#: ``space auto`` takes v3 (the phase decomposition) for conv2d_transpose only once this is
+#: True: v3 and v2 not yet timed on the same transposed convolution
+#: (experiments/device/tconv_check.sh measures v3)
+AUTO_V3_TRANSPOSED = False
 
 
 @register
@@ -22,6 +32,13 @@ class Conv2dTranspose(Conv):
     name = "conv2d_transpose"
     spatial, kernel, torch_fn = ("H", "W"), ("R", "S"), "conv_transpose2d"
     transposed = True
+    hopper_v3 = True  # space v3: bocast/spaces/_hopper_tconv.py
+    v3_rule: ClassVar[str | None] = ("v3 once conv2d_transpose.AUTO_V3_TRANSPOSED (v3 and v2 "
+                                     "not yet timed on the same transposed convolution)")
     shape_help = ("N,H,W,C,K,R,S[,stride,pad,dilation,output_padding] (X[N,H,W,C], W[K,R,S,C], "
                   "Y[N,OH,OW,K]; stride 1, pad 0, dilation 1, output_padding 0 when left out)")
     default_shape = (16, 14, 14, 256, 128, 4, 4, 2, 1, 1, 0)
+
+    @classmethod
+    def prefers_v3(cls, shape: tuple[int, ...]) -> bool:
+        return AUTO_V3_TRANSPOSED

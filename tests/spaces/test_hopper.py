@@ -142,7 +142,7 @@ def test_a_uniform_sample_is_feasible_and_the_space_is_large():
     ("gemm", (256, 256, 100), {}, "K % 8 == 0"),
     ("bmm", (4, 256, 256, 64), {"layout": "NN"}, "needs layout NT"),
     ("conv2d", (16, 14, 14, 256, 256, 1, 1, 9, 0, 1), {}, "strides up to 8"),
-    ("conv2d_transpose", (16, 14, 14, 256, 256, 3, 3, 2, 1, 1, 1), {}, "not the transposed"),
+    ("conv2d_transpose", (16, 14, 14, 256, 256, 3, 3, 2, 1, 2, 1), {}, "dilation 1 only"),
     ("gemv", (256, 100), {}, "K % 8 == 0"),  # gemv runs on v3 (swap_ab), its K as GEMM's
     ("gemm", (256, 256, 256), {"space": "v4"}, "not known"),
 ])

@@ -280,7 +280,7 @@ def test_constraints_accept_and_refuse_by_name(shape, change, violated):
     ("conv2d", C5, {"dtype": "e4m3:bf16"}, "not supported"),  # fp8: GEMM's only
     ("conv2d", (16, 14, 14, 48, 256, 3, 3, 1, 1, 1), {}, "C % 32 == 0"),
     ("conv3d", (2, 8, 8, 8, 64, 64, 3, 3, 3, 1, 20, 1), {}, "im2col mode only"),  # corner
-    ("conv2d_transpose", (16, 14, 14, 256, 256, 3, 3, 2, 1, 1, 1), {}, "not the transposed"),
+    ("conv2d_transpose", (16, 14, 14, 256, 256, 3, 3, 2, 1, 2, 1), {}, "dilation 1 only"),
 ])
 def test_workloads_outside_the_conv_template_are_refused_by_name(op_name, shape, options,
                                                                  message):
