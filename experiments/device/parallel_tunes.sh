@@ -15,7 +15,8 @@
 # whose NAME starts with `sh:` the device script experiments/device/NAME-without-sh:.sh (its
 # environment: ARGS are not passed; its files land in $OUT beside this script's, its last lines
 # in this script's output).
-# RUN_S kills a tune (SEARCH_S is its --seconds); a tune cut short keeps its stored trials. A
+# RUN_S kills a tune (SEARCH_S is its --seconds); a tune cut short keeps its stored trials; a
+# job that could not end within BUDGET_S of the start is skipped (the tables and files still come). A
 # line's own --trials/--seed/--warm-start come after the defaults, so they win.
 # Table last: per tune, trials, figure, best TFLOPS, the reference's, the ratio, key knobs.
 # Everything lands under $OUT (parallel_tunes.tar.gz: logs, records, summaries, clocks).
@@ -39,10 +40,15 @@ nvidia-smi --query-gpu=timestamp,index,clocks.sm,temperature.gpu,power.draw,util
   --format=csv,noheader -l 5 > "$root/clocks.csv" 2>/dev/null &
 smi=$!
 
+t_start=$(date +%s)
 run_queue() {  # $1: the queue (= GPU index)
-  local q=$1 line name args out t0
+  local q=$1 line name args out t0 need
   grep -v '^\s*#' "$JOBS" | grep -v '^\s*$' | while read -r queue name args; do
     [ "$queue" = "$q" ] || continue
+    need=$RUN_S; [[ $name == sh:* ]] && need=${SH_S:-540}
+    if (( $(date +%s) - t_start + need > ${BUDGET_S:-100000} )); then
+      echo "queue $q: $name skipped (BUDGET_S=$BUDGET_S would not hold its ${need} s)"; continue
+    fi
     if [ "$q" -ge "$gpus" ]; then
       echo "queue $q: $name skipped (the machine has $gpus GPUs)"; continue
     fi
