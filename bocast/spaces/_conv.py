@@ -69,8 +69,11 @@ class Conv(mo.MatmulOperator):
                                 f"{values['dilation']} (use conv2d for an undilated convolution)")
         # v1/v2: fp16 in; v3 (the direct convolutions): also bf16 in, fp32 accumulation, an
         # fp32 or 16-bit output (_hopper_conv.DTYPES: v3's dtypes but fp8, which is GEMM's)
+        # (the transposed convolution's v3 kernel, _hopper_tconv, is fp16:fp32 only: its
+        # dtypes are v1/v2's)
         self.in_dtype, self.out_dtype = mm.dtype_pair(
-            name, dtype, space, mm.SPACES if self.hopper_v3 else ("v1", "v2"))
+            name, dtype, space,
+            mm.SPACES if self.hopper_v3 and not self.transposed else ("v1", "v2"))
         self.N, self.C, self.K = (int(values[k]) for k in ("N", "C", "K"))
         self.size = tuple(int(values[k]) for k in self.spatial)
         self.ksize = tuple(int(values[k]) for k in self.kernel)
