@@ -42,3 +42,23 @@ class Conv2dTranspose(Conv):
     @classmethod
     def prefers_v3(cls, shape: tuple[int, ...]) -> bool:
         return AUTO_V3_TRANSPOSED
+
+    # The weights a user's ConvTranspose2d holds are torch's [C, K, R, S]; bocast's W[K,R,S,C]
+    # viewed so is not channels-last contiguous, and cuDNN copied it on every call (measured on
+    # an H200, pix2pix's 512 -> 128 4x4 stride-2 layer: 502 TFLOPS as a view, 569 laid out
+    # once; experiments/results/skinny_tconv_h200x4/). The reference lays it out once per
+    # weight tensor, outside the timing, as a model's parameter already is.
+    @property
+    def reference_call(self) -> str:
+        return ("torch.nn.functional.conv_transpose2d (the weight laid out once, channels-last "
+                "[C,K,R,S])")
+
+    def reference_fast(self, x, w):
+        import torch
+
+        xt, wt, kw = self._torch_args(x, w)
+        once = getattr(self, "_weight_once", None)
+        if once is None or once[0] != w.data_ptr():
+            once = (w.data_ptr(), wt.contiguous(memory_format=torch.channels_last))
+            self._weight_once = once
+        return self._channels_last(torch.nn.functional.conv_transpose2d(xt, once[1], **kw))
