@@ -116,35 +116,40 @@ class Window:
         for a in self.batches:
             a.keys = [k for k in a.keys if k not in keys or k in a.got]
 
-    def tell_one(self) -> bool:
-        """Tell the oldest batch if all of it is in (its records in the order asked). One at a
+    def tell_one(self) -> list[Record] | None:
+        """Tell the oldest batch if all of it is in (its records in the order asked; returned,
+        else None). One at a
         time, each followed by the asks it allows (:func:`advance`): so every ask sees the same
         history and pending points whatever order the batches complete in."""
         if not (self.batches and self.batches[0].complete()):
-            return False
+            return None
         records = self.batches.popleft().records()
         self.t.strategy.tell(records)
         self.told += len(records)
         self.told_keys.update(r.key for r in records)
-        return True
+        return records
 
 
-def advance(window: Window, submit=None) -> None:
+def advance(window: Window, stream: Any = None) -> None:
     """Ask while the window has room, tell the oldest batch if it is complete, and again until
-    neither can be done; each batch asked goes to ``submit`` (none: a replay)."""
+    neither can be done; each batch asked goes to ``stream`` (none: a replay), which is told
+    each batch told."""
     while True:
         while window.can_ask():
-            if submit is not None:
+            if stream is not None:
                 interrupt.check()  # between batches: every record so far is in the store
-            batch = window.ask(timed=submit is not None)
+            batch = window.ask(timed=stream is not None)
             if batch is None:
                 break
-            if submit is not None:
-                window.drop(submit(batch.configs))
-        if not window.tell_one():
+            if stream is not None:
+                window.drop(stream.submit(batch.configs))
+        told = window.tell_one()
+        if told is None:
             return
-        if submit is not None and window.t.meter is not None:
-            window.t._show()
+        if stream is not None:
+            stream.told(told)
+            if window.t.meter is not None:
+                window.t._show()
 
 
 def replay(t: Tuner, window: Window, previous: Sequence[Record]) -> list[Config]:
@@ -193,7 +198,7 @@ def run_pipelined(t: Tuner, ahead: int, previous: Sequence[Record] = ()) -> Any:
         if resubmit:
             window.drop(stream.submit(resubmit))
         while True:
-            advance(window, stream.submit)
+            advance(window, stream)
             if not window.batches:
                 break
             rec = stream.get(0.5)

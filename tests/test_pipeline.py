@@ -41,6 +41,7 @@ class Streaming:
         self.rng = random.Random(seed)
         self.session = store.start_session({"runner": "replay stream"})
         self.submitted: list[str] = []
+        self.told: list[list[str]] = []  # the batches the loop told the stream of
 
     def stream(self, source=""):
         return _Stream(self, source)
@@ -75,6 +76,9 @@ class _Stream:
             raise Interrupted(signal.SIGINT)  # after the record is stored, as a real stop
         return rec
 
+    def told(self, records):
+        self.m.told.append([r.key for r in records])
+
     def close(self, *, wait=True):
         assert not wait or not self.queue
 
@@ -95,8 +99,8 @@ class Spy:
 
 def tune(dataset, store, name="bo", h=BO, *, trials=TRIALS, **kw):
     strategy = Spy(make_strategy(name, dataset.candidates(), seed=3, **h))
-    Tuner(strategy, Streaming(dataset, store, **kw), trials=trials, batch_size=BATCH).run(
-        store.records())
+    strategy.measurer = Streaming(dataset, store, **kw)
+    Tuner(strategy, strategy.measurer, trials=trials, batch_size=BATCH).run(store.records())
     return strategy
 
 
@@ -114,6 +118,7 @@ def test_each_batch_is_asked_with_the_batch_in_flight_pending(dataset, tmp_path)
     for k in range(1, len(batches) - 1):
         assert spy.asks[k + 1] == (k * BATCH, batches[k]), k
     assert len(spy.asks) == len(batches)
+    assert spy.measurer.told == batches  # the stream hears of each batch told (its reference)
     assert len(records) == TRIALS == len({r.key for r in records})
     # last in, first out: batch 1 finished before batch 0 began to, yet was told after it
     assert [r.key for r in records[:BATCH]] == list(reversed(batches[1]))

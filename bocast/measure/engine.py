@@ -133,12 +133,17 @@ class Measurer:
         """The batch's readings: the median clock, power and temperature of its timed kernels
         and the reference timed now (a failure to time it is recorded, never fatal)."""
         assert self.runner is not None
-        info: dict[str, Any] = {"keys": [r.key for r in batch.records],
-                                **batch_telemetry(batch.records)}
         try:
-            ref = self.runner.reference(self.op)
+            ref, error = self.runner.reference(self.op), None
         except RuntimeError as e:  # the runner's worker failed on it: the batch stands
-            ref, info["reference_error"] = None, str(e)[:300]
+            ref, error = None, str(e)
+        self._batch_row(batch.records, ref, error)
+
+    def _batch_row(self, records: Sequence[Record], ref: dict[str, Any] | None,
+                   error: str | None = None) -> None:
+        info: dict[str, Any] = {"keys": [r.key for r in records], **batch_telemetry(records)}
+        if error:
+            info["reference_error"] = error[:300]
         if ref and ref.get("tflops"):
             info["reference"] = {k: ref[k] for k in ("tflops", "latency_ms", *TELEMETRY)
                                  if k in ref}
@@ -212,13 +217,25 @@ class Stream:
                 raise self.feed.error from None
             return None
 
+    def told(self, records: Sequence[Record]) -> None:
+        """The loop told a batch of ``records``: with the measurer's ``batch_reference``, the
+        reference is timed once more through the feed (after the kernels queued now) and
+        recorded with the batch's readings, as :meth:`Measurer.run` does after a batch."""
+        if not self.m.batch_reference or not any(r.measured_on for r in records):
+            return
+
+        def answered(raw: dict[str, Any]) -> None:
+            failure = raw.get("_failure")
+            self.m._batch_row(records, None if failure else raw,
+                              f"reference on the RPC server failed: {failure['detail']}"
+                              if failure else None)
+
+        self.feed.put_reference(answered)
+
     def close(self, *, wait: bool = True) -> None:
-        """The end of the run (``wait``: every configuration submitted answered first; else
-        those not answered are dropped unrecorded, as a batch cut short), and, with the
-        measurer's ``batch_reference``, one reading of the reference for the stream."""
+        """The end of the run: ``wait``, every configuration and reference submitted answered
+        first; else those not answered are dropped unrecorded, as a batch cut short."""
         self.feed.close(wait=wait)
-        if wait and self.m.batch_reference and self.batch.records:
-            self.m._record_batch(self.batch)
 
 
 class RecordMeasurer:

@@ -157,7 +157,8 @@ class RpcRunner(Runner):
         """As :meth:`build_and_run`, for configurations given while it runs
         (:meth:`Feed.put`) until :meth:`Feed.close`: one queue, sessions that stay."""
         return Feed(self._build_calls(op, build),
-                    lambda batch, deliver: self._run_batch([], deliver, batch=batch), on_result)
+                    lambda batch, deliver: self._run_batch([], deliver, batch=batch), on_result,
+                    self._reference_task(op))
 
     def _build_calls(self, op: Operator, build: Mapping[str, Any]):
         timing = {"seed": self.seed, "repeats": self.repeats, "warmup_ms": self.warmup_ms,
@@ -165,10 +166,12 @@ class RpcRunner(Runner):
         return lambda configs: build_calls(op, configs, build, timeout_s=self.timeout_s,
                                            timing=timing)
 
-    def reference(self, op: Operator) -> dict[str, Any]:
-        task = {"kind": "reference", "workload": op.workload, "seed": self.seed,
+    def _reference_task(self, op: Operator) -> dict[str, Any]:
+        return {"kind": "reference", "workload": op.workload, "seed": self.seed,
                 "repeats": max(20, self.repeats), "l2": self.l2}
-        info, raw = self._one(_Call(task, b"", 120.0))
+
+    def reference(self, op: Operator) -> dict[str, Any]:
+        info, raw = self._one(_Call(self._reference_task(op), b"", 120.0))
         if "_failure" in raw:
             raise RuntimeError(f"reference on the RPC server failed: {raw['_failure']['detail']}")
         return {**raw, "measured_on": measured_on(info) if info else None}

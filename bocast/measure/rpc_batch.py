@@ -29,6 +29,7 @@ class _Call:
     task: dict[str, Any]   # the worker task, without its cubin; or a build task (server builds)
     cubin: bytes
     timeout_s: float       # how long its server may take to answer, before the slack
+    direct: bool = False   # a worker task in a batch of build tasks (a feed's reference)
 
 
 @dataclass(eq=False)
@@ -201,9 +202,15 @@ def serve_builds(sess: Any, batch: _Batch, s: _Session, info: Mapping[str, Any],
     workers, topped up from the batch's queue as answers come (each a kernel built and timed
     there), until the queue is empty and nothing is held."""
     submit, poll = sess.get_function("bocast.rpc.submit"), sess.get_function("bocast.rpc.poll")
+    run = sess.get_function("bocast.rpc.run")
     depth = max(1, int(info.get("build_workers") or 1))
     while not batch.finished.is_set():
         got = batch.take(s, slack_s, depth - len(s.held))
+        for i in [i for i in got if batch.calls[i].direct]:  # timed now, beside the builds
+            c = batch.calls[i]
+            batch.answer(s, i, dict(info), json.loads(run(json.dumps(c.task), c.cubin,
+                                                          c.timeout_s)), slack_s)
+        got = [i for i in got if not batch.calls[i].direct]
         if got:
             submit(json.dumps([{"id": i, **batch.calls[i].task} for i in got]))
         if not s.held:

@@ -21,15 +21,17 @@ class Feed:
     """``calls(configs)`` makes the build tasks; ``run(batch, deliver)`` serves the open batch
     until it is closed and drained (the runner's scheduler, in a thread of the feed's own);
     ``on_result(i, build, run)`` is told each answer, ``i`` the configuration's place among
-    everything put so far."""
+    everything put so far; ``reference`` is the worker's task that times the reference."""
 
     def __init__(self, calls: Callable[[Sequence[Config]], list[_Call]],
                  run: Callable[[_Batch, Callable[[int, dict | None, dict], None]], None],
-                 on_result: Callable[..., None]):
+                 on_result: Callable[..., None], reference: dict[str, Any]):
         self._calls, self.on_result = calls, on_result
         self.batch = _Batch([], builds=True)
         self.batch.open = True
         self.error: BaseException | None = None
+        self.reference = reference
+        self.direct: dict[int, Callable[[dict[str, Any]], None]] = {}  # id(call) -> its taker
         self._thread = threading.Thread(target=self._serve, args=(run,), daemon=True,
                                         name="rpc-feed")
         self._thread.start()
@@ -40,8 +42,19 @@ class Feed:
             raise self.error
         return self.batch.add(self._calls(configs))
 
+    def put_reference(self, on_answer: Callable[[dict[str, Any]], None]) -> None:
+        """Queue a timing of the reference, run by the session that takes it beside its
+        server's builds (after the kernels queued before it); ``on_answer(answer)``."""
+        call = _Call(dict(self.reference), b"", 120.0, direct=True)
+        self.direct[id(call)] = on_answer
+        self.batch.add([call])
+
     def _serve(self, run) -> None:
         def deliver(i: int, info: dict[str, Any] | None, raw: dict[str, Any]) -> None:
+            call = self.batch.calls[i]
+            if call.direct:
+                self.direct.pop(id(call))(raw)
+                return
             b, r = built_and_ran(self.batch.calls[i].task["key"], raw)
             if r is not None and info is not None:
                 r.extra["measured_on"] = measured_on(info)

@@ -78,25 +78,31 @@ def test_a_server_killed_mid_feed_has_its_kernels_measured_elsewhere(fleet):
     assert after["1"]["restarts"] == before["1"]["restarts"] + 1
 
 
-def tune(fleet, path, trials: int, batch: int = 3) -> tuple[list, list]:
+def tune(fleet, path, trials: int, batch: int = 3) -> tuple[list, list, list]:
     """A pipelined tune (random strategy) through the fleet into ``path``, resuming what it
-    holds; (the strategy's told keys, the store's records)."""
+    holds; (the strategy's told keys, the store's records, the keys of each batch with a
+    reading of the reference)."""
     with Builder(workers=1, compile=False) as local, Store(str(path), OP.workload) as store:
         strategy = make_strategy("random", SpaceCandidates(OP.space, OP.workload), seed=4)
-        measurer = Measurer(OP, store, local, fleet.runner(timeout_s=10.0))
+        measurer = Measurer(OP, store, local, fleet.runner(timeout_s=10.0),
+                            batch_reference=True)
         assert measurer.ahead == 1
         Tuner(strategy, measurer, trials=trials, batch_size=batch).run(store.records())
         assert local.built == 0 and store.get_meta(META) == {"ahead": 1}
-        return [r.key for r in strategy.history], store.records()
+        told = [r.key for r in strategy.history]
+        readings = [(b["keys"], "tflops" in b.get("reference", {})) for b in store.batches()]
+        return told, store.records(), readings
 
 
 def test_a_pipelined_tune_on_the_fleet_measures_each_kernel_once_and_resumes(fleet, tmp_path):
     fleet.wait_free()
-    told, records = tune(fleet, tmp_path / "whole.db", 10)
+    told, records, readings = tune(fleet, tmp_path / "whole.db", 10)
     assert len(records) == 10 == len({r.key for r in records})
     assert sorted(told) == sorted(r.key for r in records)
+    # the reference timed through the feed once per batch told (issue 40's readings)
+    assert readings == [(told[i:i + 3], True) for i in range(0, 10, 3)]
     assert all(r.ok and r.measured_on for r in records)
     # the same run in two calls: 5 trials, then resumed to 10
     tune(fleet, tmp_path / "two.db", 5)
-    told2, records2 = tune(fleet, tmp_path / "two.db", 10)
+    told2, records2, _ = tune(fleet, tmp_path / "two.db", 10)
     assert told2 == told and sorted(r.key for r in records2) == sorted(told)
