@@ -13,7 +13,8 @@
 #      every trial recorded once (none lost, none repeated), no kernel failed for a lost server,
 #      the killed GPU used again after its restart;
 #   PLAIN=1 adds 2'. the same tune as 2 in the plain loop (rpc.ahead 0: batch after batch), for
-#      a same-session comparison (about 50 s more).
+#      a same-session comparison (about 50 s more). AHEAD=k: batches proposed ahead in 1, 2
+#      and 3 (rpc.ahead; default 1).
 # The batch follows the fleet (one kernel per build worker). One table last: trials/s of the
 # loop, end to end, kernels built, in-run and re-timed best, the median proposal, records per
 # GPU; then the ratios (issue 41 asks >= 1.8x trials/s on 2 GPUs, >= 3.4x on 4, the same best)
@@ -79,7 +80,8 @@ tune() {  # $1: label, $2: trials, $3: seed, then extra arguments; in the backgr
   BOCAST_BUILD_CACHE=$root/$fleet_name.build_cache BOCAST_RECORDS=$(mktemp -d) \
     timeout "${RUN_S:-150}" python3 -m bocast.cli tune gemm --shape 4096,4096,4096 \
     --trials "$2" --seed "$3" --warm-start none --runner rpc --tracker "127.0.0.1:$tracker" \
-    --key fleet --output "$out" --json "${@:4}" > "$out/tune.log" 2>&1 &
+    --key fleet --output "$out" --json ${AHEAD:+--set rpc.ahead=$AHEAD} "${@:4}" \
+    > "$out/tune.log" 2>&1 &
   tune_pid=$!
 }
 
@@ -113,7 +115,7 @@ if start_fleet "gpu$GPUS" "$(seq -s, 0 $((GPUS - 1)))" $((PORT + 20)); then
   finish "gpu$GPUS"
   if [ -n "${PLAIN:-}" ]; then
     rm -rf "$root/$fleet_name.build_cache"/*  # cold, as the pipelined run was
-    tune "gpu${GPUS}_plain" "$TRIALS" 0 --set rpc.ahead=0
+    AHEAD= tune "gpu${GPUS}_plain" "$TRIALS" 0 --set rpc.ahead=0
     finish "gpu${GPUS}_plain"
   fi
   # 3. a server killed mid-run
