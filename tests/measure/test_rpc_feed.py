@@ -106,3 +106,32 @@ def test_a_pipelined_tune_on_the_fleet_measures_each_kernel_once_and_resumes(fle
     tune(fleet, tmp_path / "two.db", 5)
     told2, records2, _ = tune(fleet, tmp_path / "two.db", 10)
     assert told2 == told and sorted(r.key for r in records2) == sorted(told)
+
+
+def test_a_server_killed_mid_tune_loses_no_trial_and_repeats_none(fleet, tmp_path):
+    """The pipelined loop on the fleet, one server SIGKILLed once 3 records are stored: its
+    kernels are measured by the other (or by it, restarted), every trial recorded once, none
+    failed for the lost server, and the run tells what it asked in order."""
+    before = {s["gpu_index"]: s for s in fleet.wait_free()}
+    stored: list = []
+    killed = threading.Event()
+
+    def on_record(rec):
+        stored.append(rec.key)
+        if len(stored) >= 3 and not killed.is_set():
+            killed.set()
+            os.kill(before["0"]["pid"], signal.SIGKILL)
+
+    with Builder(workers=1, compile=False) as local, \
+            Store(str(tmp_path / "k.db"), OP.workload) as store:
+        strategy = make_strategy("random", SpaceCandidates(OP.space, OP.workload), seed=7)
+        runner = fleet.runner(timeout_s=10.0)
+        measurer = Measurer(OP, store, local, runner, on_record=on_record)
+        Tuner(strategy, measurer, trials=12, batch_size=3).run()
+        records = store.records()
+    assert killed.is_set() and any("lost" in line for line in runner.lost)
+    assert len(records) == 12 == len({r.key for r in records}) == len(stored)
+    assert all(r.ok for r in records)  # none failed for the lost server
+    assert sorted(r.key for r in strategy.history) == sorted(stored)
+    after = {s["gpu_index"]: s for s in fleet.wait_free(timeout_s=240)}
+    assert after["0"]["restarts"] == before["0"]["restarts"] + 1
