@@ -117,10 +117,10 @@ class Window:
             a.keys = [k for k in a.keys if k not in keys or k in a.got]
 
     def tell_one(self) -> list[Record] | None:
-        """Tell the oldest batch if all of it is in (its records in the order asked; returned,
-        else None). One at a
-        time, each followed by the asks it allows (:func:`advance`): so every ask sees the same
-        history and pending points whatever order the batches complete in."""
+        """Tell the oldest batch if all of it is in: its records, in the order asked (None if
+        it is not complete). One batch at a time, each followed by the asks it allows
+        (:func:`advance`), so every ask sees the same history and pending points whatever order
+        the batches complete in."""
         if not (self.batches and self.batches[0].complete()):
             return None
         records = self.batches.popleft().records()
