@@ -217,7 +217,8 @@ def serve_builds(sess: Any, batch: _Batch, s: _Session, info: Mapping[str, Any],
             if batch.wait_for_work(FEED_IDLE_S):
                 continue
             return
-        for i, raw in json.loads(poll(1.0)):
+        # a feed's new kernels are taken between polls: a short wait tops up free workers soon
+        for i, raw in json.loads(poll(0.25 if batch.open else 1.0)):
             batch.answer(s, i, dict(info), raw, slack_s)
         if s.abandoned:
             return
