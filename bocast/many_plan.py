@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bocast import api
-from bocast.errors import InputError
+from bocast.errors import InputError, RpcUnavailable
 from bocast.locations import check_writable
 from bocast.shapes_file import Shape, command_options, entry, read
 
@@ -94,6 +94,7 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
     """Check a run of many whole (every workload's configuration, duplicates, the plan of a
     run already in its output, the window) before anything is written."""
     from bocast import config as cfgmod
+    from bocast.measure import rpc_options
     from bocast.measure.parts import runner_kind
     from bocast.operator import canonical_workload, from_workload
 
@@ -146,12 +147,15 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
         api.need_gpu("runner local", "use --runner replay with recorded datasets")
     if kind in ("local", "rpc"):
         api.need_compiler(f"runner {kind}")
-    plan = {"workloads": [_planned(it.config) for it in items]}
+    plan: dict[str, Any] = {"workloads": [_planned(it.config) for it in items]}
     held = read_json(os.path.join(output, PLAN))
     if held is None and os.path.exists(os.path.join(output, PLAN)) or held is not None and not (
             isinstance(held, dict) and isinstance(held.get("window"), int)):
         raise InputError(f"output: {os.path.join(output, PLAN)} is damaged (not a plan this "
                          "command wrote); give another --output, or restore it")
+    follows = rpc_options.follows_fleet(first.raw, first.runner, first.rpc)
+    servers = _fleet(first) if held is None and kind == "rpc" and (
+        parallel is None or follows) else []
     if held is not None:
         if held.get("workloads") != plan["workloads"]:
             raise InputError(f"output: {output} holds a run of another list or other options "
@@ -163,10 +167,24 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
                              "each workload's warm-start sources; leave it out or give "
                              f"{window}")
     else:
-        window = parallel or (_fleet(first) if kind == "rpc" else 1)
-    return Plan(items, output, window, first.runner, dict(rpc or {}),
-                   os.fspath(records) if records else None,
-                   {"trials": first.trials, "seconds": first.seconds}, {**plan, "window": window})
+        window = parallel or (len(servers) if kind == "rpc" else 1)
+    plan["window"] = window
+    rpc = dict(rpc or {})
+    if follows:  # one batch for every workload: the fleet's when the run began (a server lost
+        # mid-run changes no later workload's batch; a resume keeps it)
+        batch = held.get("batch_size") if held is not None else \
+            rpc_options.fleet_batch(first.rpc, servers)[0]
+        if isinstance(batch, int) and batch > 0:
+            plan["batch_size"] = batch
+            for it in items:
+                it.config["batch_size"] = batch
+    if kind == "rpc" and window > 1:
+        # workloads at once share the servers batch by batch; a pipelined run's feed would
+        # hold its servers for the whole run (bocast.pipeline)
+        rpc["ahead"] = 0
+    return Plan(items, output, window, first.runner, rpc,
+                os.fspath(records) if records else None,
+                {"trials": first.trials, "seconds": first.seconds}, plan)
 
 
 def _planned(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -188,14 +206,15 @@ def _first_difference(held: Any, now: list[dict[str, Any]]) -> str:
     return "the same workloads"
 
 
-def _fleet(cfg) -> int:
-    """The servers of one GPU model registered under the rpc key now (RpcUnavailable: none)."""
-    runner = cfg.make_runner(seed=cfg.seed)
+def _fleet(cfg) -> list[dict[str, Any]]:
+    """The servers the run measures on (:func:`bocast.measure.rpc_options.fleet`: those of
+    the runner's GPU model under the key); RpcUnavailable where there are none."""
+    from bocast.measure import rpc_options
+
     try:
-        device = runner.device()
-    finally:
-        runner.close()
-    return max(1, sum(s.get("gpu") == device["gpu"] for s in device["servers"]))
+        return rpc_options.fleet(cfg.rpc)
+    except ValueError as e:
+        raise RpcUnavailable(str(e)) from None
 
 
 def read_json(path: str) -> Any:

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from bocast import interrupt
+from bocast import interrupt, pipeline
 from bocast.knobs import Config
 from bocast.record import Record, best_record
 from bocast.space import Space
@@ -247,7 +247,14 @@ class Tuner:
 
     def run(self, previous: Sequence[Record] = ()) -> Trajectory:
         """The whole run, resumed after ``previous`` (:meth:`start`): the one loop,
-        :func:`run_interleaved`, with this tuner alone."""
+        :func:`run_interleaved`, with this tuner alone; or, with a measurer that streams
+        (``ahead`` > 0: GPU servers that build), the pipelined loop
+        (:func:`bocast.pipeline.run_pipelined`: later batches proposed while earlier ones are
+        measured, with them as pending points)."""
+        ahead = pipeline.ahead_of(self, previous)
+        if ahead:
+            self.start()
+            return pipeline.run_pipelined(self, ahead, previous)
         self.start(previous)
         return run_interleaved([self])[0]
 

@@ -69,6 +69,8 @@ LAZY: dict[tuple[str, str], tuple[str, str]] = {
        for t in ("library", "records", "store")},
     **{("bocast.many_plan", f"bocast.{t}"): (IMPORT_BOCAST, f"prepare_many: {_NUMPY}")
        for t in ("config", "measure.parts", "operator")},
+    ("bocast.many_plan", "bocast.measure.rpc_options"): (
+        IMPORT_BOCAST, "prepare_many's fleet of runner rpc: socket, hmac, the tracker protocol"),
     ("bocast.model_shapes", "bocast.operator"): (IMPORT_BOCAST, f"shapes_of's check: {_NUMPY}"),
     ("bocast.shapes_file", "bocast.operator"): (IMPORT_BOCAST, f"an entry's check: {_NUMPY}"),
     ("bocast.shapes_file", "bocast.config_files"): (HELP, "a YAML shapes file: yaml (+15 ms)"),

@@ -289,3 +289,49 @@ def test_a_run_of_many_refuses_a_single_runs_folder_and_a_damaged_plan(tmp_path)
         with pytest.raises(InputError, match=message):
             many_plan.prepare_many("gemm", [(256, 256, 256), (512, 256, 256)],
                                    runner="standin", output=str(out), space="v2")
+
+
+def fake_fleet(monkeypatch, *servers):
+    """The tracker's answer for the rpc key: one server per (GPU model, build workers)."""
+    from bocast.measure import rpc_protocol
+
+    infos = [{"bocast": {"device": {"gpu": gpu}, "build_workers": workers, "port": i}}
+             for i, (gpu, workers) in enumerate(servers)]
+    monkeypatch.setattr(rpc_protocol, "servers", lambda addr, key, token=None: infos)
+
+
+def test_one_fleet_sets_the_window_and_the_batch_and_plan_json_keeps_the_batch(tmp_path,
+                                                                              monkeypatch):
+    """rpc_options.fleet is the one definition: the servers of the runner's GPU model under
+    the key; the window counts them, the batch their build workers. The batch is the plan's
+    (plan.json), so a server lost mid-run changes no later workload's batch; workloads at once
+    measure batch by batch (rpc.ahead 0)."""
+    from bocast.measure import rpc_options
+
+    monkeypatch.setattr(api, "need_compiler", lambda what: None)
+    rpc = {"tracker": "127.0.0.1:9", "key": "k"}
+    fake_fleet(monkeypatch, ("H200", 16), ("H200", 16))
+    shapes = [(256, 256, 256), (512, 256, 256)]
+    out = str(tmp_path / "run")
+    plan = many_plan.prepare_many("gemm", shapes, runner="rpc", rpc=rpc, output=out,
+                                  space="v2")
+    assert (plan.window, plan.plan["batch_size"], plan.rpc["ahead"]) == (2, 32, 0)
+    assert all(it.config["batch_size"] == 32 for it in plan.items)
+    os.makedirs(out)
+    with open(os.path.join(out, many_plan.PLAN), "w") as f:
+        json.dump(plan.plan, f)
+    fake_fleet(monkeypatch, ("H200", 16))  # a server lost: the run resumes with its batch
+    again = many_plan.prepare_many("gemm", shapes, runner="rpc", rpc=rpc, output=out,
+                                   space="v2")
+    assert (again.window, again.plan["batch_size"]) == (2, 32)
+    fresh = many_plan.prepare_many("gemm", shapes, runner="rpc", rpc=rpc,
+                                   output=str(tmp_path / "new"), space="v2")
+    assert (fresh.window, fresh.plan["batch_size"], "ahead" in fresh.rpc) == (1, 16, False)
+    # servers of two models: the runner's model only (named), or every one ("any")
+    fake_fleet(monkeypatch, ("H200", 16), ("H100", 8), ("H200", 4))
+    with pytest.raises(ValueError, match="several GPU models"):
+        rpc_options.fleet(rpc)
+    assert rpc_options.fleet_batch({**rpc, "gpu_model": "H200"})[0] == 20
+    assert rpc_options.fleet_batch({**rpc, "gpu_model": "any"})[0] == 28
+    with pytest.raises(ValueError, match="no server of A100"):
+        rpc_options.fleet({**rpc, "gpu_model": "A100"})

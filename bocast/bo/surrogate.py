@@ -143,6 +143,27 @@ class Surrogate:
             self.L = _cholesky(K)
             self.alpha = torch.cholesky_solve((ys - self.mean_const).unsqueeze(-1), self.L)
 
+    def believe(self, x: np.ndarray) -> None:
+        """Condition on the rows of ``x`` (m, d) as if each had been observed at its posterior
+        mean, with the fitted hyperparameters and standardisation (a Kriging believer over a
+        round's *pending* points: configurations proposed and still being measured). The mean
+        stays what it was; the variance shrinks around them, so a round does not pick next to
+        what is already under way. Refitting on the next round's observations forgets them."""
+        if len(x) == 0:
+            return
+        Xp = self.scale(x)
+        with torch.no_grad():
+            _, mean = self._conditioned(Xp)  # standardised y
+            X = torch.cat([self.X, Xp])
+            ys = torch.cat([(self.Y.squeeze(-1) - self.y_mean) / self.y_std, mean])
+            K = self._k(X, X)
+            K.diagonal().add_(self.noise + self.jitter)
+            self.L = _cholesky(K)
+            self.alpha = torch.cholesky_solve((ys - self.mean_const).unsqueeze(-1), self.L)
+        self.X = X
+        self.Y = torch.cat([self.Y, (self.y_mean + self.y_std * mean).unsqueeze(-1)])
+        self._all_data_model = None  # BoTorch's copy (qlogei) conditions on the fantasies too
+
     def _gp(self, X: torch.Tensor, Y: torch.Tensor) -> Any:
         """An unfitted SingleTaskGP on (X, Y) with the noise cap, y standardised."""
         from botorch.models import SingleTaskGP

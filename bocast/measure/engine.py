@@ -18,6 +18,8 @@ A runner that answers whole records (:class:`~bocast.measure.runner.RecordRunner
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,16 +115,35 @@ class Measurer:
                 self._record_batch(batch)
         return batch.records
 
+    @property
+    def ahead(self) -> int:
+        """How many batches the loop may propose ahead of the oldest one still measured
+        (:mod:`bocast.pipeline`): the runner's ``ahead`` where it builds on its servers and
+        takes configurations while it runs (:meth:`stream`); else 0, batch after batch."""
+        if getattr(self.runner, "builds_on_servers", False) and hasattr(self.runner, "open_feed"):
+            return int(getattr(self.runner, "ahead", 0))
+        return 0
+
+    def stream(self, source: str = "") -> Stream:
+        """A measurement that takes configurations while it runs (:class:`Stream`); only where
+        :attr:`ahead` is not 0."""
+        return Stream(self, source)
+
     def _record_batch(self, batch: Prepared) -> None:
         """The batch's readings: the median clock, power and temperature of its timed kernels
         and the reference timed now (a failure to time it is recorded, never fatal)."""
         assert self.runner is not None
-        info: dict[str, Any] = {"keys": [r.key for r in batch.records],
-                                **batch_telemetry(batch.records)}
         try:
-            ref = self.runner.reference(self.op)
+            ref, error = self.runner.reference(self.op), None
         except RuntimeError as e:  # the runner's worker failed on it: the batch stands
-            ref, info["reference_error"] = None, str(e)[:300]
+            ref, error = None, str(e)
+        self._batch_row(batch.records, ref, error)
+
+    def _batch_row(self, records: Sequence[Record], ref: dict[str, Any] | None,
+                   error: str | None = None) -> None:
+        info: dict[str, Any] = {"keys": [r.key for r in records], **batch_telemetry(records)}
+        if error:
+            info["reference_error"] = error[:300]
         if ref and ref.get("tflops"):
             info["reference"] = {k: ref[k] for k in ("tflops", "latency_ms", *TELEMETRY)
                                  if k in ref}
@@ -134,6 +155,87 @@ class Measurer:
         batch.records.append(rec)
         if batch.on_record is not None:
             batch.on_record(rec)
+
+
+class Stream:
+    """One run's measurement as a stream (the pipelined loop, :mod:`bocast.pipeline`):
+    :meth:`submit` checks configurations as :meth:`Measurer.prepare` does (skips what the store
+    holds or was submitted, records the invalid ones at once) and puts the rest on the runner's
+    feed (:meth:`~bocast.measure.rpc.RpcRunner.open_feed`), where the servers build and time
+    them; every record, in the order written to the store, comes out of :meth:`get`."""
+
+    def __init__(self, measurer: Measurer, source: str = ""):
+        self.m = measurer
+        self.batch = Prepared(source, measurer.on_record)
+        self.out: queue.Queue[Record] = queue.Queue()
+        self.seen = measurer.store.keys()
+        self.queued: dict[int, tuple[str, Config]] = {}  # the feed's index -> configuration
+        self._lock = threading.Lock()  # one record at a time: store order is get()'s order
+        self.feed = measurer.runner.open_feed(  # type: ignore[union-attr]
+            measurer.op, measurer.builder.options(), self._answered)
+
+    def submit(self, configs: Sequence[Config]) -> set[str]:
+        """Measure ``configs``; returns the keys skipped (the store holds them, or they were
+        submitted before): no record of theirs will come."""
+        todo, skipped = [], set()
+        for c in configs:
+            key = Space.key(c)
+            if key in self.seen:
+                skipped.add(key)
+            else:
+                self.seen.add(key)
+                todo.append((key, c))
+        buildable = []
+        for (key, c), v in zip(todo, self.m.op.space.validate_many([c for _, c in todo])):
+            if v:
+                self._keep(Record(key, c, Status.INVALID, error=", ".join(v),
+                                  source=self.batch.source))
+            else:
+                buildable.append((key, c))
+        with self._lock:  # an answer cannot come before its index is known
+            for i, kc in zip(self.feed.put([c for _, c in buildable]), buildable):
+                self.queued[i] = kc
+        return skipped
+
+    def _answered(self, i: int, b: BuildResult, r: RunResult | None) -> None:
+        with self._lock:
+            key, c = self.queued.pop(i)
+        self._keep(to_record(key, c, b, r, self.batch.source))
+
+    def _keep(self, rec: Record) -> None:
+        with self._lock:
+            self.m._keep(self.batch, rec)
+            self.out.put(rec)
+
+    def get(self, timeout_s: float) -> Record | None:
+        """The next record written, waiting up to ``timeout_s``; None if none came. Raises
+        what stopped the feed (no server for ``server_wait_s``: RpcUnavailable)."""
+        try:
+            return self.out.get(timeout=timeout_s)
+        except queue.Empty:
+            if self.feed.error is not None:
+                raise self.feed.error from None
+            return None
+
+    def told(self, records: Sequence[Record]) -> None:
+        """The loop told a batch of ``records``: with the measurer's ``batch_reference``, the
+        reference is timed once more through the feed (after the kernels queued now) and
+        recorded with the batch's readings, as :meth:`Measurer.run` does after a batch."""
+        if not self.m.batch_reference or not any(r.measured_on for r in records):
+            return
+
+        def answered(raw: dict[str, Any]) -> None:
+            failure = raw.get("_failure")
+            self.m._batch_row(records, None if failure else raw,
+                              f"reference on the RPC server failed: {failure['detail']}"
+                              if failure else None)
+
+        self.feed.put_reference(answered)
+
+    def close(self, *, wait: bool = True) -> None:
+        """The end of the run: ``wait``, every configuration and reference submitted answered
+        first; else those not answered are dropped unrecorded, as a batch cut short."""
+        self.feed.close(wait=wait)
 
 
 class RecordMeasurer:

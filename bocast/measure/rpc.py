@@ -9,7 +9,8 @@ re-timing's kernel and reference in one task on one server (:meth:`RpcRunner.run
 What the RPC layer adds is where it runs (docs/rpc.md):
 
 - one TVM RPC session per server per batch: a batch asks the tracker for up to ``sessions``
-  servers and each session takes kernels from the batch's queue until it is empty;
+  servers and each session takes kernels from the batch's queue until it is empty (a feed,
+  :meth:`RpcRunner.open_feed`, is a batch that takes kernels while it runs);
 - a server lost mid-batch (killed, crashed, unreachable) or hung (no answer within the
   kernel's limit plus ``slack_s``) has its kernels re-queued; the first answer for a kernel is
   its result, so each is reported once; one lost ``max_attempts`` times is a ``runtime_error``;
@@ -46,8 +47,12 @@ from bocast.measure.rpc_batch import (
     _Session,
     build_calls,
     built_and_ran,
+    measured_on,
+    one_line,
     serve_builds,
+    server_name,
 )
+from bocast.measure.rpc_feed import Feed
 from bocast.measure.rpc_service import PROTOCOL
 from bocast.measure.runner import (
     OnResult,
@@ -64,16 +69,6 @@ from bocast.operator import Operator
 BuiltAndRan = Callable[[int, BuildResult, "RunResult | None"], None]
 
 
-def measured_on(info: Mapping[str, Any]) -> dict[str, Any]:
-    return {"host": info.get("host"), "port": info.get("port"),
-            "gpu_index": info.get("gpu_index"), "gpu": (info.get("device") or {}).get("gpu")}
-
-
-def server_name(info: Mapping[str, Any]) -> str:
-    gpu = f" gpu {info['gpu_index']}" if info.get("gpu_index") not in (None, "") else ""
-    return f"{info.get('host')}:{info.get('port')}{gpu}"
-
-
 # ------------------------------------------------------------------------------ the runner
 
 
@@ -88,8 +83,10 @@ class RpcRunner(Runner):
                  slack_s: float = 120.0, connect_timeout_s: float = 30.0,
                  server_wait_s: float = 600.0, max_attempts: int = 3, priority: int = 1,
                  token_file: str | None = None, log: Callable[[str], None] | None = None,
-                 l2: str = "warm", builds: str = "server"):
+                 l2: str = "warm", builds: str = "server", ahead: int = 1):
         self.tracker, self.key, self.l2, self.builds = proto.parse_addr(tracker), key, l2, builds
+        # batches proposed ahead of the oldest one measured (bocast.pipeline); server builds only
+        self.ahead = ahead if builds == "server" else 0
         try:
             self.token = auth.load_token(token_file)
             auth.require(self.token, {"rpc tracker": self.tracker[0]})
@@ -142,9 +139,7 @@ class RpcRunner(Runner):
         """Build ``configs`` on the servers that time them, with the builder's options
         ``build``: ``result[i]`` (and ``on_result(i, build, run)`` as it comes) is the build
         of ``configs[i]`` and, where it built, its run; each answered once, as in :meth:`run`."""
-        calls = build_calls(op, configs, build, timeout_s=self.timeout_s,
-                            timing={"seed": self.seed, "repeats": self.repeats,
-                                    "warmup_ms": self.warmup_ms, "l2": self.l2})
+        calls = self._build_calls(op, build)(configs)
         out: list[tuple[BuildResult, RunResult | None] | None] = [None] * len(calls)
 
         def collect(i: int, info: dict | None, raw: dict) -> None:
@@ -158,10 +153,25 @@ class RpcRunner(Runner):
         self._run_batch(calls, collect, builds=True)
         return out  # type: ignore[return-value]
 
-    def reference(self, op: Operator) -> dict[str, Any]:
-        task = {"kind": "reference", "workload": op.workload, "seed": self.seed,
+    def open_feed(self, op: Operator, build: Mapping[str, Any], on_result: BuiltAndRan) -> Feed:
+        """As :meth:`build_and_run`, for configurations given while it runs
+        (:meth:`Feed.put`) until :meth:`Feed.close`: one queue, sessions that stay."""
+        return Feed(self._build_calls(op, build),
+                    lambda batch, deliver: self._run_batch([], deliver, batch=batch), on_result,
+                    self._reference_task(op))
+
+    def _build_calls(self, op: Operator, build: Mapping[str, Any]):
+        timing = {"seed": self.seed, "repeats": self.repeats, "warmup_ms": self.warmup_ms,
+                  "l2": self.l2}
+        return lambda configs: build_calls(op, configs, build, timeout_s=self.timeout_s,
+                                           timing=timing)
+
+    def _reference_task(self, op: Operator) -> dict[str, Any]:
+        return {"kind": "reference", "workload": op.workload, "seed": self.seed,
                 "repeats": max(20, self.repeats), "l2": self.l2}
-        info, raw = self._one(_Call(task, b"", 120.0))
+
+    def reference(self, op: Operator) -> dict[str, Any]:
+        info, raw = self._one(_Call(self._reference_task(op), b"", 120.0))
         if "_failure" in raw:
             raise RuntimeError(f"reference on the RPC server failed: {raw['_failure']['detail']}")
         return {**raw, "measured_on": measured_on(info) if info else None}
@@ -222,14 +232,17 @@ class RpcRunner(Runner):
         return max(1, min(n, registered))
 
     def _run_batch(self, calls: list[_Call], deliver: Callable[[int, dict | None, dict], None],
-                   *, builds: bool = False) -> None:
-        if not calls:
-            return
-        batch = _Batch(calls, builds)
-        want = self._wanted_sessions(len(calls))
-        remaining = len(calls)
+                   *, builds: bool = False, batch: _Batch | None = None) -> None:
+        """Every call answered once, through ``deliver``; ``batch``: an open one (a feed,
+        :mod:`bocast.measure.rpc_feed`), whose calls come while it runs, until it is closed."""
+        batch = batch or _Batch(calls, builds)
+        want, asked_s, delivered = 0, 0.0, 0
         try:
-            while remaining:
+            while (len(batch.calls) > delivered or batch.open) and not batch.finished.is_set():
+                if time.monotonic() - asked_s > 10.0:  # a feed also uses servers that join
+                    want = self._wanted_sessions(1 << 20 if batch.open else len(batch.calls))
+                    asked_s = time.monotonic() if batch.open else float("inf")
+                remaining = len(batch.calls) - delivered
                 self._watch(batch)
                 with batch.lock:
                     working = [s for s in batch.sessions
@@ -242,26 +255,17 @@ class RpcRunner(Runner):
                 except queue.Empty:
                     if batch.fatal:
                         raise RpcUnavailable(batch.fatal) from None
-                    if self._starved(batch):
+                    if batch.starved(self.server_wait_s):
                         raise RpcUnavailable(self._unavailable(batch, remaining)) from None
                     continue
                 with batch.lock:
                     if batch.done[i]:
                         continue
                     batch.done[i] = True
-                remaining -= 1
+                delivered += 1
                 deliver(i, info, raw)
         finally:
             batch.finished.set()
-
-    def _starved(self, batch: _Batch) -> bool:
-        """No session has held a usable server for ``server_wait_s``."""
-        with batch.lock:
-            if any(s.phase in ("connect", "run") and not (s.abandoned or s.refused)
-                   for s in batch.sessions):
-                batch.last_server_s = time.monotonic()
-                return False
-            return time.monotonic() - batch.last_server_s > self.server_wait_s
 
     def _unavailable(self, batch: _Batch, remaining: int) -> str:
         refused = "; refused: " + ", ".join(f"{k} ({v})" for k, v in self.refused.items()) \
@@ -342,7 +346,7 @@ class RpcRunner(Runner):
                     return
         except Exception as e:  # noqa: BLE001 - a lost server is a re-queue, never a crash
             if not s.abandoned:
-                why = f"server {s.server or '?'} lost ({_one_line(e)})"
+                why = f"server {s.server or '?'} lost ({one_line(e)})"
                 self.lost.append(why)
                 if s.held:
                     self.log(why + f"; its {len(s.held)} kernel(s) go to another server")
@@ -393,8 +397,3 @@ class RpcRunner(Runner):
             return f"GPU {model}, the runner measures on {self.gpu_model}"
         return None
 
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return (lines[-1] if lines else type(e).__name__)[:300]

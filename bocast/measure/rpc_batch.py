@@ -29,6 +29,7 @@ class _Call:
     task: dict[str, Any]   # the worker task, without its cubin; or a build task (server builds)
     cubin: bytes
     timeout_s: float       # how long its server may take to answer, before the slack
+    direct: bool = False   # a worker task in a batch of build tasks (a feed's reference)
 
 
 @dataclass(eq=False)
@@ -61,6 +62,45 @@ class _Batch:
         self.last_server_s = time.monotonic()  # when a session last held a server
         self.notes: list[str] = []
         self.fatal: str | None = None  # why no server can ever be had (the token disagrees)
+        # a feed (bocast.measure.rpc_feed): calls are added while it runs, until it is closed
+        self.open = False
+        self.more = threading.Condition(self.lock)
+
+    def add(self, calls: Sequence[_Call]) -> list[int]:
+        """Queue more calls (a feed); their indices, in order."""
+        with self.lock:
+            first = len(self.calls)
+            self.calls.extend(calls)
+            self.attempts += [0] * len(calls)
+            self.lost_on += [[] for _ in calls]
+            self.done += [False] * len(calls)
+            self.todo.extend(range(first, len(self.calls)))
+            self.more.notify_all()
+            return list(range(first, len(self.calls)))
+
+    def close(self) -> None:
+        """No more calls: sessions waiting for work end."""
+        with self.lock:
+            self.open = False
+            self.more.notify_all()
+
+    def wait_for_work(self, idle_s: float) -> bool:
+        """An open feed's session with nothing to do: wait up to ``idle_s`` for calls; False
+        when none came (the session then ends and its server goes back to the tracker)."""
+        with self.lock:
+            if not self.todo and self.open and not self.finished.is_set():
+                self.more.wait(idle_s)
+            return bool(self.todo)
+
+    def starved(self, server_wait_s: float) -> bool:
+        """No session has held a usable server for ``server_wait_s`` while kernels waited."""
+        with self.lock:
+            live = [s for s in self.sessions
+                    if s.phase in ("connect", "run") and not (s.abandoned or s.refused)]
+            if live or not self.todo:  # nothing queued: an open feed between proposals
+                self.last_server_s = time.monotonic()
+                return False
+            return time.monotonic() - self.last_server_s > server_wait_s
 
     def take(self, s: _Session, slack_s: float, n: int = 1) -> list[int]:
         """Up to ``n`` more kernels for ``s`` (none once the queue is empty). Its deadline: the
@@ -111,7 +151,27 @@ class _Batch:
         self.answers.put((i, info, raw))
 
 
+def measured_on(info: Mapping[str, Any]) -> dict[str, Any]:
+    return {"host": info.get("host"), "port": info.get("port"),
+            "gpu_index": info.get("gpu_index"), "gpu": (info.get("device") or {}).get("gpu")}
+
+
+def server_name(info: Mapping[str, Any]) -> str:
+    gpu = f" gpu {info['gpu_index']}" if info.get("gpu_index") not in (None, "") else ""
+    return f"{info.get('host')}:{info.get('port')}{gpu}"
+
+
+def one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return (lines[-1] if lines else type(e).__name__)[:300]
+
+
 # ------------------------------------------------------------------- servers that build
+
+#: how long a session of an open feed waits for more work before it gives its server back
+#: (between two of a run's proposals the queue is empty for well under a second)
+FEED_IDLE_S = 5.0
 
 
 def build_calls(op: Operator, configs: Sequence[Config], build: Mapping[str, Any], *,
@@ -142,14 +202,23 @@ def serve_builds(sess: Any, batch: _Batch, s: _Session, info: Mapping[str, Any],
     workers, topped up from the batch's queue as answers come (each a kernel built and timed
     there), until the queue is empty and nothing is held."""
     submit, poll = sess.get_function("bocast.rpc.submit"), sess.get_function("bocast.rpc.poll")
+    run = sess.get_function("bocast.rpc.run")
     depth = max(1, int(info.get("build_workers") or 1))
     while not batch.finished.is_set():
         got = batch.take(s, slack_s, depth - len(s.held))
+        for i in [i for i in got if batch.calls[i].direct]:  # timed now, beside the builds
+            c = batch.calls[i]
+            batch.answer(s, i, dict(info), json.loads(run(json.dumps(c.task), c.cubin,
+                                                          c.timeout_s)), slack_s)
+        got = [i for i in got if not batch.calls[i].direct]
         if got:
             submit(json.dumps([{"id": i, **batch.calls[i].task} for i in got]))
         if not s.held:
+            if batch.wait_for_work(FEED_IDLE_S):
+                continue
             return
-        for i, raw in json.loads(poll(1.0)):
+        # a feed's new kernels are taken between polls: a short wait tops up free workers soon
+        for i, raw in json.loads(poll(0.25 if batch.open else 1.0)):
             batch.answer(s, i, dict(info), raw, slack_s)
         if s.abandoned:
             return

@@ -12,7 +12,7 @@ from bocast.measure import rpc_auth as auth
 from bocast.measure import rpc_protocol as proto
 
 OPTIONS = {"tracker", "key", "gpu_model", "sessions", "slack_s", "server_wait_s",
-           "max_attempts", "token_file", "builds"}
+           "max_attempts", "token_file", "builds", "ahead"}
 #: where the kernels are built: ``server`` (each server builds what it times, with its cores)
 #: or ``local`` (the tuner's builder, the servers only time)
 BUILDS = ("server", "local")
@@ -41,6 +41,9 @@ def parse_options(raw: Any) -> dict[str, Any]:
         v = out.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"rpc.{name}: expected a positive integer, got {v!r}")
+    v = out.get("ahead")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 8):
+        raise ValueError(f"rpc.ahead: expected batches proposed ahead, 0 to 8, got {v!r}")
     for name in ("slack_s", "server_wait_s"):
         v = out.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
@@ -55,17 +58,38 @@ def follows_fleet(raw: Mapping[str, Any], runner: str, options: Mapping[str, Any
         and "batch_size" not in raw
 
 
-def fleet_batch(options: Mapping[str, Any]) -> tuple[int, str]:
-    """The batch that keeps the fleet busy: every build worker of the servers registered under
-    the key now, one kernel each (builds are most of a kernel's time: a 4096^3 GEMM builds in
-    1.5 s and runs in 40 ms); and the line that says so. A ValueError where the tracker cannot
-    say (the run would fail there anyway, with its own error)."""
+def fleet(options: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The fleet a run with the ``rpc`` ``options`` measures on: the servers registered under
+    the key now, of the runner's GPU model (``gpu_model``: that one, ``any``: every one, unset:
+    the one model registered, as :meth:`bocast.measure.rpc.RpcRunner.device` chooses), each
+    as its ``bocast.rpc.info``. A ValueError where the tracker cannot say, none is registered
+    or several models are and none is chosen (the run would fail there anyway)."""
     addr = proto.parse_addr(options["tracker"])
     try:
         token = auth.load_token(options.get("token_file"))
         infos = [s.get("bocast") or {} for s in proto.servers(addr, options["key"], token)]
     except (auth.AuthError, proto.TrackerError) as e:
         raise ValueError(str(e)) from None
+    models = {(i.get("device") or {}).get("gpu") for i in infos}
+    model = options.get("gpu_model")
+    if model is None and len(models) > 1:
+        raise ValueError(f"servers under key {options['key']!r} have several GPU models "
+                         f"{sorted(map(str, models))}: set rpc.gpu_model to one (or 'any')")
+    fleet = [i for i in infos if model in (None, "any") or (i.get("device") or {}).get("gpu")
+             == model]
+    if not fleet:
+        raise ValueError(f"no server{' of ' + model if model else ''} registered under key "
+                         f"{options['key']!r} at {addr[0]}:{addr[1]}")
+    return fleet
+
+
+def fleet_batch(options: Mapping[str, Any],
+                servers: list[dict[str, Any]] | None = None) -> tuple[int, str]:
+    """The batch that keeps the fleet (``servers``, else :func:`fleet`) busy: every build
+    worker of its servers, one kernel each (builds are most of a kernel's time: a 4096^3 GEMM
+    builds in 1.5 s and runs in 40 ms); and the line that says so. A ValueError as
+    :func:`fleet`."""
+    infos = servers or fleet(options)
     workers = [int(i.get("build_workers") or 0) for i in infos]
     batch = max(1, sum(workers))
     return batch, (f"batch {batch}: the build workers of the {len(infos)} server(s) under key "

@@ -53,15 +53,21 @@ class Strategy(ABC):
         self.rng = np.random.default_rng(seed)
         self.history: list[Record] = []
         self.proposed: set[str] = set()
+        self.pending: list[Config] = []  # the running ask's pending configurations
 
     @abstractmethod
     def _ask(self, n: int) -> list[Config]:
         """Up to ``n`` new configurations (the base class filters repeats)."""
 
-    def ask(self, n: int) -> list[Config]:
+    def ask(self, n: int, pending: Sequence[Config] = ()) -> list[Config]:
+        """Up to ``n`` new configurations. ``pending``: configurations proposed before and still
+        being measured (their records not told yet), which a model-based strategy conditions
+        on as BoTorch's ``X_pending`` (BO: a Kriging believer); the others only never propose
+        them again, as every proposed configuration."""
         # randomness depends only on the seed and the history, so a resumed run that replays
         # its records through ``tell`` proposes exactly what the uninterrupted run would have
         self.rng = np.random.default_rng([self.seed, len(self.history), len(self.proposed)])
+        self.pending = list(pending)
         out = []
         for c in self._ask(n):
             key = Space.key(c)

@@ -1,13 +1,14 @@
 """Bayesian optimisation: GP surrogate of log(TFLOPS) (or TFLOPS relative to the best, option
 ``y_transform``), feasibility classifier, batch acquisition over a discrete candidate pool.
 
-Each round: fit the surrogate on the successful measurements and, once failures have been seen,
-the classifier on all attempted ones; build a pool of fresh uniform samples plus the feasible
-neighbours of the best configurations so far (never anything already proposed); optionally
-extend it by local search on the acquisition surface; score it with the chosen acquisition
-(``logei``, ``becbo``, ``ts`` or ``qlogei``: one registry, :mod:`bocast.bo.acquisition`);
-return ``q`` picks. The first ``n_init`` proposals are uniform samples. A round whose GP fit
-failed keeps the previous round's hyperparameters, warns, and counts in ``last_round``'s
+Each round: fit the surrogate on the successful measurements (conditioned on the pending
+configurations, asked and still measured, at their predicted means) and, once failures have been
+seen, the classifier on all attempted ones; build a pool of fresh uniform samples plus the
+feasible neighbours of the best configurations so far (never anything already proposed);
+optionally extend it by local search on the acquisition surface; score it with the chosen
+acquisition (``logei``, ``becbo``, ``ts``, ``qlogei``: :mod:`bocast.bo.acquisition`); return
+``q`` picks. The first ``n_init`` proposals are uniform samples. A round whose GP fit failed
+keeps the previous round's hyperparameters, warns, and counts in ``last_round``'s
 ``fit_failures`` (the run's so far).
 
 Options beyond the defaults of 2026-11 (issue 11; each kept off until a benchmark shows a gain):
@@ -80,10 +81,9 @@ if TYPE_CHECKING:
 
 
 def _import_model() -> None:
-    """Bind torch and the BO pieces (GP, classifiers, acquisitions) when a BO strategy is made.
-    This module is also imported for BO's options alone (a configuration's check names them),
-    and torch takes 1.5 s to import: a refused option must answer in well under a second
-    (issue 25). The one documented lazy import of the strategies."""
+    """Bind torch and the BO pieces (GP, classifiers, acquisitions) when a BO strategy is made:
+    this module is also imported for BO's options alone, and torch takes 1.5 s to import (a
+    refused option must answer well under a second, issue 25). The one documented lazy import."""
     global torch, acq, AlwaysFeasible, make_classifier, Surrogate
     import torch
 
@@ -126,9 +126,8 @@ class BOOptions(StrategyOptions):
                                 doc="becbo: share of the batch on the feasibility boundary")
     beta0: float = opt(2.0, min=0, max=1000,
                        doc="becbo: initial width of the optimistic feasibility bound")
-    # its matrices (the fit on fit_points observations, then up to 1000 observations x a pool
-    # of ~4500) are too small for the 16 threads of the H100 host, which were slower than 4
-    # (lab/bench_proposal.py)
+    # its matrices (a fit on fit_points observations, then <= 1000 observations x a pool of
+    # ~4500) are too small for the H100 host's 16 threads, slower than 4 (lab/bench_proposal.py)
     threads: int = opt(4, min=1, max=1024, doc="torch threads for a round, at most")
     features: FeatureKind = FEATURES_OPTION.opt()
     y_transform: YTransform = opt(
@@ -233,9 +232,10 @@ class BayesOpt(Strategy):
         if not pool:
             return []
         x_ok = self._inputs([self.config_of(r) for r in ok])
-        y_ok = gp_target(np.array([r.tflops for r in ok], dtype=float),
-                         self.hyper["y_transform"])
+        y_ok = gp_target(np.array([r.tflops for r in ok], float), self.hyper["y_transform"])
         self.surrogate.fit(x_ok, y_ok)
+        if self.pending:  # asked before, still measured: a Kriging believer's fantasies
+            self.surrogate.believe(self._inputs(self.pending))
         attempted = [r for r in self.history if r.status is not Status.INVALID]
         labels = np.array([1.0 if r.ok else 0.0 for r in attempted])
         clf = make_classifier(self.hyper["classifier"], labels, seed=self.seed)
