@@ -24,7 +24,6 @@ pandas) is imported on first use, so ``import bocast`` stays cheap.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -218,8 +217,7 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
     GPU); replay without ``dataset``: the shipped dataset of the workload with most rows;
     ``output``: ``runs/OP_SHAPE_SPACE_STRATEGY_sSEED`` (with ``store``: the store's folder)."""
     from bocast.config import workload_and_dataset
-    from bocast.datasets import shipped_datasets
-    from bocast.operator import canonical_workload
+    from bocast.measure.replay import shipped_dataset_for
 
     cfg: dict[str, Any] = {"workload": {"op": op}, "strategy": {}, "runner": runner or "local"}
     if shape is not None:
@@ -249,17 +247,9 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
                              f"{cfg['runner']}")
     target, _ = workload_and_dataset(cfg["workload"], "local", None)  # the workload's own checks
     w = target.workload
-    if cfg["runner"] == "replay" and not cfg.get("dataset"):
-        fits = []
-        for prefix in shipped_datasets():
-            with open(prefix + ".json") as f:
-                meta = json.load(f)
-            if canonical_workload(meta.get("workload", {})) == canonical_workload(w):
-                fits.append((-int(meta.get("rows") or 0), prefix))
-        if not fits:
-            raise InputError(f"runner replay: no shipped dataset of {op} {w.get('shape')} "
-                             f"(space {w.get('space')}); give dataset (--dataset)")
-        cfg["dataset"] = min(fits)[1]
+    if cfg["runner"] == "replay" and not cfg.get("dataset"):  # the space recorded, if auto's
+        cfg["dataset"], cfg["workload"]["space"] = shipped_dataset_for(
+            w, space_auto=cfg["workload"].get("space", "auto") == "auto")
     if not cfg.get("output"):
         store = cfg.get("store")
         cfg["output"] = os.path.dirname(os.path.abspath(store)) if store else os.path.join(

@@ -14,7 +14,13 @@ import json
 from typing import Any
 
 from bocast.candidates import TableCandidates
-from bocast.datasets import DATASET_COLUMNS, dataset_configs, dataset_csv, locate
+from bocast.datasets import (
+    DATASET_COLUMNS,
+    dataset_configs,
+    dataset_csv,
+    locate,
+    shipped_datasets,
+)
 from bocast.errors import InputError
 from bocast.knobs import Config
 from bocast.library import portable
@@ -206,3 +212,27 @@ def _jsonable(config: Config) -> dict:
 
 def _canon(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True)
+
+
+def shipped_dataset_for(workload: dict, *, space_auto: bool) -> tuple[str, str]:
+    """(the shipped dataset that replays ``workload``, the space it was recorded in): the one
+    of the most rows. Replay can only answer what was measured, so where the space was left to
+    ``auto`` and no shipped dataset holds auto's choice (v3 now takes operators whose shipped
+    tables are v2's), the same workload recorded in another space is taken. An InputError
+    when none is shipped."""
+    fits = []
+    for prefix in shipped_datasets():
+        with open(prefix + ".json") as f:
+            meta = json.load(f)
+        recorded, rows = meta.get("workload", {}), int(meta.get("rows") or 0)
+        same = canonical_workload(recorded) == canonical_workload(workload)
+        other_space = space_auto and canonical_workload({**recorded, "space": "x"}) == \
+            canonical_workload({**workload, "space": "x"})
+        if same or other_space:
+            fits.append((not same, -rows, prefix, recorded.get("space", "v1")))
+    if not fits:
+        raise InputError(f"runner replay: no shipped dataset of {workload.get('op')} "
+                         f"{workload.get('shape')} (space {workload.get('space')}); give "
+                         "dataset (--dataset)")
+    _, _, prefix, space = min(fits)
+    return prefix, space

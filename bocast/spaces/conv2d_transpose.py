@@ -8,7 +8,7 @@ Knobs and constraints: the GEMM's (``gemm.py``) over M = N*OH*OW, N = K, K = R*S
 of the gathered A tile is a real input element; the kernel multiplies the zeros anyway (``flops``
 counts the useful ones). Space v3 (``--space v3``: dilation 1, C % 32 == 0, fp16:fp32) runs it
 as stride x stride phase convolutions on the Hopper template, no zero insertion
-(``_hopper_tconv.py``); ``space auto`` keeps v2 until :data:`AUTO_V3_TRANSPOSED`.
+(``_hopper_tconv.py``); ``space auto`` takes it (:data:`AUTO_V3_TRANSPOSED`, measured).
 Default: the 2x upsampling of a DCGAN-style generator, 14x14 -> 28x28,
 256 -> 128 channels, 4x4, stride 2, pad 1. Heron's figure-6 cases (order N,H,W,C,K,R,S,stride,pad,
 dilation,output_padding): T1 [16,56,56,64,64,3,3,1,1,1,0], T3 [16,28,28,128,128,3,3,1,1,1,0],
@@ -21,10 +21,11 @@ from bocast.operator import register
 
 from ._conv import Conv
 
-#: ``space auto`` takes v3 (the phase decomposition) for conv2d_transpose only once this is
-#: True: v3 and v2 not yet timed on the same transposed convolution
-#: (experiments/device/tconv_check.sh measures v3)
-AUTO_V3_TRANSPOSED = False
+#: ``space auto`` takes v3 (the phase decomposition) for conv2d_transpose: measured on an H200
+#: (2026-11-28, experiments/results/skinny_tconv_h200x4/, cold BO, 64 trials, seed 0, each space
+#: in its own run against cuDNN with the weight laid out once): pix2pix's U-Net up-sampling
+#: layer (16x32x32, 512 -> 128, 4x4 stride 2) v3 1.055 against v2 0.089 (re-timed figures)
+AUTO_V3_TRANSPOSED = True
 
 
 @register
@@ -33,8 +34,8 @@ class Conv2dTranspose(Conv):
     spatial, kernel, torch_fn = ("H", "W"), ("R", "S"), "conv_transpose2d"
     transposed = True
     hopper_v3 = True  # space v3: bocast/spaces/_hopper_tconv.py
-    v3_rule: ClassVar[str | None] = ("v3 once conv2d_transpose.AUTO_V3_TRANSPOSED (v3 and v2 "
-                                     "not yet timed on the same transposed convolution)")
+    v3_rule: ClassVar[str | None] = ("v3 takes it (dilation 1, C % 32 == 0, fp16:fp32) while "
+                                     "conv2d_transpose.AUTO_V3_TRANSPOSED: measured, it beat v2")
     shape_help = ("N,H,W,C,K,R,S[,stride,pad,dilation,output_padding] (X[N,H,W,C], W[K,R,S,C], "
                   "Y[N,OH,OW,K]; stride 1, pad 0, dilation 1, output_padding 0 when left out)")
     default_shape = (16, 14, 14, 256, 128, 4, 4, 2, 1, 1, 0)

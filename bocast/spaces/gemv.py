@@ -28,8 +28,11 @@ from bocast.operator import TensorSpec, WorkloadError, register
 from . import _matmul as mm
 from . import _matmul_operator as mo
 
-#: see Gemv.v3_rule
-AUTO_V3_GEMV = False
+#: ``space auto`` takes v3 (swap_ab, split K) for a GEMV whose matrix has at least 64 rows:
+#: measured on an H200 (2026-11-28, experiments/results/skinny_tconv_h200x4/, cold BO, 64 trials,
+#: seed 0, each space in its own run): 8 vectors times a 4096 x 14336 matrix (Llama-3-8B's MLP
+#: down projection at decode) v3 1.118 of cuBLAS against v2 0.944 (re-timed figures)
+AUTO_V3_GEMV = True
 
 
 @register
@@ -38,8 +41,6 @@ class Gemv(mo.MatmulOperator):
     shape_help = ("M,K[,B] (Y[B,M] = X[B,K] @ A[M,K]^T: B vectors times an M x K matrix; "
                   "B=1 when left out)")
     default_shape = (4096, 4096, 16)
-    #: the switch for ``space: auto``: True takes v3 (swap_ab, split K) for a GEMV whose matrix
-    #: has at least 64 rows. Off until measured against v2 (experiments/device/skinny_swap.sh)
     v3_rule = f"AUTO_V3_GEMV (switched on): M >= {mm.AUTO_V3_MIN_MN}" if AUTO_V3_GEMV else None
 
     @classmethod

@@ -189,9 +189,11 @@ def test_swapped_kernels_build_for_sm_90a_without_spills():
 def test_space_auto_takes_v3_for_a_gemv_only_when_switched_on(monkeypatch):
     from bocast.spaces import gemv
 
+    op = make_named("gemv", (4096, 14336, 8))  # measured: switched on
+    assert op.workload["space"] == "v3" and "AUTO_V3_GEMV" in op.space_choice
+    monkeypatch.setattr(gemv, "AUTO_V3_GEMV", False)
     assert make_named("gemv", (4096, 14336, 8)).workload["space"] == "v2"
     monkeypatch.setattr(gemv, "AUTO_V3_GEMV", True)
-    monkeypatch.setattr(gemv.Gemv, "v3_rule", "AUTO_V3_GEMV (switched on): M >= 64")
     op = make_named("gemv", (4096, 14336, 8))
     assert op.workload["space"] == "v3" and "AUTO_V3_GEMV" in op.space_choice
     assert make_named("gemv", (32, 4096, 8)).workload["space"] == "v2"  # M < 64

@@ -209,10 +209,11 @@ def test_constraints_refuse_by_name():
     assert space.validate({**BASE, "epilogue": "tma"}) != []
 
 
-def test_space_auto_keeps_v2_until_switched(monkeypatch):
+def test_space_auto_takes_v3_while_switched_on(monkeypatch):
+    assert make_named("conv2d_transpose", S2_4X4).workload["space"] == "v3"  # measured: on
+    monkeypatch.setattr(conv2d_transpose, "AUTO_V3_TRANSPOSED", False)
     assert make_named("conv2d_transpose", S2_4X4).workload["space"] == "v2"
     monkeypatch.setattr(conv2d_transpose, "AUTO_V3_TRANSPOSED", True)
-    assert make_named("conv2d_transpose", S2_4X4).workload["space"] == "v3"
     # v3 refuses dilation 2: auto falls back to v2 and says why
     op = make_named("conv2d_transpose", (4, 12, 10, 64, 96, 3, 3, 2, 1, 2, 0))
     assert op.workload["space"] == "v2" and "dilation 1 only" in op.space_choice

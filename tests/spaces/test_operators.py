@@ -405,7 +405,9 @@ def test_a_seed_gives_the_same_samples_as_it_always_did(op, args, space_name, di
     ("conv1d", None, {}, "v3", "conv1d.AUTO_V3"),
     ("conv1d", (2, 40, 30, 64, 3, 1, 1, 1), {}, "v2", "needs C % 32 == 0"),
     ("conv3d", None, {}, "v3", "conv3d.AUTO_V3"),
-    ("gemv", None, {}, "v2", "no v3 rule"),
+    ("gemv", None, {}, "v3", "AUTO_V3_GEMV"),
+    ("gemv", (32, 4096, 8), {}, "v2", "AUTO_V3_GEMV"),
+    ("conv2d_transpose", None, {}, "v3", "AUTO_V3_TRANSPOSED"),
 ])
 def test_space_auto_follows_the_measured_rule_and_says_why(op_name, shape, options, space, why):
     """``space: auto`` (bocast.operator.make): v3 where the operator's rule prefers it and the
