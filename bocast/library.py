@@ -36,8 +36,8 @@ from typing import Any
 from bocast import interrupt
 from bocast.datasets import load_dataset, locate, shipped_datasets, shipped_folder, shipped_name
 from bocast.errors import InputError
-from bocast.measure import standin
 from bocast.operator import canonical_workload
+from bocast.record import STANDIN_GPU
 from bocast.store import Store, StoreError, _check_existing, _read_only
 
 ENV = "BOCAST_RECORDS"
@@ -92,7 +92,7 @@ class Entry:
         """Records of the stand-in (synthetic timings, no GPU), directly or through rpc
         servers run as stand-ins: warm starts and suggestions leave them out unless the run
         is itself the stand-in's (:func:`bocast.warm_sources.choose`)."""
-        return self.gpu == standin.GPU
+        return self.gpu == STANDIN_GPU
 
     @property
     def name(self) -> str:
