@@ -31,7 +31,7 @@ _NUMPY = "numpy and the operators' space files (about 60-110 ms)"
 #: CPU machine, on top of what the importer's context already loads.
 LAZY: dict[tuple[str, str], tuple[str, str]] = {
     # BO's pieces import torch, botorch and gpytorch (about 1 s, 900 modules): they load when a
-    # BO strategy is made (strategies.bo._import_model) or a source model is fitted, so a
+    # BO strategy is made (bocast.strategies.bo._import_model) or a source model is fitted, so a
     # configuration's check (issue 25), import bocast and bocast --help never pay it
     ("bocast.bo.transfer", "bocast.bo.surrogate"): (TORCH, "source_model's GP"),
     ("bocast.strategies.bo", "bocast.bo.acquisition"): (TORCH, "_import_model"),
