@@ -42,8 +42,9 @@ from bocast.store import Store, StoreError, _check_existing, _read_only
 
 ENV = "BOCAST_RECORDS"
 #: the folder holding the package (the repository, or site-packages): a source under it that is
-#: not a shipped dataset is named relative to it
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: not a shipped dataset is named relative to it. Found from the package's data folder, so it
+#: does not depend on where in the package this module sits
+ROOT = os.path.dirname(os.path.dirname(shipped_folder()))
 #: meta of a library copy: the absolute path of the store it was copied from
 ORIGIN = "library_origin"
 
