@@ -45,8 +45,7 @@ if TYPE_CHECKING:
     from bocast.measure.replay import ReplayRunner
     from bocast.measure.runner import Runner
 
-# Study and create_study are defined in bocast.study and named here as well: bocast.api is the
-# module the package's docstring and users point at for the whole API
+# Study, create_study (bocast.study's) named here too: users are pointed here for the whole API
 __all__ = ["Study", "TuneResult", "compare", "create_study", "load", "suggest", "tune"]
 
 

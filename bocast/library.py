@@ -36,14 +36,15 @@ from typing import Any
 from bocast import interrupt
 from bocast.datasets import load_dataset, locate, shipped_datasets, shipped_folder, shipped_name
 from bocast.errors import InputError
-from bocast.measure import standin
 from bocast.operator import canonical_workload
+from bocast.record import STANDIN_GPU
 from bocast.store import Store, StoreError, _check_existing, _read_only
 
 ENV = "BOCAST_RECORDS"
 #: the folder holding the package (the repository, or site-packages): a source under it that is
-#: not a shipped dataset is named relative to it
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: not a shipped dataset is named relative to it. Found from the package's data folder, so it
+#: does not depend on where in the package this module sits
+ROOT = os.path.dirname(os.path.dirname(shipped_folder()))
 #: meta of a library copy: the absolute path of the store it was copied from
 ORIGIN = "library_origin"
 
@@ -92,7 +93,7 @@ class Entry:
         """Records of the stand-in (synthetic timings, no GPU), directly or through rpc
         servers run as stand-ins: warm starts and suggestions leave them out unless the run
         is itself the stand-in's (:func:`bocast.warm_sources.choose`)."""
-        return self.gpu == standin.GPU
+        return self.gpu == STANDIN_GPU
 
     @property
     def name(self) -> str:

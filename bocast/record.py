@@ -131,6 +131,11 @@ OPTIONAL = frozenset([*(f.name for f in fields(Record) if "column" in f.metadata
 #: constant has to change.
 MAX_TFLOPS = 10_000.0
 
+#: the GPU model the stand-in's records name (synthetic timings, :mod:`bocast.measure.standin`):
+#: the records library knows synthetic records by it. Defined with the record's fields, so that
+#: the library reads it without importing a runner.
+STANDIN_GPU = "stand-in (no GPU; synthetic timings)"
+
 
 def check_record(record: Record) -> None:
     """Raise :class:`RecordError` naming the first field of ``record`` that no measurement can

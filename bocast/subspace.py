@@ -27,9 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bocast.config import ConfigError, read_yaml
+from bocast.config_files import read_yaml
 from bocast.knobs import Config, SpaceError, Split, Value
 from bocast.operator import WorkloadError, from_workload
+from bocast.schema import ConfigError
 from bocast.space import Space
 
 _TOP = {"name", "description", "workload", "fix", "feasible"}

@@ -31,7 +31,7 @@ _NUMPY = "numpy and the operators' space files (about 60-110 ms)"
 #: CPU machine, on top of what the importer's context already loads.
 LAZY: dict[tuple[str, str], tuple[str, str]] = {
     # BO's pieces import torch, botorch and gpytorch (about 1 s, 900 modules): they load when a
-    # BO strategy is made (strategies.bo._import_model) or a source model is fitted, so a
+    # BO strategy is made (bocast.strategies.bo._import_model) or a source model is fitted, so a
     # configuration's check (issue 25), import bocast and bocast --help never pay it
     ("bocast.bo.transfer", "bocast.bo.surrogate"): (TORCH, "source_model's GP"),
     ("bocast.strategies.bo", "bocast.bo.acquisition"): (TORCH, "_import_model"),
@@ -52,34 +52,56 @@ LAZY: dict[tuple[str, str], tuple[str, str]] = {
         IMPORT_BOCAST, "export: tempfile, base64 (and nvcc's subprocess)"),
     # the API's entry points (api, study, tune_run: import bocast loads them) import what one
     # call needs when it is called
-    **{("bocast.api", f"bocast.{t}"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}") for t in (
-        "candidates", "comparison", "config", "datasets", "identity", "library",
-        "measure.runner", "operator", "store", "strategies", "suggestions", "warm_sources")},
+    ("bocast.api", "bocast.candidates"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.comparison"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.config"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.datasets"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.identity"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.library"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.measure.runner"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.measure.replay"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.operator"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.store"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.strategies"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.suggestions"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.warm_sources"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
     ("bocast.api", "bocast.measure.nvcc"): (IMPORT_BOCAST, "need_compiler: subprocess"),
     ("bocast.api", "bocast.measure.rpc_options"): (
         IMPORT_BOCAST, "prepare's batch of runner rpc: socket, hmac, the tracker protocol"),
-    **{("bocast.study", f"bocast.{t}"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}")
-       for t in ("candidates", "config", "identity", "space", "store", "strategies", "tuner")},
-    **{("bocast.tune_run", f"bocast.{t}"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}") for t in (
-        "bo.transfer", "identity", "library", "measure.parts", "measure.retime", "records",
-        "tuner")},
+    ("bocast.study", "bocast.candidates"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.study", "bocast.config"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.study", "bocast.identity"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.study", "bocast.space"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.study", "bocast.store"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.study", "bocast.strategies"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.study", "bocast.tuner"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.tune_run", "bocast.bo.transfer"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.tune_run", "bocast.identity"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.tune_run", "bocast.library"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.tune_run", "bocast.measure.parts"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.tune_run", "bocast.measure.retime"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.tune_run", "bocast.records"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.tune_run", "bocast.tuner"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
     # bocast.tune_many and bocast.shapes_of (import bocast loads bocast.many, many_plan,
     # model_shapes and shapes_file): what a run of many or a model's listing needs, when called
-    **{("bocast.many", f"bocast.{t}"): (IMPORT_BOCAST, f"a run of many's own: {_NUMPY}")
-       for t in ("library", "records", "store")},
-    **{("bocast.many_plan", f"bocast.{t}"): (IMPORT_BOCAST, f"prepare_many: {_NUMPY}")
-       for t in ("config", "measure.parts", "operator")},
+    ("bocast.many", "bocast.library"): (IMPORT_BOCAST, f"a run of many's own: {_NUMPY}"),
+    ("bocast.many", "bocast.records"): (IMPORT_BOCAST, f"a run of many's own: {_NUMPY}"),
+    ("bocast.many", "bocast.store"): (IMPORT_BOCAST, f"a run of many's own: {_NUMPY}"),
+    ("bocast.many_plan", "bocast.config"): (IMPORT_BOCAST, f"prepare_many: {_NUMPY}"),
+    ("bocast.many_plan", "bocast.measure.parts"): (IMPORT_BOCAST, f"prepare_many: {_NUMPY}"),
+    ("bocast.many_plan", "bocast.operator"): (IMPORT_BOCAST, f"prepare_many: {_NUMPY}"),
     ("bocast.many_plan", "bocast.measure.rpc_options"): (
         IMPORT_BOCAST, "prepare_many's fleet of runner rpc: socket, hmac, the tracker protocol"),
     ("bocast.model_shapes", "bocast.operator"): (IMPORT_BOCAST, f"shapes_of's check: {_NUMPY}"),
     ("bocast.shapes_file", "bocast.operator"): (IMPORT_BOCAST, f"an entry's check: {_NUMPY}"),
     ("bocast.shapes_file", "bocast.config_files"): (HELP, "a YAML shapes file: yaml (+15 ms)"),
     # bocast.reporting (bocast.report(), bocast report) reads stores and counts when called
-    **{("bocast.reporting", f"bocast.reporting.{t}"): (IMPORT_BOCAST, f"report(): {why}")
-       for t, why in (
-           ("inputs", f"the stores: {_NUMPY}, sqlite3 (about 200 ms)"),
-           ("stats", f"the comparison's statistics: {_NUMPY} (about 200 ms)"),
-           ("text", f"the comparison's format_p: {_NUMPY} (about 200 ms)"))},
+    ("bocast.reporting", "bocast.reporting.inputs"): (
+        IMPORT_BOCAST, f"report(): the stores: {_NUMPY}, sqlite3 (about 200 ms)"),
+    ("bocast.reporting", "bocast.reporting.stats"): (
+        IMPORT_BOCAST, f"report(): the comparison's statistics: {_NUMPY} (about 200 ms)"),
+    ("bocast.reporting", "bocast.reporting.text"): (
+        IMPORT_BOCAST, f"report(): the comparison's format_p: {_NUMPY} (about 200 ms)"),
     ("bocast.reporting", "bocast.provenance"): (IMPORT_BOCAST, "write(): platform, datetime"),
     # the CLI loads what every command needs; what one command alone needs loads when it runs
     ("bocast.cli.common", "bocast.subspace"): (HELP, "--subspace, --fix: yaml (+15 ms)"),
@@ -119,10 +141,21 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _absolute(mod: str, path: Path, node: ast.ImportFrom) -> str:
+    """The module an ``from ... import`` names: a relative one (``from . import x``,
+    ``from ._conv import Conv``) resolved against ``mod``, the module it stands in."""
+    if not node.level:
+        return node.module or ""
+    package = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+    package = package[:len(package) - node.level + 1]
+    return ".".join(package + ([node.module] if node.module else []))
+
+
 def _graph():
     """(modules; module -> bocast modules imported at module level, including under ``if``;
     (module, imported module) -> line numbers of the imports inside functions or classes).
-    ``from P import a`` imports the module P.a where there is one, else P."""
+    ``from P import a`` imports the module P.a where there is one, else P; relative imports
+    (``from . import a``) are read as the absolute ones they stand for."""
     mods = _modules()
 
     def owner(name: str) -> str | None:
@@ -136,9 +169,10 @@ def _graph():
         top = {id(n) for stmt in tree.body if not isinstance(stmt, (ast.FunctionDef,
                ast.AsyncFunctionDef, ast.ClassDef)) for n in ast.walk(stmt)}
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods
-                         else node.module for a in node.names]
+            if isinstance(node, ast.ImportFrom):
+                base = _absolute(mod, path, node)
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base
+                         for a in node.names]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             else:

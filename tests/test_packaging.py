@@ -27,7 +27,7 @@ def test_version_names_bocast_python_tvm_and_torch(bocast_cli):
 
 def test_the_shipped_datasets_are_the_packages_data():
     assert shipped_folder() == os.path.join(os.path.dirname(os.path.abspath(
-        library.__file__)), "data")
+        bocast.__file__)), "data")
     names = [library.portable(p) for p in shipped_datasets()]
     assert "gemm_32_2048_1000" in names and T1024 in names and len(names) == len(set(names))
 

@@ -16,15 +16,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from bocast.measure.runner import WorkerRunner
-
-#: the GPU model the stand-in's records name: the records library knows synthetic ones by it
-GPU = "stand-in (no GPU; synthetic timings)"
+from bocast.record import STANDIN_GPU
 
 
 def run_task(task: Mapping[str, Any]) -> dict[str, Any]:
     kind = task.get("kind", "kernel")
     if kind == "device":
-        return {"gpu": GPU, "driver": "none", "pid": os.getpid()}
+        return {"gpu": STANDIN_GPU, "driver": "none", "pid": os.getpid()}
     if kind == "reference":
         return {"latency_ms": 1.0, "tflops": 1.0, "what": "stand-in", "synthetic": True}
     fault = task.get("kernel", "")
