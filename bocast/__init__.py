@@ -1,15 +1,15 @@
 """bocast: Bayesian-optimisation tuning of Tensor Core schedules.
 
-The Python API (:mod:`bocast.api`): :func:`tune` runs a tune configuration as ``bocast tune``
-does, :func:`tune_many` many workloads in one run (``bocast tune --shapes``; :mod:`bocast.many`),
-:func:`shapes_of` lists a torch model's matmul and convolution shapes (:mod:`bocast.model_shapes`),
-:func:`suggest` ranks a new shape's configurations from the records library with no
-measurement, :func:`load` reads a record store into a DataFrame, :func:`create_study` gives ask/tell
-for a measurement loop of one's own (:mod:`bocast.study`); :func:`export` writes a record's kernel
-to a folder and :func:`load_kernel` loads it to call on torch tensors (:mod:`bocast.kernel`);
-:func:`report` reads finished runs' stores and reports them per budget, as ``bocast report``
-(:mod:`bocast.reporting`).
-:class:`Workload`, :class:`Budget`, :class:`RunnerOptions` and each strategy's options
+The Python API (:mod:`bocast.api`): :func:`tune` runs a tune configuration as ``bocast tune`` does,
+:func:`tune_many` many workloads in one run (``bocast tune --shapes``; :mod:`bocast.many`),
+:func:`shapes_of` lists a torch model's matmul and convolution shapes
+(:mod:`bocast.run.model_shapes`), :func:`suggest` ranks a new shape's configurations from the
+records library with no measurement, :func:`load` reads a record store into a DataFrame,
+:func:`create_study` gives ask/tell for a measurement loop of one's own (:mod:`bocast.run.study`);
+:func:`export` writes a record's kernel to a folder and :func:`load_kernel` loads it to call on
+torch tensors (:mod:`bocast.kernel`); :func:`report` reads finished runs' stores and reports them
+per budget, as ``bocast report`` (:mod:`bocast.tools.reporting`). :class:`Workload`,
+:class:`Budget`, :class:`RunnerOptions` and each strategy's options
 (``bocast.strategies.BOOptions``, ...) are typed forms of a configuration's mappings
 (:mod:`bocast.options`)."""
 
@@ -17,10 +17,10 @@ from bocast.api import TuneResult, compare, load, suggest, tune
 from bocast.errors import InputError
 from bocast.kernel import Kernel, export, load_kernel
 from bocast.many import ManyResult, tune_many
-from bocast.model_shapes import ModelShapes, shapes_of
 from bocast.options import Budget, RunnerOptions, Workload
-from bocast.reporting import Report, report
-from bocast.study import Study, create_study
+from bocast.run.model_shapes import ModelShapes, shapes_of
+from bocast.run.study import Study, create_study
+from bocast.tools.reporting import Report, report
 
 __version__ = "0.1.0"
 __all__ = ["Budget", "InputError", "Kernel", "ManyResult", "ModelShapes", "Report",

@@ -1,6 +1,6 @@
-"""The Python API: what ``bocast tune`` runs, the records of a store, and ask/tell for a
-measurement loop of one's own (:mod:`bocast.study`; a run of ``tune``: :mod:`bocast.tune_run`;
-many workloads in one run, ``bocast tune --shapes``: ``bocast.tune_many`` in :mod:`bocast.many`).
+"""The Python API: what ``bocast tune`` runs, the records of a store, and ask/tell for a measurement
+loop of one's own (:mod:`bocast.run.study`; a run of ``tune``: :mod:`bocast.run.tune_run`; many
+workloads in one run, ``bocast tune --shapes``: ``bocast.tune_many`` in :mod:`bocast.many`).
 
     import bocast
     result = bocast.tune("experiments/configs/bo_logei_gemm1024_replay.yaml")
@@ -29,23 +29,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from bocast import figures
 from bocast.errors import InputError
 from bocast.locations import check_outputs, check_writable
 from bocast.options import QUICK_OPTIONS, plain
 from bocast.progress import Progress
+from bocast.run import figures
+from bocast.run.study import Study, create_study
+from bocast.run.tune_run import TuneRun, figure_prefix
 from bocast.schema import ConfigError
-from bocast.study import Study, create_study
-from bocast.tune_run import TuneRun, figure_prefix
 
 if TYPE_CHECKING:
-    from bocast.comparison import CompareConfig
-    from bocast.config import TuneConfig
     from bocast.measure.builder import Builder
     from bocast.measure.replay import ReplayRunner
     from bocast.measure.runner import Runner
+    from bocast.run.comparison import CompareConfig
+    from bocast.run.config import TuneConfig
 
-# Study, create_study (bocast.study's) named here too: users are pointed here for the whole API
+# Study, create_study (bocast.run.study's) named here too: users are pointed here for the whole API
 __all__ = ["Study", "TuneResult", "compare", "create_study", "load", "suggest", "tune"]
 
 
@@ -60,9 +60,9 @@ def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
     already under its output, a GPU and nvcc for a live one unless ``summarize``, the objects
     of :func:`compare`, the labels of ``only``) before anything runs or is written; errors of
     a file start with the file's name."""
-    from bocast import comparison as cmp
-    from bocast import config as cfgmod
-    from bocast.datasets import dataset_files
+    from bocast.records.datasets import dataset_files
+    from bocast.run import comparison as cmp
+    from bocast.run import config as cfgmod
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
     if isinstance(runner, str):
@@ -127,7 +127,7 @@ def run_compare(cfg: CompareConfig, *, only: Sequence[str] | None = None,
                 summarize: bool = False, progress: bool = False, runner: Runner | None = None,
                 builder: Builder | None = None) -> dict[str, Any]:
     """:func:`compare` of a configuration that :func:`prepare_compare` checked."""
-    from bocast import comparison as cmp
+    from bocast.run import comparison as cmp
 
     live = cfg.runner in cmp.LIVE
     with (Progress(f"compare {cfg.name}", None if live else len(cmp.plan(cfg)),
@@ -158,18 +158,18 @@ def tune(config: str | os.PathLike | Mapping[str, Any] | None = None, *,
          progress: bool = False,
          records: str | os.PathLike | None = None, plot: bool = False, op: str | None = None,
          shape: Sequence[int] | None = None, **settings: Any) -> TuneResult:
-    """Run one tune configuration (a YAML file or a mapping of the same fields) exactly as
-    ``bocast tune`` does: same checks before anything is written, same records.db and
-    summary.json in its ``output``, resumed when they exist. ``runner`` overrides the config's:
-    a kind (as ``--runner``) or, as MetaSchedule's tune functions take one, a
-    :class:`bocast.measure.runner.Runner` object (a subclass of one's own, one of
-    :func:`bocast.measure.parts.make_runner`; a ``ReplayRunner`` replays its dataset); the run
-    records its ``name``. ``builder``: a :class:`bocast.measure.builder.Builder` object for a
-    live run. Objects passed in are the caller's: bocast uses them and never closes them.
-    ``progress`` prints the command's status lines on stderr; ``records``: the records library's
-    folder (:mod:`bocast.library`); ``plot`` (as ``--plot``): draw the run's figure beside its
-    summary, ``convergence.png/.pdf/.svg`` (best so far and every trial, failures marked, the
-    reference named; needs ``bocast[plot]``, checked first).
+    """Run one tune configuration (a YAML file or a mapping of the same fields) exactly as ``bocast
+    tune`` does: same checks before anything is written, same records.db and summary.json in its
+    ``output``, resumed when they exist. ``runner`` overrides the config's: a kind (as ``--runner``)
+    or, as MetaSchedule's tune functions take one, a :class:`bocast.measure.runner.Runner` object (a
+    subclass of one's own, one of :func:`bocast.measure.parts.make_runner`; a ``ReplayRunner``
+    replays its dataset); the run records its ``name``. ``builder``: a
+    :class:`bocast.measure.builder.Builder` object for a live run. Objects passed in are the
+    caller's: bocast uses them and never closes them. ``progress`` prints the command's status lines
+    on stderr; ``records``: the records library's folder (:mod:`bocast.records.library`); ``plot``
+    (as ``--plot``): draw the run's figure beside its summary, ``convergence.png/.pdf/.svg`` (best
+    so far and every trial, failures marked, the reference named; needs ``bocast[plot]``, checked
+    first).
 
     Without a configuration, ``op`` and ``shape`` name the workload and ``settings`` any other
     field, as ``bocast tune gemm --shape ...`` (:func:`quick_config`): ``tune(op="gemm",
@@ -192,12 +192,12 @@ def suggest(op: str, shape: Sequence[int] | None = None, *, k: int = 8,
             gpu: str | None = None, records: str | os.PathLike | None = None,
             fuse: str | None = None):
     """``bocast suggest``: the ``k`` configurations of an operator's shape that the records
-    library ranks best, with no measurement (:func:`bocast.suggestions.suggest`; ``gpu``: only
+    library ranks best, with no measurement (:func:`bocast.tools.suggestions.suggest`; ``gpu``: only
     records of that GPU model; ``records``: the library's folder). Returns
-    :class:`bocast.suggestions.Suggestions` (``.items``, ``.sources``, ``.summary()``)."""
-    from bocast import library
-    from bocast import suggestions as suggestion
-    from bocast.operator import make_named
+    :class:`bocast.tools.suggestions.Suggestions` (``.items``, ``.sources``, ``.summary()``)."""
+    from bocast.records import library
+    from bocast.space.operators.operator import make_named
+    from bocast.tools import suggestions as suggestion
 
     options = {k: v for k, v in dict(dtype=dtype, layout=layout, space=space, fuse=fuse).items()
                if v is not None}
@@ -215,8 +215,8 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
     Left out, an option takes its default there; the runner is ``local`` (this machine's
     GPU); replay without ``dataset``: the shipped dataset of the workload with most rows;
     ``output``: ``runs/OP_SHAPE_SPACE_STRATEGY_sSEED`` (with ``store``: the store's folder)."""
-    from bocast.config import workload_and_dataset
     from bocast.measure.replay import shipped_dataset_for
+    from bocast.run.config import workload_and_dataset
 
     cfg: dict[str, Any] = {"workload": {"op": op}, "strategy": {}, "runner": runner or "local"}
     if shape is not None:
@@ -280,17 +280,18 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
             records: str | os.PathLike | None = None, plot: bool = False,
             warm_also: Sequence[str] = (), warm_never: Sequence[str] = ()) -> TuneRun:
     """Check a tune configuration whole, and the store in its output (which must hold this run,
-    :mod:`bocast.identity`), only reading: nothing is written before :meth:`TuneRun.execute`
+    :mod:`bocast.run.identity`), only reading: nothing is written before :meth:`TuneRun.execute`
     starts the runner. A file's errors start with its name. ``warm_start: auto`` is resolved
     here (``records``: the library's folder); ``plot``: matplotlib checked; ``runner`` and
     ``builder`` as :func:`tune` takes them; ``warm_also``/``warm_never``: a workload of a run
     of many (:mod:`bocast.many`): its run's finished stores (candidates), its other stores."""
-    from bocast import config as cfgmod
-    from bocast import identity, library, warm_sources
-    from bocast.candidates import SpaceCandidates
-    from bocast.datasets import dataset_files
-    from bocast.measure import rpc_options
-    from bocast.store import Store
+    from bocast.measure.rpc import options as rpc_options
+    from bocast.records import library
+    from bocast.records.datasets import dataset_files
+    from bocast.records.store import Store
+    from bocast.run import config as cfgmod
+    from bocast.run import identity, warm_sources
+    from bocast.space.candidates import SpaceCandidates
     from bocast.strategies import make_strategy
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
@@ -319,7 +320,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
         if dataset is None and cfg.runner == "local":
             # the local GPU's SMs set space v3's grid and waves: the workload names them
             # (replay: the dataset's workload; rpc, none known before the servers answer: 132)
-            from bocast.operator import on_gpu
+            from bocast.space.operators.operator import on_gpu
 
             arch = warm_sources.run_architecture("local")
             op = on_gpu(op, arch[1] if arch else None)
@@ -360,7 +361,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
 
 def _identity_options(given: dict[str, Any], used: dict[str, Any]) -> dict[str, Any]:
     """The options a run's identity names: those given, and those ``warm_start: auto`` set
-    (:func:`bocast.warm_sources.warm_options`); the sources are named apart (``warm_start``)."""
+    (:func:`bocast.run.warm_sources.warm_options`); the sources are named apart (``warm_start``)."""
     return {**given, **{k: v for k, v in used.items() if k not in given and k != "warm_start"}}
 
 
@@ -381,8 +382,8 @@ def _not_own_warm_start(cfg: TuneConfig, store_path: str) -> None:
 def load(store_path: str | os.PathLike):
     """The records of a store as a pandas DataFrame: one column per knob (split knobs as
     ``name_0 .. name_k``), then status, latencies, TFLOPS, static features."""
-    from bocast.store import StoreError
-    from bocast.store import load as load_records
+    from bocast.records.store import StoreError
+    from bocast.records.store import load as load_records
 
     if not isinstance(store_path, (str, os.PathLike)):
         raise StoreError(f"load: expected the path of a record store, got {store_path!r}")

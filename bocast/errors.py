@@ -13,4 +13,4 @@ class InputError(ValueError):
 
 class RpcUnavailable(RuntimeError):
     """No server could be had for a batch (tracker gone, no server under the key, or none of
-    the required GPU model); raised by :mod:`bocast.measure.rpc`, which re-exports it."""
+    the required GPU model); raised by :mod:`bocast.measure.rpc.runner`, which re-exports it."""

@@ -46,8 +46,8 @@ def export(store: str | os.PathLike, *, out: str | os.PathLike, record: int | st
     from bocast.measure import build_cache
     from bocast.measure.builder import build_one
     from bocast.measure.nvcc import compile_cubin
-    from bocast.operator import from_workload
-    from bocast.store import Store
+    from bocast.records.store import Store
+    from bocast.space.operators.operator import from_workload
 
     store, out = os.fspath(store), os.fspath(out)
     check_writable(out, "out", directory=True)
@@ -149,8 +149,8 @@ def _cuda_compile(answer: Callable[[str, Any], bytes | None]):
 def _meta(store, row_id, session, rec, built, op, reference, subspace,
           sessions) -> dict[str, Any]:
     from bocast.measure.nvcc import NVCC_FLAGS, nvcc_version
-    from bocast.provenance import provenance
-    from bocast.tensorcore import SM90_TARGET
+    from bocast.records.provenance import provenance
+    from bocast.space.tensorcore import SM90_TARGET
 
     res, low = built.result, built.lowered
     options = op.build_options(op.space.from_json(rec.config))
@@ -232,7 +232,7 @@ class Kernel:
     each contiguous, on one GPU, of exactly that shape and dtype; the output is written in
     place and returned. GEMM, layout NT: ``A [M, K]``, ``B [N, K]`` (fp16), ``C [M, N] = A @
     B.T``; NN: ``B [K, N]``, ``C = A @ B``. In general it computes the operator's
-    ``reference(*inputs)`` (``bocast/spaces/``), the runner's check of every kernel
+    ``reference(*inputs)`` (``bocast/space/operators/``), the runner's check of every kernel
     (``gpu_worker.output_error``). A wrong argument raises :class:`InputError` naming it.
 
     ``workload``, ``config``, ``source`` (CUDA), ``measured`` (the store's figures of the

@@ -1,5 +1,5 @@
 """A run of many workloads (issue 41): ``bocast tune OP --shape A --shape B ...``, ``bocast tune
---shapes FILE`` (:mod:`bocast.shapes_file`), :func:`tune_many`.
+--shapes FILE`` (:mod:`bocast.run.shapes_file`), :func:`tune_many`.
 
 - **One store per workload**: each workload is the run ``bocast tune OP --shape ...`` would be,
   with the command's other options, in ``OUTPUT/NN_OP_SHAPE[_DTYPE][_LAYOUT]/`` (records.db,
@@ -8,7 +8,7 @@
   ends and printed at the end.
 - **Warm start from the workloads before**: with ``warm_start: auto`` (the default) the stores of
   the run's finished workloads are candidate sources beside the records library, ranked by the
-  same closeness (:func:`bocast.warm_sources.choose`). Workload *i* (0-based, in the list's
+  same closeness (:func:`bocast.run.warm_sources.choose`). Workload *i* (0-based, in the list's
   order) may start from workloads 0 .. i - W, W the run's *window*: its parallel width as it
   began (1 with the local runner: every workload before). It starts only once those have
   finished, so its sources never depend on which of the workloads running beside it ends
@@ -18,14 +18,14 @@
 - **Spread over the fleet**: with ``--runner rpc`` up to W workloads run at once, W the number of
   GPU servers of the runner's GPU model registered under the key as the run begins (or
   ``--parallel N``), each in a thread with a runner and a builder of its own (the threads share
-  the servers through the tracker, :mod:`bocast.measure.rpc`; the host's cores are shared out
+  the servers through the tracker, :mod:`bocast.measure.rpc.runner`; the host's cores are shared out
   among the builders unless runner_options.workers is set). The local runner runs them one
   after another, on one GPU worker and one builder for the whole run.
 - **Resumed as one run**: ``OUTPUT/plan.json`` holds the list, the options and W; the same command
   resumes it (another list or other options in the same OUTPUT are refused; a larger budget is
   the same run). A finished workload (its summary.json of this budget, its store's trials)
   prints its figure and measures nothing; an interrupted one resumes from its store as a
-  single run does (:mod:`bocast.tune_run`).
+  single run does (:mod:`bocast.run.tune_run`).
 - **Failures**: a workload that fails (the fleet gone: :class:`bocast.errors.RpcUnavailable`)
   starts no further one; those running end, the table is written, the error is raised.
 """
@@ -47,7 +47,7 @@ from bocast import api
 from bocast.files import atomic_write
 from bocast.many_plan import PLAN, Item, Plan, prepare_many, read_json
 from bocast.progress import say
-from bocast.tune_run import TuneRun
+from bocast.run.tune_run import TuneRun
 
 SUMMARY, TABLE = "summary.json", "summary.md"
 
@@ -200,7 +200,7 @@ class ManyRun:
     def _finished(self, it: Item) -> dict[str, Any] | None:
         """The workload's summary where it finished this budget: its summary.json names it and
         as many trials as its store holds."""
-        from bocast.store import Store
+        from bocast.records.store import Store
 
         s = read_json(os.path.join(it.folder, "summary.json"))
         if not isinstance(s, dict) or s.get("budget") != self.budget \
@@ -210,7 +210,7 @@ class ManyRun:
             return s if s.get("trials") == len(store) else None
 
     def _row(self, it: Item, s: Mapping[str, Any]) -> dict[str, Any]:
-        from bocast import library
+        from bocast.records import library
 
         mine = {os.path.abspath(x.store): x.index + 1 for x in self.items}
         sources = [mine.get(os.path.abspath(library.local(p))) for p in
@@ -229,7 +229,7 @@ class ManyRun:
     def _write(self, seconds: float) -> ManyResult:
         """OUTPUT/summary.json and summary.md: every workload's row (those not finished named
         so, with the time they took so far)."""
-        from bocast.records import provenance
+        from bocast.records.public import provenance
 
         rows = [self.rows.get(it.index) or {
             "index": it.index + 1, "workload": it.text, **it.workload, "where": it.where,

@@ -14,7 +14,7 @@ from typing import Any
 from bocast import api
 from bocast.errors import InputError, RpcUnavailable
 from bocast.locations import check_writable
-from bocast.shapes_file import Shape, command_options, entry, read
+from bocast.run.shapes_file import Shape, command_options, entry, read
 
 PLAN = "plan.json"
 #: a run's settings that are one per workload: the run sets them itself
@@ -93,10 +93,10 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
                  records: str | os.PathLike | None = None, **settings: Any) -> Plan:
     """Check a run of many whole (every workload's configuration, duplicates, the plan of a
     run already in its output, the window) before anything is written."""
-    from bocast import config as cfgmod
-    from bocast.measure import rpc_options
     from bocast.measure.parts import runner_kind
-    from bocast.operator import canonical_workload, from_workload
+    from bocast.measure.rpc import options as rpc_options
+    from bocast.run import config as cfgmod
+    from bocast.space.operators.operator import canonical_workload, from_workload
 
     listed, stem = _entries(op, shapes)
     command_options(listed, settings)  # --layout, --fuse: every entry's operator takes them
@@ -180,7 +180,7 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
                 it.config["batch_size"] = batch
     if kind == "rpc" and window > 1:
         # workloads at once share the servers batch by batch; a pipelined run's feed would
-        # hold its servers for the whole run (bocast.pipeline)
+        # hold its servers for the whole run (bocast.run.pipeline)
         rpc["ahead"] = 0
     return Plan(items, output, window, first.runner, rpc,
                 os.fspath(records) if records else None,
@@ -207,9 +207,9 @@ def _first_difference(held: Any, now: list[dict[str, Any]]) -> str:
 
 
 def _fleet(cfg) -> list[dict[str, Any]]:
-    """The servers the run measures on (:func:`bocast.measure.rpc_options.fleet`: those of
+    """The servers the run measures on (:func:`bocast.measure.rpc.options.fleet`: those of
     the runner's GPU model under the key); RpcUnavailable where there are none."""
-    from bocast.measure import rpc_options
+    from bocast.measure.rpc import options as rpc_options
 
     try:
         return rpc_options.fleet(cfg.rpc)

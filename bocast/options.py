@@ -110,9 +110,10 @@ class RunnerOptions(Options):
 
 @dataclass(frozen=True, kw_only=True)
 class Workload(Options):
-    """What is tuned: a workload's keys as a configuration writes them. What each operator
-    accepts (its shape's length, its dtypes and layouts) is the operator's check
-    (:func:`bocast.operator.from_workload`), made here too as the object is built."""
+    """What is tuned: a workload's keys as a configuration writes them. What each operator accepts
+    (its shape's length, its dtypes and layouts) is the operator's check
+    (:func:`bocast.space.operators.operator.from_workload`), made here too as the object is
+    built."""
 
     where = "workload: "
     op: str = dataclasses.field(metadata=about(doc="operator name (bocast ops lists them)"))
@@ -140,9 +141,9 @@ class Workload(Options):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        # lazy: the operators load their space files (bocast.spaces), which `import bocast`
+        # lazy: the operators load their space files (bocast.space.operators), which `import bocast`
         # does not need
-        from bocast.operator import WorkloadError, from_workload
+        from bocast.space.operators.operator import WorkloadError, from_workload
 
         try:
             from_workload(self.mapping())

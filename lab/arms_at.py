@@ -9,7 +9,7 @@ is ``bocast report runs/live_v2_conv2d_q8 --arms bo-rel-n2-warm-top16 cga-warm-g
 2 3 4 --at 1 8 32 64 100 200``: the best so far as median [IQR] (each seed's in its --json),
 one-sided Mann-Whitney U p-values both ways, and the drift on the configurations both arms
 measured. The script printed each seed's best in the table until 2026-11-26; the figures are
-the same (bocast.tuner.best_so_far, ok rows).
+the same (bocast.run.tuner.best_so_far, ok rows).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments", "results", "bad_inputs"))
     args = ap.parse_args()
     sys.path.insert(0, ROOT)
-    from bocast.records import provenance
+    from bocast.records.public import provenance
     from tests.bad_input_cases import cases, run_case
 
     prov = provenance({"cpus": os.cpu_count(), "machine": platform.machine()})

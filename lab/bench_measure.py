@@ -16,7 +16,7 @@ import statistics
 import time
 
 from bocast.measure.builder import Builder
-from bocast.operator import get_operator, parse_shape
+from bocast.space.operators.operator import get_operator, parse_shape
 
 
 def main() -> None:

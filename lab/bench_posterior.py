@@ -1,8 +1,9 @@
-"""The surrogate's fast posterior (one Cholesky factor kept from the fit, bocast/bo/surrogate.py)
-against BoTorch's ``model.posterior`` of the same GP: seconds to score ``m`` candidates (mean
-and latent variance) given ``n`` observations, median of ``--repeats`` after two warm-up calls
-(BoTorch's prediction cache is then built, as the fast path's factor is), and the largest
-difference between the two (the surrogate made with ``jitter=0``, where they are the same GP).
+"""The surrogate's fast posterior (one Cholesky factor kept from the fit,
+bocast/strategies/bo/surrogate.py) against BoTorch's ``model.posterior`` of the same GP: seconds to
+score ``m`` candidates (mean and latent variance) given ``n`` observations, median of ``--repeats``
+after two warm-up calls (BoTorch's prediction cache is then built, as the fast path's factor is),
+and the largest difference between the two (the surrogate made with ``jitter=0``, where they are the
+same GP).
 
     python lab/bench_posterior.py
 
@@ -20,12 +21,12 @@ import time
 import numpy as np
 import torch
 
-from bocast.bo.surrogate import Surrogate
-from bocast.candidates import SpaceCandidates
-from bocast.features import Features
 from bocast.measure.replay import ReplayDataset
-from bocast.operator import from_workload
-from bocast.records import load_dataset
+from bocast.records.public import load_dataset
+from bocast.space.candidates import SpaceCandidates
+from bocast.space.features import Features
+from bocast.space.operators.operator import from_workload
+from bocast.strategies.bo.surrogate import Surrogate
 
 
 def _median_seconds(fns, repeats: int) -> list[float]:

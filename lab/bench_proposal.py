@@ -33,10 +33,10 @@ import time
 
 import torch
 
-from bocast.candidates import SpaceCandidates
 from bocast.measure.replay import ReplayDataset
-from bocast.operator import from_workload
-from bocast.records import load_dataset, provenance
+from bocast.records.public import load_dataset, provenance
+from bocast.space.candidates import SpaceCandidates
+from bocast.space.operators.operator import from_workload
 from bocast.strategies import make_strategy
 
 

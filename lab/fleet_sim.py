@@ -1,5 +1,5 @@
 """A discrete-event simulation of a tune on a fleet of build workers (issue 41): why the
-pipelined loop (bocast/pipeline.py) and how it compares with the batch loop and with fully
+pipelined loop (bocast/run/pipeline.py) and how it compares with the batch loop and with fully
 asynchronous refills. Nothing here is measured: the figures of docs/rpc.md's "pipelined loop"
 come from it, with kernels that build and time in 1.4 s at the median (lognormal, sigma 0.39:
 3.5 s at the 99th percentile, as on the H200: experiments/results/fleet_scaling_h200x2) and

@@ -4,7 +4,7 @@ other rows, and score the ranking: Spearman's rho against the measured TFLOPS, t
 (the share of the k best held-out rows that the model's k best predictions hold), and the best
 measured TFLOPS among the model's k best predictions over the table's best (what a greedy batch
 of k picks would find). Each model with the knob encoding and with the derived features of
-bocast/features.py.
+bocast/space/features.py.
 
     python lab/model_quality.py --out experiments/results/model_quality_replay
 
@@ -25,10 +25,10 @@ from functools import partial
 import numpy as np
 from scipy.stats import spearmanr
 
-from bocast.features import Features
 from bocast.measure.replay import ReplayDataset
-from bocast.operator import from_workload
-from bocast.records import load_dataset, provenance
+from bocast.records.public import load_dataset, provenance
+from bocast.space.features import Features
+from bocast.space.operators.operator import from_workload
 
 TABLES = ["gemm_4096_4096_4096_v2", "gemm_1024_1024_1024_v2",
           "gemm_4096_4096_4096",
@@ -36,8 +36,8 @@ TABLES = ["gemm_4096_4096_4096_v2", "gemm_1024_1024_1024_v2",
 
 
 def _gp(bounds, x_tr, y_tr, x_te, seed, *, transform):
-    from bocast.bo.surrogate import Surrogate
-    from bocast.strategies.bo import gp_target
+    from bocast.strategies.bo.strategy import gp_target
+    from bocast.strategies.bo.surrogate import Surrogate
 
     s = Surrogate(bounds, seed=seed)
     s.fit(x_tr, gp_target(y_tr, transform))
@@ -143,7 +143,7 @@ def _markdown(res) -> str:
              "best predictions over the table's best. gp: BO's surrogate on log TFLOPS; gp-rel: "
              "the same on TFLOPS over the best training row (BO's y_transform: relative); tree: "
              f"the CGA's cost model ({res['tree_backend']}; TFLOPS over the best seen). knobs: "
-             "the space's encoding; derived: plus bocast/features.py's columns.", ""]
+             "the space's encoding; derived: plus bocast/space/features.py's columns.", ""]
     models = [m for m in MODELS if any(key.split("|")[2] == m for key in res["summary"])]
     for table in res["tables"]:
         lines += [f"## `{table}`", "", f"| n | model | features | rho | recall | best of {k} |",

@@ -25,11 +25,11 @@ from scipy.stats import wilcoxon
 
 from bocast.measure.parts import make_measurer, make_runner
 from bocast.measure.replay import ReplayDataset
-from bocast.operator import from_workload
-from bocast.records import load_dataset, provenance
+from bocast.records.public import load_dataset, provenance
+from bocast.run.tuner import Tuner
+from bocast.space.operators.operator import from_workload
 from bocast.strategies import make_strategy
-from bocast.strategies.bo import gp_target
-from bocast.tuner import Tuner
+from bocast.strategies.bo.strategy import gp_target
 
 TABLES = ["exhaustive/conv2d_16_14_14_256_256_3_3_1_1_1_v2",
           "exhaustive/gemm_1024_1024_1024_v2"]

@@ -5,7 +5,7 @@ Two steps, so that ncu sees only the launching process (the builder uses a proce
     python3 lab/profile_kernel.py build PICKS.json --index 0 --out /tmp/k.pkl
     ncu --section SpeedOfLight ... python3 lab/profile_kernel.py launch /tmp/k.pkl
 
-``build`` builds one configuration of a ``bocast/remeasure.py --picks`` file (or the best of
+``build`` builds one configuration of a ``bocast/tools/remeasure.py --picks`` file (or the best of
 record stores) with bocast's builder and saves the cubin and launch dimensions; ``launch`` loads
 it the way the runner does and launches cuBLAS (the operator's ``reference_fast``) and then the
 kernel ``--launches`` times each, with the same inputs. experiments/device/profile.sh runs both
@@ -24,9 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def build(args) -> int:
     from bocast.measure.builder import Builder
-    from bocast.measure.status import Status
-    from bocast.operator import from_workload
-    from bocast.remeasure import best_configs
+    from bocast.records.status import Status
+    from bocast.space.operators.operator import from_workload
+    from bocast.tools.remeasure import best_configs
 
     workload, picked = best_configs(args.sources, args.index + 1)
     op = from_workload(workload)
@@ -51,7 +51,7 @@ def launch(args) -> int:
     import torch
 
     from bocast.measure.gpu_worker import Kernel, kernel_args, make_inputs, rel_error
-    from bocast.operator import from_workload
+    from bocast.space.operators.operator import from_workload
 
     with open(args.kernel, "rb") as f:
         k = pickle.load(f)

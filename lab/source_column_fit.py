@@ -1,12 +1,12 @@
 """The warm-started GP's fit with the source column scaled as before issue 40 and as now.
 
-Before, the source model's mean (the target GP's extra input under a warm start) was scaled
-with bounds from a 2048-point sample of the live space alone, so the rows a warm start measures
-first (what the source model rates best) lay above 1 (BoTorch's InputDataWarning). Now the
-bounds also cover the source rows' means, with a margin (:func:`bocast.bo.transfer.mean_bounds`).
-This script fits the target GP both ways on the same observations of an exhaustive table and
-scores each on the table's other rows: Spearman's rho of the predicted mean against the measured
-log TFLOPS, and top-k recall (the share of the k best held-out rows among the k best predicted).
+Before, the source model's mean (the target GP's extra input under a warm start) was scaled with
+bounds from a 2048-point sample of the live space alone, so the rows a warm start measures first
+(what the source model rates best) lay above 1 (BoTorch's InputDataWarning). Now the bounds also
+cover the source rows' means, with a margin (:func:`bocast.strategies.bo.transfer.mean_bounds`).
+This script fits the target GP both ways on the same observations of an exhaustive table and scores
+each on the table's other rows: Spearman's rho of the predicted mean against the measured log
+TFLOPS, and top-k recall (the share of the k best held-out rows among the k best predicted).
 
 Observations per split: the ``--top`` table rows the source model rates best (what a warm start
 measures first) plus ``--random`` other ok rows (seeded). The candidates for the old bounds are
@@ -25,13 +25,13 @@ import warnings
 import numpy as np
 from scipy.stats import spearmanr
 
-from bocast.bo.surrogate import Surrogate
-from bocast.bo.transfer import source_model
-from bocast.candidates import SpaceCandidates
-from bocast.features import Features
 from bocast.measure.replay import ReplayDataset
-from bocast.operator import from_workload
-from bocast.records import load_dataset
+from bocast.records.public import load_dataset
+from bocast.space.candidates import SpaceCandidates
+from bocast.space.features import Features
+from bocast.space.operators.operator import from_workload
+from bocast.strategies.bo.surrogate import Surrogate
+from bocast.strategies.bo.transfer import source_model
 
 TARGET = "exhaustive/gemm_2048_8192_1024_v3"
 SOURCES = ["gemm_4096_4096_4096_v3", "gemm_1024_1024_1024_v3"]

@@ -33,8 +33,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from bocast.measure.builder import Builder
-    from bocast.operator import operators
-    from bocast.records import provenance
+    from bocast.records.public import provenance
+    from bocast.space.operators.operator import operators
 
     rows = []
     with Builder(workers=args.workers) as builder:

@@ -20,13 +20,13 @@ import time
 
 import numpy as np
 
-from bocast.bo.transfer import best_rows, ranked_configs
-from bocast.datasets import shipped_datasets
 from bocast.measure.replay import ReplayDataset
-from bocast.operator import from_workload
-from bocast.records import provenance
-from bocast.space import Space
-from bocast.suggestions import suggest
+from bocast.records.datasets import shipped_datasets
+from bocast.records.public import provenance
+from bocast.space.operators.operator import from_workload
+from bocast.space.space import Space
+from bocast.strategies.bo.transfer import best_rows, ranked_configs
+from bocast.tools.suggestions import suggest
 
 K = 8
 
@@ -86,9 +86,9 @@ def table(prefix: str) -> dict:
 def _model_only(op, ds, sources):
     """The source model's K highest means over suggest's pool, no source row put first (the
     ranking suggest used before it alternated source rows and model picks)."""
-    from bocast.bo.transfer import source_model
-    from bocast.features import Features
-    from bocast.suggestions import _pool
+    from bocast.space.features import Features
+    from bocast.strategies.bo.transfer import source_model
+    from bocast.tools.suggestions import _pool
 
     cands = ds.candidates()
     features = Features(cands, "knobs")
@@ -99,7 +99,7 @@ def _model_only(op, ds, sources):
 
 
 def _local(names):
-    from bocast import library
+    from bocast.records import library
 
     return [library.local(n) for n in names]
 

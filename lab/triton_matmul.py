@@ -69,7 +69,7 @@ def measure(kernel, M: int, N: int, K: int, repeats: int) -> dict:
     from triton.testing import do_bench
 
     from bocast.measure.gpu_worker import make_inputs, rel_error, time_callable
-    from bocast.operator import get_operator
+    from bocast.space.operators.operator import get_operator
 
     op = get_operator("gemm").from_args((M, N, K))
     t = make_inputs(op, 0)
@@ -107,7 +107,7 @@ def main() -> int:
     import triton
 
     from bocast.measure.gpu_worker import device_info
-    from bocast.records import provenance
+    from bocast.records.public import provenance
 
     kernel = make_kernel()
     rows = []

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bocast.datasets import shipped_folder
+from bocast.records.datasets import shipped_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = shipped_folder()
@@ -97,7 +97,7 @@ DROP = object()
 
 def _dataset(tmp: str, edit_rows=None, edit_meta=None, raw_bytes=None) -> None:
     """A copy of the recorded dataset under {tmp}/ds, edited; the tune config points at it."""
-    from bocast.datasets import dataset_csv
+    from bocast.records.datasets import dataset_csv
 
     src = os.path.join(DATA, DATASET)
     with lzma.open(dataset_csv(src), "rt") as f:
@@ -138,10 +138,10 @@ def _drop_column(lines: list[str], column: str) -> list[str]:
 
 def _store(tmp: str, name: str = "s.db", workload=None, rows: int = 120) -> str:
     """A record store of gemm 64^3 (v2) with ``rows`` records (several pages)."""
-    from bocast.measure.status import Status
-    from bocast.operator import from_workload
-    from bocast.records import Record, Store
-    from bocast.space import Space
+    from bocast.records.public import Record, Store
+    from bocast.records.status import Status
+    from bocast.space.operators.operator import from_workload
+    from bocast.space.space import Space
 
     op = from_workload(workload or {"op": "gemm", "shape": [64, 64, 64]})
     path = os.path.join(tmp, name)
@@ -182,7 +182,7 @@ def a_file(tmp: str) -> None:
 
 def other_run_store(tmp: str) -> None:
     """runs/random_seed0.db written by a comparison with other options for that label."""
-    from bocast import comparison as compare
+    from bocast.run import comparison as compare
 
     compare_cfg(strategies=[{"label": "random", "name": "ga", "elite": 4},
                             {"label": "ga", "name": "ga"}])(tmp)
@@ -190,7 +190,7 @@ def other_run_store(tmp: str) -> None:
     op = compare.validate(cfg)[0]
     s, seed, path, _ = compare.plan(cfg)[0]
     os.makedirs(os.path.dirname(path))
-    from bocast.store import Store
+    from bocast.records.store import Store
 
     with Store(path, op.workload) as store:
         store.set_meta("run", compare.run_identity(cfg, s, seed))
@@ -199,9 +199,9 @@ def other_run_store(tmp: str) -> None:
 
 def other_tune_store(tmp: str) -> None:
     """out/records.db holding a tune run of another strategy and seed than c.yaml's."""
-    from bocast import identity
-    from bocast.operator import from_workload
-    from bocast.store import Store
+    from bocast.records.store import Store
+    from bocast.run import identity
+    from bocast.space.operators.operator import from_workload
 
     tune_cfg()(tmp)
     os.makedirs(os.path.join(tmp, "out"))
@@ -229,8 +229,8 @@ def subspace_file(**change) -> Callable[[str], None]:
 
 def other_subspace_store(tmp: str) -> None:
     """{tmp}/s.db: a table of another sub-space of the same workload."""
-    from bocast.operator import from_workload
-    from bocast.store import Store
+    from bocast.records.store import Store
+    from bocast.space.operators.operator import from_workload
 
     subspace_file()(tmp)
     op = from_workload(SUB_WORKLOAD)
@@ -577,7 +577,7 @@ def cases() -> list[Case]:
     fil("configuration not YAML", TUNE_ARGV, "not valid YAML",
         setup=lambda t: Path(t, "c.yaml").write_text("workload: [unclosed\n"))
     fil("configuration is a folder", ["tune", "{tmp}"], "is a folder, not a configuration file")
-    # --- configurations past the limits of bocast.config (a run would hang, or crash)
+    # --- configurations past the limits of bocast.run.config (a run would hang, or crash)
     for section in ("rpc", "runner_options", "description"):
         fil(f"configuration's {section} a billion laughs", TUNE_ARGV,
             "column 6: more than 50,000 items once its aliases are expanded)",

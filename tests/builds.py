@@ -48,7 +48,7 @@ def build_configs(op, configs) -> list[dict[str, Any]]:
     """Each configuration of ``op`` built as a tuning run's builder builds it, two at a time."""
     import json
 
-    from bocast.space import Space
+    from bocast.space.space import Space
 
     return build_all({"workload": op.workload, "config": json.loads(Space.key(c))}
                      for c in configs)

@@ -38,7 +38,7 @@ def bocast_cli():
 
 @pytest.fixture(autouse=True)
 def records_library(tmp_path_factory, monkeypatch):
-    """Every test's records library is a folder of its own (bocast.library), never the
+    """Every test's records library is a folder of its own (bocast.records.library), never the
     user's cache: a live run adds its store there, and ``warm_start: auto`` reads it."""
     folder = tmp_path_factory.mktemp("records")
     monkeypatch.setenv("BOCAST_RECORDS", str(folder))

@@ -195,7 +195,7 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments", "results", "interrupts"))
     args = ap.parse_args()
     sys.path.insert(0, ROOT)
-    from bocast.records import provenance
+    from bocast.records.public import provenance
 
     prov = provenance({"cpus": os.cpu_count(), "machine": platform.machine(),
                        "load_average": os.getloadavg()})

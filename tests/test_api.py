@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 import bocast
-from bocast.datasets import locate
 from bocast.errors import InputError
-from bocast.measure.status import Status
+from bocast.records.datasets import locate
+from bocast.records.status import Status
 from bocast.schema import ConfigError
-from bocast.space import Space
+from bocast.space.space import Space
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout": "NT",

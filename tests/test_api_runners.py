@@ -12,14 +12,14 @@ import re
 import pytest
 
 import bocast
-from bocast.datasets import locate
 from bocast.errors import InputError
 from bocast.measure.builder import Builder
 from bocast.measure.parts import make_runner
 from bocast.measure.replay import ReplayDataset
 from bocast.measure.standin import StandinRunner
-from bocast.operator import get_operator
-from bocast.store import Store
+from bocast.records.datasets import locate
+from bocast.records.store import Store
+from bocast.space.operators.operator import get_operator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STANDIN = {"workload": {"op": "gemm", "shape": [256, 256, 256], "dtype": "fp16:fp32",

@@ -14,9 +14,9 @@ import yaml
 import bocast
 from bocast.errors import InputError
 from bocast.options import Budget, Workload
-from bocast.record import RecordError
+from bocast.records.record import RecordError
+from bocast.records.store import StoreError
 from bocast.schema import ConfigError
-from bocast.store import StoreError
 from tests.bad_input_cases import (
     ROOT,
     TUNE,
@@ -157,7 +157,7 @@ def test_a_runner_that_fails_to_start_leaves_no_store(tmp_path, monkeypatch):
     """runner rpc with no server: refused, and no store stamped ``runner: rpc`` is left, so the
     same configuration on replay then runs."""
     from bocast import api
-    from bocast.measure import rpc
+    from bocast.measure.rpc import runner as rpc
 
     class Unreachable:
         def __init__(self, *args, **kwargs):
@@ -181,7 +181,7 @@ def test_a_runner_that_fails_to_start_leaves_no_store(tmp_path, monkeypatch):
 
 #: configurations refused for a field that needs no dataset or model: checked before torch or
 #: pandas is imported, so the refusal takes a fraction of a second (BO's module binds torch only
-#: when a BO strategy is made: bocast/strategies/bo.py, _import_model)
+#: when a BO strategy is made: bocast/strategies/bo/strategy.py, _import_model)
 FIELDS = [
     ("budget.trials 0", "budget:\n  trials: 0\n", "budget.trials: expected"),
     ("runner_options.workers -1", "runner_options: {workers: -1}\n",
@@ -235,8 +235,8 @@ def test_a_library_store_no_writer_would_write_is_passed_over(tmp_path, value):
     """warm_start: auto (tune, suggest) reads the records library: a store there holding a TFLOPS
     no measurement has is passed over with one line, as a damaged one is (a file of the library
     is never fatal), and never reaches the model (it broke it: NaN, math domain error)."""
-    from bocast import warm_sources
-    from bocast.operator import from_workload
+    from bocast.run import warm_sources
+    from bocast.space.operators.operator import from_workload
 
     lib = tmp_path / "lib"
     lib.mkdir()
@@ -259,7 +259,7 @@ def test_a_token_on_the_command_line_is_never_repeated():
 def test_records_add_removes_the_partial_copies_of_killed_adds(tmp_path):
     """A SIGKILL during ``records add`` leaves its hidden ``.NAME.PID.tmp`` copy; the next add
     removes those of processes that are gone, and leaves a running one's."""
-    from bocast import library
+    from bocast.records import library
 
     lib = tmp_path / "lib"
     lib.mkdir()

@@ -38,9 +38,9 @@ def compare(tmp_path, cfg):
 def test_compare_writes_tables_plot_records_and_json(tmp_path):
     import csv
 
-    from bocast.operator import from_workload
-    from bocast.store import Store
-    from bocast.tuner import best_so_far
+    from bocast.records.store import Store
+    from bocast.run.tuner import best_so_far
+    from bocast.space.operators.operator import from_workload
 
     proc = compare(tmp_path, GOOD)
     assert proc.returncode == 0, proc.stderr
@@ -127,10 +127,10 @@ LIVE = {
 def test_live_compare_interleaves_runs_and_resumes(tmp_path):
     """The live path on the CPU: real TVM lowering (no nvcc) and the stand-in runner, whose
     timings are SYNTHETIC. Every run gets its own store; a second call measures nothing new."""
-    from bocast import comparison as cmp
     from bocast.measure.builder import Builder
     from bocast.measure.standin import StandinRunner
-    from bocast.store import Store
+    from bocast.records.store import Store
+    from bocast.run import comparison as cmp
 
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({**LIVE, "output": str(tmp_path / "runs"),

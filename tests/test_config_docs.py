@@ -1,9 +1,9 @@
 """docs/configuration.md is generated from the schema sections that check each field
-(``python -m bocast.config_docs``): it must be what the generator prints now."""
+(``python -m bocast.tools.config_docs``): it must be what the generator prints now."""
 
 import os
 
-from bocast.config_docs import reference
+from bocast.tools.config_docs import reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -11,11 +11,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_the_configuration_reference_is_current():
     with open(os.path.join(ROOT, "docs", "configuration.md"), encoding="utf-8") as f:
         assert f.read() == reference(), ("docs/configuration.md is stale: regenerate it with "
-                                         "python -m bocast.config_docs > docs/configuration.md")
+                                         "python -m bocast.tools.config_docs > "
+                                         "docs/configuration.md")
 
 
 def test_the_reference_names_every_field_and_strategy_option():
-    from bocast import comparison, config
+    from bocast.run import comparison, config
     from bocast.strategies import strategies
 
     text = reference()
@@ -25,7 +26,8 @@ def test_the_reference_names_every_field_and_strategy_option():
 
 
 def test_every_field_and_option_has_help():
-    from bocast import comparison, config, options
+    from bocast import options
+    from bocast.run import comparison, config
     from bocast.strategies import strategies
 
     sections = [config.TUNE, options.WORKLOAD, options.BUDGET, options.RUNNER_OPTIONS,

@@ -59,7 +59,7 @@ def test_the_export_is_the_builders_build_of_the_record(exported):
 
     from bocast.measure.builder import build_task
     from bocast.measure.nvcc import compile_cubin
-    from bocast.operator import from_workload
+    from bocast.space.operators.operator import from_workload
 
     out, line = exported
     assert sorted(os.listdir(out)) == ["kernel.cu", "kernel.cubin", "kernel.json", "kernel.so",
@@ -90,8 +90,8 @@ def test_the_export_is_the_builders_build_of_the_record(exported):
 
 
 def test_kernel_json_round_trips(store, exported):
-    from bocast.operator import from_workload
-    from bocast.space import Space
+    from bocast.space.operators.operator import from_workload
+    from bocast.space.space import Space
 
     (_, configs), (out, _) = store, exported
     k = bocast.Kernel(out)
@@ -149,7 +149,7 @@ def test_the_loaded_kernel_computes_the_reference(exported):
             raise
         pytest.skip(f"no GPU: {e}")
     from bocast.measure.gpu_worker import make_inputs, output_error
-    from bocast.operator import from_workload
+    from bocast.space.operators.operator import from_workload
 
     op = from_workload(k.workload)
     inputs = make_inputs(op, 0)
@@ -165,15 +165,15 @@ def test_a_failed_record_exports_only_when_asked(store, tmp_path):
     with pytest.raises(bocast.InputError, match="record 2 has status wrong_result"):
         bocast.export(path, out=out, record=2)
     assert not os.path.exists(out)
-    from bocast.space import Space
+    from bocast.space.space import Space
 
     k = bocast.export(path, out=out, record=Space.key(configs[1]), any_status=True)
     assert (k.meta["record"]["id"], k.measured["status"]) == (2, "wrong_result")
 
 
 def test_bad_input_is_one_line_and_writes_nothing(store, exported, tmp_path, bocast_cli):
-    from bocast.measure.status import Status
-    from bocast.records import Record, Store
+    from bocast.records.public import Record, Store
+    from bocast.records.status import Status
 
     path, _ = store
     failed = str(tmp_path / "failed.db")

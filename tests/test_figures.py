@@ -1,4 +1,4 @@
-"""Figures (bocast.figures): a comparison's arms each to the end of their own budget with their
+"""Figures (bocast.run.figures): a comparison's arms each to the end of their own budget with their
 seeds named, a tune run's own figure (`bocast tune --plot`, `bocast.tune(plot=True)`), PNG, PDF
 and SVG written beside each other, and without matplotlib (the `plot` extra) everything but a
 figure still works while asking for one is one error naming the extra."""
@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 import bocast
-from bocast import figures
-from bocast.datasets import locate
 from bocast.errors import InputError
+from bocast.records.datasets import locate
+from bocast.run import figures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATASET = locate("gemm_32_2048_1000")

@@ -17,10 +17,10 @@ from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.retime import METHOD, METHOD_PAIRED, retime
 from bocast.measure.runner import RunResult
 from bocast.measure.standin import StandinRunner
-from bocast.measure.status import Status
 from bocast.measure.telemetry import clock_summary, flag_line
-from bocast.operator import get_operator
-from bocast.store import Store
+from bocast.records.status import Status
+from bocast.records.store import Store
+from bocast.space.operators.operator import get_operator
 
 QUICK = {"op": "gemm", "shape": (256, 256, 256), "space": "v2", "trials": 16,
          "batch_size": 4, "strategy": "random"}
@@ -160,7 +160,7 @@ def test_an_unpaired_round_ratio_is_to_the_references_around_it():
 
 def test_export_best_is_the_kernel_of_the_runs_figure():
     from bocast.kernel import _figure_key, _pick
-    from bocast.record import Record
+    from bocast.records.record import Record
 
     rows = [(1, 1, Record("fast-once", {}, Status.OK, tflops=700.0)),
             (2, 1, Record("steady", {}, Status.OK, tflops=690.0))]
@@ -171,8 +171,8 @@ def test_export_best_is_the_kernel_of_the_runs_figure():
 
 
 def test_other_libraries_warnings_stay_off_the_terminal_unless_debug(recwarn):
-    from bocast.bo.surrogate import FitWarning
     from bocast.cli import own_warnings_only
+    from bocast.strategies.bo.surrogate import FitWarning
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -202,7 +202,7 @@ def test_a_runs_figure_builds_each_kernel_once_and_confirms_the_chosen_one(tmp_p
     """final_figure: the top kernels timed with the reference, then the chosen one alone again
     (new rounds), from the build of the choosing rounds."""
     from bocast.measure.retime import final_figure
-    from bocast.record import Record
+    from bocast.records.record import Record
 
     records = [Record(n, {"name": n}, Status.OK, tflops=t)
                for n, t in (("a", 700.0), ("b", 690.0), ("c", 650.0))]

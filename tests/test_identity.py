@@ -1,4 +1,4 @@
-"""A store resumes only the run it holds (bocast.identity): `bocast tune`, a study and a
+"""A store resumes only the run it holds (bocast.run.identity): `bocast tune`, a study and a
 comparison refuse a store of another strategy, options or seed, and a default that changed
 since the run began, and say which."""
 
@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 import bocast
-from bocast import identity
-from bocast.datasets import locate
+from bocast.records.datasets import locate
+from bocast.records.store import Store
+from bocast.run import identity
 from bocast.schema import ConfigError
-from bocast.store import Store
 from bocast.strategies import strategy_class
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +28,7 @@ def _digest(path):
 
 
 def _store(path):
-    from bocast.operator import from_workload
+    from bocast.space.operators.operator import from_workload
 
     return Store(path, from_workload(SMALL).workload)
 
@@ -114,7 +114,7 @@ def test_a_study_refuses_a_store_of_another_strategy(tmp_path):
 
 
 def test_compare_checks_stores_before_running(tmp_path):
-    from bocast import comparison as compare
+    from bocast.run import comparison as compare
 
     cfg_path = tmp_path / "c.yaml"
     spec = {"name": "ident", "workload": SMALL, "runner": "replay", "dataset": TUNE["dataset"],

@@ -6,9 +6,9 @@ one is kept only for a measured reason: its target pulls torch; it keeps ``impor
 circle. A listed pair no longer imported fails too, so the lists stay
 true, and :func:`test_startup_stays_light` checks in a fresh process what the reasons claim.
 
-Everything else imports at the top: a module whose target is light (none of bocast's modules
-imports torch, TVM, pandas, SciPy or matplotlib at import time but the three ``bocast.bo``
-ones below; the others import them inside the functions that use them) and no circle."""
+Everything else imports at the top: a module whose target is light (none of bocast's modules imports
+torch, TVM, pandas, SciPy or matplotlib at import time but the three ``bocast.strategies.bo`` ones
+below; the others import them inside the functions that use them) and no circle."""
 
 import ast
 import collections
@@ -30,98 +30,108 @@ _NUMPY = "numpy and the operators' space files (about 60-110 ms)"
 #: (importing module, imported module): (kind, why). Costs measured 2026-11-26 on the 2-core
 #: CPU machine, on top of what the importer's context already loads.
 LAZY: dict[tuple[str, str], tuple[str, str]] = {
-    # BO's pieces import torch, botorch and gpytorch (about 1 s, 900 modules): they load when a
-    # BO strategy is made (bocast.strategies.bo._import_model) or a source model is fitted, so a
-    # configuration's check (issue 25), import bocast and bocast --help never pay it
-    ("bocast.bo.transfer", "bocast.bo.surrogate"): (TORCH, "source_model's GP"),
-    ("bocast.strategies.bo", "bocast.bo.acquisition"): (TORCH, "_import_model"),
-    ("bocast.strategies.bo", "bocast.bo.feasibility"): (TORCH, "_import_model"),
-    ("bocast.strategies.bo", "bocast.bo.surrogate"): (TORCH, "_import_model"),
+    # BO's pieces import torch, botorch and gpytorch (about 1 s, 900 modules): they load when a BO
+    # strategy is made (bocast.strategies.bo.strategy._import_model) or a source model is fitted, so
+    # a configuration's check (issue 25), import bocast and bocast --help never pay it
+    ("bocast.strategies.bo.transfer", "bocast.strategies.bo.surrogate"): (
+        TORCH, "source_model's GP"),
+    ("bocast.strategies.bo.strategy", "bocast.strategies.bo.acquisition"): (TORCH, "_import_model"),
+    ("bocast.strategies.bo.strategy", "bocast.strategies.bo.feasibility"): (TORCH, "_import_model"),
+    ("bocast.strategies.bo.strategy", "bocast.strategies.bo.surrogate"): (TORCH, "_import_model"),
     # bocast/__init__ imports these modules; import bocast loads 12 bocast modules, no numpy
-    ("bocast.options", "bocast.operator"): (IMPORT_BOCAST, f"Workload's check: {_NUMPY}"),
-    ("bocast.kernel", "bocast.operator"): (IMPORT_BOCAST, f"export: {_NUMPY}"),
-    ("bocast.kernel", "bocast.store"): (IMPORT_BOCAST, f"export: {_NUMPY}, sqlite3"),
+    ("bocast.options", "bocast.space.operators.operator"): (
+        IMPORT_BOCAST, f"Workload's check: {_NUMPY}"),
+    ("bocast.kernel", "bocast.space.operators.operator"): (IMPORT_BOCAST, f"export: {_NUMPY}"),
+    ("bocast.kernel", "bocast.records.store"): (IMPORT_BOCAST, f"export: {_NUMPY}, sqlite3"),
     ("bocast.kernel", "bocast.measure.builder"): (IMPORT_BOCAST, f"export: {_NUMPY}"),
     ("bocast.kernel", "bocast.measure.nvcc"): (
         IMPORT_BOCAST, "export: subprocess (with provenance and tensorcore: 12 ms of 45)"),
-    ("bocast.kernel", "bocast.provenance"): (IMPORT_BOCAST, "export: platform, datetime"),
-    ("bocast.kernel", "bocast.tensorcore"): (IMPORT_BOCAST, "export: 3.5 ms alone"),
+    ("bocast.kernel", "bocast.records.provenance"): (IMPORT_BOCAST, "export: platform, datetime"),
+    ("bocast.kernel", "bocast.space.tensorcore"): (IMPORT_BOCAST, "export: 3.5 ms alone"),
     ("bocast.kernel", "bocast.measure.tensor_maps"): (
         IMPORT_BOCAST, f"load()'s im2col encoder: {_NUMPY}"),
     ("bocast.kernel", "bocast.measure.build_cache"): (
         IMPORT_BOCAST, "export: tempfile, base64 (and nvcc's subprocess)"),
     # the API's entry points (api, study, tune_run: import bocast loads them) import what one
     # call needs when it is called
-    ("bocast.api", "bocast.candidates"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
-    ("bocast.api", "bocast.comparison"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
-    ("bocast.api", "bocast.config"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
-    ("bocast.api", "bocast.datasets"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
-    ("bocast.api", "bocast.identity"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
-    ("bocast.api", "bocast.library"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.space.candidates"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.run.comparison"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.run.config"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.records.datasets"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.run.identity"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.records.library"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
     ("bocast.api", "bocast.measure.runner"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
     ("bocast.api", "bocast.measure.replay"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
-    ("bocast.api", "bocast.operator"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
-    ("bocast.api", "bocast.store"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.space.operators.operator"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.records.store"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
     ("bocast.api", "bocast.strategies"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
-    ("bocast.api", "bocast.suggestions"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
-    ("bocast.api", "bocast.warm_sources"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.tools.suggestions"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
+    ("bocast.api", "bocast.run.warm_sources"): (IMPORT_BOCAST, f"a call's own: {_NUMPY}"),
     ("bocast.api", "bocast.measure.nvcc"): (IMPORT_BOCAST, "need_compiler: subprocess"),
-    ("bocast.api", "bocast.measure.rpc_options"): (
+    ("bocast.api", "bocast.measure.rpc.options"): (
         IMPORT_BOCAST, "prepare's batch of runner rpc: socket, hmac, the tracker protocol"),
-    ("bocast.study", "bocast.candidates"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
-    ("bocast.study", "bocast.config"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
-    ("bocast.study", "bocast.identity"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
-    ("bocast.study", "bocast.space"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
-    ("bocast.study", "bocast.store"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
-    ("bocast.study", "bocast.strategies"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
-    ("bocast.study", "bocast.tuner"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
-    ("bocast.tune_run", "bocast.bo.transfer"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
-    ("bocast.tune_run", "bocast.identity"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
-    ("bocast.tune_run", "bocast.library"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
-    ("bocast.tune_run", "bocast.measure.parts"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
-    ("bocast.tune_run", "bocast.measure.retime"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
-    ("bocast.tune_run", "bocast.records"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
-    ("bocast.tune_run", "bocast.tuner"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.run.study", "bocast.space.candidates"): (
+        IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.run.study", "bocast.run.config"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.run.study", "bocast.run.identity"): (
+        IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.run.study", "bocast.space.space"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.run.study", "bocast.records.store"): (
+        IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.run.study", "bocast.strategies"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.run.study", "bocast.run.tuner"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.run.tune_run", "bocast.strategies.bo.transfer"): (
+        IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.run.tune_run", "bocast.run.identity"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.run.tune_run", "bocast.records.library"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.run.tune_run", "bocast.measure.parts"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.run.tune_run", "bocast.measure.retime"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.run.tune_run", "bocast.records.public"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.run.tune_run", "bocast.run.tuner"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
     # bocast.tune_many and bocast.shapes_of (import bocast loads bocast.many, many_plan,
     # model_shapes and shapes_file): what a run of many or a model's listing needs, when called
-    ("bocast.many", "bocast.library"): (IMPORT_BOCAST, f"a run of many's own: {_NUMPY}"),
-    ("bocast.many", "bocast.records"): (IMPORT_BOCAST, f"a run of many's own: {_NUMPY}"),
-    ("bocast.many", "bocast.store"): (IMPORT_BOCAST, f"a run of many's own: {_NUMPY}"),
-    ("bocast.many_plan", "bocast.config"): (IMPORT_BOCAST, f"prepare_many: {_NUMPY}"),
+    ("bocast.many", "bocast.records.library"): (IMPORT_BOCAST, f"a run of many's own: {_NUMPY}"),
+    ("bocast.many", "bocast.records.public"): (IMPORT_BOCAST, f"a run of many's own: {_NUMPY}"),
+    ("bocast.many", "bocast.records.store"): (IMPORT_BOCAST, f"a run of many's own: {_NUMPY}"),
+    ("bocast.many_plan", "bocast.run.config"): (IMPORT_BOCAST, f"prepare_many: {_NUMPY}"),
     ("bocast.many_plan", "bocast.measure.parts"): (IMPORT_BOCAST, f"prepare_many: {_NUMPY}"),
-    ("bocast.many_plan", "bocast.operator"): (IMPORT_BOCAST, f"prepare_many: {_NUMPY}"),
-    ("bocast.many_plan", "bocast.measure.rpc_options"): (
+    ("bocast.many_plan", "bocast.space.operators.operator"): (
+        IMPORT_BOCAST, f"prepare_many: {_NUMPY}"),
+    ("bocast.many_plan", "bocast.measure.rpc.options"): (
         IMPORT_BOCAST, "prepare_many's fleet of runner rpc: socket, hmac, the tracker protocol"),
-    ("bocast.model_shapes", "bocast.operator"): (IMPORT_BOCAST, f"shapes_of's check: {_NUMPY}"),
-    ("bocast.shapes_file", "bocast.operator"): (IMPORT_BOCAST, f"an entry's check: {_NUMPY}"),
-    ("bocast.shapes_file", "bocast.config_files"): (HELP, "a YAML shapes file: yaml (+15 ms)"),
-    # bocast.reporting (bocast.report(), bocast report) reads stores and counts when called
-    ("bocast.reporting", "bocast.reporting.inputs"): (
+    ("bocast.run.model_shapes", "bocast.space.operators.operator"): (
+        IMPORT_BOCAST, f"shapes_of's check: {_NUMPY}"),
+    ("bocast.run.shapes_file", "bocast.space.operators.operator"): (
+        IMPORT_BOCAST, f"an entry's check: {_NUMPY}"),
+    ("bocast.run.shapes_file", "bocast.config_files"): (HELP, "a YAML shapes file: yaml (+15 ms)"),
+    # bocast.tools.reporting (bocast.report(), bocast report) reads stores and counts when called
+    ("bocast.tools.reporting", "bocast.tools.reporting.inputs"): (
         IMPORT_BOCAST, f"report(): the stores: {_NUMPY}, sqlite3 (about 200 ms)"),
-    ("bocast.reporting", "bocast.reporting.stats"): (
+    ("bocast.tools.reporting", "bocast.tools.reporting.stats"): (
         IMPORT_BOCAST, f"report(): the comparison's statistics: {_NUMPY} (about 200 ms)"),
-    ("bocast.reporting", "bocast.reporting.text"): (
+    ("bocast.tools.reporting", "bocast.tools.reporting.text"): (
         IMPORT_BOCAST, f"report(): the comparison's format_p: {_NUMPY} (about 200 ms)"),
-    ("bocast.reporting", "bocast.provenance"): (IMPORT_BOCAST, "write(): platform, datetime"),
+    ("bocast.tools.reporting", "bocast.records.provenance"): (
+        IMPORT_BOCAST, "write(): platform, datetime"),
     # the CLI loads what every command needs; what one command alone needs loads when it runs
-    ("bocast.cli.common", "bocast.subspace"): (HELP, "--subspace, --fix: yaml (+15 ms)"),
+    ("bocast.cli.common", "bocast.space.subspace"): (HELP, "--subspace, --fix: yaml (+15 ms)"),
     ("bocast.cli.run_commands", "bocast.config_files"): (HELP, "tune OP --set: yaml (+15 ms)"),
-    ("bocast.cli.run_commands", "bocast.suggestions"): (
+    ("bocast.cli.run_commands", "bocast.tools.suggestions"): (
         HELP, "suggest: multiprocessing, socket (+10-26 ms)"),
-    ("bocast.cli.run_commands", "bocast.measure.rpc_server"): (
+    ("bocast.cli.run_commands", "bocast.measure.rpc.server"): (
         HELP, "serve: socket, hmac, multiprocessing (+16 ms)"),
-    ("bocast.cli.run_commands", "bocast.remeasure"): (
+    ("bocast.cli.run_commands", "bocast.tools.remeasure"): (
         HELP, "remeasure: multiprocessing, socket (+14-17 ms)"),
-    ("bocast.cli.run_commands", "bocast.ablation"): (
+    ("bocast.cli.run_commands", "bocast.tools.ablation"): (
         HELP, "ablation: yaml, multiprocessing, socket (+33-50 ms)"),
     ("bocast.measure.parts", "bocast.measure.engine"): (
         HELP, "make_measurer (tune, measure, compare): multiprocessing, socket (+13-17 ms)"),
-    ("bocast.measure.parts", "bocast.measure.rpc"): (
+    ("bocast.measure.parts", "bocast.measure.rpc.runner"): (
         HELP, "runner rpc: socket, hmac, the protocol (+16 ms)"),
-    ("bocast.measure.rpc_options", "bocast.store"): (
+    ("bocast.measure.rpc.options", "bocast.records.store"): (
         IMPORT_BOCAST, f"batch_for_run, a resumed rpc run's batch: {_NUMPY}, sqlite3"),
     # strategies() imports the strategy modules, which register themselves as they load
-    ("bocast.strategies", "bocast.strategies.bo"): (
+    ("bocast.strategies", "bocast.strategies.bo.strategy"): (
         IMPORT_BOCAST, "bo's module and the BO pieces it imports at its top (+0.3 s)"),
     ("bocast.strategies", "bocast.strategies.ga"): (IMPORT_BOCAST, "loaded with bo's"),
     ("bocast.strategies", "bocast.strategies.random"): (IMPORT_BOCAST, "loaded with bo's"),
@@ -261,3 +271,52 @@ def test_modules_are_at_most_400_lines():
     assert not over, f"modules over {MAX_LINES} lines: {over}"
     fixed = [m for m in LONG if sizes.get(m, 0) <= MAX_LINES]
     assert not fixed, f"no longer over {MAX_LINES} lines: drop them from LONG: {fixed}"
+
+
+#: issue 42: at most this many modules at the top of bocast/; the rest live in the packages of
+#: the loop's stages (space, strategies, measure, records, run, tools) and the CLI
+MAX_TOP_MODULES = 15
+
+
+def test_at_most_15_modules_at_the_top():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, f"{len(top)} modules at the top of bocast/: {top}"
+
+
+def _find_circle(arrows: dict[str, set[str]]) -> list[str] | None:
+    seen: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(r: str, path: list[str]) -> list[str] | None:
+        seen[r] = 1
+        for n in sorted(arrows.get(r, ())):
+            if seen.get(n) == 1:
+                return path + [r, n]
+            if n not in seen and (circle := visit(n, path + [r])):
+                return circle
+        seen[r] = 2
+        return None
+
+    for r in sorted(arrows):
+        if r not in seen and (circle := visit(r, [])):
+            return circle
+    return None
+
+
+def test_no_package_imports_back_up():
+    """In every package, its rooms (each module, and each subpackage taken whole) import each
+    other without a circle, function-local imports included: no arrow runs back up between the
+    stages, nor inside one. A package's own face (its __init__) is not a room of it."""
+    mods, edges, local = _graph()
+    every = {m: set(edges[m]) for m in mods}
+    for m, t in local:
+        every[m].add(t)
+    for package in sorted(m for m, p in mods.items() if p.name == "__init__.py"):
+        inside = {m: package + "." + m[len(package) + 1:].split(".")[0] for m in mods
+                  if m.startswith(package + ".")}
+        arrows: dict[str, set[str]] = collections.defaultdict(set)
+        for m, targets in every.items():
+            for t in targets:
+                if m in inside and t in inside and inside[m] != inside[t]:
+                    arrows[inside[m]].add(inside[t])
+        circle = _find_circle(arrows)
+        assert circle is None, f"in {package}: " + " -> ".join(circle)

@@ -11,10 +11,11 @@ import sqlite3
 import pytest
 
 import bocast
-from bocast import datasets, library, warm_sources
-from bocast.bo.transfer import AUTO, incompatibility
-from bocast.operator import get_operator, make
-from bocast.store import Store
+from bocast.records import datasets, library
+from bocast.records.store import Store
+from bocast.run import warm_sources
+from bocast.space.operators.operator import get_operator, make
+from bocast.strategies.bo.transfer import AUTO, incompatibility
 
 QUICK = {"runner": "standin", "strategy": "random", "trials": 8, "batch_size": 8}
 T1024 = "exhaustive/gemm_1024_1024_1024_v2"
@@ -288,7 +289,7 @@ def test_a_replay_tune_left_to_space_auto_replays_the_space_its_shipped_table_wa
 
 def test_a_replay_comparison_takes_auto_from_the_shipped_datasets_a_live_one_refuses(
         records_library, standin_store):
-    from bocast import comparison
+    from bocast.run import comparison
     from bocast.schema import ConfigError
 
     raw = {"name": "c", "workload": {"op": "gemm", "shape": [32, 2048, 1000], "space": "v1"},
@@ -337,7 +338,7 @@ def test_a_strategy_without_a_warm_start_takes_none_and_auto_as_cold(tmp_path, b
 
 
 def test_a_comparison_and_a_study_take_a_cold_strategys_none_too(records_library):
-    from bocast import comparison
+    from bocast.run import comparison
     from bocast.schema import ConfigError
 
     raw = {"name": "c", "workload": {"op": "gemm", "shape": [32, 2048, 1000], "space": "v1"},

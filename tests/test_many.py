@@ -13,8 +13,8 @@ import pytest
 from bocast import api, cli, many, many_plan
 from bocast.errors import InputError
 from bocast.interrupt import Interrupted
-from bocast.shapes_file import Shape, ShapesError, read, write
-from bocast.store import Store
+from bocast.records.store import Store
+from bocast.run.shapes_file import Shape, ShapesError, read, write
 
 # small BO rounds, one torch thread (as tests/test_resume.py)
 BO = {"strategy.n_init": 8, "strategy.pool_size": 128, "strategy.fit_maxiter": 10,
@@ -247,8 +247,8 @@ def test_command_line_shapes_and_its_refusals(tmp_path, capsys):
 def test_with_rpc_the_fleet_sets_the_window(tmp_path, monkeypatch):
     """Two stand-in GPU servers: two workloads at once, every kernel timed by a server (the
     builds lower only: no nvcc here)."""
-    from bocast.config import RunSpec
     from bocast.measure.parts import make_builder
+    from bocast.run.config import RunSpec
     from tests.measure.test_rpc import KEY, Cluster
 
     monkeypatch.setattr(api, "need_compiler", lambda what: None)
@@ -293,7 +293,7 @@ def test_a_run_of_many_refuses_a_single_runs_folder_and_a_damaged_plan(tmp_path)
 
 def fake_fleet(monkeypatch, *servers):
     """The tracker's answer for the rpc key: one server per (GPU model, build workers)."""
-    from bocast.measure import rpc_protocol
+    from bocast.measure.rpc import protocol as rpc_protocol
 
     infos = [{"bocast": {"device": {"gpu": gpu}, "build_workers": workers, "port": i}}
              for i, (gpu, workers) in enumerate(servers)]
@@ -306,7 +306,7 @@ def test_one_fleet_sets_the_window_and_the_batch_and_plan_json_keeps_the_batch(t
     the key; the window counts them, the batch their build workers. The batch is the plan's
     (plan.json), so a server lost mid-run changes no later workload's batch; workloads at once
     measure batch by batch (rpc.ahead 0)."""
-    from bocast.measure import rpc_options
+    from bocast.measure.rpc import options as rpc_options
 
     monkeypatch.setattr(api, "need_compiler", lambda what: None)
     rpc = {"tracker": "127.0.0.1:9", "key": "k"}

@@ -17,15 +17,15 @@ import sys
 
 import pytest
 
-from bocast.measure.status import Status
-from bocast.operator import get_operator
-from bocast.store import Store
+from bocast.records.status import Status
+from bocast.records.store import Store
+from bocast.space.operators.operator import get_operator
 from tests import background
 
 SMALL = r"""
 import json, sys
-from bocast.operator import get_operator
-from bocast.tensorcore import lower, wmma_intrin
+from bocast.space.operators.operator import get_operator
+from bocast.space.tensorcore import lower, wmma_intrin
 from tests.spaces.test_pipelined import MMA_64
 
 out = sys.argv[1]
@@ -38,7 +38,7 @@ lower(mma.apply(MMA_64).mod, pass_config=options["pass_config"],
 from bocast import metaschedule
 from bocast.measure.builder import Builder
 from bocast.measure.standin import StandinRunner
-from bocast.store import Store
+from bocast.records.store import Store
 
 op = get_operator("gemm").from_args((128, 128, 128))
 with Builder(workers=2, compile=False) as builder, StandinRunner() as runner, \
@@ -110,7 +110,7 @@ def test_our_intrinsics_and_tvms_full_set_can_live_in_one_process(small_run):
 
 FULL = r"""
 import json, sys
-from bocast.tensorcore import wmma_intrin
+from bocast.space.tensorcore import wmma_intrin
 
 out = sys.argv[1]
 ours = wmma_intrin("load_a", (16, 16, 16), "float16")  # ours first, alone: e7be78d's order
@@ -118,8 +118,8 @@ ours = wmma_intrin("load_a", (16, 16, 16), "float16")  # ours first, alone: e7be
 from bocast import metaschedule
 from bocast.measure.builder import Builder
 from bocast.measure.standin import StandinRunner
-from bocast.operator import get_operator
-from bocast.store import Store
+from bocast.space.operators.operator import get_operator
+from bocast.records.store import Store
 
 op = get_operator("gemm").from_args((256, 256, 256))
 with Builder(workers=2, compile=False) as builder, StandinRunner() as runner, \

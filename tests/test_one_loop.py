@@ -1,4 +1,4 @@
-"""Every run path goes through the one loop (:func:`bocast.tuner.run_interleaved`): the same
+"""Every run path goes through the one loop (:func:`bocast.run.tuner.run_interleaved`): the same
 seed gives the same store, row for row, through ``bocast tune``, ``bocast.tune()`` and one arm
 of ``bocast compare``, on replay and on the live path (with the CPU stand-in runner)."""
 
@@ -11,7 +11,7 @@ import yaml
 
 import bocast
 from bocast import cli
-from bocast.store import Store
+from bocast.records.store import Store
 
 #: wall-clock columns (the others must match): when a row was written, its session, and on the
 #: live path the build's seconds

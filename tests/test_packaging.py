@@ -1,8 +1,7 @@
-"""The package as a wheel installs it: ``bocast --version``, and the shipped datasets as
-package data (bocast/data/), found through one function (bocast.datasets.locate): by name, by
-their path in the package, and by the path they had before, experiments/data/..., which older
-configurations and stores name. (CI installs the wheel itself and runs the quick start:
-.ci/run.)"""
+"""The package as a wheel installs it: ``bocast --version``, and the shipped datasets as package
+data (bocast/data/), found through one function (bocast.records.datasets.locate): by name, by their
+path in the package, and by the path they had before, experiments/data/..., which older
+configurations and stores name. (CI installs the wheel itself and runs the quick start: .ci/run.)"""
 
 import os
 import platform
@@ -10,9 +9,10 @@ import platform
 import pytest
 
 import bocast
-from bocast import identity, library
-from bocast.config import parse
-from bocast.datasets import locate, shipped_datasets, shipped_folder, shipped_name
+from bocast.records import library
+from bocast.records.datasets import locate, shipped_datasets, shipped_folder, shipped_name
+from bocast.run import identity
+from bocast.run.config import parse
 
 T1024 = "exhaustive/gemm_1024_1024_1024_v2"
 

@@ -1,4 +1,4 @@
-"""The pipelined loop (bocast.pipeline): batches proposed ahead with the ones in flight as
+"""The pipelined loop (bocast.run.pipeline): batches proposed ahead with the ones in flight as
 pending points, measured as one stream, told in the order asked. Time-independent: a measurer
 that streams a replay dataset answers the submitted kernels in a chosen order (first in first
 out, last in first out, a seeded shuffle), so batches complete out of order as on a fleet;
@@ -9,16 +9,16 @@ import signal
 
 import pytest
 
-from bocast.datasets import locate
 from bocast.interrupt import Interrupted
 from bocast.measure.parts import make_runner
 from bocast.measure.replay import ReplayDataset
-from bocast.operator import get_operator
-from bocast.pipeline import META
-from bocast.space import Space
-from bocast.store import Store
+from bocast.records.datasets import locate
+from bocast.records.store import Store
+from bocast.run.pipeline import META
+from bocast.run.tuner import Tuner
+from bocast.space.operators.operator import get_operator
+from bocast.space.space import Space
 from bocast.strategies import make_strategy
-from bocast.tuner import Tuner
 
 OP = get_operator("gemm").from_args((32, 2048, 1000), space="v1")
 BO = {"n_init": 8, "pool_size": 128, "fit_maxiter": 10, "threads": 1}
@@ -174,7 +174,7 @@ def test_a_store_the_plain_loop_began_is_resumed_by_it(dataset, tmp_path):
 def test_pending_points_shrink_bos_variance_there_and_leave_its_mean():
     import numpy as np
 
-    from bocast.bo.surrogate import Surrogate
+    from bocast.strategies.bo.surrogate import Surrogate
 
     rng = np.random.default_rng(0)
     x = rng.random((20, 3))

@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from bocast.datasets import dataset_configs, export_dataset, load_dataset
 from bocast.measure.replay import ReplayDataset
-from bocast.measure.status import Status
-from bocast.operator import get_operator
-from bocast.record import FEATURES, MEASURED, Record
-from bocast.space import Space
-from bocast.store import Store, StoreError, load
+from bocast.records.datasets import dataset_configs, export_dataset, load_dataset
+from bocast.records.record import FEATURES, MEASURED, Record
+from bocast.records.status import Status
+from bocast.records.store import Store, StoreError, load
+from bocast.space.operators.operator import get_operator
+from bocast.space.space import Space
 from tests import background
 
 OP = get_operator("gemm").from_args((64, 64, 64))
@@ -216,7 +216,7 @@ def test_open_reads_a_store_of_any_workload_and_writes_nothing(tmp_path):
 
 
 def test_remeasure_picks_the_best_of_stores_through_the_records_api(tmp_path):
-    from bocast import remeasure
+    from bocast.tools import remeasure
 
     configs = OP.space.sample(6, rng=5, unique=True)
     paths = [str(tmp_path / f"{i}.db") for i in range(2)]

@@ -9,10 +9,10 @@ import re
 import pytest
 
 import bocast
-from bocast.datasets import locate
-from bocast.measure.status import Status
-from bocast.record import Record
-from bocast.store import Store
+from bocast.records.datasets import locate
+from bocast.records.record import Record
+from bocast.records.status import Status
+from bocast.records.store import Store
 
 WORKLOAD = {"op": "gemm", "shape": [32, 2048, 1000], "dtype": "fp16:fp32", "layout": "NT",
             "space": "v1"}
@@ -183,8 +183,8 @@ def test_replay_tune_runs_read_as_their_own_summaries(tmp_path, monkeypatch):
     assert rep.arms["random"]["best"]["per_seed"] == {str(s): r.best_tflops
                                                      for s, r in results.items()}
     best = max(r.best_tflops or 0.0 for r in results.values())
-    from bocast.store import Store
-    from bocast.tuner import Trajectory, best_so_far
+    from bocast.records.store import Store
+    from bocast.run.tuner import Trajectory, best_so_far
 
     for seed, r in results.items():
         with Store.open(r.store) as store:

@@ -20,15 +20,15 @@ import pytest
 import yaml
 
 from bocast import api
-from bocast.datasets import locate
 from bocast.interrupt import Interrupted
 from bocast.measure.parts import make_measurer, make_runner
 from bocast.measure.replay import ReplayDataset
-from bocast.operator import get_operator
-from bocast.space import Space
-from bocast.store import Store
+from bocast.records.datasets import locate
+from bocast.records.store import Store
+from bocast.run.tuner import Tuner, run_interleaved
+from bocast.space.operators.operator import get_operator
+from bocast.space.space import Space
 from bocast.strategies import make_strategy, strategies
-from bocast.tuner import Tuner, run_interleaved
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATASET = locate("gemm_32_2048_1000")

@@ -1,14 +1,14 @@
 """Fused GEMMs in a run of many (issue 41's leftovers): a shapes file's ``fuse`` column, a
 command's ``--fuse`` (or ``--layout``) with a list that holds a convolution refused before
 anything runs in one line naming the entry, and ``bocast shapes`` listing a linear layer with a
-bias as the GEMM with ``fuse: bias`` (bocast.shapes_file, bocast.model_shapes)."""
+bias as the GEMM with ``fuse: bias`` (bocast.run.shapes_file, bocast.run.model_shapes)."""
 
 from __future__ import annotations
 
 import pytest
 
 from bocast import cli, many_plan
-from bocast.shapes_file import Shape, ShapesError, read, write
+from bocast.run.shapes_file import Shape, ShapesError, read, write
 
 CONV = '"8,14,14,64,64,3,3,1,1,1"'
 

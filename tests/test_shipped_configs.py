@@ -6,13 +6,13 @@ import os
 
 import pytest
 
-from bocast import comparison
-from bocast.config import load, read_yaml
-from bocast.datasets import dataset_csv, locate
+from bocast.records.datasets import dataset_csv, locate
+from bocast.run import comparison
+from bocast.run.config import load, read_yaml
 
 
 def _ablation():
-    from bocast import ablation
+    from bocast.tools import ablation
 
     return ablation
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bocast.knobs import (
+from bocast.space.knobs import (
     Categorical,
     Constraint,
     Ordinal,
@@ -17,7 +17,7 @@ from bocast.knobs import (
     Split,
     factorizations,
 )
-from bocast.space import Space
+from bocast.space.space import Space
 
 
 def toy_space() -> Space:
@@ -166,7 +166,7 @@ def test_definition_errors():
 def test_factorizations_of_huge_extents_are_instant_and_bounded():
     import time
 
-    from bocast.knobs import MAX_EXTENT
+    from bocast.space.knobs import MAX_EXTENT
 
     t = time.perf_counter()
     assert factorizations(MAX_EXTENT, 3) == ((1, 1, MAX_EXTENT), (1, MAX_EXTENT, 1),
@@ -194,7 +194,7 @@ def test_a_knob_added_later_reads_as_its_default_where_a_configuration_lacks_it(
     an always active choice knob's values."""
     import pandas as pd
 
-    from bocast.records import dataset_configs
+    from bocast.records.public import dataset_configs
 
     base = toy_space()
     space = Space([*base.knobs, Categorical("extra", ("off", "on"), default="off")],

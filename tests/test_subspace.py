@@ -8,18 +8,18 @@ import sys
 
 import pytest
 
-from bocast.candidates import SpaceCandidates
-from bocast.datasets import load_dataset
-from bocast.knobs import SpaceError
 from bocast.measure.builder import BuildResult
 from bocast.measure.engine import Measurer
-from bocast.measure.status import Status
-from bocast.operator import from_workload, get_operator
-from bocast.space import Space
-from bocast.store import Store
+from bocast.records.datasets import load_dataset
+from bocast.records.status import Status
+from bocast.records.store import Store
+from bocast.run.tuner import Tuner
+from bocast.space.candidates import SpaceCandidates
+from bocast.space.knobs import SpaceError
+from bocast.space.operators.operator import from_workload, get_operator
+from bocast.space.space import Space
+from bocast.space.subspace import SubspaceError, allowed_values, load, parse_fix_args
 from bocast.strategies.listed import Listed
-from bocast.subspace import SubspaceError, allowed_values, load, parse_fix_args
-from bocast.tuner import Tuner
 from tests.test_space import enumerate_feasible as brute_force
 from tests.test_space import toy_space
 
@@ -139,7 +139,7 @@ def test_no_batch_starts_after_the_deadline(tmp_path, monkeypatch):
     op = get_operator("gemm").from_args((64, 64, 64))
     configs = op.space.sample(8, rng=0, unique=True)
     clock = [0.0]
-    monkeypatch.setattr("bocast.tuner.time.perf_counter", lambda: clock[0])
+    monkeypatch.setattr("bocast.run.tuner.time.perf_counter", lambda: clock[0])
 
     def measure(todo, seconds):
         listed = Listed(SpaceCandidates(op.space, op.workload), todo)

@@ -7,12 +7,12 @@ import json
 import pytest
 
 import bocast
-from bocast import library
-from bocast.datasets import locate
 from bocast.measure.replay import ReplayDataset
-from bocast.operator import from_workload, make
-from bocast.space import Space
-from bocast.suggestions import Suggestion, Suggestions, suggest
+from bocast.records import library
+from bocast.records.datasets import locate
+from bocast.space.operators.operator import from_workload, make
+from bocast.space.space import Space
+from bocast.tools.suggestions import Suggestion, Suggestions, suggest
 
 BMM = "exhaustive/bmm_12_512_512_64_v2"
 
@@ -90,7 +90,7 @@ def test_read_off_names_another_shape_only(target, source, says):
 def test_rows_show_a_band_or_say_why_it_is_one_value(bocast_cli, monkeypatch):
     """A band whose ends are both past the best of the table read off is that best twice: the
     row says so instead of printing "326-326"; a table of another shape is named in each row."""
-    import bocast.suggestions as suggestions
+    import bocast.tools.suggestions as suggestions
 
     items = [Suggestion({"a": 1}, 3.8, 0.1, 326.0, 326.0, 326.0, "model", past_best=True),
              Suggestion({"a": 2}, 2.1, 0.06, 293.3, 285.2, 302.4, "source row")]

@@ -107,8 +107,8 @@ def test_a_config_files_name_leads_its_error_once(tmp_path, command, what, make,
 
 
 def test_old_runner_names_still_work_and_say_their_new_name(tmp_path, capsys, monkeypatch):
-    from bocast import comparison, config
     from bocast.measure import parts
+    from bocast.run import comparison, config
 
     monkeypatch.setattr(parts, "_told", set())
     good = {**GOOD, "output": str(tmp_path / "out")}

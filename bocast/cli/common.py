@@ -11,7 +11,7 @@ from typing import Any
 
 from bocast.api import need_compiler, need_gpu
 from bocast.errors import InputError
-from bocast.operator import from_workload, make_named, parse_shape
+from bocast.space.operators.operator import from_workload, make_named, parse_shape
 
 T0 = time.perf_counter()
 
@@ -30,7 +30,7 @@ def _emit(args, summary: dict[str, Any], lines: Sequence[str]) -> None:
 def _operator_from(args):
     """The operator named on the command line, or the one of ``--subspace``'s file."""
     if getattr(args, "subspace", None) is not None:
-        from bocast.subspace import load
+        from bocast.space.subspace import load
 
         given = [flag for flag, v in (("operator", args.op), ("--shape", args.shape),
                                       ("--dtype", args.dtype), ("--layout", args.layout),
@@ -62,7 +62,7 @@ def _need_gpu(what: str, alternative: str) -> None:
 
 def _restriction(args, op) -> dict | None:
     """The knob restriction of ``--subspace`` or ``--fix`` (None: the whole space)."""
-    from bocast.subspace import parse_fix_args
+    from bocast.space.subspace import parse_fix_args
 
     sub = getattr(args, "loaded_subspace", None)
     if sub is not None:

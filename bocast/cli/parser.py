@@ -9,7 +9,7 @@ import platform
 from importlib import metadata
 from typing import Any
 
-from bocast import __version__, reporting, schema
+from bocast import __version__, schema
 from bocast.cli.run_commands import (
     cmd_ablation,
     cmd_compare,
@@ -25,8 +25,9 @@ from bocast.cli.run_commands import (
 )
 from bocast.cli.space_commands import cmd_measure, cmd_space
 from bocast.measure.parts import RUNNER_KINDS, runner_kind
-from bocast.operator import operators
 from bocast.options import QUICK_OPTIONS
+from bocast.space.operators.operator import operators
+from bocast.tools import reporting
 
 # ------------------------------------------------------------------------------ parser
 

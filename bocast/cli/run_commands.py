@@ -10,16 +10,19 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from bocast import api, figures, library, many, many_plan, reporting
+from bocast import api, many, many_plan
 from bocast.cli.common import UsageError, _emit, _operator_from
 from bocast.errors import InputError
 from bocast.kernel import export
 from bocast.measure.parts import runner_kind
-from bocast.model_shapes import shapes_of
-from bocast.operator import get_operator, operators, parse_shape
 from bocast.options import QUICK_OPTIONS
 from bocast.progress import say
-from bocast.shapes_file import COLUMNS
+from bocast.records import library
+from bocast.run import figures
+from bocast.run.model_shapes import shapes_of
+from bocast.run.shapes_file import COLUMNS
+from bocast.space.operators.operator import get_operator, operators, parse_shape
+from bocast.tools import reporting
 
 # --------------------------------------------------------------------------------- tune
 
@@ -229,7 +232,7 @@ def cmd_records(args) -> int:
 
 
 def cmd_suggest(args) -> int:
-    from bocast.suggestions import suggest
+    from bocast.tools.suggestions import suggest
 
     op = _operator_from(args)
     got = suggest(op, k=args.top, gpu=args.gpu_model, records=library.directory(args.records))
@@ -342,9 +345,9 @@ def cmd_export(args) -> int:
 
 
 def cmd_serve(rest: Sequence[str]) -> int:
-    """``bocast serve ARGS`` is ``python -m bocast.measure.rpc_server serve ARGS``, and
+    """``bocast serve ARGS`` is ``python -m bocast.measure.rpc.server serve ARGS``, and
     ``bocast serve tracker ARGS`` starts a tracker alone."""
-    from bocast.measure import rpc_server
+    from bocast.measure.rpc import server as rpc_server
 
     rest = list(rest)
     return rpc_server.main(rest if rest[:1] == ["tracker"] else ["serve", *rest],
@@ -352,15 +355,15 @@ def cmd_serve(rest: Sequence[str]) -> int:
 
 
 def cmd_remeasure(rest: Sequence[str]) -> int:
-    """``bocast remeasure ARGS`` is ``python -m bocast.remeasure ARGS``."""
-    from bocast import remeasure
+    """``bocast remeasure ARGS`` is ``python -m bocast.tools.remeasure ARGS``."""
+    from bocast.tools import remeasure
 
     return _tool(remeasure.main, rest, "bocast remeasure")
 
 
 def cmd_ablation(rest: Sequence[str]) -> int:
-    """``bocast ablation FILE`` is ``python -m bocast.ablation FILE``."""
-    from bocast import ablation
+    """``bocast ablation FILE`` is ``python -m bocast.tools.ablation FILE``."""
+    from bocast.tools import ablation
 
     return _tool(ablation.main, rest, "bocast ablation")
 

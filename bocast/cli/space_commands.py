@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from bocast.candidates import SpaceCandidates
 from bocast.cli.common import (
     T0,
     UsageError,
@@ -28,18 +27,19 @@ from bocast.cli.common import (
     _restriction,
     _table_of,
 )
-from bocast.datasets import dataset_files
 from bocast.files import atomic_write
 from bocast.locations import check_outputs, check_writable
 from bocast.measure.parts import make_builder, make_measurer, make_runner
-from bocast.operator import on_gpu
 from bocast.progress import Progress, say
-from bocast.records import export_dataset
-from bocast.space import MAX_ENUMERATION, Space
-from bocast.store import Store
+from bocast.records.datasets import dataset_files
+from bocast.records.public import export_dataset
+from bocast.records.store import Store
+from bocast.run.tuner import Tuner
+from bocast.run.warm_sources import run_architecture
+from bocast.space.candidates import SpaceCandidates
+from bocast.space.operators.operator import on_gpu
+from bocast.space.space import MAX_ENUMERATION, Space
 from bocast.strategies.listed import Listed
-from bocast.tuner import Tuner
-from bocast.warm_sources import run_architecture
 
 # -------------------------------------------------------------------------------- space
 

@@ -21,14 +21,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bocast.knobs import Config
 from bocast.measure import build_cache
 from bocast.measure.nvcc import compile_cubin, why_no_compiler
 from bocast.measure.pool import TaskFailure, TimedPool
-from bocast.measure.status import Status, tail
-from bocast.operator import Operator, from_workload
-from bocast.space import Space
-from bocast.tensorcore import lower, lower_tirx, source_only
+from bocast.records.status import Status, tail
+from bocast.space.knobs import Config
+from bocast.space.operators.operator import Operator, from_workload
+from bocast.space.space import Space
+from bocast.space.tensorcore import lower, lower_tirx, source_only
 
 
 @dataclass
@@ -265,7 +265,7 @@ class Builder:
 
     def options(self) -> dict[str, Any]:
         """What this builder does to a task besides building it (a GPU server that builds for
-        the RPC runner is sent these: :meth:`bocast.measure.rpc.RpcRunner.build_and_run`)."""
+        the RPC runner is sent these: :meth:`bocast.measure.rpc.runner.RpcRunner.build_and_run`)."""
         return {"compile": self.compile, "compile_timeout_s": self.timeout_s,
                 "reject_spills": self.reject_spills}
 

@@ -9,7 +9,7 @@ with no finished row lost and none repeated.
 :meth:`Measurer.prepare` (dedupe, validate, build) and :meth:`Measurer.run` (time what built) are
 the two halves of a measurement, so that building one batch can overlap running another: the
 next batch of the same run, or of another run that shares the builder and runner
-(:func:`bocast.tuner.run_interleaved`).
+(:func:`bocast.run.tuner.run_interleaved`).
 
 A runner that answers whole records (:class:`~bocast.measure.runner.RecordRunner`: replay) has
 :class:`RecordMeasurer` instead: nothing to validate or build, each record written as asked.
@@ -25,22 +25,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bocast import interrupt
-from bocast.knobs import Config
 from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.runner import RecordRunner, Runner, RunResult
-from bocast.measure.status import Status
 from bocast.measure.telemetry import TELEMETRY, batch_telemetry
-from bocast.operator import Operator
-from bocast.provenance import provenance
-from bocast.record import FEATURES, RUN_FIELDS, Record
-from bocast.space import Space
-from bocast.store import Store
+from bocast.records.provenance import provenance
+from bocast.records.record import FEATURES, RUN_FIELDS, Record
+from bocast.records.status import Status
+from bocast.records.store import Store
+from bocast.space.knobs import Config
+from bocast.space.operators.operator import Operator
+from bocast.space.space import Space
 
 
 class Measurer:
     """``batch_reference``: after each batch that timed kernels, time the runner's reference
     again and record it with the batch's clock, power and temperature
-    (:meth:`bocast.store.Store.add_batch`); :attr:`latest_reference` is then the newest
+    (:meth:`bocast.records.store.Store.add_batch`); :attr:`latest_reference` is then the newest
     reading, which the progress line divides by (a reference timed once at the start, on a
     cooler GPU, made the ratio overstate: issue 40)."""
 
@@ -118,7 +118,7 @@ class Measurer:
     @property
     def ahead(self) -> int:
         """How many batches the loop may propose ahead of the oldest one still measured
-        (:mod:`bocast.pipeline`): the runner's ``ahead`` where it builds on its servers and
+        (:mod:`bocast.run.pipeline`): the runner's ``ahead`` where it builds on its servers and
         takes configurations while it runs (:meth:`stream`); else 0, batch after batch."""
         if getattr(self.runner, "builds_on_servers", False) and hasattr(self.runner, "open_feed"):
             return int(getattr(self.runner, "ahead", 0))
@@ -158,10 +158,10 @@ class Measurer:
 
 
 class Stream:
-    """One run's measurement as a stream (the pipelined loop, :mod:`bocast.pipeline`):
+    """One run's measurement as a stream (the pipelined loop, :mod:`bocast.run.pipeline`):
     :meth:`submit` checks configurations as :meth:`Measurer.prepare` does (skips what the store
     holds or was submitted, records the invalid ones at once) and puts the rest on the runner's
-    feed (:meth:`~bocast.measure.rpc.RpcRunner.open_feed`), where the servers build and time
+    feed (:meth:`~bocast.measure.rpc.runner.RpcRunner.open_feed`), where the servers build and time
     them; every record, in the order written to the store, comes out of :meth:`get`."""
 
     def __init__(self, measurer: Measurer, source: str = ""):
@@ -256,7 +256,7 @@ class RecordMeasurer:
 
     def prepare(self, configs: Sequence[Config], *, source: str = "",
                 on_record: Callable[[Record], None] | None = None):
-        """The engine's two halves (:func:`bocast.tuner.run_interleaved`): a lookup has
+        """The engine's two halves (:func:`bocast.run.tuner.run_interleaved`): a lookup has
         nothing to build, so all the work happens in :meth:`run`."""
         return list(configs), source, on_record
 

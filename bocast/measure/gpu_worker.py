@@ -30,7 +30,7 @@ from typing import Any
 from bocast.measure import tensor_maps
 from bocast.measure.tensor_maps import TensorMap
 from bocast.measure.timing import time_callable, time_pair
-from bocast.operator import from_workload
+from bocast.space.operators.operator import from_workload
 
 _CU = None
 _OPS: dict[str, Any] = {}

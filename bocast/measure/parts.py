@@ -26,9 +26,9 @@ from bocast.progress import say
 if TYPE_CHECKING:
     from bocast.measure.engine import Measurer, RecordMeasurer
     from bocast.measure.replay import ReplayDataset
-    from bocast.operator import Operator
-    from bocast.record import Record
-    from bocast.store import Store
+    from bocast.records.record import Record
+    from bocast.records.store import Store
+    from bocast.space.operators.operator import Operator
 
 #: every runner kind a configuration or a command names
 RUNNER_KINDS = ("local", "rpc", "replay", "standin")
@@ -72,7 +72,7 @@ def make_runner(kind: str, *, timeout_s: float | None = None, repeats: int | Non
     if kind == "local":
         return GpuRunner(**live)
     if kind == "rpc":
-        from bocast.measure.rpc import RpcRunner
+        from bocast.measure.rpc.runner import RpcRunner
 
         return RpcRunner(**dict(rpc or {}), **live)
     return StandinRunner(**live)
@@ -90,7 +90,7 @@ def make_measurer(op: Operator, store: Store | None, runner: Runner | None,
                   builder: Builder | None = None, *, session_info: dict | None = None,
                   on_record: Callable[[Record], None] | None = None,
                   batch_reference: bool = False) -> Measurer | RecordMeasurer:
-    """The measurer of any runner, what :class:`bocast.tuner.Tuner` drives. A runner that
+    """The measurer of any runner, what :class:`bocast.run.tuner.Tuner` drives. A runner that
     answers whole records (replay) gets a :class:`~bocast.measure.engine.RecordMeasurer`: no
     builder, ``store`` optional, its session ``{"runner", "dataset"}`` and ``session_info``; a
     live one (or None: build only) a :class:`~bocast.measure.engine.Measurer` that validates,

@@ -1,7 +1,7 @@
 """The replay runner: a recorded dataset served as a tabular benchmark.
 
 Only the dataset's configurations can be measured (strategies draw from
-:class:`~bocast.candidates.TableCandidates`); a measurement returns the recorded row, failures
+:class:`~bocast.space.candidates.TableCandidates`); a measurement returns the recorded row, failures
 with their recorded status; a simulated clock advances by the recorded build and run time. This
 is the default runner on a machine without a GPU. :class:`ReplayRunner` answers whole records
 (a :class:`~bocast.measure.runner.RecordRunner`); ``make_runner("replay", dataset=...)`` makes
@@ -13,22 +13,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bocast.candidates import TableCandidates
-from bocast.datasets import (
+from bocast.errors import InputError
+from bocast.measure.runner import RecordRunner
+from bocast.records.datasets import (
     DATASET_COLUMNS,
     dataset_configs,
     dataset_csv,
     locate,
     shipped_datasets,
 )
-from bocast.errors import InputError
-from bocast.knobs import Config
-from bocast.library import portable
-from bocast.measure.runner import RecordRunner
-from bocast.measure.status import Status
-from bocast.operator import Operator, canonical_workload
-from bocast.record import OPTIONAL, Record, RecordError, check_record, measured_values
-from bocast.space import Space
+from bocast.records.library import portable
+from bocast.records.record import OPTIONAL, Record, RecordError, check_record, measured_values
+from bocast.records.status import Status
+from bocast.space.candidates import TableCandidates
+from bocast.space.knobs import Config
+from bocast.space.operators.operator import Operator, canonical_workload
+from bocast.space.space import Space
 
 #: columns read as numbers (the others: status and stage, text)
 NUMERIC = tuple(c for c in DATASET_COLUMNS if c not in ("status", "stage"))
@@ -42,11 +42,11 @@ class ReplayDataset:
     """A recorded dataset, checked whole when it is opened (a bad row would otherwise surface
     as a traceback at the trial that first reads it): files readable, its workload the
     operator's, the columns present, every value of the right type, every status known, every
-    row a record that :func:`bocast.record.check_record` accepts (the check of every record
+    row a record that :func:`bocast.records.record.check_record` accepts (the check of every record
     written: an ``ok`` row's TFLOPS positive and possible, ...), every configuration
     structurally valid and unique. An
     error names the file and, for a value, the data row (1 = the first under the header).
-    ``prefix`` is found as :func:`bocast.datasets.locate` finds it (a shipped dataset by its
+    ``prefix`` is found as :func:`bocast.records.datasets.locate` finds it (a shipped dataset by its
     name); :attr:`prefix` is the path opened."""
 
     def __init__(self, prefix: str, op: Operator):
@@ -100,7 +100,7 @@ class ReplayRunner(RecordRunner):
         return self.dataset.record(config, source)
 
     def origin(self) -> dict[str, Any]:
-        """The dataset replayed, as a run names a source (:func:`bocast.library.portable`: a
+        """The dataset replayed, as a run names a source (:func:`bocast.records.library.portable`: a
         shipped one by its name): ``bocast report`` reads its recorded reference there."""
         return {"dataset": portable(self.dataset.prefix)}
 

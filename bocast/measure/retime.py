@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from bocast.knobs import Config
-from bocast.measure.status import Status
 from bocast.measure.telemetry import TELEMETRY
-from bocast.operator import Operator
-from bocast.record import Record
-from bocast.space import Space
+from bocast.records.record import Record
+from bocast.records.status import Status
+from bocast.space.knobs import Config
+from bocast.space.operators.operator import Operator
+from bocast.space.space import Space
 
 #: what a re-timing's figures mean where the runner times a kernel and the reference in one
 #: task (:meth:`bocast.measure.runner.WorkerRunner.run_paired`), recorded with them

@@ -14,17 +14,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bocast.knobs import Config
 from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure, TimedPool
-from bocast.measure.status import Status, tail
-from bocast.operator import Operator
-from bocast.record import RUN_FIELDS, Measurement, Record
+from bocast.records.record import RUN_FIELDS, Measurement, Record
+from bocast.records.status import Status, tail
+from bocast.space.knobs import Config
+from bocast.space.operators.operator import Operator
 
 
 @dataclass
 class RunResult(Measurement):
-    """A runner's answer for one kernel: its :class:`~bocast.record.Measurement` (keyword
+    """A runner's answer for one kernel: its :class:`~bocast.records.record.Measurement` (keyword
     arguments), the status, and ``extra`` details (``number``, ``method``; rpc:
     ``measured_on``)."""
 
@@ -40,14 +40,14 @@ OnResult = Callable[[int, RunResult], None]
 
 class Runner(ABC):
     """Times built kernels of one operator. This is everything the engine
-    (:meth:`bocast.measure.engine.Measurer.run`) and the commands that set a run up
-    (``bocast tune``/``measure``/``compare``) call on a runner; ``name`` is recorded with the
-    session. Implementations: :class:`GpuRunner` (this machine's GPU),
+    (:meth:`bocast.measure.engine.Measurer.run`) and the commands that set a run up (``bocast
+    tune``/``measure``/``compare``) call on a runner; ``name`` is recorded with the session.
+    Implementations: :class:`GpuRunner` (this machine's GPU),
     :class:`bocast.measure.standin.StandinRunner` (synthetic timings, for tests on a CPU) and
-    :class:`bocast.measure.rpc.RpcRunner` (GPU servers); :class:`RecordRunner` for a runner that
-    answers whole records (replay). :func:`bocast.measure.parts.make_runner` makes each kind,
-    :func:`bocast.measure.parts.make_measurer` the measurer of any runner; a user's own subclass
-    may be passed to :func:`bocast.tune` instead of a kind."""
+    :class:`bocast.measure.rpc.runner.RpcRunner` (GPU servers); :class:`RecordRunner` for a runner
+    that answers whole records (replay). :func:`bocast.measure.parts.make_runner` makes each kind,
+    :func:`bocast.measure.parts.make_measurer` the measurer of any runner; a user's own subclass may
+    be passed to :func:`bocast.tune` instead of a kind."""
 
     name: str = "runner"
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bocast.measure.runner import WorkerRunner
-from bocast.record import STANDIN_GPU
+from bocast.records.record import STANDIN_GPU
 
 
 def run_task(task: Mapping[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ def batch_telemetry(records: Sequence[Any]) -> dict[str, float]:
 
 def clock_summary(batches: Sequence[Mapping[str, Any]], *,
                   low: float = LOW_CLOCK) -> dict[str, Any] | None:
-    """The run's clocks from its batches (:meth:`bocast.store.Store.batches`): the median SM
+    """The run's clocks from its batches (:meth:`bocast.records.store.Store.batches`): the median SM
     clock over batches, its range, and the batches (1-based, in order) whose clock fell below
     ``low`` of that median, each with its clock. None when no batch carries a clock."""
     clocked = [(i + 1, float(b["sm_clock_mhz"])) for i, b in enumerate(batches)

@@ -1,6 +1,6 @@
 """TMA descriptors (CUtensorMap) encoded through the CUDA driver, ctypes on libcuda, no TVM:
 space v3's tiled maps (GEMM, bmm, conv2d's tiled producer) and the im2col map of conv2d's im2col
-producer (``bocast.spaces._hopper_im2col``).
+producer (``bocast.space.operators._hopper_im2col``).
 
 The runner (``gpu_worker.kernel_args``) encodes every map of a kernel from its tensor's pointer.
 An exported kernel's host code (kernel.so) encodes its maps itself: tiled ones through TVM's
@@ -15,7 +15,7 @@ import ctypes
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bocast.spaces import _hopper_im2col as im2col
+from bocast.space.operators import _hopper_im2col as im2col
 
 #: CUtensorMapDataType of the tensors a TMA descriptor may describe (fp8 as UINT8, 0: TMA
 #: moves bytes, and TVM's own encoder maps fp8 so too)

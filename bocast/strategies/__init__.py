@@ -8,18 +8,18 @@ what knows them all, so no arrow runs from the interface back to a strategy."""
 
 from typing import TYPE_CHECKING, Any
 
-from bocast.candidates import Candidates
 from bocast.registry import lookup
+from bocast.space.candidates import Candidates
 from bocast.strategies.base import (
-                                    Strategy,
-                                    StrategyError,
-                                    StrategyOptions,
-                                    options_class_name,
-                                    registered,
+    Strategy,
+    StrategyError,
+    StrategyOptions,
+    options_class_name,
+    registered,
 )
 
 if TYPE_CHECKING:  # what mypy and an IDE see; at run time, __getattr__ below
-    from bocast.strategies.bo import BOOptions
+    from bocast.strategies.bo.strategy import BOOptions
     from bocast.strategies.ga import CGAOptions, GAOptions
     from bocast.strategies.random import RandomOptions
 
@@ -30,7 +30,8 @@ __all__ = ["BOOptions", "CGAOptions", "GAOptions", "RandomOptions", "Strategy", 
 def strategies() -> dict[str, type[Strategy]]:
     """Every strategy by name: importing a strategy's module registers it. Imported here, on
     first use, not with the package: bo's module and what it imports cost about 0.3 s."""
-    from bocast.strategies import bo, ga, random  # noqa: F401
+    from bocast.strategies import ga, random  # noqa: F401
+    from bocast.strategies.bo import strategy as bo  # noqa: F401
 
     return registered()
 

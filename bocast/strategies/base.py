@@ -2,7 +2,7 @@
 
 A strategy proposes configurations (``ask``) and learns from finished records (``tell``); it
 never builds, runs or stores anything itself. It draws configurations only from its
-:class:`~bocast.candidates.Candidates`, and must not propose a configuration it has already
+:class:`~bocast.space.candidates.Candidates`, and must not propose a configuration it has already
 been told about or already proposed.
 """
 
@@ -14,14 +14,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bocast.candidates import Candidates
 from bocast.errors import InputError
-from bocast.features import FeatureError, Features
-from bocast.operator import WorkloadError, from_workload
 from bocast.options import Options
-from bocast.records import Record
+from bocast.records.public import Record
 from bocast.schema import Section
-from bocast.space import Config, Space
+from bocast.space.candidates import Candidates
+from bocast.space.features import FeatureError, Features
+from bocast.space.operators.operator import WorkloadError, from_workload
+from bocast.space.space import Config, Space
 
 _STRATEGIES: dict[str, type[Strategy]] = {}
 
@@ -35,14 +35,14 @@ class Strategy(ABC):
     #: the hyperparameters a configuration may set: type, range, default; a registered
     #: strategy's are ``Section.of`` its typed options (a :class:`StrategyOptions`)
     options: ClassVar[Section] = Section((), noun="option")
-    #: options that ``warm_start: auto`` sets where it found sources and the run left them
-    #: unset (:func:`bocast.warm_sources.warm_options`): the defaults of a warm run, chosen by the
+    #: options that ``warm_start: auto`` sets where it found sources and the run left them unset
+    #: (:func:`bocast.run.warm_sources.warm_options`): the defaults of a warm run, chosen by the
     #: leave-one-table-out replay (experiments/ablation/loto.yaml); a cold run keeps ``options``'
     warm_defaults: ClassVar[dict[str, Any]] = {}
     #: options that, given, leave ``warm_defaults`` out (they say the same thing another way)
     warm_defaults_yield_to: ClassVar[tuple[str, ...]] = ()
     #: whether its next batch depends on the results of the last one (every search strategy);
-    #: a strategy that does not may be asked ahead (:func:`bocast.tuner.run_interleaved`)
+    #: a strategy that does not may be asked ahead (:func:`bocast.run.tuner.run_interleaved`)
     adaptive: ClassVar[bool] = True
 
     def __init__(self, candidates: Candidates, *, seed: int = 0, **hyper: Any):
@@ -97,7 +97,7 @@ class Strategy(ABC):
         return self.space.from_json(record.config)
 
     def model_inputs(self):
-        """The model's input encoding chosen by the ``features`` option (bocast.features)."""
+        """The model's input encoding chosen by the ``features`` option (bocast.space.features)."""
         try:
             return Features(self.candidates, self.hyper["features"])
         except FeatureError as e:  # derived features on a space that derives too little
@@ -108,7 +108,7 @@ class Strategy(ABC):
 
     def warm_start_target(self, paths) -> Any:
         """The target operator of a ``warm_start`` option's ``paths`` (checked here, for every
-        strategy that has the option; :mod:`bocast.bo.transfer`)."""
+        strategy that has the option; :mod:`bocast.strategies.bo.transfer`)."""
         where = f"strategy {self.name!r}: "
         if not all(isinstance(p, str) and p for p in paths):
             raise StrategyError(f"{where}warm_start: expected a list of dataset prefixes or "

@@ -23,18 +23,18 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from bocast.bo.transfer import (
+from bocast.records.status import Status
+from bocast.schema import Section, opt
+from bocast.space.features import FEATURES_OPTION, FeatureKind
+from bocast.space.space import Config, Space
+from bocast.strategies.base import Strategy, StrategyError, StrategyOptions, register
+from bocast.strategies.bo.transfer import (
     WARM_START_OPTION,
     WarmStartError,
     best_rows,
     ranked_configs,
     source_paths,
 )
-from bocast.features import FEATURES_OPTION, FeatureKind
-from bocast.measure.status import Status
-from bocast.schema import Section, opt
-from bocast.space import Config, Space
-from bocast.strategies.base import Strategy, StrategyError, StrategyOptions, register
 
 #: the CGA's cost models: Heron's (XGBoost), or scikit-learn's gradient boosting
 CostModel = Literal["xgboost", "sklearn-gbr"]

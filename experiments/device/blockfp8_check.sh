@@ -6,7 +6,8 @@
 #    e4m3b128:bf16 and SAMPLE_FP32 in e4m3b128:fp32 (M = 1000: a partial block row; N = 1008: a
 #    partial 128-column scale block; K = 1040: a partial last k block), each built, run and
 #    checked against the float64 product of the dequantized inputs (tolerance 2e-2).
-# 2. Which vendor call takes block scales here (bocast/spaces/_block_fp8.py: vendor_calls), each
+# 2. Which vendor call takes block scales here (bocast/space/operators/_block_fp8.py: vendor_calls),
+# each
 #    timed on its own at SHAPE, with its error against the float64 reference at 1000,1008,1040.
 # 3. The default command, cold (an empty records library, --warm-start none), seed 0:
 #    `bocast tune gemm --shape SHAPE --dtype e4m3b128:bf16 --trials TRIALS`, which times the
@@ -45,8 +46,8 @@ import json, sys
 import torch
 from bocast.measure.gpu_worker import make_inputs, rel_error
 from bocast.measure.timing import time_callable
-from bocast.operator import make_named
-from bocast.spaces import _block_fp8 as bf
+from bocast.space.operators.operator import make_named
+from bocast.space.operators import _block_fp8 as bf
 
 rows = []
 for shape, timed in (("1000,1008,1040", False), (sys.argv[1], True)):

@@ -14,7 +14,7 @@ import torch
 
 from bocast.measure.gpu_worker import make_inputs, rel_error
 from bocast.measure.timing import time_callable
-from bocast.operator import make_named
+from bocast.space.operators.operator import make_named
 
 
 def measure(shape: str) -> list[dict]:

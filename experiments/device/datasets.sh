@@ -37,7 +37,7 @@ import glob, json, os, sys
 for meta in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     m = json.load(open(meta)); ref = m.get("reference") or {}
     import pandas as pd
-    from bocast.records import dataset_csv
+    from bocast.records.public import dataset_csv
     df = pd.read_csv(dataset_csv(meta[:-5])); ok = df[df.status == "ok"]
     print(f"{os.path.basename(meta)[:-5]:<44} rows {len(df):4d} ok {len(ok) / len(df):5.1%} "
           f"best {ok.tflops.max():7.1f} median {ok.tflops.median():6.1f} "

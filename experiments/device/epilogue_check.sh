@@ -60,7 +60,7 @@ import torch
 import torch.nn.functional as F
 from bocast.measure.gpu_worker import make_inputs, rel_error
 from bocast.measure.timing import time_callable
-from bocast.operator import make_named
+from bocast.space.operators.operator import make_named
 
 rows = []
 for shape in sys.argv[1:]:

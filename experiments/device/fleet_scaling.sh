@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On nvidia-h200-x2 or -x4 (device tool, carry .devbundle): issue 41, tuning that scales with
-# the fleet, with the pipelined loop (bocast/pipeline.py: the next batch proposed while this one
+# the fleet, with the pipelined loop (bocast/run/pipeline.py: the next batch proposed while this one
 # is measured, with it as pending points; the servers fed from one queue, so no batch waits for
 # its slowest build). Through `runner: rpc` with GPU servers that build what they time
 # (bocast serve --build-workers), GEMM 4096,4096,4096 (space auto: v3), bo, --warm-start none,
@@ -59,7 +59,7 @@ start_fleet() {  # $1: name, $2: GPU list, $3: tracker port
   fleet_log=$root/$name.serve.log
   mkdir -p "$root/$name.build_cache"
   t0=$(date +%s)
-  BOCAST_BUILD_CACHE=$root/$name.build_cache python3 -m bocast.measure.rpc_server serve \
+  BOCAST_BUILD_CACHE=$root/$name.build_cache python3 -m bocast.measure.rpc.server serve \
     --key fleet --host 127.0.0.1 --tracker-host 127.0.0.1 --tracker-port "$port" \
     --gpus "$gpus" --build-workers "$WORKERS" --worker "$worker" > "$fleet_log" 2>&1 &
   serve=$!

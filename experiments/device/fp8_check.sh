@@ -57,7 +57,7 @@ import json, sys
 import torch
 from bocast.measure.gpu_worker import make_inputs, rel_error
 from bocast.measure.timing import time_callable
-from bocast.operator import make_named
+from bocast.space.operators.operator import make_named
 
 rows = []
 for shape in sys.argv[2:]:

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # On the H100 machine (carry .devbundle): space v3's ladder and shapes (kernels prebuilt here by
-# `python3 -m bocast.hopper_ladder build .devcarry/ladder_build.json`), then
+# `python3 -m bocast.tools.hopper_ladder build .devcarry/ladder_build.json`), then
 # a uniform sample of space v3 at 4096^3 measured into a store and exported as a dataset.
 #   N=300 bash experiments/device/hopper.sh
 set -uo pipefail
 source .devbundle/unpack.sh
 export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
-python3 -m bocast.hopper_ladder run .devcarry/ladder_build.json \
+python3 -m bocast.tools.hopper_ladder run .devcarry/ladder_build.json \
     "$OUT/ladder.json" --rounds 5 > "$OUT/ladder.txt" 2>&1
 tail -50 "$OUT/ladder.txt"
 work=/tmp/v3; mkdir -p $work

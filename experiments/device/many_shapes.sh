@@ -48,7 +48,7 @@ run_local() {  # one GPU: the workloads one after another
 
 run_rpc() {  # every GPU of this host a server; as many workloads at once as servers
   local port=${PORT:-9190} key=many
-  python3 -m bocast.measure.rpc_server serve --key "$key" --host 127.0.0.1 \
+  python3 -m bocast.measure.rpc.server serve --key "$key" --host 127.0.0.1 \
     --tracker-host 127.0.0.1 --tracker-port "$port" "${gpus[@]}" --worker "$worker" \
     > "$OUT/serve.log" 2>&1 &
   serve=$!

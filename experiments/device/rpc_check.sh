@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the H100 machine (device tool, carry .devbundle): `runner: rpc` against the local runner.
 # Starts a tracker and one RPC server per GPU on this host (127.0.0.1), then
-# bocast/rpc_check.py: a TRIALS-trial seeded random tuning run through RPC and again
+# bocast/tools/rpc_check.py: a TRIALS-trial seeded random tuning run through RPC and again
 # through the local GpuRunner (same kernels: per-kernel latency ratio, kernels/s of each), then
 # the TOP best kernels of the RPC run re-measured ROUNDS times by both runners in alternation
 # (median per kernel, RPC/local ratio, kernels/s). Results, stores and logs go to $OUT.
@@ -21,7 +21,7 @@ fi
 export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
 PORT=${PORT:-9190}
 KEY=${KEY:-check}
-python3 -m bocast.measure.rpc_server serve --key "$KEY" --host 127.0.0.1 \
+python3 -m bocast.measure.rpc.server serve --key "$KEY" --host 127.0.0.1 \
     --tracker-host 127.0.0.1 --tracker-port "$PORT" ${gpus[@]+"${gpus[@]}"} --worker "$worker" \
     > "$OUT/serve.log" 2>&1 &
 serve=$!
@@ -38,7 +38,7 @@ TRIALS=${TRIALS:-200}
 tune=()
 [ "$TRIALS" -gt 0 ] && tune=(--tune-trials "$TRIALS" --tune-local)
 rm -f "$OUT"/tune_rpc.db* "$OUT"/tune_local.db*
-timeout "${BUDGET_S:-360}" python3 -m bocast.rpc_check --tracker "127.0.0.1:$tracker" \
+timeout "${BUDGET_S:-360}" python3 -m bocast.tools.rpc_check --tracker "127.0.0.1:$tracker" \
     --key "$KEY" --dataset "${DATASET:-gemm_4096_4096_4096_v2}" \
     --top "${TOP:-8}" --rounds "${ROUNDS:-5}" ${tune[@]+"${tune[@]}"} \
     --store-prefix "$OUT/tune" --out "$OUT/rpc_check.json" ${extra[@]+"${extra[@]}"} \

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (device tool, carry .devbundle; `bash experiments/device/lean_tree.sh out`
 # first if the carry is too large): space v3's swap-AB for skinny GEMMs and GEMV (issue 38
-# item 3; bocast/spaces/_hopper_swap.py: C^T = B A^T, the weights as wgmma's M, the tokens or
-# vectors as its N, C stored transposed).
+# item 3; bocast/space/operators/_hopper_swap.py: C^T = B A^T, the weights as wgmma's M, the tokens
+# or vectors as its N, C stored transposed).
 # 1. Correctness of swap_ab: every feasible configuration with swap_ab on, in seeded random
 #    order, batches of SAMPLE=16 until MEASURE_BATCH_S=12 s, of the ragged GEMM 24,1000,1008
 #    (M, N ragged against every tile; bm 8-64 as wgmma's N, split K 1-8) and the ragged GEMV

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (device tool, carry .devbundle; `bash experiments/device/lean_tree.sh out`
 # first if the carry is too large): conv2d_transpose on space v3, the stride x stride phase
-# decomposition (issue 38 item 2, bocast/spaces/_hopper_tconv.py).
+# decomposition (issue 38 item 2, bocast/space/operators/_hopper_tconv.py).
 # 1. Correctness: SAMPLE random v3 configurations (seed 0) of each of two ragged, odd shapes,
 #    each built, run and checked against the float64 reference (`bocast measure --sample`):
 #      4x4 stride 2 pad 1           (every phase 2x2 taps)
@@ -75,7 +75,7 @@ import json, sys
 import torch
 from bocast.measure.gpu_worker import make_inputs
 from bocast.measure.timing import time_callable
-from bocast.operator import make
+from bocast.space.operators.operator import make
 
 rows = []
 for shape in sys.argv[2:]:

@@ -44,7 +44,7 @@ PY
 if [ "${TOP:-0}" -gt 0 ]; then
   for shape in $SHAPES; do
     n=${OP}_${shape//,/x}
-    timeout "${REMEASURE_S:-200}" python3 -m bocast.remeasure runs/v3_vs_v2/$n/*/records.db \
+    timeout "${REMEASURE_S:-200}" python3 -m bocast.tools.remeasure runs/v3_vs_v2/$n/*/records.db \
       --top "$TOP" --rounds 5 --out "$OUT/remeasure_$n.json" > "runs/v3_vs_v2/$n/remeasure.log" 2>&1
     echo "remeasure $n: exit $?"; tail -$(( 2 * TOP + 3 )) "runs/v3_vs_v2/$n/remeasure.log"
   done

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from bocast.records import load_dataset
+from bocast.records.public import load_dataset
 
 
 def impact(prefix: str) -> list[str]:

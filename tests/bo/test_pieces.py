@@ -1,8 +1,8 @@
-"""BO's hand-written pieces (bocast/bo/) against references: the surrogate's fast posterior
-against exact GP algebra and BoTorch's own posterior (to 1e-6, on random data and a replay fit),
-LogEI against mpmath and BoTorch's LogExpectedImprovement, the Kriging believer against exact
-conditioning on fantasies, BE-CBO and Thompson sampling on hand-checkable pools, the
-acquisition registry, failed fits, and seeds that reproduce."""
+"""BO's hand-written pieces (bocast/strategies/bo/) against references: the surrogate's fast
+posterior against exact GP algebra and BoTorch's own posterior (to 1e-6, on random data and a replay
+fit), LogEI against mpmath and BoTorch's LogExpectedImprovement, the Kriging believer against exact
+conditioning on fantasies, BE-CBO and Thompson sampling on hand-checkable pools, the acquisition
+registry, failed fits, and seeds that reproduce."""
 
 import copy
 import math
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from bocast.bo import acquisition as acq
-from bocast.bo.feasibility import AlwaysFeasible, EnsembleClassifier, GPClassifier
-from bocast.bo.surrogate import FitWarning, Surrogate, log_ei
+from bocast.strategies.bo import acquisition as acq
+from bocast.strategies.bo.feasibility import AlwaysFeasible, EnsembleClassifier, GPClassifier
+from bocast.strategies.bo.surrogate import FitWarning, Surrogate, log_ei
 
 D = 3
 BOUNDS = np.array([[0.0] * D, [2.0] * D])  # inputs in [0, 2]: scaling to [0, 1] is exercised
@@ -142,10 +142,10 @@ def test_fast_posterior_of_a_replay_fit_is_botorchs():
     GEMM table, scored on the whole table."""
     from bocast.measure.parts import make_measurer, make_runner
     from bocast.measure.replay import ReplayDataset
-    from bocast.operator import get_operator
+    from bocast.run.tuner import Tuner
+    from bocast.space.operators.operator import get_operator
     from bocast.strategies import make_strategy
-    from bocast.strategies.bo import gp_target
-    from bocast.tuner import Tuner
+    from bocast.strategies.bo.strategy import gp_target
 
     op = get_operator("gemm").from_args((32, 2048, 1000), space="v1")
     ds = ReplayDataset("gemm_32_2048_1000", op)
@@ -428,7 +428,7 @@ def test_q_log_ei_of_one_point_is_log_ei_and_its_batch_avoids_repeats():
 
 
 def test_one_registry_names_every_acquisition_of_the_option():
-    from bocast.strategies.bo import ACQUISITIONS, BayesOpt
+    from bocast.strategies.bo.strategy import ACQUISITIONS, BayesOpt
 
     assert tuple(acq.ACQUISITIONS) == ACQUISITIONS
     field = BayesOpt.options["acquisition"]

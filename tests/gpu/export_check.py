@@ -42,9 +42,9 @@ def main(argv=None) -> int:
     from bocast.measure.builder import Builder
     from bocast.measure.gpu_worker import make_inputs, output_error, time_callable
     from bocast.measure.runner import GpuRunner
-    from bocast.measure.status import Status
-    from bocast.operator import from_workload
-    from bocast.records import provenance
+    from bocast.records.public import provenance
+    from bocast.records.status import Status
+    from bocast.space.operators.operator import from_workload
 
     if not torch.cuda.is_available():
         raise SystemExit("export_check needs a CUDA GPU")

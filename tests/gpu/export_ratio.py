@@ -36,8 +36,8 @@ def main(argv=None) -> int:
     import bocast
     from bocast.measure.gpu_worker import device_info, make_inputs, output_error
     from bocast.measure.timing import time_pair
-    from bocast.operator import from_workload
-    from bocast.records import provenance
+    from bocast.records.public import provenance
+    from bocast.space.operators.operator import from_workload
 
     if not torch.cuda.is_available():
         raise SystemExit("export_ratio needs a CUDA GPU")

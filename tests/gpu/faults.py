@@ -20,8 +20,8 @@ from pathlib import Path
 
 from bocast.measure.builder import Builder, BuildResult
 from bocast.measure.runner import GpuRunner
-from bocast.measure.status import Status
-from bocast.operator import get_operator
+from bocast.records.status import Status
+from bocast.space.operators.operator import get_operator
 
 BROKEN = r"""
 #include <cuda_fp16.h>

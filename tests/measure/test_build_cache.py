@@ -13,8 +13,8 @@ from bocast.measure import build_cache
 from bocast.measure.builder import Builder
 from bocast.measure.engine import Measurer
 from bocast.measure.standin import StandinRunner
-from bocast.operator import get_operator
-from bocast.store import Store
+from bocast.records.store import Store
+from bocast.space.operators.operator import get_operator
 
 OP = get_operator("gemm").from_args((128, 128, 128))
 

@@ -9,16 +9,16 @@ import pytest
 
 import bocast
 from bocast import interrupt
-from bocast.datasets import locate
-from bocast.library import portable
 from bocast.measure.engine import Measurer, RecordMeasurer
 from bocast.measure.parts import make_measurer, make_runner
 from bocast.measure.replay import ReplayDataset, ReplayRunner
 from bocast.measure.runner import RecordRunner, Runner
-from bocast.operator import get_operator
-from bocast.store import Store
+from bocast.records.datasets import locate
+from bocast.records.library import portable
+from bocast.records.store import Store
+from bocast.run.tuner import Tuner
+from bocast.space.operators.operator import get_operator
 from bocast.strategies import make_strategy
-from bocast.tuner import Tuner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GEMM = locate("gemm_32_2048_1000")

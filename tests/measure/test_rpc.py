@@ -16,17 +16,17 @@ import time
 
 import pytest
 
-from bocast.datasets import locate
-from bocast.measure import rpc_auth as auth
-from bocast.measure import rpc_protocol as proto
-from bocast.measure import rpc_tracker as trk
 from bocast.measure.builder import BuildResult
-from bocast.measure.rpc import RpcRunner, RpcUnavailable
-from bocast.measure.rpc_options import parse_options
-from bocast.measure.rpc_service import PROTOCOL
+from bocast.measure.rpc import auth
+from bocast.measure.rpc import protocol as proto
+from bocast.measure.rpc import tracker as trk
+from bocast.measure.rpc.options import parse_options
+from bocast.measure.rpc.runner import RpcRunner, RpcUnavailable
+from bocast.measure.rpc.service import PROTOCOL
 from bocast.measure.standin import StandinRunner
-from bocast.measure.status import Status
-from bocast.operator import get_operator
+from bocast.records.datasets import locate
+from bocast.records.status import Status
+from bocast.space.operators.operator import get_operator
 
 OP = get_operator("gemm").from_args((64, 64, 64))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -61,7 +61,7 @@ class Cluster:
                    PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
         env.pop(auth.TOKEN_ENV, None)
         self.serve = subprocess.Popen(
-            [sys.executable, "-m", "bocast.measure.rpc_server", "serve", "--key", key,
+            [sys.executable, "-m", "bocast.measure.rpc.server", "serve", "--key", key,
              "--tracker", f"127.0.0.1:{self.tracker.port}", "--gpus", gpus,
              "--host", "127.0.0.1", "--port", "0", "--worker", "standin",
              "--startup-timeout", "120", "--session-idle", "4",
@@ -365,7 +365,7 @@ def test_rpc_check_script_on_the_standin(cluster, tmp_path, capsys):
     import json
 
     cluster.wait_free()
-    from bocast import rpc_check as check
+    from bocast.tools import rpc_check as check
 
     out = tmp_path / "check.json"
     assert check.main([
@@ -397,7 +397,7 @@ def test_servers_and_runner_work_with_tvms_own_tracker():
                                 "127.0.0.1", "--port", str(port), "--port-end", str(port + 1),
                                 "--silent"], env=env, start_new_session=True)
     serve = subprocess.Popen(
-        [sys.executable, "-m", "bocast.measure.rpc_server", "serve", "--key", "tvmtracker",
+        [sys.executable, "-m", "bocast.measure.rpc.server", "serve", "--key", "tvmtracker",
          "--tracker", f"127.0.0.1:{port}", "--gpus", "0,1", "--host", "127.0.0.1", "--port",
          "0", "--worker", "standin"], env={**env, "BOCAST_STANDIN_SLEEP": "0.1"},
         start_new_session=True)
@@ -422,7 +422,7 @@ class NoBuilder:
     """Every configuration "builds" into an OK kernel for the stand-in worker."""
 
     def build(self, op, configs, on_result=None):
-        from bocast.space import Space
+        from bocast.space.space import Space
 
         return [build("ok", Space.key(c)) for c in configs]
 
@@ -431,7 +431,7 @@ def test_records_name_the_host_and_gpu_that_measured_them(cluster, tmp_path):
     import sqlite3
 
     from bocast.measure.engine import Measurer
-    from bocast.store import Store
+    from bocast.records.store import Store
 
     cluster.wait_free()
     path = str(tmp_path / "r.db")
@@ -459,7 +459,7 @@ def test_records_name_the_host_and_gpu_that_measured_them(cluster, tmp_path):
 
 
 def test_runner_rpc_in_configurations():
-    from bocast import config
+    from bocast.run import config
 
     raw = {"workload": {"op": "gemm", "shape": [64, 64, 64]}, "strategy": {"name": "random"},
            "budget": {"trials": 4}, "seed": 0, "output": "/tmp/x", "runner": "rpc",
@@ -476,7 +476,7 @@ def test_runner_rpc_in_configurations():
 
 def test_command_line_serve_and_a_missing_tracker(tmp_path, monkeypatch, capsys):
     from bocast import cli
-    from bocast.measure import rpc_server
+    from bocast.measure.rpc import server as rpc_server
 
     seen = []
     monkeypatch.setattr(rpc_server, "main", lambda argv, prog: seen.append(argv) or 0)
@@ -512,7 +512,7 @@ def _through_cluster(cluster) -> str:
 def test_bocast_tune_through_rpc_builds_here_and_records_the_servers(cluster, tmp_path):
     """The whole command: nvcc builds on this host, stand-in servers time (needs nvcc)."""
     from bocast import cli
-    from bocast.store import Store
+    from bocast.records.store import Store
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("workload: {op: gemm, shape: [256, 256, 256]}\nstrategy: {name: random}\n"
@@ -526,7 +526,7 @@ def test_bocast_tune_through_rpc_builds_here_and_records_the_servers(cluster, tm
 
 
 def test_compare_config_with_runner_rpc():
-    from bocast import comparison as compare
+    from bocast.run import comparison as compare
 
     raw = {"name": "c", "workload": {"op": "gemm", "shape": [64, 64, 64]}, "runner": "rpc",
            "strategies": [{"name": "random"}], "seeds": 1, "budget": {"trials": 4},
@@ -541,7 +541,7 @@ def test_compare_config_with_runner_rpc():
 def test_bocast_compare_through_rpc_records_every_run_once(cluster, tmp_path):
     """A live comparison whose kernels are timed by the servers (nvcc builds here)."""
     from bocast import cli
-    from bocast.store import Store
+    from bocast.records.store import Store
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("name: c\nworkload: {op: gemm, shape: [256, 256, 256]}\nrunner: rpc\n"

@@ -1,6 +1,6 @@
 """The RPC fleet with a shared token, on 127.0.0.1: an authenticated fleet measures as the open
 one does; clients and servers without the token, with another token, or not the one the
-tracker granted, are refused (bocast.measure.rpc_auth)."""
+tracker granted, are refused (bocast.measure.rpc.auth)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import time
 
 import pytest
 
-from bocast.measure import rpc_auth as auth
-from bocast.measure import rpc_protocol as proto
-from bocast.measure import rpc_tracker as trk
-from bocast.measure.rpc import RpcRunner, RpcUnavailable
+from bocast.measure.rpc import auth
+from bocast.measure.rpc import protocol as proto
+from bocast.measure.rpc import tracker as trk
+from bocast.measure.rpc.runner import RpcRunner, RpcUnavailable
 from bocast.measure.standin import StandinRunner
-from bocast.measure.status import Status
+from bocast.records.status import Status
 from tests.measure.test_rpc import OP, Cluster, builds, servers_of
 
 KEY = "authed"

@@ -6,8 +6,8 @@ import socket
 import struct
 import time
 
-from bocast.measure import rpc_protocol as proto
-from bocast.measure.rpc_tracker import Tracker
+from bocast.measure.rpc import protocol as proto
+from bocast.measure.rpc.tracker import Tracker
 
 
 def _idle_peer(addr) -> socket.socket:
@@ -66,7 +66,7 @@ class _Server:
         import threading
         import types
 
-        from bocast.measure import rpc_service as svc
+        from bocast.measure.rpc import service as svc
 
         self.listen = svc._bind("127.0.0.1", 0, 1)
         self.port = self.listen.getsockname()[1]
@@ -124,7 +124,7 @@ def test_idle_peers_on_a_servers_port_do_not_keep_a_client_out(monkeypatch):
     """Issue 42: 8 idle connections, handshaken one at a time (10 s each), kept a granted
     client out for minutes. Now each is handshaken on its own: the client's session starts at
     once, and the idle peers are dropped after HANDSHAKE_S."""
-    from bocast.measure import rpc_handshake as hs
+    from bocast.measure.rpc import handshake as hs
 
     monkeypatch.setattr(hs, "HANDSHAKE_S", 1.5)
     with Tracker("127.0.0.1", 0, 1) as tracker:
@@ -148,7 +148,7 @@ def test_idle_peers_on_a_servers_port_do_not_keep_a_client_out(monkeypatch):
 def test_a_flood_of_idle_peers_drops_the_oldest_not_the_client(monkeypatch):
     """Past MAX_HANDSHAKES connections in their handshake, a new one drops the oldest: no
     more threads than the bound, and a client arriving after the flood still gets in."""
-    from bocast.measure import rpc_handshake as hs
+    from bocast.measure.rpc import handshake as hs
 
     monkeypatch.setattr(hs, "MAX_HANDSHAKES", 4)
     monkeypatch.setattr(hs, "HANDSHAKE_S", 30.0)  # only the bound drops them here

@@ -1,4 +1,4 @@
-"""GPU servers that build what they time (bocast.measure.rpc_builds): two stand-in servers of
+"""GPU servers that build what they time (bocast.measure.rpc.builds): two stand-in servers of
 two build workers each on 127.0.0.1, real TVM RPC sessions, real TVM lowering (no nvcc: the
 stand-in runner's builder), the stand-in measurement worker (synthetic timings)."""
 
@@ -13,10 +13,10 @@ import pytest
 
 from bocast.measure.builder import Builder
 from bocast.measure.engine import Measurer
-from bocast.measure.status import Status
-from bocast.operator import get_operator
-from bocast.space import Space
-from bocast.store import Store
+from bocast.records.status import Status
+from bocast.records.store import Store
+from bocast.space.operators.operator import get_operator
+from bocast.space.space import Space
 from tests.measure.test_rpc import Cluster
 
 OP = get_operator("gemm").from_args((128, 128, 128))
@@ -131,7 +131,7 @@ def test_a_server_that_builds_nothing_is_refused_for_builds(fleet, tmp_path):
     try:
         c.wait_free()
         runner = c.runner()
-        from bocast.measure.rpc import RpcUnavailable
+        from bocast.measure.rpc.runner import RpcUnavailable
 
         with pytest.raises(RpcUnavailable, match="build-workers 0"):
             runner.build_and_run(OP, OP.space.sample(1, 0, unique=True), LOWER_ONLY)
@@ -173,7 +173,7 @@ def test_a_server_without_nvcc_offers_no_builds_and_says_why(monkeypatch):
     """A GPU host without nvcc (servers only timed before): it advertises no build workers and
     the reason, which a runner that wants server builds names when it refuses the server,
     instead of every kernel answered as a build_error."""
-    from bocast.measure import rpc_service
+    from bocast.measure.rpc import service as rpc_service
 
     class NoPool:
         def __init__(self, *a, **k):

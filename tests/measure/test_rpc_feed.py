@@ -1,4 +1,4 @@
-"""The RPC runner's feed (bocast.measure.rpc_feed) and the pipelined loop over it: two stand-in
+"""The RPC runner's feed (bocast.measure.rpc.feed) and the pipelined loop over it: two stand-in
 servers of two build workers each on 127.0.0.1 (real TVM RPC sessions, real TVM lowering, no
 nvcc; synthetic timings). Counts and orders only, never seconds."""
 
@@ -11,15 +11,15 @@ import time
 
 import pytest
 
-from bocast.candidates import SpaceCandidates
 from bocast.measure.builder import Builder
 from bocast.measure.engine import Measurer
-from bocast.measure.status import Status
-from bocast.pipeline import META
-from bocast.space import Space
-from bocast.store import Store
+from bocast.records.status import Status
+from bocast.records.store import Store
+from bocast.run.pipeline import META
+from bocast.run.tuner import Tuner
+from bocast.space.candidates import SpaceCandidates
+from bocast.space.space import Space
 from bocast.strategies import make_strategy
-from bocast.tuner import Tuner
 from tests.measure.test_rpc import Cluster
 from tests.measure.test_rpc_builds import LOWER_ONLY, OP
 

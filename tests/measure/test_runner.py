@@ -5,8 +5,8 @@ import pytest
 from bocast.measure.builder import BuildResult
 from bocast.measure.pool import TaskFailure, TimedPool
 from bocast.measure.standin import StandinRunner
-from bocast.measure.status import Status
-from bocast.operator import get_operator
+from bocast.records.status import Status
+from bocast.space.operators.operator import get_operator
 
 OP = get_operator("gemm").from_args((64, 64, 64))
 
@@ -68,7 +68,7 @@ def test_every_runner_takes_the_call_the_engine_makes():
     """run(op, builds, *, on_result) on each runner; the results come back by index, once."""
     import inspect
 
-    from bocast.measure.rpc import RpcRunner
+    from bocast.measure.rpc.runner import RpcRunner
     from bocast.measure.runner import GpuRunner, Runner
 
     declared = inspect.signature(Runner.run).parameters
@@ -89,10 +89,10 @@ def test_measurers_offer_what_the_tuner_calls(tmp_path):
     from bocast.measure.builder import Builder
     from bocast.measure.parts import make_measurer, make_runner
     from bocast.measure.replay import ReplayDataset
-    from bocast.operator import from_workload
-    from bocast.records import Store, load_dataset
+    from bocast.records.public import Store, load_dataset
+    from bocast.run.tuner import SupportsPrepareRun, Tuner, run_interleaved
+    from bocast.space.operators.operator import from_workload
     from bocast.strategies import make_strategy
-    from bocast.tuner import SupportsPrepareRun, Tuner, run_interleaved
 
     prefix = "gemm_1024_1024_1024"
     op = from_workload(load_dataset(prefix)[1]["workload"])

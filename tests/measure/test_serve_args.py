@@ -10,8 +10,8 @@ import time
 import pytest
 
 from bocast import cli
-from bocast.measure import rpc_auth as auth
-from bocast.measure import rpc_server
+from bocast.measure.rpc import auth
+from bocast.measure.rpc import server as rpc_server
 
 K = ["--key", "k"]
 CASES = [  # (arguments of `bocast serve`, what the error line names)

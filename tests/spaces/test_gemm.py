@@ -8,21 +8,21 @@ import sys
 import numpy as np
 import pytest
 
-from bocast.knobs import Split
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import WorkloadError, get_operator
-from bocast.space import Space
+from bocast.space.knobs import Split
+from bocast.space.operators.operator import WorkloadError, get_operator
+from bocast.space.space import Space
 
 Gemm = get_operator("gemm")
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 
 
 def check_shared_memory_model(res, op, config):
-    """The known constraints' shared memory against a build of a small shape: static bytes
-    (ptxas) exactly; dynamic bytes (launch) exactly in v1, and in v2 never below the model (on
-    short k loops TVM may keep buffers alive longer than its best case, the model:
-    ``bocast/spaces/_pipelined_matmul.merged_dynamic_bytes``; tests/spaces/test_pipelined.py checks
-    exactness on real shapes)."""
+    """The known constraints' shared memory against a build of a small shape: static bytes (ptxas)
+    exactly; dynamic bytes (launch) exactly in v1, and in v2 never below the model (on short k loops
+    TVM may keep buffers alive longer than its best case, the model:
+    ``bocast/space/operators/_pipelined_matmul.merged_dynamic_bytes``;
+    tests/spaces/test_pipelined.py checks exactness on real shapes)."""
     model = op.space.columns([config])
     assert res["features"].get("smem_bytes", 0) == model["static_smem_bytes"][0]
     dynamic, planned = res["features"]["dynamic_smem_bytes"], model["dynamic_smem_bytes"][0]

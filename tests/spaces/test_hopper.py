@@ -1,7 +1,7 @@
-"""Space v3, the Hopper GEMM template (bocast.spaces._hopper_matmul over _hopper_kernel): its
-constraints, what it refuses, what its knobs put into the generated CUDA, and static builds for
-sm_90a (TVM's tirx pipeline on the CPU, nvcc's ptxas report). The kernels' correctness is
-checked on the GPU (every measured row against torch: experiments/results/hopper/,
+"""Space v3, the Hopper GEMM template (bocast.space.operators._hopper_matmul over _hopper_kernel):
+its constraints, what it refuses, what its knobs put into the generated CUDA, and static builds for
+sm_90a (TVM's tirx pipeline on the CPU, nvcc's ptxas report). The kernels' correctness is checked on
+the GPU (every measured row against torch: experiments/results/hopper/,
 bocast/data/gemm_4096_4096_4096_v3)."""
 
 import json
@@ -9,8 +9,8 @@ import json
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import WorkloadError, get_operator, make
-from bocast.space import Space
+from bocast.space.operators.operator import WorkloadError, get_operator, make
+from bocast.space.space import Space
 from tests.builds import build_configs, check_v3_builds
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
@@ -25,7 +25,7 @@ SMALL = (256, 512, 256)
 
 
 def lowered(op, config):
-    from bocast.tensorcore import lower_tirx, source_only
+    from bocast.space.tensorcore import lower_tirx, source_only
 
     source_only()
     return lower_tirx(op.apply(config), target_overrides=op.build_options(config)["target"])
@@ -175,7 +175,7 @@ def test_a_bmm_tile_order_covers_every_tile_of_every_batch_element_once():
     """The kernel's tile -> (A/C row block, C column block, B row) map, evaluated in Python on
     the same formulas: a bijection onto the batch's tiles, B's rows in the same batch element as
     A's."""
-    from bocast.spaces import _hopper_layout as hl
+    from bocast.space.operators import _hopper_layout as hl
 
     B, M, N, BM, BN, G = 3, 512, 384, 128, 128, 2
     seen = set()
@@ -202,7 +202,7 @@ RAGGED_WALKS = [(M, N, BM, BN, G, major)
 def test_a_ragged_gemm_tile_walk_covers_every_tile_once(M, N, BM, BN, G, major):
     """ceil-division tile counts: the walk's tiles are a bijection onto the ceil(M / BM) x
     ceil(N / BN) grid, every tile starts inside C, and the tiles cover each element of C once."""
-    from bocast.spaces import _hopper_layout as hl
+    from bocast.space.operators import _hopper_layout as hl
 
     tm_n, tn_n = -(-M // BM), -(-N // BN)
     tiles = [hl.tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G, major=major)
@@ -264,7 +264,7 @@ def test_the_staging_box_layout_is_tmas_128_byte_swizzle():
     bank model: 2 wavefronts a half-warp's 8-byte store, against 4 unswizzled."""
     import collections
 
-    from bocast.spaces._hopper_layout import EPI_BOX_BYTES, staging_offset
+    from bocast.space.operators._hopper_layout import EPI_BOX_BYTES, staging_offset
 
     seen = {}
     for lt in range(128):
@@ -350,7 +350,7 @@ def test_knobs_reach_the_generated_cuda():
 def test_a_v3_kernel_task_carries_its_tensor_maps():
     from bocast.measure.builder import BuildResult
     from bocast.measure.runner import kernel_task
-    from bocast.measure.status import Status
+    from bocast.records.status import Status
 
     op = Gemm(*SMALL, space="v3")
     maps = {"A_map": {"tensor": "A", "dims": [256, 256], "strides": [512], "box": [64, 128],
@@ -394,7 +394,7 @@ def test_ragged_gemm_kernels_build_for_sm_90a_without_spills(shape):
         assert f.get("stack_bytes", 0) == 0 and not f.get("wgmma_serialized"), (config, f)
 
 
-#: the tma epilogue at the configurations the GPU ladder times (bocast/hopper_ladder.py)
+#: the tma epilogue at the configurations the GPU ladder times (bocast/tools/hopper_ladder.py)
 TMA_CONFIGS = [BEST_4096 | {"epilogue": "tma"},
                BEST_4096 | {"epilogue": "tma", "bn": 128, "stages": 6, "inflight": 1},
                BEST_4096 | {"epilogue": "tma", "arrangement": "pingpong", "bn": 128,
@@ -450,7 +450,7 @@ def test_serialized_wgmma_is_a_feature_and_the_spill_filter_rejects_it():
     accumulators at the launch's 255-register cap), built anyway: ptxas serializes its wgmma
     (C7511) and spills; the build says so, and ``reject_spills`` records it build_rejected."""
     from bocast.measure.builder import BuildResult, build_task, rejected
-    from bocast.measure.status import Status
+    from bocast.records.status import Status
 
     op = Gemm(*SMALL, space="v3")
     config = {**BEST_4096, "consumers": 1, "regs": "off", "stages": 2, "raster": 1}
@@ -531,11 +531,11 @@ def test_launch_parameters_point_at_each_value():
 
 
 def test_every_ladder_row_is_a_configuration_of_its_space():
-    """bocast/hopper_ladder.py's rows (what the GPU run times and checks against torch) are
+    """bocast/tools/hopper_ladder.py's rows (what the GPU run times and checks against torch) are
     inside their spaces, the TMA-store rows, the ragged-extent rows and the conv2d rows included
     (its build refuses a row outside the space only after minutes of building the rows before
     it)."""
-    from bocast import hopper_ladder as ladder
+    from bocast.tools import hopper_ladder as ladder
     epilogues, ragged = set(), set()
     for (name_op, shape, space), variants in ladder.SHAPES.items():
         if space != "v3":
@@ -567,7 +567,7 @@ def test_the_cluster_knob_defaults_to_1x1_for_configurations_recorded_before_it(
     """The v3 datasets and stores were recorded before the cluster knob: a configuration without
     it reads as 1x1 (Space.complete), validates, and builds the same kernel; a configuration
     naming another knob the space lacks is still refused."""
-    from bocast.space import SpaceError
+    from bocast.space.space import SpaceError
 
     space = Gemm(4096, 4096, 4096, space="v3").space
     assert space.knob("cluster").default == "1x1"
@@ -625,7 +625,7 @@ def test_a_cluster_tile_walk_pairs_its_ctas_tiles(M, N, BM, BN, G, cluster, batc
     block column, block rows 2p and 2p + 1; 1x2: the same block row, columns 2q and 2q + 1, so
     the B (A) rows each half-loads are the tile's), and all CTAs together cover every tile
     once."""
-    from bocast.spaces import _hopper_layout as hl
+    from bocast.space.operators import _hopper_layout as hl
 
     cm, cn = cluster
     tiles_m, tiles_n = -(-M // BM), -(-N // BN)
@@ -659,7 +659,7 @@ def test_the_n_major_walk_is_the_m_major_walk_of_c_transposed(M, N, BM, BN, G, b
     """raster_major n groups G block columns and walks them row by row: tile t is the m-major
     walk's tile t of the transposed problem (N x M, tiles BN x BM) with row and column swapped,
     in every batch element; and the two orders differ (else the knob would do nothing)."""
-    from bocast.spaces import _hopper_layout as hl
+    from bocast.space.operators import _hopper_layout as hl
 
     tiles = batch * -(-M // BM) * -(-N // BN)
     n_major = [hl.tile_coords(t, M=M, N=N, BM=BM, BN=BN, G=G, major="n") for t in range(tiles)]
@@ -674,7 +674,7 @@ def test_the_n_major_walk_is_the_m_major_walk_of_c_transposed(M, N, BM, BN, G, b
 def test_a_1x1_cluster_walks_the_tiles_as_before():
     """cluster (1, 1), rank 0: tile_coords is the walk of the kernels measured before clusters
     (the grouped order, G block rows a group)."""
-    from bocast.spaces import _hopper_layout as hl
+    from bocast.space.operators import _hopper_layout as hl
 
     for t in range(32 * 16):
         G = 8
@@ -721,7 +721,7 @@ def test_the_cluster_launch_reaches_the_runner_task():
     before clusters reads as (1, 1, 1))."""
     from bocast.measure.builder import BuildResult, from_dict
     from bocast.measure.runner import kernel_task
-    from bocast.measure.status import Status
+    from bocast.records.status import Status
 
     op = Gemm(*SMALL, space="v3")
     b = BuildResult(key="k", status=Status.OK, kernel="main_kernel", grid=(8, 1, 1),
@@ -790,7 +790,7 @@ def test_a_cluster_kernel_launches_with_cuLaunchKernelEx(monkeypatch):
     assert calls[1] == ("plain", (8, 384, 4096), None)
 
 
-#: cluster kernels the GPU ladder times (bocast/hopper_ladder.py rows 10*)
+#: cluster kernels the GPU ladder times (bocast/tools/hopper_ladder.py rows 10*)
 CLUSTER_CONFIGS = [CLUSTER_2X1, CLUSTER_2X1 | {"epilogue": "tma"},
                    CLUSTER_2X1 | {"persistent": "off"}, CLUSTER_2X1 | {"cluster": "1x2"},
                    CLUSTER_2X1 | {"bn": 128, "stages": 6, "inflight": 1},
@@ -827,7 +827,7 @@ def test_the_cluster_ladder_rows_are_what_match_selects():
     GEMM shapes with a 2x1 cluster, persistent and not, and a ragged GEMM and a bmm."""
     import re
 
-    from bocast import hopper_ladder as ladder
+    from bocast.tools import hopper_ladder as ladder
     match = re.compile("^8 |^9 |^10|cluster")
     picked, clustered = [], set()
     for (name_op, shape, _space), variants in ladder.SHAPES.items():
@@ -856,7 +856,7 @@ def test_the_lowering_refuses_a_launch_tvm_would_not_make():
     cluster kernel whose TirxKernel forgot its cluster is refused, naming both."""
     import dataclasses
 
-    from bocast.tensorcore import lower_tirx, source_only
+    from bocast.space.tensorcore import lower_tirx, source_only
 
     source_only()
     op = Gemm(*SMALL, space="v3")

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import WorkloadError, get_operator, make_named
-from bocast.spaces import _block_fp8 as bf
-from bocast.spaces import _hopper_blockscale as hb
+from bocast.space.operators import _block_fp8 as bf
+from bocast.space.operators import _hopper_blockscale as hb
+from bocast.space.operators.operator import WorkloadError, get_operator, make_named
 from tests.builds import build_configs, check_v3_builds
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
@@ -166,7 +166,7 @@ def test_cublaslt_scale_layouts():
 
 
 def lowered(op, config):
-    from bocast.tensorcore import lower_tirx, source_only
+    from bocast.space.tensorcore import lower_tirx, source_only
 
     source_only()
     return lower_tirx(op.apply(config), target_overrides=op.build_options(config)["target"])

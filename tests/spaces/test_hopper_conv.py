@@ -1,4 +1,5 @@
-"""Space v3 for conv2d (bocast.spaces._hopper_conv): the implicit GEMM on the Hopper template.
+"""Space v3 for conv2d (bocast.space.operators._hopper_conv): the implicit GEMM on the Hopper
+template.
 
 The coordinate math is checked without a GPU: a numpy simulation runs the kernel's own helpers
 (tile walk, pixel-tile origin, TMA box coordinates, row -> pixel, output rows, the tma
@@ -12,9 +13,9 @@ import numpy as np
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import WorkloadError, make
-from bocast.spaces import _hopper_conv as hc
-from bocast.spaces import _hopper_layout as hl
+from bocast.space.operators import _hopper_conv as hc
+from bocast.space.operators import _hopper_layout as hl
+from bocast.space.operators.operator import WorkloadError, make
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 
@@ -32,7 +33,7 @@ def conv(shape):
 
 
 def lowered(op, config):
-    from bocast.tensorcore import lower_tirx, source_only
+    from bocast.space.tensorcore import lower_tirx, source_only
 
     source_only()
     return lower_tirx(op.apply(config), target_overrides=op.build_options(config)["target"])
@@ -371,7 +372,7 @@ def test_the_runner_encodes_the_4d_maps_as_described(monkeypatch):
 
 # --------------------------------------------------------------------- static builds
 
-#: per ResNet-like shape, configurations the ladder times (bocast/hopper_ladder.py)
+#: per ResNet-like shape, configurations the ladder times (bocast/tools/hopper_ladder.py)
 BUILDS = {
     C5: [BASE, {**BASE, "bm": 64, "consumers": 1, "tile_w": 2, "stages": 6},
          {**BASE, "epilogue": "tma"}],

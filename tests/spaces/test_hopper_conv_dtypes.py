@@ -1,5 +1,5 @@
 """Space v3's convolutions in bf16:fp32, bf16:bf16 and fp16:fp16 (issue 39 item 2; the template:
-bocast.spaces._hopper_conv, both producers). What the workloads accept and refuse, that the
+bocast.space.operators._hopper_conv, both producers). What the workloads accept and refuse, that the
 fp16:fp32 workloads recorded before keep their identity, the float64 reference and the cuDNN
 baseline's types, the tensor maps in the operands' and the output's types and their driver
 codes, what reaches the generated CUDA (bf16 wgmma, the 16-bit stores and staging boxes), and
@@ -12,9 +12,9 @@ import re
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import WorkloadError, make, make_named
-from bocast.spaces import _hopper_conv as hc
-from bocast.spaces import _hopper_im2col as im
+from bocast.space.operators import _hopper_conv as hc
+from bocast.space.operators import _hopper_im2col as im
+from bocast.space.operators.operator import WorkloadError, make, make_named
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 
@@ -31,7 +31,7 @@ TILED = {**BASE, "a_load": "tiled", "tile_w": 4, "tile_h": 4}
 
 
 def lowered(op, config):
-    from bocast.tensorcore import lower_tirx, source_only
+    from bocast.space.tensorcore import lower_tirx, source_only
 
     source_only()
     return lower_tirx(op.apply(config), target_overrides=op.build_options(config)["target"])

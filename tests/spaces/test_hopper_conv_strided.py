@@ -1,5 +1,5 @@
-"""Space v3's conv2d for every stride, padding and dilation (bocast.spaces._hopper_conv, its two
-producers: TMA's im2col mode, ``_hopper_im2col``, and the tiled box with element strides,
+"""Space v3's conv2d for every stride, padding and dilation (bocast.space.operators._hopper_conv,
+its two producers: TMA's im2col mode, ``_hopper_im2col``, and the tiled box with element strides,
 ``_hopper_conv_tiled``).
 
 Without a GPU, the index maps are checked against numpy: a model of what TMA's im2col load
@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import WorkloadError, make, make_named
-from bocast.spaces import _hopper_conv as hc
-from bocast.spaces import _hopper_conv_tiled as tiled
-from bocast.spaces import _hopper_im2col as im
-from bocast.spaces import _hopper_layout as hl
-from bocast.spaces import conv2d
+from bocast.space.operators import _hopper_conv as hc
+from bocast.space.operators import _hopper_conv_tiled as tiled
+from bocast.space.operators import _hopper_im2col as im
+from bocast.space.operators import _hopper_layout as hl
+from bocast.space.operators import conv2d
+from bocast.space.operators.operator import WorkloadError, make, make_named
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 
@@ -299,7 +299,7 @@ def test_conv1d_and_conv3d_take_the_im2col_producer_only(op_name, shape):
 def test_space_auto_takes_v3_for_each_measured_convolution_and_v2_once_switched_off(monkeypatch):
     """Measured: strided conv2d (conv2d.AUTO_V3_STRIDED), dilated (AUTO_V3_DILATED), conv1d and
     conv3d (their AUTO_V3) on v3; each switch, turned off, gives v2 back."""
-    from bocast.spaces import conv1d, conv3d
+    from bocast.space.operators import conv1d, conv3d
 
     cases = [(conv2d, "AUTO_V3_STRIDED", "conv2d", S2_3X3), (conv2d, "AUTO_V3_STRIDED", "conv2d",
              S2_1X1), (conv2d, "AUTO_V3_DILATED", "conv2d_dilated", DIL2),
@@ -373,7 +373,7 @@ def test_the_runner_and_an_export_encode_the_im2col_map_alike(monkeypatch):
 
 
 def test_the_im2col_kernel_loads_im2col_boxes_and_stores_rows():
-    from bocast.tensorcore import lower_tirx, source_only
+    from bocast.space.tensorcore import lower_tirx, source_only
 
     source_only()
     op = conv(S2_3X3)

@@ -8,7 +8,7 @@ sm_90a builds without spills. Their results are checked on the GPU
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import WorkloadError, get_operator, make, make_named
+from bocast.space.operators.operator import WorkloadError, get_operator, make, make_named
 from tests.builds import check_v3_builds
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
@@ -21,7 +21,7 @@ BEST = {"bm": 128, "bn": 256, "bk": 64, "stages": 4, "consumers": 2,
 
 
 def lowered(op, config):
-    from bocast.tensorcore import lower_tirx, source_only
+    from bocast.space.tensorcore import lower_tirx, source_only
 
     source_only()
     return lower_tirx(op.apply(config), target_overrides=op.build_options(config)["target"])
@@ -147,7 +147,7 @@ def test_the_16_bit_staging_box_is_tmas_128_byte_swizzle_without_conflicts():
     swizzle reads for its (row, column); a half-warp's 4-byte stores take one wavefront."""
     import collections
 
-    from bocast.spaces._hopper_layout import EPI_BOX_BYTES, staging_offset
+    from bocast.space.operators._hopper_layout import EPI_BOX_BYTES, staging_offset
 
     seen = set()
     for lt in range(128):
@@ -188,7 +188,7 @@ def test_tma_boxes_pair_up_for_a_16_bit_output():
 def test_warm_start_keeps_dtypes_apart():
     """Rows of another dtype are no source: bf16 and fp16 kernels are not known to rank alike
     (not measured yet), so the rule stays the one for every other workload field."""
-    from bocast.bo.sources import incompatibility
+    from bocast.strategies.bo.sources import incompatibility
 
     target = Gemm(4096, 4096, 4096, dtype="bf16:fp32", space="v3")
     why, _ = incompatibility({**target.workload, "dtype": "fp16:fp32"}, target)
@@ -220,7 +220,7 @@ def test_a_configurations_workload_names_its_dtype():
     """make() with the workload dict as stored rebuilds the same operator (the dtype is part
     of the workload, hence of the records, the run's identity and the library)."""
     op = make("bmm", (12, 512, 512, 64), dtype="bf16:bf16", space="v3")
-    from bocast.operator import from_workload
+    from bocast.space.operators.operator import from_workload
 
     again = from_workload(op.workload)
     assert again.workload == op.workload and again.tensors() == op.tensors()

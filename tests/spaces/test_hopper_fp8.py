@@ -12,7 +12,7 @@ import re
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import WorkloadError, get_operator, make_named
+from bocast.space.operators.operator import WorkloadError, get_operator, make_named
 from tests.builds import check_v3_builds
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
@@ -30,7 +30,7 @@ BEST = {"bm": 128, "bn": 256, "bk": 128, "stages": 4, "consumers": 2,
 
 
 def lowered(op, config):
-    from bocast.tensorcore import lower_tirx, source_only
+    from bocast.space.tensorcore import lower_tirx, source_only
 
     source_only()
     return lower_tirx(op.apply(config), target_overrides=op.build_options(config)["target"])
@@ -201,7 +201,7 @@ def test_fp8_constraints():
 def test_warm_start_keeps_fp8_apart_from_other_dtypes():
     """No measurement shows fp8 kernels rank like bf16 or fp16 ones: rows of another dtype are
     no source, as for every other workload field."""
-    from bocast.bo.sources import incompatibility
+    from bocast.strategies.bo.sources import incompatibility
 
     target = Gemm(4096, 4096, 4096, dtype="e4m3:bf16", space="v3")
     for other in ("bf16:bf16", "fp16:fp32", "e4m3:fp32", "e5m2xe4m3:bf16"):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import WorkloadError, get_operator, make_named
+from bocast.space.operators.operator import WorkloadError, get_operator, make_named
 from tests.builds import check_v3_builds
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
@@ -29,7 +29,7 @@ OUT = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def lowered(op, config):
-    from bocast.tensorcore import lower_tirx, source_only
+    from bocast.space.tensorcore import lower_tirx, source_only
 
     source_only()
     return lower_tirx(op.apply(config), target_overrides=op.build_options(config)["target"])
@@ -155,7 +155,7 @@ def test_fp8_reference_scales_then_adds_the_bias():
 def test_the_kernels_erf_is_erf_to_fp32_precision():
     """gelu's erf in the kernel (Abramowitz & Stegun 7.1.26, branch-free): within 1.5e-7 of
     math.erf at every z >= 0, so gelu(x) = x Phi(x) within 1e-7 |x| of torch's F.gelu."""
-    from bocast.spaces._fuse import erf_as
+    from bocast.space.operators._fuse import erf_as
 
     z = np.linspace(0.0, 12.0, 120_001)
     assert np.abs(erf_as(z) - np.vectorize(math.erf)(z)).max() < 1.5e-7
@@ -164,7 +164,7 @@ def test_the_kernels_erf_is_erf_to_fp32_precision():
 def test_warm_start_keeps_fused_records_apart():
     """A fused workload's rows are no source for another epilogue's (nor the plain one's):
     it is a workload field, not measured to rank alike."""
-    from bocast.bo.sources import incompatibility
+    from bocast.strategies.bo.sources import incompatibility
 
     target = Gemm(4096, 4096, 4096, dtype="bf16:bf16", space="v3", fuse="bias+gelu")
     plain = {k: v for k, v in target.workload.items() if k != "fuse"}

@@ -11,9 +11,16 @@ import numpy as np
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import WorkloadError, from_workload, get_operator, make, make_named, on_gpu
-from bocast.spaces import _hopper_layout as hl
-from bocast.spaces._hopper_plan import Plan
+from bocast.space.operators import _hopper_layout as hl
+from bocast.space.operators._hopper_plan import Plan
+from bocast.space.operators.operator import (
+    WorkloadError,
+    from_workload,
+    get_operator,
+    make,
+    make_named,
+    on_gpu,
+)
 from tests.builds import check_v3_builds
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
@@ -26,7 +33,7 @@ SKINNY = {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "consumers": 2,
 
 
 def lowered(op, config):
-    from bocast.tensorcore import lower_tirx, source_only
+    from bocast.space.tensorcore import lower_tirx, source_only
 
     source_only()
     return lower_tirx(op.apply(config), target_overrides=op.build_options(config)["target"])
@@ -191,7 +198,7 @@ def test_a_live_run_names_its_gpus_sm_count():
 
 
 def test_space_auto_takes_v3_below_m_64_only_when_switched_on(monkeypatch):
-    from bocast.spaces import gemm
+    from bocast.space.operators import gemm
 
     assert make_named("gemm", (16, 4096, 4096)).workload["space"] == "v2"
     monkeypatch.setattr(gemm, "AUTO_V3_SKINNY_M", True)
@@ -206,7 +213,7 @@ def test_split_k_reaches_the_generated_cuda_and_the_launch():
     the runner's task); the grid counts units. split_k 1: stores, nothing zeroed."""
     from bocast.measure.builder import BuildResult
     from bocast.measure.runner import kernel_task
-    from bocast.measure.status import Status
+    from bocast.records.status import Status
 
     op = Gemm(128, 1024, 1000, space="v3")  # ragged K: 16 k blocks of 64 (the last partial)
     tma = lowered(op, SKINNY)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import get_operator, make, make_named
-from bocast.spaces import _hopper_swap as sw
-from bocast.spaces._hopper_layout import tile_coords
-from bocast.spaces._hopper_plan import Plan
+from bocast.space.operators import _hopper_swap as sw
+from bocast.space.operators._hopper_layout import tile_coords
+from bocast.space.operators._hopper_plan import Plan
+from bocast.space.operators.operator import get_operator, make, make_named
 from tests.builds import check_v3_builds
 from tests.spaces.test_hopper_split import SKINNY, lowered, walk
 
@@ -187,7 +187,7 @@ def test_swapped_kernels_build_for_sm_90a_without_spills():
 
 
 def test_space_auto_takes_v3_for_a_gemv_only_when_switched_on(monkeypatch):
-    from bocast.spaces import gemv
+    from bocast.space.operators import gemv
 
     op = make_named("gemv", (4096, 14336, 8))  # measured: switched on
     assert op.workload["space"] == "v3" and "AUTO_V3_GEMV" in op.space_choice

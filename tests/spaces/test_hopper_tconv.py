@@ -1,4 +1,4 @@
-"""Space v3's conv2d_transpose (bocast.spaces._hopper_tconv): stride x stride phase
+"""Space v3's conv2d_transpose (bocast.space.operators._hopper_tconv): stride x stride phase
 convolutions on the Hopper template.
 
 Without a GPU: the phase index map (:func:`phase_of`) rebuilds torch's conv_transpose2d exactly
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import WorkloadError, make, make_named
-from bocast.spaces import _hopper_conv_tiled as tiled
-from bocast.spaces import _hopper_layout as hl
-from bocast.spaces import _hopper_tconv as ht
-from bocast.spaces import conv2d_transpose
+from bocast.space.operators import _hopper_conv_tiled as tiled
+from bocast.space.operators import _hopper_layout as hl
+from bocast.space.operators import _hopper_tconv as ht
+from bocast.space.operators import conv2d_transpose
+from bocast.space.operators.operator import WorkloadError, make, make_named
 from tests.spaces.test_hopper_conv_strided import tiled_load
 
 torch = pytest.importorskip("torch")
@@ -220,7 +220,7 @@ def test_space_auto_takes_v3_while_switched_on(monkeypatch):
 
 
 def test_the_kernel_loads_4d_boxes_of_x_and_w():
-    from bocast.tensorcore import lower_tirx, source_only
+    from bocast.space.tensorcore import lower_tirx, source_only
 
     source_only()
     op = tconv(S2_3X3)

@@ -1,6 +1,7 @@
-"""The operator spaces built on the shared Tensor Core matmul (bocast/spaces/_matmul.py, both space
-generations): bmm, the convolutions and gemv. Constraints, sampling coverage, encoding, workload
-errors, the TE definitions against torch references on the CPU, and static builds for sm_90."""
+"""The operator spaces built on the shared Tensor Core matmul (bocast/space/operators/_matmul.py,
+both space generations): bmm, the convolutions and gemv. Constraints, sampling coverage, encoding,
+workload errors, the TE definitions against torch references on the CPU, and static builds for
+sm_90."""
 
 import collections
 import hashlib
@@ -12,10 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from bocast.knobs import Split
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import WorkloadError, from_workload, get_operator
-from bocast.space import Space
+from bocast.space.knobs import Split
+from bocast.space.operators.operator import WorkloadError, from_workload, get_operator
+from bocast.space.space import Space
 from tests.spaces.test_gemm import Violators, check_shared_memory_model
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
@@ -231,11 +232,11 @@ def test_ops_lists_every_operator_with_its_shape_syntax():
 
 
 def test_operators_register_from_bocast_spaces_without_torch_or_pandas():
-    # finding every operator (the modules of bocast.spaces) must not import the heavy
+    # finding every operator (the modules of bocast.space.operators) must not import the heavy
     # libraries the listing commands do not need
-    code = ("import sys; from bocast.operator import operators; ops = operators(); "
+    code = ("import sys; from bocast.space.operators.operator import operators; ops = operators(); "
             "mods = {c.__module__.rpartition('.')[0] for c in ops.values()}; "
-            "assert mods == {'bocast.spaces'} and 'spaces' not in sys.modules, mods; "
+            "assert mods == {'bocast.space.operators'} and 'spaces' not in sys.modules, mods; "
             "heavy = [m for m in ('torch', 'tvm', 'pandas') if m in sys.modules]; "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -410,10 +411,10 @@ def test_a_seed_gives_the_same_samples_as_it_always_did(op, args, space_name, di
     ("conv2d_transpose", None, {}, "v3", "AUTO_V3_TRANSPOSED"),
 ])
 def test_space_auto_follows_the_measured_rule_and_says_why(op_name, shape, options, space, why):
-    """``space: auto`` (bocast.operator.make): v3 where the operator's rule prefers it and the
-    template takes the workload, else v2; the workload records the space chosen (never auto)
-    and ``space_choice`` the reason."""
-    from bocast.operator import make as make_op
+    """``space: auto`` (bocast.space.operators.operator.make): v3 where the operator's rule prefers
+    it and the template takes the workload, else v2; the workload records the space chosen (never
+    auto) and ``space_choice`` the reason."""
+    from bocast.space.operators.operator import make as make_op
 
     op = make_op(op_name, shape, space="auto", **options)
     assert op.workload["space"] == space and op.space_choice.startswith(f"{space} (auto: ")

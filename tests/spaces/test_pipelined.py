@@ -1,8 +1,8 @@
-"""Space v2, the pipelined Tensor Core matmul (bocast.spaces._pipelined_matmul): its knobs as
-they reach the generated CUDA, the shared-memory model against lowered kernels, the constraints that
-stand for TVM 0.27 limits, and the intrinsic registration. Correctness of the kernels is checked
-on the GPU (every measured row against torch); here the checks are static: TVM lowering on the
-CPU and nvcc for sm_90."""
+"""Space v2, the pipelined Tensor Core matmul (bocast.space.operators._pipelined_matmul): its knobs
+as they reach the generated CUDA, the shared-memory model against lowered kernels, the constraints
+that stand for TVM 0.27 limits, and the intrinsic registration. Correctness of the kernels is
+checked on the GPU (every measured row against torch); here the checks are static: TVM lowering on
+the CPU and nvcc for sm_90."""
 
 import json
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
-from bocast.operator import get_operator
-from bocast.space import Space
-from bocast.spaces._pipelined_matmul import merged_dynamic_bytes
+from bocast.space.operators._pipelined_matmul import merged_dynamic_bytes
+from bocast.space.operators.operator import get_operator
+from bocast.space.space import Space
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 Gemm = get_operator("gemm")
@@ -26,7 +26,7 @@ BEST_4096 = {"instr": "mma", "tile_i": (32, 2, 4), "tile_j": (32, 2, 4), "tile_k
 
 
 def lowered(op, config):
-    from bocast.tensorcore import lower
+    from bocast.space.tensorcore import lower
 
     options = op.build_options(config)
     return lower(op.apply(config).mod, pass_config=options.get("pass_config"),

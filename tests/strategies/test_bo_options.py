@@ -6,11 +6,11 @@ import re
 import numpy as np
 import pytest
 
-from bocast.candidates import SpaceCandidates
-from bocast.features import DERIVED, Features
 from bocast.measure.replay import ReplayDataset
-from bocast.operator import get_operator
-from bocast.space import Space
+from bocast.space.candidates import SpaceCandidates
+from bocast.space.features import DERIVED, Features
+from bocast.space.operators.operator import get_operator
+from bocast.space.space import Space
 from bocast.strategies import StrategyError, make_strategy
 from tests.spaces.test_pipelined import BEST_4096
 
@@ -64,7 +64,7 @@ def test_local_search_climbs_to_a_local_optimum_of_the_acquisition(records):
     assert len(picks) == 8 and s.last_round["local_search_added"] > 0
     assert not any(OP.space.validate_many(picks))
     # redo the last round's climb and check where it ended
-    from bocast.bo.feasibility import AlwaysFeasible
+    from bocast.strategies.bo.feasibility import AlwaysFeasible
 
     clf, best = AlwaysFeasible(), s.last_round["best_y"]
     pool = s.fresh_samples(64)
@@ -209,7 +209,7 @@ def test_y_transform_rejects_unknown_values():
 def test_the_cgas_cost_model_is_an_option_never_a_silent_fallback(records, monkeypatch):
     import sys
 
-    from bocast.identity import run_identity
+    from bocast.run.identity import run_identity
 
     ident = run_identity(strategy="cga", options={}, seed=0, batch_size=16, runner="replay",
                          dataset=None)

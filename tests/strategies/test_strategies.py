@@ -3,15 +3,15 @@
 import numpy as np
 import pytest
 
-from bocast.candidates import SpaceCandidates
 from bocast.measure.parts import make_measurer, make_runner
 from bocast.measure.replay import ReplayDataset
-from bocast.measure.status import Status
-from bocast.operator import get_operator
-from bocast.record import Record
-from bocast.space import Space
+from bocast.records.record import Record
+from bocast.records.status import Status
+from bocast.run.tuner import Tuner, run_interleaved
+from bocast.space.candidates import SpaceCandidates
+from bocast.space.operators.operator import get_operator
+from bocast.space.space import Space
 from bocast.strategies import StrategyError, make_strategy, strategies
-from bocast.tuner import Tuner, run_interleaved
 
 DATASET = "gemm_32_2048_1000"
 OP = get_operator("gemm").from_args((32, 2048, 1000), space="v1")
@@ -141,7 +141,7 @@ def test_failures_steer_bo_away_from_the_failing_region(dataset, acquisition):
 def test_ensemble_classifier_is_fitted_on_failures(dataset):
     """The deep ensemble is fitted once failures are seen. It does NOT steer as the GP does on
     this rule (11 and 6 late failures of 32 on seeds 1, 2; random 8): no such claim here."""
-    from bocast.bo.feasibility import EnsembleClassifier
+    from bocast.strategies.bo.feasibility import EnsembleClassifier
 
     strategy, _ = _late_failures(dataset, "becbo", "ensemble")
     assert isinstance(strategy.classifier, EnsembleClassifier)
@@ -200,7 +200,7 @@ def test_a_failed_gp_fit_is_reported_and_anything_else_propagates(dataset, monke
     import torch
     from botorch.exceptions.errors import ModelFittingError
 
-    from bocast.bo.surrogate import FitWarning
+    from bocast.strategies.bo.surrogate import FitWarning
 
     strategy = make_strategy("bo", dataset.candidates(), seed=0, **FAST)
     measurer = replay(dataset)

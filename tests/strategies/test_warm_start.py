@@ -1,5 +1,5 @@
-"""BO's warm start from other shapes' records (bocast/bo/transfer.py): replay of the exhaustive
-GEMM 1024^3 table, warm-started from (small subsets of) the 4096^3 table."""
+"""BO's warm start from other shapes' records (bocast/strategies/bo/transfer.py): replay of the
+exhaustive GEMM 1024^3 table, warm-started from (small subsets of) the 4096^3 table."""
 
 import json
 import re
@@ -8,15 +8,15 @@ import warnings
 import numpy as np
 import pytest
 
-from bocast.bo.sources import translate
-from bocast.candidates import SpaceCandidates, TableCandidates
-from bocast.datasets import load_dataset
 from bocast.measure.parts import make_measurer, make_runner
 from bocast.measure.replay import ReplayDataset
-from bocast.operator import get_operator
-from bocast.space import Space
+from bocast.records.datasets import load_dataset
+from bocast.run.tuner import Tuner
+from bocast.space.candidates import SpaceCandidates, TableCandidates
+from bocast.space.operators.operator import get_operator
+from bocast.space.space import Space
 from bocast.strategies import StrategyError, make_strategy
-from bocast.tuner import Tuner
+from bocast.strategies.bo.sources import translate
 from tests.spaces.test_pipelined import BEST_4096
 
 T1024 = "exhaustive/gemm_1024_1024_1024_v2"
@@ -127,7 +127,7 @@ def test_bad_sources_name_the_problem(target, paths, message, strategy):
 
 
 def test_a_source_without_ok_rows_is_refused(target, tmp_path):
-    # a failure has no timing (bocast.record.check_record refuses a failed row with TFLOPS)
+    # a failure has no timing (bocast.records.record.check_record refuses a failed row with TFLOPS)
     src = subset(T4096, str(tmp_path / "failed"), range(5), status="build_error",
                  tflops=float("nan"))
     with pytest.raises(StrategyError, match=re.escape(f"{src} has no successful (ok) rows")):
@@ -192,7 +192,7 @@ def test_another_operators_records_must_share_the_matmul(source, tmp_path, chang
 
 # --- the CGA's warm start: its first round is the best source rows the target contains -------
 def test_the_cga_starts_from_the_best_source_rows(target, source):
-    from bocast.bo.transfer import ranked_configs
+    from bocast.strategies.bo.transfer import ranked_configs
 
     s = make_strategy("cga", target.candidates(), seed=0, warm_start=[source])
     first = s.ask(8)
@@ -228,7 +228,7 @@ def test_bo_can_start_from_the_rows_the_cga_starts_from(target, source):
 
 
 def test_interleave_takes_turns_and_keeps_each_item_once():
-    from bocast.bo.transfer import interleave
+    from bocast.strategies.bo.transfer import interleave
 
     assert interleave([1, 2, 3], [3, 4]) == [1, 3, 2, 4]
     assert interleave([1, 2, 3], [1, 5, 6]) == [1, 5, 2, 6, 3]  # a taken item is passed over
@@ -254,9 +254,9 @@ def test_a_share_of_the_first_batch_alternates_source_rows_and_model_picks(targe
 def test_the_best_source_rows_take_turns_nearest_source_first():
     # pooled by z-score, the 1024^3 table's small tiles came first for every target (its best
     # stand furthest above its mean); in turn, each source's best comes in the order given
-    from bocast.bo.sources import load_sources
-    from bocast.bo.transfer import ranked_configs
-    from bocast.operator import make
+    from bocast.space.operators.operator import make
+    from bocast.strategies.bo.sources import load_sources
+    from bocast.strategies.bo.transfer import ranked_configs
 
     target = make("gemm", (2048, 6144, 4096), space="v3")
     paths = [f"exhaustive/gemm_{s}_v3" for s in
@@ -271,8 +271,8 @@ def test_v3_source_rows_are_rescaled_by_their_wave_efficiency():
     # 4096^3's best tile (128 x 256: 4 waves of 132 SMs, 0.97 of the slots busy) is 32 tiles at
     # 1024^3 (0.24): carried over as measured it would start the run, rescaled it does not;
     # the first row is a tile that keeps the SMs busy at 1024^3
-    from bocast.bo.sources import _ok_rows, load_sources
-    from bocast.operator import make
+    from bocast.space.operators.operator import make
+    from bocast.strategies.bo.sources import _ok_rows, load_sources
 
     path = "exhaustive/gemm_4096_4096_4096_v3"
     target, source_op = make("gemm", (1024,) * 3, space="v3"), make("gemm", (4096,) * 3,
@@ -288,7 +288,7 @@ def test_v3_source_rows_are_rescaled_by_their_wave_efficiency():
     assert wave_t[int(np.argmax(src.log_tflops))] > 0.9
     # a memory-bound target (a bmm of 57 flops a byte: its time is its traffic) takes the
     # rows as measured; 1024^3 moves 8 MB for 2.1 GFLOP (256 a byte)
-    from bocast.bo.sources import COMPUTE_BOUND
+    from bocast.strategies.bo.sources import COMPUTE_BOUND
 
     bmm = make("bmm", (32, 1024, 1024, 128), space="v3")
     assert bmm.arithmetic_intensity < COMPUTE_BOUND <= target.arithmetic_intensity == 256
@@ -304,9 +304,9 @@ def test_v3_source_rows_are_rescaled_by_their_wave_efficiency():
 def test_gemm_rows_carried_into_conv2d_v3_get_a_feasible_pixel_tile():
     # a GEMM row has no pixel tile; the first values (1 x 1: BM images per tile) never fit 16
     # images, so no GEMM source row could start a conv2d v3 run
-    from bocast.bo.transfer import ranked_configs
-    from bocast.candidates import SpaceCandidates
-    from bocast.operator import make
+    from bocast.space.candidates import SpaceCandidates
+    from bocast.space.operators.operator import make
+    from bocast.strategies.bo.transfer import ranked_configs
 
     conv = make("conv2d", (16, 28, 28, 128, 128, 3, 3, 1, 1, 1), space="v3")
     rows = ranked_configs(["exhaustive/gemm_1024_1024_1024_v3"], conv)[:50]
@@ -317,7 +317,7 @@ def test_gemm_rows_carried_into_conv2d_v3_get_a_feasible_pixel_tile():
 
 
 def best_rows_of(ranked, candidates, n):
-    from bocast.bo.transfer import best_rows
+    from bocast.strategies.bo.transfer import best_rows
 
     return best_rows(ranked, candidates, set(), n)
 
@@ -327,7 +327,7 @@ def test_a_dataset_is_translated_once_per_target_and_read_again_when_it_changes(
     # one translation; a rewritten dataset (another stamp) is read again
     import os
 
-    from bocast.bo.sources import load_sources
+    from bocast.strategies.bo.sources import load_sources
 
     path = subset(T4096, str(tmp_path / "g4096"), list(range(60)))
     (a,) = load_sources([path], OP1024)
@@ -346,9 +346,9 @@ def test_a_live_warm_start_keeps_the_gps_inputs_in_the_unit_cube():
     the cube, and the second round's fit (where BoTorch checks), stay inside it now."""
     from botorch.exceptions.warnings import InputDataWarning
 
-    from bocast.bo.transfer import mean_bounds
-    from bocast.measure.status import Status
-    from bocast.record import Record
+    from bocast.records.record import Record
+    from bocast.records.status import Status
+    from bocast.strategies.bo.transfer import mean_bounds
 
     op = get_operator("gemm").from_args((2048, 4096, 4096), space="v3")
     sources = ["gemm_4096_4096_4096_v3"]
