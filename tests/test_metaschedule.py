@@ -35,7 +35,7 @@ options = mma.build_options(MMA_64)
 lower(mma.apply(MMA_64).mod, pass_config=options["pass_config"],
       target_overrides=options["target"])
 
-from bocast import metaschedule
+from bocast.run import metaschedule
 from bocast.measure.builder import Builder
 from bocast.measure.standin import StandinRunner
 from bocast.records.store import Store
@@ -115,7 +115,7 @@ from bocast.space.tensorcore import wmma_intrin
 out = sys.argv[1]
 ours = wmma_intrin("load_a", (16, 16, 16), "float16")  # ours first, alone: e7be78d's order
 
-from bocast import metaschedule
+from bocast.run import metaschedule
 from bocast.measure.builder import Builder
 from bocast.measure.standin import StandinRunner
 from bocast.space.operators.operator import get_operator
