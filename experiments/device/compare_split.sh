@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# On the GPU machine (device tool, carry .devbundle; `bash experiments/device/lean_tree.sh out`
-# first): live comparisons (`bocast compare`) with their seeds spread over the machine's GPUs.
+# On the GPU machine (device tool): live comparisons (`bocast compare`) with their seeds spread
+# over the machine's GPUs. A CGA arm needs xgboost, which the GPU machine lacks: here
+# `bash experiments/device/lean_tree.sh out cold`, carry .devbundle and .devxgb (xgboost-cpu's
+# wheel unzipped and packed with xz -9e, 3.7 MB: ../shared/device/README.md), and start the
+# command with `source .devbundle/unpack.sh && tar -C /tmp/site -xJf .devxgb/xgboost-site.tar.xz`.
 # Each config's seeds are cut into PARTS parts (a part: a copy of the config with those seeds,
 # the same output folder, its own results name); the parts run at once, one per GPU
 # (CUDA_VISIBLE_DEVICES, the machine's cores split among them as build workers). Within a part,
