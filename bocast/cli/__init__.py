@@ -45,7 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] and argv[0] in tools:
         return _guarded(lambda: tools[argv[0]](argv[1:]), bool(os.environ.get("BOCAST_DEBUG")),
                         own_process)
-    args = build_parser().parse_args(argv)
+    try:  # the parser lists the operators: an installed plugin that fails to import fails here
+        parser = build_parser()
+    except InputError as e:
+        _fail(f"bocast: error: {_one_line(e)}", bool(os.environ.get("BOCAST_DEBUG")))
+        return 2
+    args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False) or os.environ.get("BOCAST_DEBUG"))
     return _guarded(lambda: args.func(args), debug, own_process)
 

@@ -8,7 +8,7 @@ what knows them all, so no arrow runs from the interface back to a strategy."""
 
 from typing import TYPE_CHECKING, Any
 
-from bocast.registry import lookup
+from bocast.registry import load_plugins, lookup
 from bocast.space.candidates import Candidates
 from bocast.strategies.base import (
     Strategy,
@@ -29,10 +29,12 @@ __all__ = ["BOOptions", "CGAOptions", "GAOptions", "RandomOptions", "Strategy", 
 
 def strategies() -> dict[str, type[Strategy]]:
     """Every strategy by name: importing a strategy's module registers it. Imported here, on
-    first use, not with the package: bo's module and what it imports cost about 0.3 s."""
+    first use, not with the package: bo's module and what it imports cost about 0.3 s. Then the
+    plugins of entry-point group ``bocast.strategies`` (docs/extending.md)."""
     from bocast.strategies import ga, random  # noqa: F401
     from bocast.strategies.bo import strategy as bo  # noqa: F401
 
+    load_plugins("bocast.strategies", StrategyError)  # installed packages' own (extending.md)
     return registered()
 
 

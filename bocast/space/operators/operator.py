@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from bocast.errors import InputError
-from bocast.registry import lookup
+from bocast.registry import load_plugins, lookup
 from bocast.space.knobs import MAX_EXTENT, Config
 from bocast.space.space import Space
 
@@ -167,6 +167,7 @@ def _discover() -> None:
     for mod in pkgutil.iter_modules(spaces.__path__):
         if not mod.name.startswith("_"):
             importlib.import_module(f"bocast.space.operators.{mod.name}")
+    load_plugins("bocast.operators", WorkloadError)  # installed packages' own (extending.md)
 
 
 def operators() -> dict[str, type[Operator]]:

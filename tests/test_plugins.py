@@ -1,0 +1,56 @@
+"""Strategies and operators from outside the package (docs/extending.md): an installed package's
+entry points (groups ``bocast.strategies``, ``bocast.operators``) are imported when bocast
+lists its strategies or operators. Tested in subprocesses, since a plugin registers itself for
+the whole process: a distribution's metadata written into a folder on PYTHONPATH is what pip
+would install (its entry_points.txt), with the repository's example module beside it."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "extending")
+
+
+def _site(tmp_path, entry_points: str):
+    """A folder that holds an 'installed' distribution with these entry points (and the
+    example plugin's module)."""
+    site = tmp_path / "site"
+    info = site / "bocast_example_plugin-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bocast-example-plugin\n"
+                                   "Version: 0.1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    shutil.copy(os.path.join(EXAMPLE, "bocast_example_plugin.py"), site)
+    return site
+
+
+def _bocast(site, tmp_path, *argv):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), ROOT]),
+           "BOCAST_RECORDS": str(tmp_path / "records")}
+    return subprocess.run([sys.executable, "-m", "bocast.cli", *argv], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=600)
+
+
+def test_an_installed_strategy_and_operator_are_used_like_the_shipped_ones(tmp_path):
+    site = _site(tmp_path, "[bocast.strategies]\ngreedy = bocast_example_plugin\n\n"
+                           "[bocast.operators]\nlinear = bocast_example_plugin\n")
+    ops = _bocast(site, tmp_path, "ops")
+    assert ops.returncode == 0 and "linear" in ops.stdout, ops.stderr
+    run = _bocast(site, tmp_path, "tune", "linear", "--shape", "64,256,256", "--runner",
+                  "standin", "--strategy", "greedy", "--trials", "8", "--warm-start", "none",
+                  "--output", str(tmp_path / "run"), "--json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert '"strategy": "greedy"' in run.stdout and '"trials": 8' in run.stdout
+    wrong = _bocast(site, tmp_path, "tune", "linear", "--shape", "64,256,256", "--runner",
+                    "standin", "--strategy", "greedy", "--set", "strategy.pool=0")
+    assert wrong.returncode == 2 and "pool" in wrong.stderr  # its options checked like ours
+
+
+def test_a_plugin_that_fails_to_import_is_one_line_naming_it(tmp_path):
+    site = _site(tmp_path, "[bocast.operators]\nbroken = no_such_module_here\n")
+    r = _bocast(site, tmp_path, "ops")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "plugin 'broken' (no_such_module_here, entry point group bocast.operators) failed " \
+           "to import: ModuleNotFoundError" in r.stderr
