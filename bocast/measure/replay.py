@@ -224,12 +224,11 @@ def shipped_dataset_for(workload: dict, *, space_auto: bool) -> tuple[str, str]:
     for prefix in shipped_datasets():
         with open(prefix + ".json") as f:
             meta = json.load(f)
-        recorded, rows = meta.get("workload", {}), int(meta.get("rows") or 0)
-        same = canonical_workload(recorded) == canonical_workload(workload)
-        other_space = space_auto and canonical_workload({**recorded, "space": "x"}) == \
-            canonical_workload({**workload, "space": "x"})
+        recorded = canonical_workload(meta.get("workload", {}))
+        same = recorded == canonical_workload(workload)
+        other_space = space_auto and {**recorded, "space": None} == {**workload, "space": None}
         if same or other_space:
-            fits.append((not same, -rows, prefix, recorded.get("space", "v1")))
+            fits.append((not same, -int(meta.get("rows") or 0), prefix, recorded["space"]))
     if not fits:
         raise InputError(f"runner replay: no shipped dataset of {workload.get('op')} "
                          f"{workload.get('shape')} (space {workload.get('space')}); give "

@@ -71,9 +71,7 @@ def vendor_block_mm(op, a, b, scale_a, scale_b):
     not)."""
     import torch
 
-    key = tuple(t.data_ptr() for t in (a, b, scale_a, scale_b))
-    chosen = getattr(op, "_vendor_block", None)
-    if chosen is None or chosen[0] != key:
+    def choose():
         out = {"bfloat16": torch.bfloat16, "float32": torch.float32}[op.out_dtype]
         why = []
         for name, call in vendor_calls(a, b, scale_a, scale_b, out):
@@ -83,10 +81,8 @@ def vendor_block_mm(op, a, b, scale_a, scale_b):
                     AttributeError) as e:
                 why.append(f"{name.split('(')[0]}: {str(e).splitlines()[0][:160]}")
                 continue
-            chosen = (key, call, name.replace("{why}", "; ".join(why)))
-            break
-        else:
-            raise RuntimeError("no vendor fp8 GEMM ran here: " + "; ".join(why))
-        op._vendor_block = chosen
-    op.reference_name = chosen[2]
-    return chosen[1]()
+            return call, name.replace("{why}", "; ".join(why))
+        raise RuntimeError("no vendor fp8 GEMM ran here: " + "; ".join(why))
+
+    call, op.reference_name = op.once_for("vendor block mm", (a, b, scale_a, scale_b), choose)
+    return call()

@@ -58,8 +58,6 @@ class Conv2dTranspose(Conv):
         import torch
 
         xt, wt, kw = self._torch_args(x, w)
-        once = getattr(self, "_weight_once", None)
-        if once is None or once[0] != w.data_ptr():
-            once = (w.data_ptr(), wt.contiguous(memory_format=torch.channels_last))
-            self._weight_once = once
-        return self._channels_last(torch.nn.functional.conv_transpose2d(xt, once[1], **kw))
+        laid_out = self.once_for("weight", (w,),
+                                 lambda: wt.contiguous(memory_format=torch.channels_last))
+        return self._channels_last(torch.nn.functional.conv_transpose2d(xt, laid_out, **kw))

@@ -11,7 +11,7 @@ import importlib
 import math
 import pkgutil
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -149,6 +149,17 @@ class Operator(ABC):
         GPU's ridge point (peak flops over memory bandwidth) a kernel's time is its traffic."""
         moved = sum(math.prod(t.shape) * DTYPES[t.dtype] for t in self.tensors())
         return self.flops / moved
+
+    def once_for(self, what: str, tensors, make: Callable[[], Any]) -> Any:
+        """``make()``, made once for these input ``tensors`` (told apart by their storage) and
+        kept on the operator under ``what``: a vendor call's one-time setup (a weight laid out,
+        a choice among calls), outside what the runner times again and again on the same
+        tensors."""
+        key = tuple(t.data_ptr() for t in tensors)
+        held = self.__dict__.setdefault("_once", {})
+        if what not in held or held[what][0] != key:
+            held[what] = (key, make())
+        return held[what][1]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.workload})"
