@@ -269,13 +269,14 @@ def test_one_command_flags_belong_to_an_operator(tmp_path, bocast_cli):
 
 
 def test_a_replay_tune_left_to_space_auto_replays_the_space_its_shipped_table_was_recorded_in():
-    """Auto takes v3 for conv1d, whose shipped table is an older space's: a replay tune with the
-    space left out replays the table (in the space it names); one that names v3 is refused.
-    Where a v3 table is shipped too (gemv, gemm 1024^3), auto replays it."""
+    """A replay tune with the space left out replays the shipped table in the space it was
+    recorded in: GEMM 32x2048x1000's table is v1's (auto would take v2 for M < 64 live), and one
+    that names v3 is refused; where a v3 table is shipped (GEMM 1024^3, and since the H200 tables
+    conv1d, conv3d, gemv), auto replays it."""
     from bocast.api import quick_config
     from bocast.errors import InputError
 
-    op, shape = "conv1d", (16, 512, 256, 256, 3, 1, 1, 1)
+    op, shape = "gemm", (32, 2048, 1000)
     cfg = quick_config(op, shape, runner="replay")
     assert cfg["dataset"].endswith(f"{op}_{'_'.join(map(str, shape))}")
     with open(cfg["dataset"] + ".json") as f:
@@ -283,7 +284,9 @@ def test_a_replay_tune_left_to_space_auto_replays_the_space_its_shipped_table_wa
     assert cfg["workload"]["space"] == recorded != "v3"
     with pytest.raises(InputError, match=r"no shipped dataset of .*\(space v3\)"):
         quick_config(op, shape, runner="replay", space="v3")
-    for op, shape in (("gemm", (1024, 1024, 1024)), ("gemv", (4096, 4096, 16))):
+    for op, shape in (("gemm", (1024, 1024, 1024)), ("gemv", (4096, 4096, 16)),
+                      ("conv1d", (16, 512, 256, 256, 3, 1, 1, 1)),
+                      ("conv3d", (4, 16, 28, 28, 64, 64, 3, 3, 3, 1, 1, 1))):
         cfg = quick_config(op, shape, runner="replay")  # auto's own table: v3
         assert cfg["workload"]["space"] == "v3" and cfg["dataset"].endswith("_v3")
 
