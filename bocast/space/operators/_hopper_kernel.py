@@ -99,8 +99,7 @@ def device_body(p: Plan, ops: Operands):
     CM, CN, CS, grid, clusters, units = p.CM, p.CN, p.CS, p.grid, p.clusters, p.units
     split, pingpong, inflight, step = p.split, p.pingpong, p.inflight, p.step
     WM, atoms, half_n, threads, ring = p.WM, p.atoms, p.half_n, p.threads, p.ring
-    tma_store, epi_bytes, stage_bytes, a_box, b_box = (
-        p.tma_store, p.epi_bytes, p.stage_bytes, p.a_box, p.b_box)
+    tma_store, stage_bytes, a_box, b_box = p.tma_store, p.stage_bytes, p.a_box, p.b_box
     size, out_size, KW, epi_c = p.in_size, p.out_size, p.wgmma_k, p.epi_cols
     box_chunks = BN // epi_c  # staging boxes per m64 atom
     # the two buffers alternate box by box (even: every tile starts on buffer 0); an fp32
@@ -113,6 +112,7 @@ def device_body(p: Plan, ops: Operands):
     sbo = 8 * BK * size // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
     tile, k0, a_coords = p.tile, p.k0, ops.a_coords
     store_box, store_rows = ops.store_box, ops.store_rows
+    stage, reduce = ops.split_cluster or (None, None)  # split_reduce "cluster"
 
     ta, tb = WGMMA_TYPES[p.in_dtype], WGMMA_TYPES[p.b_dtype]
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
@@ -166,10 +166,11 @@ def device_body(p: Plan, ops: Operands):
 
     @T.macro
     def body(A_map, B_map, out, out_map, scale_a, scale_b, bias=None):
-        if CS > 1:
+        if p.launch_cluster > 1:
             # declares the cluster: TVM's host code launches the kernel with cluster dims (CS,
-            # 1, 1), its clusterCtaIdx.x extent (cuLaunchKernelEx), as the runner does
-            T.cta_id_in_cluster([CS])
+            # 1, 1), its clusterCtaIdx.x extent (cuLaunchKernelEx), as the runner does (with
+            # split_reduce "cluster": a tile's split_k k slices)
+            T.cta_id_in_cluster([p.launch_cluster])
         cta = T.cta_id([grid])
         # the CTA's rank in its cluster: %cluster_ctarank is blockIdx.x % CS for a 1-D cluster
         # of a 1-D grid; the remainder (unlike the special register, read by a volatile asm at
@@ -181,7 +182,7 @@ def device_body(p: Plan, ops: Operands):
         # one dynamic allocation (TIRx allows one): stage s holds A's BM rows, then B's BN rows
         # (sm(s, r, col)); after the ring, the tma epilogue's staging boxes (output elements
         # stored over the operands' type: indices in its units)
-        Sm = T.alloc_buffer((ring + epi_bytes // size,), p.in_dtype, scope="shared.dyn",
+        Sm = T.alloc_buffer((p.dynamic_smem // size,), p.in_dtype, scope="shared.dyn",
                             align=1024)
         full = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
         empty = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
@@ -365,11 +366,15 @@ def device_body(p: Plan, ops: Operands):
                                 T.ptx["bar.sync"](T.uint32(2), T.uint32(128))
                             store_box(out_map, T.address_of(Sm[buf]), tm, row0, a,
                                       tn * BN + q * epi_c, lt)
+                elif stage is not None:  # split_reduce cluster: the sums to the staging
+                    stage(Sm, acc, row0, lt)
                 else:
                     store_rows(out, acc, tm, tn, row0, lt)
             if tma_store and lt == 0:
                 # the last boxes' stores must finish before the CTA (and its shared memory) ends
                 T.ptx["cp.async.bulk.wait_group"](0)
+        if reduce is not None:  # every thread: cluster barriers, the consumers reduce
+            reduce(Sm, out, cta, tx)
         if CS > 1:
             # no CTA of the cluster exits while its peer may still arrive on its barriers (the
             # peer consumers' last releases) or read what it multicast: every thread of both
