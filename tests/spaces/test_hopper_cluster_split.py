@@ -227,6 +227,10 @@ def test_cluster_kernels_build_for_sm_90a_without_spills():
           "split_k": 4, "swap_ab": "on", "regs": "24/240"}),
         (Gemm(64, 6144, 4096, space="v3"),
          {**CLUSTER, "bm": 64, "bn": 192, "consumers": 1, "split_k": 8, "stages": 5}),
+        # 128 accumulators a consumer thread: the producer's k loop rolled, as a multicast
+        # cluster's (unrolled, it spilled 16 bytes)
+        (Gemm(128, 6144, 4096, space="v3"),
+         {**CLUSTER, "bm": 128, "bn": 256, "split_k": 2, "stages": 4}),
         (Gemm(24, 1001, 1008, space="v3", dtype="bf16:bf16"),  # N % 4 != 0: one at a time
          {**CLUSTER, "bm": 32, "bn": 64, "bk": 32, "consumers": 1, "split_k": 2,
           "swap_ab": "on"}),

@@ -115,49 +115,60 @@ def cluster_reduce(p, *, swap: bool, rows: int, cols: int, out_dtype: str):
                         T.ptx["st.shared.v2.f32"](base + T.uint32(off), acc[v], acc[v + 1])
 
     @T.macro
-    def reduce(Sm, out, cta, tx):
+    def meet():
+        # twice: after the staging (release: our writes, acquire: the peers'), and before
+        # the CTA leaves (no peer reads its shared memory any more)
+        for _ in T.unroll(2):
+            T.ptx.barrier.cluster.arrive.release.aligned()
+            T.ptx.barrier.cluster.wait.acquire.aligned()
+
+    @T.macro
+    def reduce(Sm, out, cta, t):  # consumer thread t (0 .. 128 NC - 1)
         T.ptx.barrier.cluster.arrive.release.aligned()
         T.ptx.barrier.cluster.wait.acquire.aligned()
-        if tx >= 128:  # the consumers reduce (the producer's registers are few)
-            rank = T.meta_var(cta % S)
-            tm = T.meta_var(p.tile(cta, 0)[1] if swap else p.tile(cta, 0)[0])  # C's block
-            tn = T.meta_var(p.tile(cta, 0)[0] if swap else p.tile(cta, 0)[1])
-            peer = T.alloc_buffer((S,), "uint32", scope="local")
-            x = T.alloc_buffer((S * CHUNK,), "float32", scope="local")
-            y = T.alloc_buffer((CHUNK,), "float32", scope="local")
-            for r in T.unroll(S):
-                T.ptx.mapa.shared__cluster.u32(
-                    peer[r], T.cuda.cvta_generic_to_shared(T.address_of(Sm[0])), T.uint32(r))
-            for it in T.serial(steps):  # rolled: an unrolled one spills at 128 x 256
-                c = T.meta_var(it * consumers + tx - 128)
-                if not pred_c or c < n_chunks:
-                    row = T.meta_var(reduce_chunk(rank, c, bm=bm, bn=bn, splits=S)[0])
-                    col = T.meta_var(reduce_chunk(rank, c, bm=bm, bn=bn, splits=S)[1])
-                    # every peer's chunk loaded before any sum (their latencies overlap)
-                    for r in T.unroll(S):
-                        T.ptx["ld.shared::cluster.v4.f32"](
-                            x[r * CHUNK], x[r * CHUNK + 1], x[r * CHUNK + 2], x[r * CHUNK + 3],
-                            peer[r] + T.uint32((row * stride + col) * 4))
-                    for e in T.unroll(CHUNK):
-                        y[e] = x[e]
-                        for r in T.unroll(1, S):  # rank order: the same sum every launch
-                            y[e] = y[e] + x[r * CHUNK + e]
-                    grow = T.meta_var(tm * bm + row)
-                    gcol = T.meta_var(tn * bn + col)
-                    if not pred_r or grow < rows:
-                        if vec and gcol < cols:
-                            if pair is None:
-                                T.ptx["st.global.v4.f32"](T.address_of(out[grow, gcol]),
-                                                          y[0], y[1], y[2], y[3])
-                            else:
-                                pair(T.address_of(out[grow, gcol]), y[0], y[1])
-                                pair(T.address_of(out[grow, gcol + 2]), y[2], y[3])
-                        elif not vec:
-                            for e in T.unroll(CHUNK):
-                                if gcol + e < cols:
-                                    out[grow, gcol + e] = T.cast(y[e], out_dtype)
+        rank = T.meta_var(cta % S)
+        tm = T.meta_var(p.tile(cta, 0)[1] if swap else p.tile(cta, 0)[0])  # C's block
+        tn = T.meta_var(p.tile(cta, 0)[0] if swap else p.tile(cta, 0)[1])
+        peer = T.alloc_buffer((S,), "uint32", scope="local")
+        x = T.alloc_buffer((S * CHUNK,), "float32", scope="local")
+        y = T.alloc_buffer((CHUNK,), "float32", scope="local")
+        off = T.alloc_buffer((1,), "int32", scope="local")
+        for r in T.unroll(S):
+            T.ptx.mapa.shared__cluster.u32(
+                peer[r], T.cuda.cvta_generic_to_shared(T.address_of(Sm[0])), T.uint32(r))
+        for it in T.serial(steps):  # rolled: an unrolled one spills at 128 x 256
+            c = T.meta_var(it * consumers + t)
+            if not pred_c or c < n_chunks:
+                row = T.meta_var(reduce_chunk(rank, c, bm=bm, bn=bn, splits=S)[0])
+                col = T.meta_var(reduce_chunk(rank, c, bm=bm, bn=bn, splits=S)[1])
+                # the chunk's byte offset, an int32 first (a uint32 expression of tx - 128
+                # simplifies into a negative uint32 constant, which TVM refuses)
+                off[0] = (row * stride + col) * 4
+                # every peer's chunk loaded before any sum (their latencies overlap)
+                for r in T.unroll(S):
+                    T.ptx["ld.shared::cluster.v4.f32"](
+                        x[r * CHUNK], x[r * CHUNK + 1], x[r * CHUNK + 2], x[r * CHUNK + 3],
+                        peer[r] + T.cast(off[0], "uint32"))
+                for e in T.unroll(CHUNK):
+                    y[e] = x[e]
+                    for r in T.unroll(1, S):  # rank order: the same sum every launch
+                        y[e] = y[e] + x[r * CHUNK + e]
+                grow = T.meta_var(tm * bm + row)
+                gcol = T.meta_var(tn * bn + col)
+                if not pred_r or grow < rows:
+                    if vec and gcol < cols:
+                        if pair is None:
+                            T.ptx["st.global.v4.f32"](T.address_of(out[grow, gcol]),
+                                                      y[0], y[1], y[2], y[3])
+                        else:
+                            pair(T.address_of(out[grow, gcol]), y[0], y[1])
+                            pair(T.address_of(out[grow, gcol + 2]), y[2], y[3])
+                    elif not vec:
+                        for e in T.unroll(CHUNK):
+                            if gcol + e < cols:
+                                out[grow, gcol + e] = T.cast(y[e], out_dtype)
         # no CTA leaves (its shared memory with it) while a peer may still read its staging
         T.ptx.barrier.cluster.arrive.release.aligned()
         T.ptx.barrier.cluster.wait.acquire.aligned()
 
-    return stage, reduce
+    return stage, reduce, meet

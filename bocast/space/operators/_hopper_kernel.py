@@ -112,7 +112,7 @@ def device_body(p: Plan, ops: Operands):
     sbo = 8 * BK * size // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
     tile, k0, a_coords = p.tile, p.k0, ops.a_coords
     store_box, store_rows = ops.store_box, ops.store_rows
-    stage, reduce = ops.split_cluster or (None, None)  # split_reduce "cluster"
+    stage, reduce, meet = ops.split_cluster or (None, None, None)  # split_reduce "cluster"
 
     ta, tb = WGMMA_TYPES[p.in_dtype], WGMMA_TYPES[p.b_dtype]
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
@@ -222,9 +222,10 @@ def device_body(p: Plan, ops: Operands):
                     kf = T.meta_var(k0(cl + i * clusters))  # the unit's first k block
                     # a cluster's producer keeps its k loop rolled: unrolled (a short constant KT,
                     # a ring of 6 stages) its addresses outgrow the setmaxnreg.dec count and ptxas
-                    # spills (1000 x 1024 x 1000, 128 x 128 tiles, 6 stages: 156 bytes)
+                    # spills (1000 x 1024 x 1000, 128 x 128 tiles, 6 stages: 156 bytes; a
+                    # split_reduce cluster's 128 x 256, split 2, 4 stages: 16 bytes)
                     live_p = T.meta_var(KB if k_count is None else k_count(tm))
-                    for kb in T.serial(live_p, unroll=False if CS > 1 else None):
+                    for kb in T.serial(live_p, unroll=False if p.launch_cluster > 1 else None):
                         it = T.meta_var(i * KB + kb)  # k blocks this CTA loaded before
                         s = T.meta_var(it % S)
                         # parity of the stage's previous release; the first pass finds every
@@ -259,6 +260,8 @@ def device_body(p: Plan, ops: Operands):
                             it = T.meta_var(i * KB + kb)
                             T.cuda.mbarrier_wait(T.address_of(empty[it % S]), ((it // S) & 1) ^ 1)
                             T.ptx.mbarrier.arrive.shared.b64(T.address_of(full[it % S]))
+            if meet is not None:  # the producer warpgroup meets the cluster's two barriers
+                meet()
         else:
             if split is not None:
                 T.ptx.setmaxnreg.inc.sync.aligned.u32(split[1])
@@ -373,8 +376,8 @@ def device_body(p: Plan, ops: Operands):
             if tma_store and lt == 0:
                 # the last boxes' stores must finish before the CTA (and its shared memory) ends
                 T.ptx["cp.async.bulk.wait_group"](0)
-        if reduce is not None:  # every thread: cluster barriers, the consumers reduce
-            reduce(Sm, out, cta, tx)
+            if reduce is not None:  # the consumers' reduce-scatter between the two barriers
+                reduce(Sm, out, cta, tx - 128)
         if CS > 1:
             # no CTA of the cluster exits while its peer may still arrive on its barriers (the
             # peer consumers' last releases) or read what it multicast: every thread of both

@@ -182,5 +182,5 @@ class Operands:
     #: empty, the consumers issue no wgmma (conv2d_transpose: a phase's own taps). None: all
     k_count: Callable | None = None
     #: split_reduce "cluster" (``_hopper_cluster_split.cluster_reduce``): the macros (stage,
-    #: reduce) that replace the output stores; None: the stores (or the atomic adds)
-    split_cluster: tuple[Callable, Callable] | None = None
+    #: reduce, meet) that replace the output stores; None: the stores (or the atomic adds)
+    split_cluster: tuple[Callable, Callable, Callable] | None = None
