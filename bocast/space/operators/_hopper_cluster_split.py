@@ -26,6 +26,8 @@ and column)."""
 
 from __future__ import annotations
 
+from ._hopper_layout import store_pair
+
 #: CTAs of a portable cluster: split_k in cluster mode is at most this
 PORTABLE_CLUSTER = 8
 #: the fp32 columns a reducing thread sums and stores at once (one ld.shared::cluster.v4.f32)
@@ -78,8 +80,6 @@ def cluster_reduce(p, *, swap: bool, rows: int, cols: int, out_dtype: str):
     this CTA's rows into ``out`` (C, [rows, cols] row-major: the GEMM's [b x M, N]) and the
     last cluster barrier. ``rows``, ``cols``: C's extents, whose ragged edges the stores test."""
     from tvm.script import tirx as T
-
-    from ._hopper_layout import store_pair
 
     S, NC, atoms, half_n = p.splits, p.NC, p.atoms, p.half_n
     bm, bn = (p.BN, p.BM) if swap else (p.BM, p.BN)  # C's tile
