@@ -13,7 +13,7 @@ from bocast.measure.nvcc import why_no_compiler
 from bocast.space.operators import _hopper_cluster_split as cs
 from bocast.space.operators import _hopper_swap as sw
 from bocast.space.operators._hopper_plan import Plan
-from bocast.space.operators.operator import get_operator
+from bocast.space.operators.operator import get_operator, make
 from tests.builds import check_v3_builds
 from tests.spaces.test_hopper_split import SKINNY, lowered
 
@@ -91,6 +91,8 @@ def test_the_fragments_fill_the_staging_tile_once_in_cs_frame(swap, tile, consum
 
 @pytest.mark.parametrize("M, N, K, change", [
     (128, 1024, 4096, {"split_k": 4}),
+    ((3, 128, 256, 1024), None, None, {"bm": 64, "bn": 128, "consumers": 1, "split_k": 2,
+                                       "raster": 2}),  # a bmm of 3: its tiles' walk
     (24, 1000, 1008, {"bm": 32, "bn": 64, "bk": 32, "consumers": 1, "split_k": 2,
                       "swap_ab": "on"}),  # ragged M and N (32 k blocks of 32)
     (16, 1024, 2048, {"bm": 16, "bn": 128, "consumers": 2, "arrangement": "pingpong",
@@ -101,30 +103,37 @@ def test_the_cluster_walk_staging_and_reduce_scatter_compute_the_product(M, N, K
     """The whole kernel simulated: cluster k of the one-unit-a-CTA grid holds one tile, its CTA
     rank r runs k slice r; each CTA's partial product (the kernel's tile, TMA's zero fill past
     every edge) staged; CTA r sums its rows from every rank's staging in rank order and stores
-    the ones inside C. Against numpy's A B^T, and every element of C stored once."""
+    the ones inside C. Against numpy's A B^T, and every element of C stored once (a bmm: its
+    [b x M, K] and [b x N, K] operands, C [b x M, N], B's rows from the walk's first row)."""
     config = {**CLUSTER, **change}
     swap = config.get("swap_ab") == "on"
-    assert Gemm(M, N, K, space="v3").space.validate(config) == []
-    p = Plan(sw.kernel_config(config) if swap else config, *((N, M) if swap else (M, N)), K)
+    batch = 1
+    if N is None:  # a bmm (batch, M, N, K)
+        batch, M, N, K = M
+        assert make("bmm", (batch, M, N, K), space="v3").space.validate(config) == []
+    else:
+        assert Gemm(M, N, K, space="v3").space.validate(config) == []
+    p = Plan(sw.kernel_config(config) if swap else config, *((N, M) if swap else (M, N)), K,
+             batch)
     S, bm, bn = p.splits, config["bm"], config["bn"]
     assert p.cluster_reduce and p.grid == p.units == p.tiles * S and p.launch_cluster == S
     rng = np.random.default_rng(1)
-    A, B = rng.standard_normal((M, K)), rng.standard_normal((N, K))
+    A, B = rng.standard_normal((batch * M, K)), rng.standard_normal((batch * N, K))
     X, W = (B, A) if swap else (A, B)  # the kernel's operands
-    Xp = np.zeros((p.tiles_m * p.BM, p.KT * p.BK))  # zero fill past the edges, as TMA's
-    Wp = np.zeros((p.tiles_n * p.BN, p.KT * p.BK))
+    Xp = np.zeros((batch * p.tiles_m * p.BM, p.KT * p.BK))  # zero fill past the edges (TMA)
+    Wp = np.zeros((batch * p.tiles_n * p.BN, p.KT * p.BK))
     Xp[:X.shape[0], :K], Wp[:W.shape[0], :K] = X, W
-    C = np.full((M, N), np.nan)
+    C = np.full((batch * M, N), np.nan)
     for cl in range(p.grid // S):
         stagings, tiles = [], set()
         for rank in range(S):
             cta = cl * S + rank
-            tm, tn, _ = p.tile(cta, 0)
+            tm, tn, b0 = p.tile(cta, 0)  # b0: B's first row
             k0 = p.k0(cta)
             assert k0 == rank * p.KB  # rank r: k slice r
             tiles.add((tm, tn))
             k = slice(k0 * p.BK, (k0 + p.KB) * p.BK)
-            part = Xp[tm * p.BM:(tm + 1) * p.BM, k] @ Wp[tn * p.BN:(tn + 1) * p.BN, k].T
+            part = Xp[tm * p.BM:(tm + 1) * p.BM, k] @ Wp[b0:b0 + p.BN, k].T
             stagings.append(stage(p, part, swap=swap))
         assert len(tiles) == 1  # the cluster's CTAs hold one tile
         tcm, tcn = (tn, tm) if swap else (tm, tn)  # C's block row and column
@@ -136,10 +145,11 @@ def test_the_cluster_walk_staging_and_reduce_scatter_compute_the_product(M, N, K
                     total += stagings[r][row, col:col + cs.CHUNK]
                 for e in range(cs.CHUNK):
                     gr, gc = tcm * bm + row, tcn * bn + col + e
-                    if gr < M and gc < N:
+                    if gr < batch * M and gc < N:
                         assert np.isnan(C[gr, gc]), "stored twice"
                         C[gr, gc] = total[e]
-    np.testing.assert_allclose(C, A @ B.T, rtol=1e-10, atol=1e-10)
+    want = np.concatenate([A[i * M:(i + 1) * M] @ B[i * N:(i + 1) * N].T for i in range(batch)])
+    np.testing.assert_allclose(C, want, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("shape, dtype, change, violated", [
