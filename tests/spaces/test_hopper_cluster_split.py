@@ -248,3 +248,5 @@ def test_cluster_kernels_build_for_sm_90a_without_spills():
     for op, config in builds:
         (res,) = check_v3_builds(op, [config])
         assert tuple(res["cluster"]) == (config["split_k"], 1, 1) and res["zeroed"] == ()
+        f = res["features"]
+        assert f["dynamic_smem_bytes"] + f["smem_bytes"] <= 227 * 1024, (config, f)
