@@ -6,9 +6,10 @@
 # ld.shared::cluster, stored once; no zeroed output, no atomics, any output type).
 # 1. Correctness: every feasible cluster-mode configuration (--fix split_reduce=cluster), in
 #    seeded random order, batches of SAMPLE=16 until MEASURE_BATCH_S=12 s, of each GEMM in
-#    CHECKS (shape/dtype: ragged M, N against every tile, swap_ab on and off as sampled, split
-#    K 2-8, an fp32 and a 16-bit output), each built, run and checked against the float64
-#    reference (status ok = within the output type's tolerance).
+#    CHECKS (shape/dtype[/fuse]: ragged M, N against every tile, swap_ab on and off as sampled,
+#    split K 2-8, fp32 and 16-bit outputs, N % 4 != 0, a fused bias+gelu applied to the sum),
+#    each built, run and checked against the float64 reference (status ok = within the output
+#    type's tolerance).
 # 2. Speed, at Llama-3-8B's q/k/v projection N,K = 6144,4096 (fp16:fp32, cuBLAS torch.mm
 #    with out_dtype float32): for each M in MS, the best atomic kernel of the last H200 run
 #    (experiments/results/skinny_tconv_h200x4/summaries.json) and cluster-mode variants of its
@@ -20,7 +21,7 @@
 # fraction of cuBLAS (the atomic kernels' time includes the output's zeroing, as a user's
 # launch needs it).
 #   bash experiments/device/splitk_cluster_check.sh     # defaults: about 6 minutes on a 16-core H200
-#   (each measure at most MEASURE_S=45 s, each re-timing ITEM_S=75 s: under 540 s in all)
+#   (each measure at most MEASURE_S=40 s, each re-timing ITEM_S=70 s: under 540 s in all)
 #   SAMPLE=0 MS="16 128" bash experiments/device/splitk_cluster_check.sh   # speed only
 # Everything lands under $OUT (splitk_cluster_check.tar.gz: logs, records, picks, re-timings).
 set -uo pipefail
@@ -28,7 +29,7 @@ source .devbundle/unpack.sh
 export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 echo "cores $(nproc); $(nvcc --version | tail -1)"
-CHECKS=${CHECKS:-"24,1000,1008/fp16:fp32 24,1001,1008/fp16:fp16 16,6144,4096/fp16:fp16 128,6144,4096/fp16:fp32"}
+CHECKS=${CHECKS:-"24,1000,1008/fp16:fp32 24,1001,1008/fp16:fp16 16,6144,4096/fp16:fp16 128,6144,4096/fp16:fp32 64,1000,1024/bf16:bf16/bias+gelu"}
 MS=${MS:-"16 32 64 128"} SAMPLE=${SAMPLE:-16} ROUNDS=${ROUNDS:-5}
 root=runs/splitk_cluster_check
 mkdir -p "$root"
@@ -36,14 +37,16 @@ t_start=$(date +%s)
 
 if [ "$SAMPLE" -gt 0 ]; then
   for check in $CHECKS; do
-    shape=${check%%/*} dtype=${check#*/}
-    name=measure_${shape//,/x}_${dtype//:/_}
+    IFS=/ read -r shape dtype fuse <<< "$check"
+    fuse=${fuse:-none}
+    name=measure_${shape//,/x}_${dtype//:/_}_${fuse//+/_}
     t0=$(date +%s)
-    timeout "${MEASURE_S:-45}" python3 -m bocast.cli measure gemm --shape "$shape" \
-      --dtype "$dtype" --space v3 --all --fix split_reduce=cluster --batch "$SAMPLE" \
-      --max-seconds "${MEASURE_BATCH_S:-12}" --seed 0 --store "$root/$name.db" --json \
-      > "$root/$name.log" 2>&1
-    echo "measure gemm $shape $dtype v3, split_reduce cluster: exit $? in $(( $(date +%s) - t0 )) s"
+    timeout "${MEASURE_S:-40}" python3 -m bocast.cli measure gemm --shape "$shape" \
+      --dtype "$dtype" --fuse "$fuse" --space v3 --all --fix split_reduce=cluster \
+      --batch "$SAMPLE" --max-seconds "${MEASURE_BATCH_S:-12}" --seed 0 \
+      --store "$root/$name.db" --json > "$root/$name.log" 2>&1
+    echo "measure gemm $shape $dtype fuse $fuse v3, split_reduce cluster: exit $? in" \
+      "$(( $(date +%s) - t0 )) s"
     tail -2 "$root/$name.log"
   done
 fi
@@ -95,12 +98,12 @@ PY
 
 for m in $MS; do
   name=${m}x6144x4096
-  if (( $(date +%s) - t_start + ${ITEM_S:-75} > ${BUDGET_S:-530} )); then
-    echo "remeasure $name skipped (BUDGET_S=${BUDGET_S:-530} would not hold its ${ITEM_S:-75} s)"
+  if (( $(date +%s) - t_start + ${ITEM_S:-70} > ${BUDGET_S:-530} )); then
+    echo "remeasure $name skipped (BUDGET_S=${BUDGET_S:-530} would not hold its ${ITEM_S:-70} s)"
     continue
   fi
   t0=$(date +%s)
-  timeout "${ITEM_S:-75}" python3 -m bocast.tools.remeasure "$root/picks_$name.json" --top 50 \
+  timeout "${ITEM_S:-70}" python3 -m bocast.tools.remeasure "$root/picks_$name.json" --top 50 \
     --rounds "$ROUNDS" --out "$root/remeasure_$name.json" > "$root/remeasure_$name.log" 2>&1
   echo "remeasure $name: exit $? in $(( $(date +%s) - t0 )) s"
 done
@@ -120,7 +123,8 @@ for db in sorted(glob.glob(f"{root}/measure_*.db")):
     for c, st, err in rows:
         groups[(c.get("swap_ab", "off"), c.get("split_k", 1))].append((c, st, err))
     for (swap, sk), items in sorted(groups.items()):
-        print(f"| gemm {','.join(map(str, w.get('shape', [])))} {w.get('dtype')} | {swap} | "
+        print(f"| gemm {','.join(map(str, w.get('shape', [])))} {w.get('dtype')}"
+              f"{' ' + w['fuse'] if w.get('fuse') else ''} | {swap} | "
               f"{sk} | {dict(Counter(st for _, st, _ in items))} | {worst_ok(items)} |")
 print()
 for path in sorted(glob.glob(f"{root}/remeasure_*.json")):

@@ -226,6 +226,20 @@ def test_the_cluster_mode_reaches_the_generated_cuda_and_the_launch():
     assert "red.global" not in src and "cp.reduce" not in src
 
 
+def test_the_cluster_mode_fuses_the_epilogue_on_the_sum():
+    """bias and activation apply to the whole sum: the atomic mode refuses them with split K,
+    the cluster mode applies them once an element, after the k slices' sum (the activation
+    CHUNK times in the source: the reduce's chunk, never a consumer's partial tile)."""
+    op = make("gemm", (64, 1000, 1024), dtype="bf16:bf16", space="v3", fuse="bias+gelu")
+    config = {**CLUSTER, "bm": 64, "bn": 128, "consumers": 1, "split_k": 4}
+    assert op.space.validate(config) == []
+    assert op.space.validate({**config, "split_reduce": "atomic", "persistent": "on"}) == [
+        "split_k_needs_fp32_output", "split_k_without_fuse"]
+    src = lowered(op, config).source
+    assert src.count("bocast_gelu(") == 1 + cs.CHUNK  # its definition, then the reduce's calls
+    assert "bias_ptr[min(" in src  # ragged N: the last column's bias past it, never stored
+
+
 @needs_nvcc
 def test_cluster_kernels_build_for_sm_90a_without_spills():
     """A few cluster-mode kernels through the builder's path: nvcc for sm_90a, ptxas's report
@@ -241,6 +255,8 @@ def test_cluster_kernels_build_for_sm_90a_without_spills():
         # cluster's (unrolled, it spilled 16 bytes)
         (Gemm(128, 6144, 4096, space="v3"),
          {**CLUSTER, "bm": 128, "bn": 256, "split_k": 2, "stages": 4}),
+        (make("gemm", (64, 1000, 1024), dtype="bf16:bf16", space="v3", fuse="bias+gelu"),
+         {**CLUSTER, "bm": 64, "bn": 128, "consumers": 1, "split_k": 4}),
         (Gemm(24, 1001, 1008, space="v3", dtype="bf16:bf16"),  # N % 4 != 0: one at a time
          {**CLUSTER, "bm": 32, "bn": 64, "bk": 32, "consumers": 1, "split_k": 2,
           "swap_ab": "on"}),

@@ -8,14 +8,15 @@ runs slice r: ``_hopper_layout.split_unit``). After its main loop every CTA stag
 partial tile in its own shared memory, over the ring (every stage is consumed by then; two
 cooperative consumers meet at a named barrier first, so no wgmma of the other one still reads
 it; ping-pong's consumer 0 computes a CTA's one tile alone), in the place of the epilogue's
-stores, in C's frame: a [BM, BN + pad] row-major tile of C (swapped: the kernel's tile transposed),
-padded so the fragment stores are free of bank conflicts (:func:`row_pad`). A cluster barrier
-(arrive.release / wait.acquire) makes every CTA's staging visible to its peers; then a
-reduce-scatter: CTA r sums rows [r BM / S, (r + 1) BM / S) of C's tile from every CTA's
+stores, in C's frame: a [BM, BN + pad] row-major tile of C (swapped: the kernel's tile
+transposed), padded so the fragment stores are free of bank conflicts (:func:`row_pad`). A
+cluster barrier (arrive.release / wait.acquire) makes every CTA's staging visible to its peers;
+then a reduce-scatter: CTA r sums rows [r BM / S, (r + 1) BM / S) of C's tile from every CTA's
 staging (``mapa`` + ``ld.shared::cluster.v4.f32``, 4 columns a thread, peers in rank order
-0..S-1: deterministic, the same sum every launch), rounds to the output's type and stores with
-plain global stores (16 bytes of fp32, or two 4-byte pairs of a 16-bit type, when N % 4 == 0;
-else element by element). A last cluster barrier keeps every CTA (and its shared memory,
+0..S-1: deterministic, the same sum every launch), applies a fused epilogue to the sum (bias and
+activation, ``_fuse``; unswapped only, as everywhere), rounds to the output's type and stores
+with plain global stores (16 bytes of fp32, or two 4-byte pairs of a 16-bit type, when N % 4 ==
+0; else element by element). A last cluster barrier keeps every CTA (and its shared memory,
 which its peers read) alive until all have read. No zeroed output, no atomics: an fp16 or bf16
 output works as an fp32 one does.
 
@@ -26,6 +27,7 @@ and column)."""
 
 from __future__ import annotations
 
+from ._fuse import activation
 from ._hopper_layout import store_pair
 
 #: CTAs of a portable cluster: split_k in cluster mode is at most this
@@ -89,6 +91,10 @@ def cluster_reduce(p, *, swap: bool, rows: int, cols: int, out_dtype: str):
     pred_c = n_chunks % consumers != 0
     pred_r, vec = rows % bm != 0, cols % CHUNK == 0  # vec: a chunk is inside C's row or past
     pair = store_pair(out_dtype, "global")  # None: fp32
+    fuse = p.fuse  # bias and activation, on the sum (swap_ab_without_fuse: unswapped)
+    assert fuse is None or not swap, "swap_ab_without_fuse"
+    act = activation(fuse.act) if fuse is not None else None
+    ragged_n = cols % bn != 0
     # cooperative consumers share the tile: the ring is free once both are done with it (one
     # may still read a stage the other has released); ping-pong with one unit a CTA: consumer 0
     # computes the tile alone, consumer 1 takes no tile (and meets no barrier here)
@@ -123,7 +129,7 @@ def cluster_reduce(p, *, swap: bool, rows: int, cols: int, out_dtype: str):
             T.ptx.barrier.cluster.wait.acquire.aligned()
 
     @T.macro
-    def reduce(Sm, out, cta, t):  # consumer thread t (0 .. 128 NC - 1)
+    def reduce(Sm, out, bias, cta, t):  # consumer thread t (0 .. 128 NC - 1)
         T.ptx.barrier.cluster.arrive.release.aligned()
         T.ptx.barrier.cluster.wait.acquire.aligned()
         rank = T.meta_var(cta % S)
@@ -149,12 +155,16 @@ def cluster_reduce(p, *, swap: bool, rows: int, cols: int, out_dtype: str):
                     T.ptx["ld.shared::cluster.v4.f32"](
                         x[r * CHUNK], x[r * CHUNK + 1], x[r * CHUNK + 2], x[r * CHUNK + 3],
                         peer[r] + T.cast(off[0], "uint32"))
+                grow = T.meta_var(tm * bm + row)
+                gcol = T.meta_var(tn * bn + col)
                 for e in T.unroll(CHUNK):
                     y[e] = x[e]
                     for r in T.unroll(1, S):  # rank order: the same sum every launch
                         y[e] = y[e] + x[r * CHUNK + e]
-                grow = T.meta_var(tm * bm + row)
-                gcol = T.meta_var(tn * bn + col)
+                    if fuse is not None:  # the fused epilogue on the whole sum, in fp32
+                        # past a ragged N the last column's bias (never stored), as tile_macro
+                        bcol = T.meta_var(T.min(gcol + e, cols - 1) if ragged_n else gcol + e)
+                        y[e] = act(y[e] + T.cast(bias[bcol], "float32") if fuse.bias else y[e])
                 if not pred_r or grow < rows:
                     if vec and gcol < cols:
                         if pair is None:

@@ -329,8 +329,8 @@ def device_body(p: Plan, ops: Operands):
                     # next tile's first wgmma overwrites the accumulators (scale_d 0)
                     for v in T.unroll(atoms * half_n):
                         acc[v] = acc[v] * sc[0]
-                if p.fuse is not None:  # then the bias and the activation, in fp32
-                    fuse_tile(acc, bias, tn, lt)
+                if p.fuse is not None and stage is None:  # the bias, the activation (fp32;
+                    fuse_tile(acc, bias, tn, lt)  # split_reduce cluster: on the sum, in reduce)
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
                 # columns 8 j + 2 (lt % 4) (+1)
                 if tma_store:
@@ -377,7 +377,7 @@ def device_body(p: Plan, ops: Operands):
                 # the last boxes' stores must finish before the CTA (and its shared memory) ends
                 T.ptx["cp.async.bulk.wait_group"](0)
             if reduce is not None:  # the consumers' reduce-scatter between the two barriers
-                reduce(Sm, out, cta, tx - 128)
+                reduce(Sm, out, bias, cta, tx - 128)
         if CS > 1:
             # no CTA of the cluster exits while its peer may still arrive on its barriers (the
             # peer consumers' last releases) or read what it multicast: every thread of both

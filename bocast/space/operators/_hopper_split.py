@@ -2,8 +2,10 @@
 ``split_k`` knob and what it needs. A tile's k blocks are divided into ``split_k`` equal slices,
 each a CTA's unit of work (``_hopper_plan.Plan``: the walk of (k slice, tile) units, the k slice
 outermost, ``_hopper_layout.split_unit``); each unit's fp32 partial sums add into the output,
-which the launch zeroes first (``TirxKernel.zeroed``). For skinny shapes (an LLM's decode
-projections) whose tiles alone leave most SMs idle."""
+which the launch zeroes first (``TirxKernel.zeroed``); or, with ``split_reduce`` cluster
+(``_hopper_cluster_split``), a tile's slices are one cluster's CTAs and meet in distributed
+shared memory. For skinny shapes (an LLM's decode projections) whose tiles alone leave most SMs
+idle."""
 
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ def knobs(spec) -> list[Knob]:  # noqa: ARG001 - the knobs' signature
             Categorical("split_reduce", SPLIT_REDUCE, default="atomic",
                         doc="split K's reduction: atomic adds into the zeroed fp32 output, or "
                             "the k slices as the CTAs of one cluster, summed through "
-                            "distributed shared memory and stored once (any output type)")]
+                            "distributed shared memory and stored once (any output type, a "
+                            "fused epilogue on the sum)")]
 
 
 def cluster_mode(c):
@@ -64,8 +67,10 @@ def constraints(spec) -> list[Constraint]:
         Constraint("split_k_without_fuse",
                    f"a fused epilogue (bias, activation) applies to the whole sum, never to one "
                    f"k slice's part of it: split_k > 1 only without one (fuse "
-                   f"{fuse_name(spec)}; the cluster mode's sum could take it, not built)",
-                   lambda c: (c["split_k"] == 1) | (getattr(spec, "fuse", None) is None)),
+                   f"{fuse_name(spec)}), unless the slices meet in a cluster (split_reduce "
+                   "cluster applies it to the sum)",
+                   lambda c: (c["split_k"] == 1) | (getattr(spec, "fuse", None) is None)
+                   | cluster_mode(c)),
         *cluster_constraints(),
     ]
 
