@@ -93,7 +93,7 @@ def cluster_reduce(p, *, swap: bool, rows: int, cols: int, out_dtype: str):
     pair = store_pair(out_dtype, "global")  # None: fp32
     fuse = p.fuse  # bias and activation, on the sum (swap_ab_without_fuse: unswapped)
     assert fuse is None or not swap, "swap_ab_without_fuse"
-    act = activation(fuse.act) if fuse is not None else None
+    act = activation(fuse.act if fuse is not None else "none")
     ragged_n = cols % bn != 0
     # cooperative consumers share the tile: the ring is free once both are done with it (one
     # may still read a stage the other has released); ping-pong with one unit a CTA: consumer 0
