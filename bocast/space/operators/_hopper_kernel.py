@@ -99,8 +99,7 @@ def device_body(p: Plan, ops: Operands):
     CM, CN, CS, grid, clusters, units = p.CM, p.CN, p.CS, p.grid, p.clusters, p.units
     split, pingpong, inflight, step = p.split, p.pingpong, p.inflight, p.step
     WM, atoms, half_n, threads, ring = p.WM, p.atoms, p.half_n, p.threads, p.ring
-    tma_store, epi_bytes, stage_bytes, a_box, b_box = (
-        p.tma_store, p.epi_bytes, p.stage_bytes, p.a_box, p.b_box)
+    tma_store, stage_bytes, a_box, b_box = p.tma_store, p.stage_bytes, p.a_box, p.b_box
     size, out_size, KW, epi_c = p.in_size, p.out_size, p.wgmma_k, p.epi_cols
     box_chunks = BN // epi_c  # staging boxes per m64 atom
     # the two buffers alternate box by box (even: every tile starts on buffer 0); an fp32
@@ -113,6 +112,7 @@ def device_body(p: Plan, ops: Operands):
     sbo = 8 * BK * size // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
     tile, k0, a_coords = p.tile, p.k0, ops.a_coords
     store_box, store_rows = ops.store_box, ops.store_rows
+    stage, reduce, meet = ops.split_cluster or (None, None, None)  # split_reduce "cluster"
 
     ta, tb = WGMMA_TYPES[p.in_dtype], WGMMA_TYPES[p.b_dtype]
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
@@ -166,10 +166,11 @@ def device_body(p: Plan, ops: Operands):
 
     @T.macro
     def body(A_map, B_map, out, out_map, scale_a, scale_b, bias=None):
-        if CS > 1:
+        if p.launch_cluster > 1:
             # declares the cluster: TVM's host code launches the kernel with cluster dims (CS,
-            # 1, 1), its clusterCtaIdx.x extent (cuLaunchKernelEx), as the runner does
-            T.cta_id_in_cluster([CS])
+            # 1, 1), its clusterCtaIdx.x extent (cuLaunchKernelEx), as the runner does (with
+            # split_reduce "cluster": a tile's split_k k slices)
+            T.cta_id_in_cluster([p.launch_cluster])
         cta = T.cta_id([grid])
         # the CTA's rank in its cluster: %cluster_ctarank is blockIdx.x % CS for a 1-D cluster
         # of a 1-D grid; the remainder (unlike the special register, read by a volatile asm at
@@ -181,7 +182,7 @@ def device_body(p: Plan, ops: Operands):
         # one dynamic allocation (TIRx allows one): stage s holds A's BM rows, then B's BN rows
         # (sm(s, r, col)); after the ring, the tma epilogue's staging boxes (output elements
         # stored over the operands' type: indices in its units)
-        Sm = T.alloc_buffer((ring + epi_bytes // size,), p.in_dtype, scope="shared.dyn",
+        Sm = T.alloc_buffer((p.dynamic_smem // size,), p.in_dtype, scope="shared.dyn",
                             align=1024)
         full = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
         empty = T.alloc_buffer((S,), "uint64", scope="shared", align=8)
@@ -221,9 +222,10 @@ def device_body(p: Plan, ops: Operands):
                     kf = T.meta_var(k0(cl + i * clusters))  # the unit's first k block
                     # a cluster's producer keeps its k loop rolled: unrolled (a short constant KT,
                     # a ring of 6 stages) its addresses outgrow the setmaxnreg.dec count and ptxas
-                    # spills (1000 x 1024 x 1000, 128 x 128 tiles, 6 stages: 156 bytes)
+                    # spills (1000 x 1024 x 1000, 128 x 128 tiles, 6 stages: 156 bytes; a
+                    # split_reduce cluster's 128 x 256, split 2, 4 stages: 16 bytes)
                     live_p = T.meta_var(KB if k_count is None else k_count(tm))
-                    for kb in T.serial(live_p, unroll=False if CS > 1 else None):
+                    for kb in T.serial(live_p, unroll=False if p.launch_cluster > 1 else None):
                         it = T.meta_var(i * KB + kb)  # k blocks this CTA loaded before
                         s = T.meta_var(it % S)
                         # parity of the stage's previous release; the first pass finds every
@@ -258,6 +260,8 @@ def device_body(p: Plan, ops: Operands):
                             it = T.meta_var(i * KB + kb)
                             T.cuda.mbarrier_wait(T.address_of(empty[it % S]), ((it // S) & 1) ^ 1)
                             T.ptx.mbarrier.arrive.shared.b64(T.address_of(full[it % S]))
+            if meet is not None:  # the producer warpgroup meets the cluster's two barriers
+                meet()
         else:
             if split is not None:
                 T.ptx.setmaxnreg.inc.sync.aligned.u32(split[1])
@@ -325,8 +329,8 @@ def device_body(p: Plan, ops: Operands):
                     # next tile's first wgmma overwrites the accumulators (scale_d 0)
                     for v in T.unroll(atoms * half_n):
                         acc[v] = acc[v] * sc[0]
-                if p.fuse is not None:  # then the bias and the activation, in fp32
-                    fuse_tile(acc, bias, tn, lt)
+                if p.fuse is not None and stage is None:  # the bias, the activation (fp32;
+                    fuse_tile(acc, bias, tn, lt)  # split_reduce cluster: on the sum, in reduce)
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
                 # columns 8 j + 2 (lt % 4) (+1)
                 if tma_store:
@@ -365,11 +369,15 @@ def device_body(p: Plan, ops: Operands):
                                 T.ptx["bar.sync"](T.uint32(2), T.uint32(128))
                             store_box(out_map, T.address_of(Sm[buf]), tm, row0, a,
                                       tn * BN + q * epi_c, lt)
+                elif stage is not None:  # split_reduce cluster: the sums to the staging
+                    stage(Sm, acc, row0, lt)
                 else:
                     store_rows(out, acc, tm, tn, row0, lt)
             if tma_store and lt == 0:
                 # the last boxes' stores must finish before the CTA (and its shared memory) ends
                 T.ptx["cp.async.bulk.wait_group"](0)
+            if reduce is not None:  # the consumers' reduce-scatter between the two barriers
+                reduce(Sm, out, bias, cta, tx - 128)
         if CS > 1:
             # no CTA of the cluster exits while its peer may still arrive on its barriers (the
             # peer consumers' last releases) or read what it multicast: every thread of both

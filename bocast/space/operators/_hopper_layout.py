@@ -137,14 +137,17 @@ def tile_coords(t, *, M: int, N: int, BM: int, BN: int, G: int,
     return b * tiles_m + tm, tn, b * N + tn * BN
 
 
-def split_unit(u, blocks: int, splits: int):
+def split_unit(u, blocks: int, splits: int, slice_inner: bool = False):
     """Work unit ``u`` of a split-K walk (``splits`` k slices of ``blocks`` tile blocks each,
     the k slice outermost): (its tile block in :func:`tile_coords`' walk, its k slice). Slice
     ``ks`` of a tile's ``KT`` k blocks is blocks ks x KT / splits .. (ks + 1) x KT / splits - 1
     (``split_k_divides_k_blocks``). One split: the tile walk itself, no remainder taken (the
-    kernel of before split-K, unchanged)."""
+    kernel of before split-K, unchanged). ``slice_inner`` (split_reduce "cluster"): the k slice
+    innermost, so the ``splits`` consecutive CTAs of a cluster hold one tile's slices."""
     if splits == 1:
         return u, 0
+    if slice_inner:
+        return u // splits, u % splits
     return u % blocks, u // blocks
 
 

@@ -42,6 +42,7 @@ from bocast.space.space import Categorical, Constraint, Knob, Ordinal, Space
 
 from . import _fuse as fx
 from . import _hopper_blockscale as bs
+from . import _hopper_cluster_split as cs
 from . import _hopper_kernel as hk
 from . import _hopper_split as sk
 from . import _hopper_swap as sw
@@ -156,7 +157,9 @@ def derive(spec):
         atoms = rows // 64
         tiles_m, tiles_n = -(-M // bm), -(-N // bn)  # ceil: ragged edges are partial tiles
         epi = np.where(c["epilogue"] == "tma", cons * EPI_SMEM_PER_CONSUMER, 0)
-        smem = c["stages"] * (bm + bn) * bk * in_size + epi + BARRIER_SMEM
+        # split_reduce cluster: C's fp32 staging tile over the ring where it is larger
+        staging = np.where(sk.cluster_mode(c), cs.staging_bytes(bm, bn, sw.swapped(c)), 0)
+        smem = np.maximum(c["stages"] * (bm + bn) * bk * in_size + epi, staging) + BARRIER_SMEM
         launch_cap = np.minimum(255, REGISTERS_PER_SM // threads // 8 * 8)
         consumer_regs = np.where(_regs(c, 1) > 0, _regs(c, 1), launch_cap)
         tiles = batch * tiles_m * tiles_n
@@ -237,7 +240,8 @@ def constraints(spec) -> list[Constraint]:
         mm.shared_memory_constraint(f"stages x (BM + BN) x BK {spec.in_dtype}, the tma "
                                     "epilogue's staging boxes "
                                     f"({EPI_SMEM_PER_CONSUMER // 1024} KB a consumer) "
-                                    "and the mbarriers fit the 227 KB per block"),
+                                    "and the mbarriers fit the 227 KB per block (split_reduce "
+                                    "cluster: C's fp32 staging tile, over the ring, too)"),
         Constraint("accumulators_fit_registers",
                    f"a consumer thread's fp32 accumulators (atoms x BN / 2) + {REGISTER_OVERHEAD}"
                    " fit its registers (setmaxnreg's consumer count, else 65536 / threads)",
@@ -309,9 +313,15 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
         p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype,
                     b_dtype=b_dtype, sm_count=sm_count, fuse=fuse, scale_block=scale_block)
     # split K: every unit adds its fp32 partial sums into C, which the launch zeroes first
-    # (TirxKernel.zeroed); TMA's reduce-add for the tma epilogue, red.global.add otherwise
-    adds = p.splits > 1
+    # (TirxKernel.zeroed); TMA's reduce-add for the tma epilogue, red.global.add otherwise;
+    # or (split_reduce cluster) the slices meet in a cluster and store C once
+    adds = p.splits > 1 and not p.cluster_reduce
     assert not adds or out_dtype == "float32", "split_k_needs_fp32_output"
+    split_cluster = None
+    if p.cluster_reduce:
+        p.stage_in_cluster(int(cs.staging_bytes(config["bm"], config["bn"], swap)))
+        split_cluster = cs.cluster_reduce(p, swap=swap, rows=batch * M, cols=N,
+                                          out_dtype=out_dtype)
     zeroed = (names[2],) if adds else ()
     BM, BK, tma_store = p.BM, p.BK, p.tma_store
     a_box, b_box = (p.b_box, p.a_box) if swap else (p.a_box, p.b_box)  # A's and B's boxes
@@ -324,7 +334,8 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
     store_box, store_rows = (sw.transposed_stores(p, out_dtype, adds=adds) if swap else
                              row_major_stores(p, M, N, out_dtype, adds=adds))
     body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
-                                         store_box=store_box, store_rows=store_rows))
+                                         store_box=store_box, store_rows=store_rows,
+                                         split_cluster=split_cluster))
 
     @T.macro
     def launch(A, B, C, scale_a, scale_b, bias=None):

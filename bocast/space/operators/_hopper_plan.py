@@ -100,6 +100,12 @@ class Plan:
         self.KB = self.KT // self.splits  # k blocks a unit runs
         self.units = self.tiles * self.splits  # (k slice, tile) pairs: the walk's work
         self.grid = min(sm_count, self.units) if c["persistent"] == "on" else self.units
+        #: split_reduce "cluster" (``_hopper_cluster_split``): a tile's k slices are the CTAs
+        #: of one cluster, one unit a CTA, reduced through distributed shared memory; else
+        #: ("atomic", or no split) each unit adds its partial sums into the zeroed output
+        self.cluster_reduce = self.splits > 1 and c.get("split_reduce", "atomic") == "cluster"
+        assert not self.cluster_reduce or (c["persistent"] == "off" and c.get(
+            "cluster", "1x1") == "1x1"), "split_reduce_cluster_one_unit_a_cta, _no_multicast"
         assert self.tiles % self.CS == 0 and self.grid % self.CS == 0, \
             "cluster_pairs_whole_tiles, cluster_divides_grid"
         self.clusters = self.grid // self.CS  # the walk's stride, in blocks of CS tiles
@@ -112,16 +118,29 @@ class Plan:
         # the shared operand's box is half its tile: each CTA of a cluster loads (and
         # multicasts) its half, rows rank x half
         self.a_box, self.b_box = BM // self.CN, BN // self.CM
+        #: the CTAs of a launch's cluster: the multicast pair's, or a tile's k slices'
+        self.launch_cluster = self.splits if self.cluster_reduce else self.CS
+        #: bytes of the one dynamic allocation: the ring and the tma epilogue's boxes, or
+        #: the cluster mode's fp32 staging tile over them where it is larger (``staging``)
+        self.staging = 0
+        self.dynamic_smem = S * self.stage_bytes + self.epi_bytes
+
+    def stage_in_cluster(self, staging_bytes: int) -> None:
+        """The cluster mode's staging tile (bytes, C's tile in fp32 with its row padding):
+        the dynamic allocation grows to hold it where the ring is smaller."""
+        assert self.cluster_reduce
+        self.staging = staging_bytes
+        self.dynamic_smem = max(self.dynamic_smem, staging_bytes)
 
     def tile(self, t, rank):
         """(A/C block row, C block column, B's first row) of unit ``t`` of a CTA's walk."""
-        block, _ = split_unit(t, self.tiles // self.CS, self.splits)
+        block, _ = split_unit(t, self.tiles // self.CS, self.splits, self.cluster_reduce)
         return tile_coords(block, M=self.M, N=self.N, BM=self.BM, BN=self.BN, G=self.G,
                            cluster=(self.CM, self.CN), rank=rank, major=self.major)
 
     def k0(self, t):
         """The first k block of unit ``t`` (0 without split K)."""
-        return split_unit(t, self.tiles // self.CS, self.splits)[1] * self.KB
+        return split_unit(t, self.tiles // self.CS, self.splits, self.cluster_reduce)[1] * self.KB
 
     def kernel(self, main, tensor_maps: dict, zeroed: tuple[str, ...] = ()) -> TirxKernel:
         """The v3 kernel of prim_func ``main`` (the operator's, around the body), launched so
@@ -129,8 +148,7 @@ class Plan:
         import tvm
 
         return TirxKernel(tvm.IRModule({"main": main}), (self.grid, 1, 1), (self.threads, 1, 1),
-                          self.S * self.stage_bytes + self.epi_bytes, tensor_maps,
-                          (self.CS, 1, 1), zeroed)
+                          self.dynamic_smem, tensor_maps, (self.launch_cluster, 1, 1), zeroed)
 
 
 @dataclass
@@ -163,3 +181,6 @@ class Operands:
     #: first ones; the rest are skipped, the producer loads nothing and completes their stages
     #: empty, the consumers issue no wgmma (conv2d_transpose: a phase's own taps). None: all
     k_count: Callable | None = None
+    #: split_reduce "cluster" (``_hopper_cluster_split.cluster_reduce``): the macros (stage,
+    #: reduce, meet) that replace the output stores; None: the stores (or the atomic adds)
+    split_cluster: tuple[Callable, Callable, Callable] | None = None
