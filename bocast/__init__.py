@@ -11,7 +11,18 @@ torch tensors (:mod:`bocast.kernel`); :func:`report` reads finished runs' stores
 per budget, as ``bocast report`` (:mod:`bocast.tools.reporting`). :class:`Workload`,
 :class:`Budget`, :class:`RunnerOptions` and each strategy's options
 (``bocast.strategies.BOOptions``, ...) are typed forms of a configuration's mappings
-(:mod:`bocast.options`)."""
+(:mod:`bocast.options`).
+
+Importing bocast sets OpenMP's wait policy to passive where the environment does not set it
+(``OMP_WAIT_POLICY``), for torch loaded after it: torch's OpenMP threads otherwise wait for work
+by spinning, and a BO round asked beside running builds (the pipelined fleet loop) took 3-8x
+longer on a loaded 2-core machine, its threads spinning for each other's core (1.5-3.0 s passive
+against 5-18 s, experiments/results/bench_pending_cpu2/). The policy changes how an idle thread
+waits, never a result."""
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before anything loads torch
 
 from bocast.api import TuneResult, compare, load, suggest, tune
 from bocast.errors import InputError
