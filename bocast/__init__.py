@@ -15,10 +15,11 @@ per budget, as ``bocast report`` (:mod:`bocast.tools.reporting`). :class:`Worklo
 
 Importing bocast sets OpenMP's wait policy to passive where the environment does not set it
 (``OMP_WAIT_POLICY``), for torch loaded after it: torch's OpenMP threads otherwise wait for work
-by spinning, and a BO round asked beside running builds (the pipelined fleet loop) took 3-8x
-longer on a loaded 2-core machine, its threads spinning for each other's core (1.5-3.0 s passive
-against 5-18 s, experiments/results/bench_pending_cpu2/). The policy changes how an idle thread
-waits, never a result."""
+by spinning: on a loaded 2-core machine, as a host whose cores build kernels while the pipelined
+fleet loop asks BO for the next batch, an ask took 2-6x longer and 3-4x the CPU seconds (taken
+from the builds) with spinning threads (medians 7.7-10.2 s against 1.6-3.5 s passive,
+``lab/bench_pending.py``, ``experiments/results/bench_pending_cpu2/``). The policy changes how
+an idle thread waits, never a result (the same picks in both)."""
 
 import os
 
