@@ -13,13 +13,14 @@
 # process's CPU seconds, the GP fit's and the believer's share.
 #   bash experiments/device/ask_under_load.sh            # about 4 minutes on a 16-core H200
 #   LOAD=8 REPEATS=3 bash experiments/device/ask_under_load.sh
+#   SIZES="160 288" BATCHES=16 ...: other told counts and batches (lab/bench_pending.py)
 # Each arm is at most ARM_S=90 s (an arm cut short prints no row). Results: $OUT/ask_under_load.
 set -uo pipefail
 OUT=${OUT:?set OUT to the output folder}
 source .devbundle/unpack.sh
 export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
 cores=$(nproc)
-LOAD=${LOAD:-$cores} REPEATS=${REPEATS:-2} ARM_S=${ARM_S:-90}
+LOAD=${LOAD:-$cores} REPEATS=${REPEATS:-2} ARM_S=${ARM_S:-90} SIZES=${SIZES:-288} BATCHES=${BATCHES:-"16 32"}
 echo "cores $cores; load $LOAD busy processes in the loaded arms"
 root=$OUT/ask_under_load
 mkdir -p "$root"
@@ -38,7 +39,7 @@ for load in 0 "$LOAD"; do
       flag=$([ "$arm" = before ] && echo --torch-first)
       name=load${load}_threads${threads}_$arm
       env -u OMP_WAIT_POLICY timeout "$ARM_S" python3 lab/bench_pending.py $flag \
-        --sizes 288 --batch 16 32 --repeats "$REPEATS" --threads "$threads" \
+        --sizes $SIZES --batch $BATCHES --repeats "$REPEATS" --threads "$threads" \
         --out "$root/$name.json" > "$root/$name.log" 2>&1
       echo "$name: exit $?"
     done
