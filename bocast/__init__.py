@@ -11,7 +11,19 @@ torch tensors (:mod:`bocast.kernel`); :func:`report` reads finished runs' stores
 per budget, as ``bocast report`` (:mod:`bocast.tools.reporting`). :class:`Workload`,
 :class:`Budget`, :class:`RunnerOptions` and each strategy's options
 (``bocast.strategies.BOOptions``, ...) are typed forms of a configuration's mappings
-(:mod:`bocast.options`)."""
+(:mod:`bocast.options`).
+
+Importing bocast sets OpenMP's wait policy to passive where the environment does not set it
+(``OMP_WAIT_POLICY``), for torch loaded after it: torch's OpenMP threads otherwise wait for work
+by spinning: on a loaded 2-core machine, as a host whose cores build kernels while the pipelined
+fleet loop asks BO for the next batch, an ask took 2-6x longer and 3-4x the CPU seconds (taken
+from the builds) with spinning threads (medians 7.7-10.2 s against 1.6-3.5 s passive,
+``lab/bench_pending.py``, ``experiments/results/bench_pending_cpu2/``). The policy changes how
+an idle thread waits, never a result (the same picks in both)."""
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before anything loads torch
 
 from bocast.api import TuneResult, compare, load, suggest, tune
 from bocast.errors import InputError

@@ -13,7 +13,8 @@ from tests import background
 # beside one busy process, 8.4 s alone) as its two threads spun for each other's core.
 # Passive waiting changes no result, only how an idle thread waits (9.0-11 s beside one busy
 # process; on an idle machine it costs a little: 10.0-11.2 s against 8.4 s). Set before anything
-# loads torch; the commands the tests start inherit it.
+# loads torch; the commands the tests start inherit it. (Importing bocast sets the same default,
+# bocast/__init__.py; this is for the test modules that load torch before they import bocast.)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 

@@ -188,3 +188,23 @@ def test_pending_points_shrink_bos_variance_there_and_leave_its_mean():
     assert np.allclose(after.mean.numpy(), before.mean.numpy(), atol=1e-6)
     assert (after.var[:5] < 0.2 * before.var[:5]).all()
     assert (after.var <= before.var + 1e-9).all()
+
+
+@pytest.mark.parametrize("given, expected", [(None, "PASSIVE"), ("active", "active")])
+def test_importing_bocast_makes_openmp_wait_passively_unless_the_environment_says(given,
+                                                                                  expected):
+    """A pipelined ask runs beside the builds: torch's OpenMP threads must not spin for the
+    cores the builds hold (bocast/__init__.py; lab/bench_pending.py: 2-6x). Set before
+    torch loads, and never over what the environment says."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    code = ("import os, sys, bocast; assert 'torch' not in sys.modules; "
+            "print(os.environ.get('OMP_WAIT_POLICY'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == expected
