@@ -166,6 +166,7 @@ def operands(g, config):
     out_dtype = g.out_dtype
     # a 16-bit output: two accumulators rounded into one 4-byte store (fp32: st.global.v2.f32)
     store_pair = hl.store_pair(out_dtype, "global")
+    scalar_pair = hl.scalar_pair(out_dtype)  # the scalar epilogue's, rounded as a pair
 
     def x_coords(kb, tm):  # the pixel tile's BK channels of tap (r, s): one 4-D box of X
         return a_coords(kb, tile_origin(tm, g, pix_tile), g, BK)
@@ -199,6 +200,9 @@ def operands(g, config):
                             T.ptx["st.global.v2.f32"](T.address_of(Y[m, col]), acc[v], acc[v + 1])
                         elif vec_store:
                             store_pair(T.address_of(Y[m, col]), acc[v], acc[v + 1])
+                        elif scalar_pair is not None:  # 16-bit: rounded as a pair
+                            scalar_pair(T.address_of(Y[m, col]), T.address_of(Y[m, col + 1]),
+                                        acc[v], acc[v + 1], not pred_k1 or col + 1 < Kout)
                         else:
                             Y[m, col] = T.cast(acc[v], out_dtype)
                             if not pred_k1 or col + 1 < Kout:

@@ -236,3 +236,34 @@ def store_pair(dtype: str, space: str):
         return T.cuda.func_call(name, address, x, y, source_code=source)
 
     return call
+
+
+def scalar_pair(dtype: str):
+    """A function of (address, address2, x, y, second) storing two fp32 accumulators rounded
+    to the 16-bit ``dtype`` one element (2 bytes) at a time, x at ``address`` and, where
+    ``second`` holds, y at ``address2``: the scalar epilogue's stores. The pair is rounded by
+    one packed conversion (``cvt.rn.bf16x2.f32``, as :func:`store_pair`'s), not element by
+    element: ptxas (nvcc 13.0) fuses two scalar conversions of accumulators into one packed
+    ``F2FP`` and, in some kernels, schedules the fused instruction above the final
+    ``wgmma.wait_group``'s ``WARPGROUP.DEPBAR`` (the last k block's products lost, bf16
+    ``wrong_result``: ``bocast.measure.sass`` finds it); the packed conversion it is given is
+    ordered as written. None for an fp32 ``dtype``."""
+    if dtype not in _PAIRS:
+        return None
+    from tvm.script import tirx as T
+
+    convert, pair = _PAIRS[dtype]
+    name = f"bocast_st_scalar_{pair.strip('_')}"
+    half = pair[:-1]  # the pair's element type: __nv_bfloat16, __half
+    source = (f"__forceinline__ __device__ void {name}(void* p, void* q, float x, float y, "
+              f"int second) {{\n"
+              f"  {pair} v = {convert}(x, y);\n"
+              f"  *reinterpret_cast<{half}*>(p) = v.x;\n"
+              f"  if (second) *reinterpret_cast<{half}*>(q) = v.y;\n"
+              f"}}\n")
+
+    def call(address, address2, x, y, second):
+        return T.cuda.func_call(name, address, address2, x, y, T.Cast("int32", second),
+                                source_code=source)
+
+    return call

@@ -24,6 +24,7 @@ def row_major_stores(p: hk.Plan, M: int, N: int, out_dtype: str, *, adds: bool =
               else "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group")
     # a 16-bit output: two accumulators rounded into one 4-byte store (fp32: st.global.v2.f32)
     store_pair = hl.store_pair(out_dtype, "global")
+    scalar_pair = hl.scalar_pair(out_dtype)  # the scalar epilogue's, rounded as a pair
 
     @T.macro
     def store_box(C_map, smem, tm, row0, a, col0, lt):
@@ -59,6 +60,10 @@ def row_major_stores(p: hk.Plan, M: int, N: int, out_dtype: str, *, adds: bool =
                         elif vec_store:
                             store_pair(T.address_of(C[row + h * 8, col]), acc[v + h * 2],
                                        acc[v + h * 2 + 1])
+                        elif scalar_pair is not None:  # 16-bit, 2 bytes a store
+                            scalar_pair(T.address_of(C[row + h * 8, col]),
+                                        T.address_of(C[row + h * 8, col + 1]), acc[v + h * 2],
+                                        acc[v + h * 2 + 1], not pred_n1 or col + 1 < N)
                         else:
                             C[row + h * 8, col] = T.cast(acc[v + h * 2], out_dtype)
                             if not pred_n1 or col + 1 < N:

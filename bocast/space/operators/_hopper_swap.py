@@ -24,6 +24,8 @@ import numpy as np
 
 from bocast.space.space import Categorical, Constraint, Knob, Ordinal
 
+from . import _hopper_layout as hl
+
 #: C tiles of fewer rows than a wgmma atom: a wgmma's N (a multiple of 8) under swap only
 SMALL_BM = (8, 16, 32)
 #: swap only for GEMMs of at most this many rows: where a 64-row atom is mostly padding or the
@@ -126,6 +128,7 @@ def transposed_stores(p, out_dtype: str, *, adds: bool = False):
     rows, cols = p.M, p.N  # the kernel's: C's N and M
     pred_r, pred_q = rows % BM != 0, cols % BN != 0
     pred_q1 = cols % 2 != 0  # column q + 1 may be past M while q is not
+    scalar_pair = hl.scalar_pair(out_dtype)  # a 16-bit output's pair, rounded at once
 
     def store_box(*_):
         raise AssertionError("swap_ab_scalar_epilogue: no tma store under swap")
@@ -145,6 +148,10 @@ def transposed_stores(p, out_dtype: str, *, adds: bool = False):
                             if not pred_q1 or q + 1 < cols:
                                 T.ptx["red.global.add.f32"](
                                     T.address_of(C[q + 1, r + h * 8]), acc[v + h * 2 + 1])
+                        elif scalar_pair is not None:  # 16-bit: rounded as a pair
+                            scalar_pair(T.address_of(C[q, r + h * 8]),
+                                        T.address_of(C[q + 1, r + h * 8]), acc[v + h * 2],
+                                        acc[v + h * 2 + 1], not pred_q1 or q + 1 < cols)
                         else:
                             C[q, r + h * 8] = T.cast(acc[v + h * 2], out_dtype)
                             if not pred_q1 or q + 1 < cols:
