@@ -102,6 +102,12 @@ OTHERS = [
       "space": "v3"}, {"a_load": "tiled", "tile_w": 4, "tile_h": 2, "bm": 128, "consumers": 2}),
     (_G1, {"epilogue": "v2"}),
     ({**_G1, "dtype": "e4m3:bf16"}, {"bk": 128, "epilogue": "tma", "bn": 128}),
+    # split K reduced in a cluster (_hopper_cluster_split): the accumulators staged in shared
+    # memory after the wait, the 16-bit rounding after the DSMEM sum
+    ({**_G1, "shape": [32, 6144, 4096], "dtype": "fp16:fp16"},
+     {"swap_ab": "on", "bm": 32, "bn": 128, "split_k": 4, "split_reduce": "cluster"}),
+    ({**_G1, "shape": [128, 6144, 4096]},
+     {"bm": 128, "consumers": 2, "split_k": 2, "split_reduce": "cluster"}),
 ]
 
 
