@@ -159,7 +159,7 @@ def test_a_runner_that_fails_to_start_leaves_no_store(tmp_path, monkeypatch):
     from bocast import api
     from bocast.measure.rpc import runner as rpc
 
-    class Unreachable:
+    class Unreachable(rpc.RpcRunner):
         def __init__(self, *args, **kwargs):
             pass
 
