@@ -298,7 +298,6 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
     from bocast.measure.rpc import options as rpc_options
     from bocast.records import library
     from bocast.records.datasets import dataset_files
-    from bocast.records.store import Store
     from bocast.run import config as cfgmod
     from bocast.run import identity, warm_sources
     from bocast.space.candidates import SpaceCandidates
@@ -322,8 +321,10 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
                        "dataset": dataset_files(cfg.dataset) if cfg.dataset else []},
                       existing=None)
         store_path = cfg.store or f"{cfg.output}/records.db"
-        if os.path.isfile(store_path) and os.path.getsize(store_path) > 0:  # issue 42: 3 s
-            Store.open(store_path).close()  # damaged/foreign: refused before pandas reads data
+        # a damaged or foreign store, or one of another run, refused before pandas reads a
+        # dataset (issue 42: 3 s)
+        identity.check_known(store_path, strategy=cfg.strategy, seed=cfg.seed,
+                             runner=given.name if given else cfg.runner, dataset=cfg.dataset)
         warm_sources.not_own(cfg, store_path)
         op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset,
                                                   opened=replayed)

@@ -1,12 +1,12 @@
 """Strategies, operators and runners from outside the package (docs/extending.md): an installed
 package's entry points (groups ``bocast.strategies``, ``bocast.operators``, ``bocast.runners``)
 are imported when bocast lists its strategies or operators or is asked for a runner kind it does
-not ship; a runner is also named by class (``package.module:ClassName``). Tested in subprocesses, since a plugin registers itself for
-the whole process: a distribution's metadata written into a folder on PYTHONPATH is what pip
-would install (its entry_points.txt), with the repository's example modules beside it."""
+not ship; a runner is also named by class (``package.module:ClassName``). Tested in
+subprocesses, since a plugin registers itself for the whole process: a distribution's metadata
+written into a folder on PYTHONPATH is what pip would install (its entry_points.txt), with the
+repository's example modules beside it."""
 
 import json
-
 import os
 import shutil
 import subprocess

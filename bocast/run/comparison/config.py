@@ -221,6 +221,8 @@ def validate(cfg: CompareConfig):
     """Build every piece once (workload, dataset, each strategy) and check the stores already
     under ``output``, so that a bad field fails before anything runs or is written. Returns
     (operator, dataset or None)."""
+    op, _ = workload_and_dataset(cfg.workload, "local", None)  # the workload alone
+    check_stores(cfg, op)  # before a replay's dataset is read (issue 42: 3 s, pandas)
     op, dataset = workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
     cands = dataset.candidates() if dataset else SpaceCandidates(op.space, op.workload)
     for i, s in enumerate(cfg.strategies):
@@ -229,7 +231,6 @@ def validate(cfg: CompareConfig):
                 make_strategy(s["name"], cands, seed=0, **_hyper(s))
             except StrategyError as e:
                 raise ConfigError(f"strategies[{i}] ({s['label']}): {e}") from None
-    check_stores(cfg, op)
     return op, dataset
 
 
