@@ -36,14 +36,12 @@ from bocast.progress import Progress
 from bocast.run import figures
 from bocast.run.study import Study, create_study
 from bocast.run.tune_run import TuneRun, figure_prefix
-from bocast.schema import ConfigError
 
 if TYPE_CHECKING:
     from bocast.measure.builder import Builder
     from bocast.measure.replay import ReplayRunner
     from bocast.measure.runner import Runner
     from bocast.run.comparison import CompareConfig
-    from bocast.run.config import TuneConfig
 
 # Study, create_study (bocast.run.study's) named here too: users are pointed here for the whole API
 __all__ = ["Study", "TuneResult", "compare", "create_study", "load", "suggest", "tune"]
@@ -84,17 +82,16 @@ def prepare_compare(config: str | os.PathLike | Mapping[str, Any], *,
                        "dataset": dataset_files(cfg.dataset) if cfg.dataset else []},
                       existing=None)
         cmp.validate(cfg)
-        if (given or builder) and (cfg.runner not in cmp.LIVE
-                                   or (kind == "standin") != (cfg.runner == "standin")):
+        cls = cfg.runner_class
+        if (given or builder) and (not cls.live or (given is not None and
+                                                    given.synthetic != cls.synthetic)):
             raise InputError(f"runner: objects serve a live comparison whose runner is their "
-                             f"kind ({kind}), not runner: {cfg.runner}")
-        if cfg.runner in cmp.LIVE and not summarize:
-            if cfg.runner == "local" and given is None:  # rpc: the servers time
-                need_gpu("runner: local (a live comparison)", "use runner: replay with a "
-                         "recorded dataset, or --summarize to write the results of finished "
-                         "stores")
-            if cfg.runner != "standin" and builder is None:  # the stand-in lowers only
-                need_compiler(f"runner: {cfg.runner} (a live comparison)")
+                             f"kind ({given.name if given else kind}), not runner: "
+                             f"{cfg.runner}")
+        if cls.live and not summarize:
+            need_machine(type(given) if given else cls, f"runner: {cfg.runner} (a live "
+                         "comparison)", "use runner: replay with a recorded dataset, or "
+                         "--summarize to write the results of finished stores", builder)
     except InputError as e:
         if path is None:
             raise
@@ -129,7 +126,7 @@ def run_compare(cfg: CompareConfig, *, only: Sequence[str] | None = None,
     """:func:`compare` of a configuration that :func:`prepare_compare` checked."""
     from bocast.run import comparison as cmp
 
-    live = cfg.runner in cmp.LIVE
+    live = cfg.runner_class.live
     with (Progress(f"compare {cfg.name}", None if live else len(cmp.plan(cfg)),
                    unit="trials" if live else "runs") if progress
           else contextlib.nullcontext()) as meter:
@@ -216,7 +213,7 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
     GPU); replay without ``dataset``: the shipped dataset of the workload with most rows;
     ``output``: ``runs/OP_SHAPE_SPACE_STRATEGY_sSEED`` (with ``store``: the store's folder)."""
     from bocast.measure.replay import shipped_dataset_for
-    from bocast.run.config import workload_and_dataset
+    from bocast.run.config import check_runner, workload_and_dataset
 
     cfg: dict[str, Any] = {"workload": {"op": op}, "strategy": {}, "runner": runner or "local"}
     if shape is not None:
@@ -240,13 +237,16 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
         else:
             cfg[key] = value
     # else ignored without a word (a configuration file may keep them for another runner)
-    for key, runner_of_it in (("dataset", "replay"), ("rpc", "rpc")):
-        if cfg.get(key) and cfg["runner"] != runner_of_it:
+    replays = check_runner(cfg["runner"]).answers_records  # a dataset's records
+    # rpc: the section of runner rpc's options (tracker, key, ...)
+    for key, fits, runner_of_it in (("dataset", replays, "replay"),
+                                    ("rpc", cfg["runner"] == "rpc", "rpc")):
+        if cfg.get(key) and not fits:
             raise InputError(f"{key}: only for runner {runner_of_it}; this run's runner is "
                              f"{cfg['runner']}")
     target, _ = workload_and_dataset(cfg["workload"], "local", None)  # the workload's own checks
     w = target.workload
-    if cfg["runner"] == "replay" and not cfg.get("dataset"):  # the space recorded, if auto's
+    if replays and not cfg.get("dataset"):  # the space recorded, if auto's
         cfg["dataset"], cfg["workload"]["space"] = shipped_dataset_for(
             w, space_auto=cfg["workload"].get("space", "auto") == "auto")
     if not cfg.get("output"):
@@ -255,6 +255,16 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
             "runs", f"{op}_{'x'.join(map(str, w['shape']))}_{w.get('space', 'v1')}_"
                     f"{cfg['strategy']['name']}_s{cfg['seed']}")
     return cfg
+
+
+def need_machine(cls: type[Runner], what: str, alternative: str, builder: Any = None) -> None:
+    """What a run whose runner is of class ``cls`` needs of this machine, checked before
+    anything is written (its declarations): a CUDA GPU where it times on this one, nvcc where
+    its kernels are compiled here, unless ``builder`` (the caller's) builds them."""
+    if cls.needs_gpu:
+        need_gpu(what, alternative)
+    if cls.compiles and builder is None:
+        need_compiler(what)
 
 
 def need_gpu(what: str, alternative: str) -> None:
@@ -288,7 +298,6 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
     from bocast.measure.rpc import options as rpc_options
     from bocast.records import library
     from bocast.records.datasets import dataset_files
-    from bocast.records.store import Store
     from bocast.run import config as cfgmod
     from bocast.run import identity, warm_sources
     from bocast.space.candidates import SpaceCandidates
@@ -296,7 +305,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
     kind, given = cfgmod.runner_argument(runner, builder)
-    replayed = cast("ReplayRunner", given).dataset if kind == "replay" and given else None
+    replayed = cast("ReplayRunner", given).dataset if given and given.answers_records else None
     fixed: dict[str, Any] = {"runner": kind, "rpc": rpc,
                              "dataset": replayed.prefix if replayed else None}
     try:
@@ -312,39 +321,39 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
                        "dataset": dataset_files(cfg.dataset) if cfg.dataset else []},
                       existing=None)
         store_path = cfg.store or f"{cfg.output}/records.db"
-        if os.path.isfile(store_path) and os.path.getsize(store_path) > 0:  # issue 42: 3 s
-            Store.open(store_path).close()  # damaged/foreign: refused before pandas reads data
-        _not_own_warm_start(cfg, store_path)
+        # a damaged or foreign store, or one of another run, refused before pandas reads a
+        # dataset (issue 42: 3 s)
+        identity.check_known(store_path, strategy=cfg.strategy, seed=cfg.seed,
+                             runner=given.name if given else cfg.runner, dataset=cfg.dataset)
+        warm_sources.not_own(cfg, store_path)
         op, dataset = cfgmod.workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset,
                                                   opened=replayed)
-        if dataset is None and cfg.runner == "local":
+        if dataset is None and cfg.runner_class.needs_gpu:
             # the local GPU's SMs set space v3's grid and waves: the workload names them
             # (replay: the dataset's workload; rpc, none known before the servers answer: 132)
             from bocast.space.operators.operator import on_gpu
 
-            arch = warm_sources.run_architecture("local")
+            arch = warm_sources.run_architecture(cfg.runner)
             op = on_gpu(op, arch[1] if arch else None)
         if dataset is not None:
             candidates = dataset.candidates()
         else:
             # rpc: kernels run on the servers, this host only builds; a runner object times
-            # them where it does
-            if cfg.runner == "local" and given is None:
-                need_gpu("runner local", "use --runner replay with a recorded dataset")
-            if cfg.runner != "standin" and builder is None:  # the stand-in lowers only
-                need_compiler(f"runner {cfg.runner}")
+            # them where its class says
+            need_machine(cfg.runner_class, f"runner {cfg.runner}",
+                         "use --runner replay with a recorded dataset", builder)
             candidates = SpaceCandidates(op.space, op.workload)
         folder = library.directory(records, cfg.records)
         warm = warm_sources.for_run(cfg, op, dataset, store_path, folder,
-                                    probe=given is None or kind != "local",
+                                    probe=given is None or not cfg.runner_class.needs_gpu,
                                     also=warm_also, never=warm_never)
         options = cfg.strategy_options if warm is None else \
             warm_sources.warm_options(cfg.strategy, cfg.strategy_options, warm.sources)
         strategy = make_strategy(cfg.strategy, candidates, seed=cfg.seed, **options)
         batch_note = rpc_options.batch_for_run(cfg, store_path) if given is None else None
         ident = identity.run_identity(
-            strategy=cfg.strategy, options=_identity_options(cfg.strategy_options, options),
-            seed=cfg.seed,
+            strategy=cfg.strategy,
+            options=warm_sources.identity_options(cfg.strategy_options, options), seed=cfg.seed,
             batch_size=cfg.batch_size, runner=given.name if given else cfg.runner,
             dataset=cfg.dataset,
             warm_start=None if warm is None else [library.portable(p) for p in warm.sources])
@@ -356,27 +365,6 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
     return TuneRun(cfg, op, dataset, strategy, store_path, ident, warm=warm, records=folder,
                    records_named=bool(records or cfg.records), plot=plot, runner=given,
                    builder=builder, batch_note=batch_note)
-
-
-
-def _identity_options(given: dict[str, Any], used: dict[str, Any]) -> dict[str, Any]:
-    """The options a run's identity names: those given, and those ``warm_start: auto`` set
-    (:func:`bocast.run.warm_sources.warm_options`); the sources are named apart (``warm_start``)."""
-    return {**given, **{k: v for k, v in used.items() if k not in given and k != "warm_start"}}
-
-
-def _not_own_warm_start(cfg: TuneConfig, store_path: str) -> None:
-    """A warm start listing the run's own dataset or store is refused (what auto never picks
-    either), before the dataset is read (issue 42: 3 s, pandas, for a check of paths)."""
-
-    given = cfg.strategy_options.get("warm_start")
-    own = {os.path.realpath(p): what for what, p in (("dataset", cfg.dataset),
-                                                      ("store", store_path)) if p}
-    for p in given if isinstance(given, list) else []:
-        if isinstance(p, str) and os.path.realpath(p) in own:
-            raise ConfigError(f"strategy.warm_start: {p} is this run's own "
-                              f"{own[os.path.realpath(p)]}: its answers would leak into the "
-                              "search")
 
 
 def load(store_path: str | os.PathLike):

@@ -87,7 +87,7 @@ class _Lane:
 
     def serve(self, run: TuneRun) -> TuneRun:
         cfg = run.cfg
-        if cfg.runner == "replay":  # each workload replays its own dataset
+        if cfg.runner_class.answers_records:  # each workload replays its own dataset
             return run
         if self.runner is None:
             self.runner = cfg.make_runner(seed=cfg.seed)

@@ -93,7 +93,7 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
                  records: str | os.PathLike | None = None, **settings: Any) -> Plan:
     """Check a run of many whole (every workload's configuration, duplicates, the plan of a
     run already in its output, the window) before anything is written."""
-    from bocast.measure.parts import runner_kind
+    from bocast.measure.parts import runner_class, runner_kind
     from bocast.measure.rpc import options as rpc_options
     from bocast.run import config as cfgmod
     from bocast.space.operators.operator import canonical_workload, from_workload
@@ -104,12 +104,13 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
         if settings.get(key) is not None:
             raise InputError(f"{key}: not for a run of many shapes ({why})")
     kind = runner_kind(runner) or "local"
+    cls = runner_class(kind)
     if parallel is not None and (isinstance(parallel, bool) or not isinstance(parallel, int)
                                  or parallel < 1):
         raise InputError(f"parallel: expected a positive integer, got {parallel!r}")
-    if (parallel or 1) > 1 and kind == "local":
-        raise InputError("parallel: the local runner times on this machine's GPU, one workload "
-                         "after another (--runner rpc spreads them over a fleet)")
+    if (parallel or 1) > 1 and cls.needs_gpu:
+        raise InputError(f"parallel: the {kind} runner times on this machine's GPU, one "
+                         "workload after another (--runner rpc spreads them over a fleet)")
     output = settings.pop("output", None)
     items: list[Item] = []
     seen: dict[str, str] = {}
@@ -143,10 +144,8 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
                            for k in ("dtype", "layout", "fuse", "space") if w.get(k))])
         it.config["output"] = os.path.join(output, name)
     first = cfgmod.parse(items[0].config, rpc=rpc)
-    if kind == "local":
-        api.need_gpu("runner local", "use --runner replay with recorded datasets")
-    if kind in ("local", "rpc"):
-        api.need_compiler(f"runner {kind}")
+    if cls.live:
+        api.need_machine(cls, f"runner {kind}", "use --runner replay with recorded datasets")
     plan: dict[str, Any] = {"workloads": [_planned(it.config) for it in items]}
     held = read_json(os.path.join(output, PLAN))
     if held is None and os.path.exists(os.path.join(output, PLAN)) or held is not None and not (
@@ -154,7 +153,8 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
         raise InputError(f"output: {os.path.join(output, PLAN)} is damaged (not a plan this "
                          "command wrote); give another --output, or restore it")
     follows = rpc_options.follows_fleet(first.raw, first.runner, first.rpc)
-    servers = _fleet(first) if held is None and kind == "rpc" and (
+    # first.rpc: the rpc section, which only runner rpc has (its fleet)
+    servers = _fleet(first) if held is None and first.rpc and (
         parallel is None or follows) else []
     if held is not None:
         if held.get("workloads") != plan["workloads"]:
@@ -167,7 +167,7 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
                              "each workload's warm-start sources; leave it out or give "
                              f"{window}")
     else:
-        window = parallel or (len(servers) if kind == "rpc" else 1)
+        window = parallel or (len(servers) if first.rpc else 1)
     plan["window"] = window
     rpc = dict(rpc or {})
     if follows:  # one batch for every workload: the fleet's when the run began (a server lost
@@ -178,7 +178,7 @@ def prepare_many(op: str | None, shapes: Any, *, runner: str | None = None,
             plan["batch_size"] = batch
             for it in items:
                 it.config["batch_size"] = batch
-    if kind == "rpc" and window > 1:
+    if first.rpc and window > 1:
         # workloads at once share the servers batch by batch; a pipelined run's feed would
         # hold its servers for the whole run (bocast.run.pipeline)
         rpc["ahead"] = 0

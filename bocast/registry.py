@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -16,24 +16,28 @@ def lookup(known: Mapping[str, T], name: str, what: str, error: type[Exception])
     return known[name]
 
 
-#: the entry-point groups whose plugins were imported in this process
-_LOADED: set[str] = set()
+#: the entry-point groups whose plugins were imported in this process: name -> what it loaded
+_LOADED: dict[str, dict[str, Any]] = {}
 
 
-def load_plugins(group: str, error: type[Exception]) -> None:
+def load_plugins(group: str, error: type[Exception]) -> dict[str, Any]:
     """Import what installed packages name under entry-point group ``group``
-    (``bocast.strategies``, ``bocast.operators``; docs/extending.md): importing a plugin's
-    module registers the strategies or operators it defines, as the shipped ones register
-    themselves. Once a group per process; a plugin that fails to import is one ``error`` naming
-    it and its entry point, not a traceback from inside bocast."""
+    (``bocast.strategies``, ``bocast.operators``, ``bocast.runners``; docs/extending.md) and
+    return each plugin's object by its entry point's name: importing a strategy's or an
+    operator's module registers what it defines, as the shipped ones register themselves; a
+    runner's entry point names its class (:mod:`bocast.measure.kinds`). Once a group per
+    process; a plugin that fails to import is one ``error`` naming it and its entry point, not
+    a traceback from inside bocast."""
     if group in _LOADED:
-        return
-    _LOADED.add(group)
+        return _LOADED[group]
+    _LOADED[group] = loaded = {}
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=group):
         try:
-            ep.load()
+            loaded[ep.name] = ep.load()
         except Exception as e:  # the plugin's own failure, whatever it is: name the plugin
+            del _LOADED[group]  # asked again, it fails again (not an empty group)
             raise error(f"plugin {ep.name!r} ({ep.value}, entry point group {group}) failed "
                         f"to import: {type(e).__name__}: {e}") from e
+    return loaded

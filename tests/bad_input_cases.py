@@ -379,7 +379,7 @@ def cases() -> list[Case]:
     opt("measure --run-timeout 0", MEASURE + ["--run-timeout", "0"],
         "argument --run-timeout: expected a number > 0")
     opt("measure --runner fpga", MEASURE + ["--runner", "fpga"],
-        "argument --runner: invalid choice")
+        "runner: expected one of ['local', 'rpc', 'replay', 'standin']")
     opt("measure --workers -1", MEASURE + ["--workers", "-1"], "argument --workers: expected")
     opt("measure without --store", MEASURE[:-2], "the following arguments are required: --store")
     opt("measure --reject-spills yes", MEASURE + ["--reject-spills=yes"],

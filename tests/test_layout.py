@@ -79,15 +79,14 @@ LAZY: dict[tuple[str, str], tuple[str, str]] = {
     ("bocast.run.study", "bocast.records.store"): (
         IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
     ("bocast.run.study", "bocast.strategies"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
-    ("bocast.run.study", "bocast.run.tuner"): (IMPORT_BOCAST, f"create_study/ask/tell: {_NUMPY}"),
+    ("bocast.run.study", "bocast.run.assembly"): (IMPORT_BOCAST, f"optimize's loop: {_NUMPY}"),
     ("bocast.run.tune_run", "bocast.strategies.bo.transfer"): (
         IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
     ("bocast.run.tune_run", "bocast.run.identity"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
     ("bocast.run.tune_run", "bocast.records.library"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
-    ("bocast.run.tune_run", "bocast.measure.parts"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
     ("bocast.run.tune_run", "bocast.measure.retime"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
     ("bocast.run.tune_run", "bocast.records.public"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
-    ("bocast.run.tune_run", "bocast.run.tuner"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
+    ("bocast.run.tune_run", "bocast.run.assembly"): (IMPORT_BOCAST, f"a run's own: {_NUMPY}"),
     # bocast.tune_many and bocast.shapes_of (import bocast loads bocast.many, many_plan,
     # model_shapes and shapes_file): what a run of many or a model's listing needs, when called
     ("bocast.many", "bocast.records.library"): (IMPORT_BOCAST, f"a run of many's own: {_NUMPY}"),
@@ -126,8 +125,8 @@ LAZY: dict[tuple[str, str], tuple[str, str]] = {
         HELP, "ablation: yaml, multiprocessing, socket (+33-50 ms)"),
     ("bocast.measure.parts", "bocast.measure.engine"): (
         HELP, "make_measurer (tune, measure, compare): multiprocessing, socket (+13-17 ms)"),
-    ("bocast.measure.parts", "bocast.measure.rpc.runner"): (
-        HELP, "runner rpc: socket, hmac, the protocol (+16 ms)"),
+    # (bocast.measure.kinds imports a kind's class by its table entry when the kind is asked
+    # for: runner rpc's socket, hmac and protocol, +16 ms, only for rpc)
     ("bocast.measure.rpc.options", "bocast.records.store"): (
         IMPORT_BOCAST, f"batch_for_run, a resumed rpc run's batch: {_NUMPY}, sqlite3"),
     # strategies() imports the strategy modules, which register themselves as they load

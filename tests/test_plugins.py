@@ -1,9 +1,12 @@
-"""Strategies and operators from outside the package (docs/extending.md): an installed package's
-entry points (groups ``bocast.strategies``, ``bocast.operators``) are imported when bocast
-lists its strategies or operators. Tested in subprocesses, since a plugin registers itself for
-the whole process: a distribution's metadata written into a folder on PYTHONPATH is what pip
-would install (its entry_points.txt), with the repository's example module beside it."""
+"""Strategies, operators and runners from outside the package (docs/extending.md): an installed
+package's entry points (groups ``bocast.strategies``, ``bocast.operators``, ``bocast.runners``)
+are imported when bocast lists its strategies or operators or is asked for a runner kind it does
+not ship; a runner is also named by class (``package.module:ClassName``). Tested in
+subprocesses, since a plugin registers itself for the whole process: a distribution's metadata
+written into a folder on PYTHONPATH is what pip would install (its entry_points.txt), with the
+repository's example modules beside it."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -22,7 +25,8 @@ def _site(tmp_path, entry_points: str):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bocast-example-plugin\n"
                                    "Version: 0.1.0\n")
     (info / "entry_points.txt").write_text(entry_points)
-    shutil.copy(os.path.join(EXAMPLE, "bocast_example_plugin.py"), site)
+    for module in ("bocast_example_plugin.py", "wave_model_runner.py"):
+        shutil.copy(os.path.join(EXAMPLE, module), site)
     return site
 
 
@@ -54,3 +58,37 @@ def test_a_plugin_that_fails_to_import_is_one_line_naming_it(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "plugin 'broken' (no_such_module_here, entry point group bocast.operators) failed " \
            "to import: ModuleNotFoundError" in r.stderr
+
+
+#: a tune of the wave-model runner (docs/extending.md), which needs no GPU and no nvcc
+WAVE = ["tune", "gemm", "--shape", "256,256,256", "--trials", "4", "--batch-size", "4",
+        "--warm-start", "none", "--json"]
+
+
+def test_a_runner_by_entry_point_and_by_class_runs_as_its_class_declares(tmp_path):
+    site = _site(tmp_path, "[bocast.runners]\nwave-model = wave_model_runner:WaveModelRunner\n")
+    for kind in ("wave-model", "wave_model_runner:WaveModelRunner"):
+        out = tmp_path / kind.replace(":", "_")
+        run = _bocast(site, tmp_path, *WAVE, "--runner", kind, "--output", str(out))
+        assert run.returncode == 0, run.stderr[-2000:]
+        summary = json.loads(run.stdout.strip().splitlines()[-1])
+        assert summary["runner"] == kind and summary["trials"] == 4
+        assert summary["best_tflops"] > 0
+        # synthetic (modelled) timings: kept out of the records library
+        assert summary["library_copy"] is None and not (tmp_path / "records").exists()
+        assert "(synthetic timings) is not added" in run.stderr
+
+
+def test_a_runner_kind_that_is_none_is_one_line(tmp_path):
+    site = _site(tmp_path, "[bocast.runners]\nbroken = no_such_module_here:Runner\n")
+    for kind, message in (
+            ("broken", "plugin 'broken' (no_such_module_here:Runner, entry point group "
+                       "bocast.runners) failed to import: ModuleNotFoundError"),
+            ("os:getcwd", "runner os:getcwd: <built-in function getcwd> is not a "
+                          "bocast.measure.runner.Runner subclass"),
+            ("no_such_module_here:X", "runner no_such_module_here:X: cannot be imported "
+                                      "(ModuleNotFoundError")):
+        r = _bocast(site, tmp_path, *WAVE, "--runner", kind, "--output", str(tmp_path / "x"))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "x").exists()

@@ -64,7 +64,8 @@ def _without(d, key):
      "data/gemm_32_2048_1000 was recorded for workload"),
     ({**GOOD, "workload": {"op": "gemm", "shape": [1, 2]}}, "workload: gemm: shape needs 3"),
     ({**GOOD, "runner": "fpga"},
-     "runner: expected one of ['local', 'rpc', 'replay', 'standin'], got 'fpga'"),
+     "runner: expected one of ['local', 'rpc', 'replay', 'standin'], an installed runner's "
+     "name (entry point group bocast.runners) or package.module:ClassName, got 'fpga'"),
     (_without(GOOD, "dataset"), "dataset: the replay runner needs"),
     ({**GOOD, "runner_options": {"reject_spills": "yes"}},
      "runner_options.reject_spills: expected true or false, got 'yes'"),
@@ -107,10 +108,10 @@ def test_a_config_files_name_leads_its_error_once(tmp_path, command, what, make,
 
 
 def test_old_runner_names_still_work_and_say_their_new_name(tmp_path, capsys, monkeypatch):
-    from bocast.measure import parts
+    from bocast.measure import kinds
     from bocast.run import comparison, config
 
-    monkeypatch.setattr(parts, "_told", set())
+    monkeypatch.setattr(kinds, "_told", set())
     good = {**GOOD, "output": str(tmp_path / "out")}
     assert config.parse({**good, "runner": "tvm", "dataset": None}).runner == "local"
     assert config.parse(good, runner="gpu").runner == "local"

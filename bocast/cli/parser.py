@@ -150,9 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     _opt(p, "--seed", schema.SEED)
     p.add_argument("--store", required=True, help="record store (SQLite); resumed if it exists")
     p.add_argument("--runner", default="local", type=runner_kind,
-                   choices=("local", "rpc", "standin"),
                    help="local (default: this machine's GPU), rpc (GPU servers of a tracker: "
-                        "--tracker, --key) or standin (synthetic timings on the CPU, tests)")
+                        "--tracker, --key), standin (synthetic timings on the CPU, tests), an "
+                        "installed runner's name or package.module:ClassName "
+                        "(docs/extending.md)")
     _add_rpc_args(p)
     _opt(p, "--batch", schema.Field("batch", int, 64, min=1, max=10_000,
                                     doc="configurations built per batch"))
@@ -172,9 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "shape: bocast tune gemm --shape 4096,4096,4096")
     p.add_argument("config", nargs="?", help="experiment configuration file, or an operator "
                                              f"({', '.join(operators())})")
-    p.add_argument("--runner", choices=list(RUNNER_KINDS), type=runner_kind,
-                   help="override the config's runner (an operator: default local, this "
-                        "machine's GPU; standin: synthetic timings on the CPU, tests)")
+    p.add_argument("--runner", type=runner_kind,
+                   help=f"override the config's runner: {', '.join(RUNNER_KINDS)} (an "
+                        "operator: default local, this machine's GPU; standin: synthetic "
+                        "timings on the CPU, tests), an installed runner's name or "
+                        "package.module:ClassName (docs/extending.md)")
     _add_rpc_args(p)
     p.add_argument("--gpu-model", help="rpc: measure only on GPUs of this name (or 'any')")
     _add_records_arg(p)

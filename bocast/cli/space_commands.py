@@ -29,12 +29,12 @@ from bocast.cli.common import (
 )
 from bocast.files import atomic_write
 from bocast.locations import check_outputs, check_writable
-from bocast.measure.parts import make_builder, make_measurer, make_runner
+from bocast.measure.parts import make_builder, make_measurer, make_runner, runner_class
 from bocast.progress import Progress, say
 from bocast.records.datasets import dataset_files
 from bocast.records.public import export_dataset
 from bocast.records.store import Store
-from bocast.run.tuner import Tuner
+from bocast.run.assembly import assemble
 from bocast.run.warm_sources import run_architecture
 from bocast.space.candidates import SpaceCandidates
 from bocast.space.operators.operator import on_gpu
@@ -150,9 +150,9 @@ def cmd_space(args) -> int:
 
 
 def _make_runner(name: str, args):
+    rpc = {"tracker": args.tracker, "key": args.key} if args.tracker or args.key else None
     return make_runner(name, timeout_s=args.run_timeout, repeats=args.repeats, seed=args.seed,
-                       rpc={"tracker": getattr(args, "tracker", None),
-                            "key": getattr(args, "key", None)} if name == "rpc" else None)
+                       rpc=rpc)
 
 
 def summarize_records(records, reference: dict | None) -> tuple[dict[str, Any], list[str]]:
@@ -187,9 +187,9 @@ def _check_store(args, op, allowed, subspace: dict | None) -> None:
 
 
 
-def _on_local_gpu(op):
+def _on_local_gpu(op, runner: str):
     """``op`` for the local GPU's SM count (space v3's grid and waves: ``operator.on_gpu``)."""
-    arch = run_architecture("local")
+    arch = run_architecture(runner)
     return on_gpu(op, arch[1] if arch else None)
 
 
@@ -202,15 +202,21 @@ def cmd_measure(args) -> int:
     if args.fix and not exhaustive:
         raise UsageError("--fix restricts --all: give --all too")
     allowed = _restriction(args, op)
-    if args.runner == "local":
-        _need_gpu("bocast measure --runner local", "--runner standin runs the synthetic CPU "
-                  "stand-in, for tests")
-        _need_compiler("bocast measure --runner local")
-        op = _on_local_gpu(op)
-    if args.runner == "rpc":
-        if not (args.tracker and args.key):
-            raise UsageError("--runner rpc needs --tracker HOST:PORT and --key KEY")
-        _need_compiler("bocast measure --runner rpc")
+    cls = runner_class(args.runner)
+    if not cls.live:
+        raise UsageError(f"--runner {args.runner}: measure times kernels as they are built; "
+                         "this runner reads recorded timings")
+    if args.runner == "rpc" and not (args.tracker and args.key):  # the rpc kind's options
+        raise UsageError("--runner rpc needs --tracker HOST:PORT and --key KEY")
+    if (args.tracker or args.key) and args.runner != "rpc":
+        raise UsageError(f"--tracker, --key: only for --runner rpc (this one: {args.runner})")
+    what = f"bocast measure --runner {args.runner}"
+    if cls.needs_gpu:
+        _need_gpu(what, "--runner standin runs the synthetic CPU stand-in, for tests")
+    if cls.compiles:
+        _need_compiler(what)
+    if cls.needs_gpu:
+        op = _on_local_gpu(op, args.runner)
     check_writable(args.store, "--store")
     if args.export:
         for path in dataset_files(args.export):
@@ -248,7 +254,7 @@ def _measure(args, op, configs, what, subspace) -> int:
     runner = _make_runner(args.runner, args)
     t0 = time.perf_counter()
     with runner, make_builder(workers=args.workers, timeout_s=args.build_timeout,
-                              compile=args.runner != "standin",
+                              compile=runner_class(args.runner).compiles,
                               reject_spills=args.reject_spills) as builder:
         device = runner.device()
         # the runner started: only now is the store created, so a failed start leaves none
@@ -280,16 +286,17 @@ def _measure(args, op, configs, what, subspace) -> int:
                         best[0] = max(best[0], rec.tflops)
                     meter.update(step=1, best=best[0] or None)
 
+                # made before the loop: its session is recorded even when nothing is left
                 measurer = make_measurer(op, store, runner, builder, on_record=progress,
                                          session_info={"device": device, "runner": runner.name,
                                                        "command": " ".join(sys.argv)})
                 # the one loop, over a strategy that lists the configurations: batch i + 1
                 # builds while batch i runs, and no batch is asked after --max-seconds
                 listed = Listed(SpaceCandidates(op.space, op.workload), todo, seed=args.seed)
-                measured = Tuner(listed, measurer, trials=len(todo), seconds=args.max_seconds,
-                                 batch_size=args.batch,
-                                 source=f"{'all' if subspace is not None else 'sample'}"
-                                        f"(seed={args.seed})").run().records if todo else []
+                measured = assemble(listed, measurer=measurer, trials=len(todo),
+                                    seconds=args.max_seconds, batch_size=args.batch,
+                                    source=f"{'all' if subspace is not None else 'sample'}"
+                                           f"(seed={args.seed})").run().records if todo else []
     seconds = time.perf_counter() - t0
     with Store.open(args.store) as store:  # the runner and builder have stopped
         records = store.records()

@@ -47,9 +47,26 @@ class Runner(ABC):
     :class:`bocast.measure.rpc.runner.RpcRunner` (GPU servers); :class:`RecordRunner` for a runner
     that answers whole records (replay). :func:`bocast.measure.parts.make_runner` makes each kind,
     :func:`bocast.measure.parts.make_measurer` the measurer of any runner; a user's own subclass may
-    be passed to :func:`bocast.tune` instead of a kind."""
+    be passed to :func:`bocast.tune` instead of a kind, or named by ``--runner``
+    (:mod:`bocast.measure.kinds`).
+
+    What a runner is, its class declares; the commands ask these, never its name. A subclass of
+    one's own is by default a live runner that needs no GPU here and whose builds are compiled
+    with nvcc here."""
 
     name: str = "runner"
+    #: it times kernels as they are built (False: it reads recorded timings, replay)
+    live: bool = True
+    #: it times on this machine's CUDA GPU (a command refuses it, before writing, without one)
+    needs_gpu: bool = False
+    #: the kernels it is given are compiled here (nvcc, checked first); False: lowered only
+    #: (grid, registers: the stand-in, a cost model) or not built at all (replay)
+    compiles: bool = True
+    #: it answers whole records (:class:`RecordRunner`): no builder, no built kernel
+    answers_records: bool = False
+    #: its timings are synthetic: its stores are kept out of the records library unless a
+    #: library is named, and a live run's figure does not call them measured
+    synthetic: bool = False
 
     @abstractmethod
     def run(self, op: Operator, builds: Sequence[BuildResult], *,
@@ -97,6 +114,8 @@ class RecordRunner(Runner):
     (:class:`bocast.measure.engine.RecordMeasurer`, from
     :func:`bocast.measure.parts.make_measurer`) writes its records in the order asked and
     charges their recorded build and run seconds to a simulated clock."""
+
+    live, compiles, answers_records = False, False, True
 
     @abstractmethod
     def record(self, config: Config, source: str = "") -> Record:
@@ -229,6 +248,7 @@ class GpuRunner(WorkerRunner):
     """Kernels on the local CUDA GPU, in an isolated worker process."""
 
     name = "local"
+    needs_gpu = True
 
     def __init__(self, **kwargs):
         super().__init__(worker="bocast.measure.gpu_worker:run_task", **kwargs)

@@ -54,6 +54,7 @@ class StandinRunner(WorkerRunner):
     """Synthetic timings in an isolated worker process (tests and CPU demos only)."""
 
     name = "standin"
+    compiles, synthetic = False, True  # its builder lowers only; SYNTHETIC timings
 
     def __init__(self, **kwargs):
         super().__init__(worker="bocast.measure.standin:run_task", **kwargs)

@@ -24,12 +24,13 @@ from typing import Any
 
 from bocast import options, schema
 from bocast.config_files import in_file, read_yaml
+from bocast.errors import InputError
 from bocast.locations import check_writable
 from bocast.measure.parts import (
-    RUNNER_KINDS,
     make_builder,
     make_runner,
     runner_argument,
+    runner_class,
     runner_kind,
 )
 from bocast.measure.replay import ReplayDataset, ReplayError, check_workload
@@ -42,13 +43,13 @@ from bocast.strategies import StrategyError, strategy_class
 __all__ = ["ConfigError", "TuneConfig", "in_file", "load", "parse", "read_yaml", "runner_argument",
            "workload_and_dataset"]
 
-RUNNERS = RUNNER_KINDS  # bocast.measure.parts: local | rpc | replay | standin
 WORKLOAD = Field("workload", dict, doc="op, shape and the operator's options")
 # the fields a tune configuration and a comparison share, with the same check and help
-RUNNER = Field("runner", str, "replay", choices=RUNNERS,
+RUNNER = Field("runner", str, "replay",
                doc="local: this machine's GPU; rpc: GPU servers of a tracker; replay: a recorded "
                    "dataset, no GPU; standin: synthetic timings, tests (tvm and gpu: old names "
-                   "of local)")
+                   "of local); or an installed runner's name (entry points bocast.runners), "
+                   "package.module:ClassName (docs/extending.md)")
 DATASET = Field("dataset", str, None, nullable=True, doc="replay: prefix of a recorded dataset")
 RUNNER_OPTIONS = Field("runner_options", dict, None, nullable=True,
                        doc="how kernels are built and timed (section `runner_options`)")
@@ -90,24 +91,32 @@ class RunSpec:
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def runner_class(self):
+        """The class of this spec's runner kind (:mod:`bocast.measure.kinds`): what the run
+        needs and is, its declarations say (``live``, ``needs_gpu``, ``compiles``, ...)."""
+        return runner_class(self.runner)
+
+    @property
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.raw, sort_keys=True).encode()).hexdigest()[:16]
 
     def make_runner(self, *, seed: int = 0, dataset=None):
         """The runner this spec names: a live one with its options (``seed``: its input data),
         or replay of ``dataset`` (the spec's, opened: :func:`workload_and_dataset`)."""
-        if self.runner == "replay":
-            return make_runner("replay", dataset=dataset)
+        if self.runner_class.answers_records:
+            return make_runner(self.runner, dataset=dataset)
         ro = self.runner_options
         return make_runner(self.runner, timeout_s=ro["run_timeout"], repeats=ro["repeats"],
                            seed=seed, rpc=self.rpc, l2=ro["l2"])
 
     def make_builder(self, *, workers: int | None = None):
-        """The builder this spec's runner options name (the stand-in's never compiles);
+        """The builder this spec's runner options name (it compiles where the runner's class
+        says so: the stand-in's never does);
         ``workers``: its processes where the options leave them unset (None: every core)."""
         ro = self.runner_options
         return make_builder(workers=ro["workers"] or workers, timeout_s=ro["build_timeout"],
-                            reject_spills=ro["reject_spills"], compile=self.runner != "standin")
+                            reject_spills=ro["reject_spills"],
+                            compile=self.runner_class.compiles)
 
 
 @dataclass(kw_only=True)
@@ -174,7 +183,7 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
                      if isinstance(raw, Mapping) else raw)
     budget = options.BUDGET.check(top["budget"], "budget.")
     ropts = options.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
-    if top["runner"] == "replay" and top["dataset"] is None:
+    if check_runner(top["runner"]).answers_records and top["dataset"] is None:
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
     rpc_opts = rpc_options(top["runner"], top["rpc"], rpc)
     base = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
@@ -204,6 +213,17 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
                       store=resolve(top["store"]) if top["store"] else None,
                       records=resolve(top["records"]) if top["records"] else None,
                       name=top["name"], path=path, raw=dict(raw))
+
+
+def check_runner(kind: str):
+    """The class of a configuration's ``runner`` (:func:`bocast.measure.kinds.runner_class`);
+    a ConfigError where it names none."""
+    try:
+        return runner_class(kind)
+    except ConfigError:
+        raise
+    except InputError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_sources(sources: Any) -> None:
@@ -264,7 +284,7 @@ def workload_and_dataset(workload: Mapping[str, Any], runner: str, dataset: str 
         op = from_workload(workload)
     except WorkloadError as e:
         raise ConfigError(f"workload: {e}") from None
-    if runner != "replay":
+    if not runner_class(runner).answers_records:
         return op, None
     if dataset is None:
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")

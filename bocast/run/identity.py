@@ -113,6 +113,27 @@ def check(store: Any, ident: dict[str, Any], path: str, *, write: bool = True) -
         store.set_meta("run", ident)
 
 
+def check_known(path: str, *, strategy: str, seed: int, runner: str,
+                dataset: str | None) -> None:
+    """The store at ``path``, if there is one, opened (a damaged or foreign file refused) and its
+    run's identity compared on what a run is known by before its dataset is read or its
+    strategy made (``strategy``, ``seed``, ``runner``, ``dataset`` as :func:`run_identity` takes
+    them), so that a store of another run is refused in a fraction of a second (issue 42: 3 s,
+    pandas); :func:`check_path` checks the whole identity later. Only reads."""
+    if not (os.path.isfile(path) and os.path.getsize(path) > 0):
+        return
+    with Store.open(path) as store:
+        held = store.get_meta("run")
+    if not isinstance(held, Mapping):
+        return
+    known = run_identity(strategy=strategy, options={}, seed=seed, batch_size=None,
+                         runner=runner, dataset=dataset)
+    keys = [k for k in ("strategy", "seed", "runner", "dataset") if k in held]
+    problem = mismatch({k: held[k] for k in keys}, {k: known[k] for k in keys})
+    if problem:
+        raise ConfigError(f"{path} {problem}")
+
+
 def check_path(path: str, workload: Mapping[str, Any], ident: dict[str, Any]) -> None:
     """The checks of :func:`open_store` on the store at ``path`` if there is one, only
     reading: nothing is written to it or created beside it (a run checked before it can

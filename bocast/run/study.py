@@ -131,11 +131,11 @@ class Study:
         for name, v in (("n_trials", n_trials), ("batch_size", batch_size)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InputError(f"optimize: {name} must be a positive integer, got {v!r}")
-        from bocast.run.tuner import Tuner
+        from bocast.run.assembly import assemble
 
         self._open("optimize")
-        Tuner(self.strategy, _Objective(self, objective), trials=n_trials,
-              batch_size=batch_size).run()
+        assemble(self.strategy, measurer=_Objective(self, objective), trials=n_trials,
+                 batch_size=batch_size).run()
         return self.best
 
     def _config(self, config: Mapping[str, Any]) -> dict[str, Any]:

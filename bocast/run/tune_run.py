@@ -79,10 +79,9 @@ class TuneRun:
         summary and the command's result lines. ``progress``: status lines on stderr, led by
         ``label`` where given (a workload of a run of many), and with ``meter`` the progress
         line (off where several runs share the terminal)."""
-        from bocast.measure.parts import make_measurer
         from bocast.records.public import atomic_write, provenance
         from bocast.run import identity
-        from bocast.run.tuner import Tuner
+        from bocast.run.assembly import assemble
 
         cfg, op, dataset = self.cfg, self.op, self.dataset
         note = (lambda text: say(f"{label}: {text}" if label else text)) if progress \
@@ -124,18 +123,18 @@ class TuneRun:
                            "warm_start_sources": self.warm_start_sources}
                 note(f"runner: live on {device.get('gpu')}; " + (
                     f"reference {reference:.1f} TFLOPS" if reference else "no reference"))
-            measurer = make_measurer(op, store, runner, builder, session_info=session,
-                                     batch_reference=dataset is None)
             for line in self.warm.notes if self.warm is not None else []:
                 note(line)
             if previous:
                 note(f"resuming: {len(previous)} trials already in {self.store_path}")
             with (Progress(f"{label or 'tune'} {cfg.strategy} seed {cfg.seed}", cfg.trials)
                   if progress and meter else contextlib.nullcontext()) as bar:
-                tuner = Tuner(self.strategy, measurer, trials=cfg.trials, seconds=cfg.seconds,
-                              batch_size=cfg.batch_size,
-                              optimum=dataset.best_tflops if dataset else None,
-                              reference=reference, reference_label=what, meter=bar)
+                tuner = assemble(self.strategy, trials=cfg.trials, seconds=cfg.seconds,
+                                 batch_size=cfg.batch_size, op=op, store=store, runner=runner,
+                                 builder=builder, session_info=session,
+                                 batch_reference=dataset is None,
+                                 optimum=dataset.best_tflops if dataset else None,
+                                 reference=reference, reference_label=what, meter=bar)
                 result = tuner.run(previous)
                 if dataset is None:
                     final = self._final_figure(runner, builder, store, result, note)
@@ -265,7 +264,7 @@ class TuneRun:
         space, the strategy and seed, the runner and GPU, and the reference's name."""
         cfg, w = self.cfg, self.op.workload
         how = "replay" if self.dataset is not None else \
-            "live" if cfg.runner in ("local", "rpc") else cfg.runner
+            self.runner_name if cfg.runner_class.synthetic else "live"
         title = (f"{self.op.name} {'x'.join(map(str, w['shape']))}, space {w.get('space', 'v1')}, "
                  f"{w.get('dtype')}\n{cfg.strategy} seed {cfg.seed}, {how} on "
                  f"{gpu or 'GPU not recorded'}; reference " + (label if reference else "none"))
@@ -285,9 +284,9 @@ class TuneRun:
 
         from bocast.records import library
 
-        if self.cfg.runner == "replay" or not os.path.isfile(self.store_path):
+        if not self.cfg.runner_class.live or not os.path.isfile(self.store_path):
             return None
-        if self.runner_name == "standin" and not self.records_named:
+        if self.cfg.runner_class.synthetic and not self.records_named:
             note("records library: a stand-in run's store (synthetic timings) is not added; "
                  "--records FOLDER (records=) adds it there, `bocast records add` by hand")
             return None

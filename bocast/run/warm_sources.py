@@ -36,11 +36,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from bocast.errors import InputError
-from bocast.measure.standin import run_task
+from bocast.measure.kinds import runner_class
+from bocast.measure.standin import StandinRunner, run_task
 from bocast.records import library
 from bocast.records.datasets import locate
 from bocast.records.library import Entry, _one_line, _store_entry, architecture, scan
 from bocast.records.store import Store
+from bocast.schema import ConfigError
 from bocast.space.operators.operator import WorkloadError, canonical_workload, from_workload
 from bocast.strategies import strategy_class
 from bocast.strategies.bo.transfer import AUTO, WarmStartError, incompatibility, load_sources
@@ -181,7 +183,7 @@ def resolve(option: Any, target_op, *, runner: str, gpu: str | None,
     if option != AUTO:
         paths = option if isinstance(option, list) else []
         return Choice(list(paths), [f"warm start from {', '.join(paths)}"] if paths else [])
-    replay = runner == "replay"
+    replay = not runner_class(runner).live  # it reads recorded timings
     exclude = [p for p in (dataset, store, *never, *also) if p]
     return choose(target_op, gpu=gpu, arch=arch, records=records, exclude=exclude,
                   other_workloads=replay, shipped_only=replay, also=also)
@@ -202,12 +204,13 @@ def warm_options(strategy: str, options: dict[str, Any], sources: Sequence[str])
 
 def run_architecture(runner: str, *, dataset=None) -> tuple[str, int] | None:
     """The (compute capability, SM count) of the GPU a run will measure on, known before it
-    starts (:func:`bocast.records.library.architecture`): replay, its dataset's; local, the local
-    GPU's (asked in a child process: this one never initialises CUDA); else None (rpc, the
-    stand-in)."""
-    if runner == "replay":
+    starts (:func:`bocast.records.library.architecture`): a runner that answers records (replay),
+    its dataset's; one that times on this machine's GPU (local), that GPU's (asked in a child
+    process: this one never initialises CUDA); else None (rpc, the stand-in)."""
+    cls = runner_class(runner)
+    if cls.answers_records:
         return architecture((getattr(dataset, "meta", None) or {}).get("device"))
-    if runner != "local":
+    if not cls.needs_gpu:
         return None
     return _local_architecture()
 
@@ -234,15 +237,20 @@ def _local_architecture() -> tuple[str, int] | None:
 
 def run_gpu(runner: str, *, dataset=None, rpc: dict | None = None) -> str | None:
     """The GPU model a run will measure on, as its records will name it, known before it
-    starts: replay, its dataset's; standin, the stand-in's; local, the local GPU's (nvidia-smi);
-    rpc, ``gpu_model`` where set; else None."""
-    if runner == "replay":
+    starts: replay (a runner that answers records), its dataset's; the stand-in's; rpc (an ``rpc``
+    section), ``gpu_model`` where set; local (a runner that needs this machine's GPU), the
+    local GPU's (nvidia-smi); else None (a runner of one's own: its GPU is not known before it
+    starts)."""
+    cls = runner_class(runner)
+    if cls.answers_records:
         return (getattr(dataset, "meta", None) or {}).get("device", {}).get("gpu")
-    if runner == "standin":
+    if issubclass(cls, StandinRunner):
         return str(run_task({"kind": "device"})["gpu"])
-    if runner == "rpc":
-        model = (rpc or {}).get("gpu_model")
+    if rpc:
+        model = rpc.get("gpu_model")
         return model if model and model != "any" else None
+    if not cls.needs_gpu:
+        return None
     import subprocess
 
     index = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
@@ -285,3 +293,23 @@ def for_run(cfg, op, dataset, store_path: str, folder: str, *, probe: bool = Tru
                    records=folder, also=also, never=never,
                    gpu=run_gpu(cfg.runner, dataset=dataset, rpc=cfg.rpc) if probe else None,
                    arch=run_architecture(cfg.runner, dataset=dataset) if probe else None)
+
+
+def identity_options(given: dict[str, Any], used: dict[str, Any]) -> dict[str, Any]:
+    """The options a run's identity names: those given, and those ``warm_start: auto`` set
+    (:func:`bocast.run.warm_sources.warm_options`); the sources are named apart (``warm_start``)."""
+    return {**given, **{k: v for k, v in used.items() if k not in given and k != "warm_start"}}
+
+
+def not_own(cfg, store_path: str) -> None:
+    """A warm start listing the run's own dataset or store is refused (what auto never picks
+    either), before the dataset is read (issue 42: 3 s, pandas, for a check of paths);
+    ``cfg``: its TuneConfig."""
+    given = cfg.strategy_options.get("warm_start")
+    own = {os.path.realpath(p): what for what, p in (("dataset", cfg.dataset),
+                                                      ("store", store_path)) if p}
+    for p in given if isinstance(given, list) else []:
+        if isinstance(p, str) and os.path.realpath(p) in own:
+            raise ConfigError(f"strategy.warm_start: {p} is this run's own "
+                              f"{own[os.path.realpath(p)]}: its answers would leak into the "
+                              "search")

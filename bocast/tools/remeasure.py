@@ -24,14 +24,14 @@ import json
 import math
 import os
 import sys
+from typing import Any
 
 from bocast.errors import InputError
 from bocast.locations import check_outputs, check_writable
 from bocast.measure.builder import Builder
-from bocast.measure.parts import runner_kind
+from bocast.measure.parts import runner_class, runner_kind
 from bocast.measure.retime import retime
-from bocast.measure.runner import GpuRunner, why_no_gpu
-from bocast.measure.standin import StandinRunner
+from bocast.measure.runner import why_no_gpu
 from bocast.records.public import Store, StoreError, provenance
 from bocast.records.status import Status
 from bocast.space.operators.operator import canonical_workload, from_workload
@@ -130,9 +130,9 @@ def check_arguments(args) -> None:
 
 
 def need_gpu(runner: str) -> None:
-    """The local runner on a machine without a GPU, refused before its worker starts (which
-    would fail to start CUDA with a traceback)."""
-    reason = why_no_gpu() if runner == "local" else None
+    """A runner that times on this machine's GPU (local) on a machine without one, refused
+    before its worker starts (which would fail to start CUDA with a traceback)."""
+    reason = why_no_gpu() if runner_class(runner).needs_gpu else None
     if reason:
         raise SystemExit(f"--runner local needs a CUDA GPU: {reason}; nothing was written "
                          "(--picks FILE picks the kernels on this machine, for a GPU one)")
@@ -164,7 +164,7 @@ def main(argv=None, prog: str | None = None) -> int:
         ap.error("--top, --rounds and --repeats must be >= 1")
     check_arguments(args)
 
-    RunnerClass = GpuRunner if args.runner == "local" else StandinRunner
+    RunnerClass: Any = runner_class(args.runner)  # local or standin: the choices above
 
     groups = best_configs(args.stores, args.top)
     workload = groups[0][0]
@@ -181,7 +181,7 @@ def main(argv=None, prog: str | None = None) -> int:
     ops = [from_workload(w) for w, _ in groups]
     prov = provenance({"command": " ".join(sys.argv)})
     with RunnerClass(repeats=args.repeats, seed=0) as runner, \
-            Builder(workers=args.workers, compile=args.runner == "local") as builder:
+            Builder(workers=args.workers, compile=RunnerClass.compiles) as builder:
         prov["device"] = runner.device()
         timed = retime(runner, builder,
                        [(op, [op.space.from_json(r["config"]) for r in rows])

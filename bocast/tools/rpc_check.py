@@ -31,7 +31,6 @@ import time
 from typing import Any, cast
 
 from bocast.measure.builder import Builder, BuildResult
-from bocast.measure.engine import Measurer
 from bocast.measure.replay import ReplayDataset
 from bocast.measure.rpc.runner import RpcRunner
 from bocast.measure.runner import GpuRunner, Runner
@@ -39,11 +38,10 @@ from bocast.measure.standin import StandinRunner
 from bocast.records.datasets import locate
 from bocast.records.public import Store, provenance
 from bocast.records.status import Status
-from bocast.run.tuner import Tuner
+from bocast.run.assembly import assemble
 from bocast.space.candidates import SpaceCandidates
 from bocast.space.operators.operator import from_workload
 from bocast.space.space import Space
-from bocast.strategies import make_strategy
 
 
 class StandinBuilder:
@@ -90,11 +88,13 @@ def tune(label: str, op, runner, builder, args) -> dict[str, Any]:
         raise SystemExit(f"{args.store_prefix}_{label}.db is not empty: give a new "
                          "--store-prefix (this check compares two fresh runs)")
     timed = Timed(runner)
-    measurer = Measurer(op, store, builder, cast(Runner, timed), session_info={
-        "runner": runner.name, "device": runner.device(), "check": "rpc_check"})
-    strategy = make_strategy(args.strategy, SpaceCandidates(op.space), seed=args.seed)
+    tuner = assemble(args.strategy, candidates=SpaceCandidates(op.space), seed=args.seed,
+                     op=op, store=store, runner=cast(Runner, timed), builder=builder,
+                     session_info={"runner": runner.name, "device": runner.device(),
+                                   "check": "rpc_check"},
+                     trials=args.tune_trials, batch_size=args.batch)
     t0 = time.perf_counter()
-    result = Tuner(strategy, measurer, trials=args.tune_trials, batch_size=args.batch).run()
+    result = tuner.run()
     wall = time.perf_counter() - t0
     records = store.records()
     store.close()

@@ -1,8 +1,13 @@
-"""bocast's extension example (docs/extending.md): a runner of one's own, passed to
-``bocast.tune`` as an object. It times nothing: a kernel's latency is the operator's compute
-bound at a 989 TFLOPS peak, stretched by the tail wave of its launch on 132 SMs (read off the
-built kernel's grid): a stand-in for a cost model, which is what a runner of this kind is for.
-Its builder lowers each kernel (grid, registers) without nvcc: ``compile=False``.
+"""bocast's extension example (docs/extending.md): a runner of one's own. It times nothing: a
+kernel's latency is the operator's compute bound at a 989 TFLOPS peak, stretched by the tail wave
+of its launch on 132 SMs (read off the built kernel's grid): a stand-in for a cost model, which
+is what a runner of this kind is for. Its class declares what it is: it needs no GPU, its
+kernels are lowered (grid, registers) without nvcc (``compiles = False``), and its timings are
+modelled, so its stores stay out of the records library (``synthetic = True``).
+
+Three ways to use it: as an object passed to ``bocast.tune`` (below), by class
+(``bocast tune gemm --runner wave_model_runner:WaveModelRunner`` with this folder on the path)
+and, once this package is installed, by its entry point's name (``--runner wave-model``).
 
     python wave_model_runner.py     # prints the best configuration of GEMM 256^3 by the model
 """
@@ -11,13 +16,18 @@ import math
 import tempfile
 
 import bocast
-from bocast.measure.parts import make_builder
 from bocast.measure.runner import Runner, RunResult
 from bocast.records.status import Status
 
 
 class WaveModelRunner(Runner):
     name = "wave-model"
+    needs_gpu, compiles, synthetic = False, False, True
+
+    def __init__(self, **options):
+        # made by name (--runner), it is given what a live kind takes: timeout_s, repeats, seed
+        # and l2 (docs/extending.md); a model has no use for them
+        self.options = options
 
     def run(self, op, builds, *, on_result=None):
         results = []
@@ -36,7 +46,6 @@ class WaveModelRunner(Runner):
 if __name__ == "__main__":  # bocast's build workers are spawned processes: they import this file
     with tempfile.TemporaryDirectory() as out:
         result = bocast.tune(op="gemm", shape=(256, 256, 256), runner=WaveModelRunner(),
-                             builder=make_builder(workers=2, timeout_s=120, compile=False),
                              trials=8, warm_start="none", output=out)
     assert result.trials == 8 and result.best_tflops > 0, result
     print(f"wave-model runner: {result.trials} trials, best {result.best_tflops:.1f} "

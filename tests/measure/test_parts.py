@@ -33,6 +33,30 @@ def gemm():
     return ReplayDataset(GEMM, OP)
 
 
+DECLARED = ("live", "needs_gpu", "compiles", "answers_records", "synthetic")
+
+
+def test_each_kind_is_one_class_that_declares_what_it_is(gemm):
+    """The commands ask a runner's class, never its name: the shipped kinds' declarations, the
+    old names, and a runner object's kind (a class of one's own registered under its path)."""
+    from bocast.measure.kinds import RUNNER_KINDS, kind_of, runner_class
+
+    declared = {k: tuple(getattr(runner_class(k), d) for d in DECLARED) for k in RUNNER_KINDS}
+    assert declared == {"local": (True, True, True, False, False),
+                        "rpc": (True, False, True, False, False),
+                        "replay": (False, False, False, True, False),
+                        "standin": (True, False, False, False, True)}
+    assert runner_class("tvm") is runner_class("local")
+    assert kind_of(make_runner("replay", dataset=gemm)) == "replay"
+
+    class Mine(Runner):
+        run = None  # type: ignore[assignment]
+
+    kind = kind_of(Mine())
+    assert kind.endswith(":test_each_kind_is_one_class_that_declares_what_it_is.<locals>.Mine")
+    assert runner_class(kind) is Mine and Mine.live and not Mine.needs_gpu and Mine.compiles
+
+
 def test_replay_is_a_runner_made_in_one_place(gemm, tmp_path):
     runner = make_runner("replay", dataset=gemm)
     assert isinstance(runner, ReplayRunner) and isinstance(runner, RecordRunner)
@@ -51,7 +75,7 @@ def test_replay_is_a_runner_made_in_one_place(gemm, tmp_path):
         make_runner("replay")
     with pytest.raises(ValueError, match="no dataset"):
         make_runner("standin", timeout_s=1.0, repeats=1, dataset=gemm)
-    with pytest.raises(ValueError, match="make_runner makes"):
+    with pytest.raises(ValueError, match="runner: expected one of"):
         make_runner("fpga", dataset=gemm)
     with pytest.raises(ValueError, match="needs a store and a builder"):
         make_measurer(OP, None, None)

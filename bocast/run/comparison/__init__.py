@@ -41,7 +41,6 @@ optimum: "best known" is then the best any run found.
 from bocast.run.comparison.config import (
     COMPARE,
     ENTRY,
-    LIVE,
     MAX_SEEDS,
     METASCHEDULE,
     STORE_NAME,
@@ -64,7 +63,7 @@ from bocast.run.figures import PALETTE, STYLES, save_png
 
 # the package's parts (config, running, summary, outputs) were one module; these names are how
 # the API, scripts and tests reach a comparison
-__all__ = ["COMPARE", "ENTRY", "LIVE", "MAX_SEEDS", "METASCHEDULE", "PALETTE", "STORE_NAME",
+__all__ = ["COMPARE", "ENTRY", "MAX_SEEDS", "METASCHEDULE", "PALETTE", "STORE_NAME",
            "STYLES", "CompareConfig", "ConfigError", "check_only", "check_stores", "entry_batch",
            "format_p", "load", "parse", "plan", "quartiles", "run", "run_identity", "save_png",
            "summarize", "validate", "wilcoxon_p"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bocast import options, schema
-from bocast.measure.parts import LIVE_KINDS, runner_kind
+from bocast.measure.parts import runner_kind
 from bocast.records import library
 from bocast.run import identity, warm_sources
 from bocast.run.config import (
@@ -25,6 +25,7 @@ from bocast.run.config import (
     WORKLOAD,
     ConfigError,
     RunSpec,
+    check_runner,
     dataset_path,
     read_yaml,
     resolver,
@@ -44,9 +45,6 @@ from bocast.strategies.bo.transfer import AUTO
 #: gives one strategy its own batch (BO with smaller q: more model updates per trial)
 _NOT_HYPER = ("name", "label", "trials", "seeds", "batch_size")
 METASCHEDULE = "metaschedule"
-#: live runners: the local GPU, GPU servers through a tracker (bocast.measure.rpc.runner), or the
-#: CPU stand-in (synthetic timings: a live comparison's mechanics without a GPU)
-LIVE = LIVE_KINDS
 MAX_SEEDS = 10_000
 #: a run's record store in the comparison's ``output`` folder (``bocast report`` reads them)
 STORE_NAME = "{label}_seed{seed}.db"
@@ -150,9 +148,12 @@ def parse(raw: Any, where: str) -> CompareConfig:
         raise ConfigError(f"budgets: expected distinct integers between 1 and budget.trials "
                           f"({trials}), got {budgets!r}")
     runner = top["runner"]
-    if runner == "replay" and top["dataset"] is None:
+    # a live runner (the local GPU, GPU servers, the CPU stand-in, one's own) times kernels as
+    # they are built; one that answers whole records replays a dataset
+    replay = not check_runner(runner).live
+    if replay and top["dataset"] is None:
         raise ConfigError("dataset: the replay runner needs the prefix of a recorded dataset")
-    if runner == "replay" and any(s["name"] == METASCHEDULE for s in strategies):
+    if replay and any(s["name"] == METASCHEDULE for s in strategies):
         raise ConfigError(f"strategies: {METASCHEDULE} proposes its own schedules, which no "
                           "recorded dataset holds; it needs a live runner (local or rpc)")
     ropts = options.RUNNER_OPTIONS.check(top["runner_options"], "runner_options.")
@@ -165,13 +166,13 @@ def parse(raw: Any, where: str) -> CompareConfig:
         if "warm_start" not in options_s:  # a strategy without one: 'none' or 'auto', dropped
             strategies[i].pop("warm_start", None)
             continue
-        if s.get("warm_start") == "auto" and runner != "replay":
+        if s.get("warm_start") == "auto" and not replay:
             raise ConfigError(f"{where_s}warm_start: 'auto' picks sources from this machine's "
                               "records library, which a live comparison's results must not "
                               "depend on; name the sources (a list), or none")
     resolve = resolver(where)
     dataset = dataset_path(top["dataset"], where) if top["dataset"] else None
-    if runner == "replay" and dataset:  # replay without a dataset was refused above
+    if replay and dataset:  # replay without a dataset was refused above
         _resolve_auto(strategies, top["workload"], dataset)
     return CompareConfig(
         name=top["name"], workload=dict(top["workload"]), runner=runner, dataset=dataset,
@@ -220,6 +221,8 @@ def validate(cfg: CompareConfig):
     """Build every piece once (workload, dataset, each strategy) and check the stores already
     under ``output``, so that a bad field fails before anything runs or is written. Returns
     (operator, dataset or None)."""
+    op, _ = workload_and_dataset(cfg.workload, "local", None)  # the workload alone
+    check_stores(cfg, op)  # before a replay's dataset is read (issue 42: 3 s, pandas)
     op, dataset = workload_and_dataset(cfg.workload, cfg.runner, cfg.dataset)
     cands = dataset.candidates() if dataset else SpaceCandidates(op.space, op.workload)
     for i, s in enumerate(cfg.strategies):
@@ -228,7 +231,6 @@ def validate(cfg: CompareConfig):
                 make_strategy(s["name"], cands, seed=0, **_hyper(s))
             except StrategyError as e:
                 raise ConfigError(f"strategies[{i}] ({s['label']}): {e}") from None
-    check_stores(cfg, op)
     return op, dataset
 
 

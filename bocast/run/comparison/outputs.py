@@ -12,7 +12,7 @@ from bocast import interrupt
 from bocast.files import atomic_write
 from bocast.progress import reference_label
 from bocast.run import figures
-from bocast.run.comparison.config import LIVE, CompareConfig, _dataset_gpu
+from bocast.run.comparison.config import CompareConfig, _dataset_gpu
 
 
 def _write_outputs(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None:
@@ -33,7 +33,7 @@ def _write_files(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) 
     with atomic_write(cfg.results + ".json") as f:
         json.dump(summary, f, separators=(",", ":"), sort_keys=True, default=str)
     prov = summary["provenance"]
-    live = cfg.runner in LIVE
+    live = cfg.runner_class.live
     where = (f"{prov.get('device', {}).get('gpu', 'GPU')}, driver "
              f"{prov.get('device', {}).get('driver', '?')}" if live else "")
     last = cfg.budgets[-1]
@@ -114,7 +114,7 @@ def _vendor(summary: dict[str, Any]) -> str:
 
 def _gpu(cfg: CompareConfig, summary: dict[str, Any]) -> str | None:
     """The GPU the trials were measured on: the live run's, or the replayed dataset's."""
-    if cfg.runner in LIVE:
+    if cfg.runner_class.live:
         return ((summary.get("provenance") or {}).get("device") or {}).get("gpu")
     try:
         return _dataset_gpu(cfg.dataset)
@@ -131,11 +131,11 @@ def _plot(cfg: CompareConfig, runs: list[dict], summary: dict[str, Any]) -> None
         n = s.get("trials", cfg.trials)
         arms.append((s["label"], [r["curve"][:n] for r in runs if r["label"] == s["label"]]))
     vendor = _vendor(summary)
-    how = "recorded in the dataset" if cfg.runner not in LIVE else "same run"
+    how = "recorded in the dataset" if not cfg.runner_class.live else "same run"
     w = cfg.workload
     shape = "x".join(map(str, w.get("shape", [])))
     gpu = _gpu(cfg, summary) or "GPU not recorded"
-    mode = "live" if cfg.runner in LIVE else "replay"
+    mode = "live" if cfg.runner_class.live else "replay"
     title = (f"{w.get('op')} {shape}, space {w.get('space', 'v1')}, {w.get('dtype')}: {mode} on "
              f"{gpu}\nmedian and interquartile band over seeds; reference {vendor}")
     ref = summary["reference_tflops"]

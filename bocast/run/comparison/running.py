@@ -12,14 +12,13 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from bocast import interrupt
-from bocast.measure.parts import make_measurer
 from bocast.measure.replay import ReplayDataset
 from bocast.measure.retime import method_of, retime, top_configs
 from bocast.progress import Progress, reference_label
 from bocast.records.store import Store
 from bocast.run import identity, metaschedule
+from bocast.run.assembly import assemble
 from bocast.run.comparison.config import (
-    LIVE,
     METASCHEDULE,
     CompareConfig,
     _hyper,
@@ -33,7 +32,6 @@ from bocast.run.config import ConfigError
 from bocast.run.tuner import Trajectory, Tuner, best_so_far, first_reaching, run_interleaved
 from bocast.space.candidates import SpaceCandidates
 from bocast.space.operators.operator import from_workload
-from bocast.strategies import make_strategy
 
 
 def _job_process(stop) -> None:
@@ -60,10 +58,10 @@ def _replay_run(job) -> dict[str, Any]:
         if len(done) >= min(trials, len(ds.configs)):
             res = Trajectory(done, best_so_far(done), 0.0, None)
         else:
-            strategy = make_strategy(s["name"], ds.candidates(), seed=seed, **_hyper(s))
-            res = Tuner(strategy, make_measurer(op, store, cfg.make_runner(dataset=ds)),
-                        trials=trials,
-                        batch_size=entry_batch(cfg, s), optimum=ds.best_tflops).run(done)
+            res = assemble(s["name"], candidates=ds.candidates(), seed=seed, options=_hyper(s),
+                           op=op, store=store, runner=cfg.make_runner(dataset=ds),
+                           trials=trials, batch_size=entry_batch(cfg, s),
+                           optimum=ds.best_tflops).run(done)
     out = _curve(res, s["label"], seed, trials)
     out.update(optimum=ds.best_tflops, reference=(ds.reference or {}).get("tflops"),
                reference_what=(ds.reference or {}).get("what", ""), resumed_from=len(done),
@@ -82,7 +80,7 @@ def check_only(cfg: CompareConfig, only: Sequence[str] | None) -> None:
     unknown = sorted(set(only) - set(labels))
     if unknown:
         raise ConfigError(f"--only: {unknown} not among the strategy labels {labels}")
-    if cfg.runner not in LIVE:
+    if not cfg.runner_class.live:
         raise ConfigError("--only/--summarize: only live comparisons are split; a replay "
                           "one is cheap")
 
@@ -107,7 +105,7 @@ def run(cfg: CompareConfig, *, progress: Callable[[str], None] | None = None,
     check_only(cfg, only)
     op = validate(cfg)[0]
     os.makedirs(cfg.output, exist_ok=True)
-    if cfg.runner in LIVE:
+    if cfg.runner_class.live:
         runs, extra = _run_live(cfg, progress, meter, runner, builder,
                                 set(only) if only is not None else None)
         if extra["missing"]:
@@ -201,13 +199,13 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
                 store = stores.enter_context(Store(path, op.workload))
                 identity.check(store, run_identity(cfg, s, seed), path)
                 store.set_meta("reference", reference)
-                strategy = make_strategy(s["name"], SpaceCandidates(op.space, op.workload),
-                                         seed=seed, **_hyper(s))
-                measurer = make_measurer(op, store, runner, builder, session_info={
-                    **info, "strategy": s["label"], "seed": seed})
-                tuner = Tuner(strategy, measurer, trials=trials, batch_size=entry_batch(cfg, s),
-                              reference=reference["tflops"],
-                              reference_label=reference_label(reference))
+                tuner = assemble(s["name"], candidates=SpaceCandidates(op.space, op.workload),
+                                 seed=seed, options=_hyper(s), op=op, store=store,
+                                 runner=runner, builder=builder,
+                                 session_info={**info, "strategy": s["label"], "seed": seed},
+                                 trials=trials, batch_size=entry_batch(cfg, s),
+                                 reference=reference["tflops"],
+                                 reference_label=reference_label(reference))
                 tuner.start(store.records())  # resumes an interrupted comparison
                 tuners.append(tuner)
                 labels.append((s["label"], seed))
