@@ -4,13 +4,14 @@
     python lab/bad_inputs.py                # all cases -> the table
     python lab/bad_inputs.py --only store   # cases whose name contains "store"
 
-The table goes to ``experiments/results/bad_inputs.{md,json}`` with the machine and commit.
+The table goes to ``experiments/results/bad_inputs.{md,json.xz}`` with the machine and commit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import os
 import platform
 import sys
@@ -44,7 +45,8 @@ def main() -> None:
              "seconds": round(r.seconds, 2), "clean": r.clean, "problems": r.problems}
             for r in results]
     slowest = max(results, key=lambda r: r.seconds)
-    with open(args.out + ".json", "w") as f:
+    # xz: the results travel with the tree to the GPU machine, under a size limit
+    with lzma.open(args.out + ".json.xz", "wt") as f:
         json.dump({"provenance": prov, "clean": clean, "cases": len(rows), "rows": rows}, f,
                   separators=(",", ":"))
     md = [f"# Bad inputs: {clean} of {len(rows)} clean", "",
@@ -62,7 +64,7 @@ def main() -> None:
                   f"{'yes' if r['data_intact'] else 'NO'} | {'yes' if r['clean'] else 'NO'} |")
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(md) + "\n")
-    print(f"wrote {args.out}.md/.json")
+    print(f"wrote {args.out}.md/.json.xz")
 
 
 if __name__ == "__main__":
