@@ -241,8 +241,7 @@ def test_stand_in_runs_stay_out_of_the_library_unless_asked(standin_store, tmp_p
                                 "--batch-size", "8", "--output", str(tmp_path / "run"), "--json")
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["library_copy"] is None
-    assert not os.listdir(default) and "a stand-in run's store (synthetic timings) is not " \
-        "added" in err
+    assert not os.listdir(default) and "a synthetic runner's store (standin) is not added" in err
     _, folder = standin_store  # named by its run (records=): the copy is there
     entries = [e for e in library.scan(folder)[0] if not e.shipped]
     assert len(entries) == 1 and entries[0].synthetic

@@ -76,7 +76,7 @@ def test_a_runner_by_entry_point_and_by_class_runs_as_its_class_declares(tmp_pat
         assert summary["best_tflops"] > 0
         # synthetic (modelled) timings: kept out of the records library
         assert summary["library_copy"] is None and not (tmp_path / "records").exists()
-        assert "(synthetic timings) is not added" in run.stderr
+        assert f"a synthetic runner's store ({kind}) is not added" in run.stderr
 
 
 def test_a_runner_kind_that_is_none_is_one_line(tmp_path):

@@ -121,7 +121,8 @@ class TuneRun:
                 what = reference_label(ref)
                 session = {"device": device, "runner": self.runner_name, "config": cfg.raw,
                            "warm_start_sources": self.warm_start_sources}
-                note(f"runner: live on {device.get('gpu')}; " + (
+                gpu = device.get("gpu") or "a device the runner does not name"
+                note(f"runner: live on {gpu}; " + (
                     f"reference {reference:.1f} TFLOPS" if reference else "no reference"))
             for line in self.warm.notes if self.warm is not None else []:
                 note(line)
@@ -287,7 +288,7 @@ class TuneRun:
         if not self.cfg.runner_class.live or not os.path.isfile(self.store_path):
             return None
         if self.cfg.runner_class.synthetic and not self.records_named:
-            note("records library: a stand-in run's store (synthetic timings) is not added; "
+            note(f"records library: a synthetic runner's store ({self.runner_name}) is not added; "
                  "--records FOLDER (records=) adds it there, `bocast records add` by hand")
             return None
         try:

@@ -181,7 +181,8 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
                 with Store(path, op.workload) as store:
                     reference = reference or store.get_meta("reference")
         reference = reference or runner.reference(op)
-        progress(f"live on {device.get('gpu')}; reference {reference['tflops']:.1f} TFLOPS "
+        gpu = device.get("gpu") or "a device the runner does not name"
+        progress(f"live on {gpu}; reference {reference['tflops']:.1f} TFLOPS "
                  f"({reference.get('what', '')})")
         info = {"device": device, "runner": runner.name, "compare": cfg.name,
                 "config_sha256": cfg.digest}
