@@ -35,9 +35,10 @@ def standin_store(tmp_path_factory):
 
 
 def _regpu(src: str, dst: str, gpu: str) -> str:
-    """A copy of store ``src`` whose sessions say they ran on ``gpu``."""
+    """A copy of store ``src`` whose sessions say they ran on ``gpu`` (a GPU's sessions carry
+    no ``synthetic`` mark: Runner.described)."""
     shutil.copy(src, dst)
-    return _set_device(dst, gpu=gpu)
+    return _set_device(dst, gpu=gpu, synthetic=False)
 
 
 def _set_device(path: str, **fields) -> str:

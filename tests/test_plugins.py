@@ -77,6 +77,16 @@ def test_a_runner_by_entry_point_and_by_class_runs_as_its_class_declares(tmp_pat
         # synthetic (modelled) timings: kept out of the records library
         assert summary["library_copy"] is None and not (tmp_path / "records").exists()
         assert f"a synthetic runner's store ({kind}) is not added" in run.stderr
+    # added to a library on purpose, its store is still known for synthetic: its session says
+    # so (Runner.described), whatever GPU name the runner's device gives
+    from bocast.records import library
+
+    named = tmp_path / "named"
+    run = _bocast(site, tmp_path, *WAVE, "--runner", "wave-model", "--records", str(named),
+                  "--output", str(tmp_path / "into_named"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    (entry,) = [e for e in library.scan(str(named))[0] if not e.shipped]
+    assert entry.synthetic and entry.declared_synthetic
 
 
 def test_a_runner_kind_that_is_none_is_one_line(tmp_path):

@@ -256,7 +256,7 @@ def _measure(args, op, configs, what, subspace) -> int:
     with runner, make_builder(workers=args.workers, timeout_s=args.build_timeout,
                               compile=runner_class(args.runner).compiles,
                               reject_spills=args.reject_spills) as builder:
-        device = runner.device()
+        device = runner.described()
         # the runner started: only now is the store created, so a failed start leaves none
         store = Store(args.store, op.workload)
         with store:

@@ -91,6 +91,13 @@ class Runner(ABC):
         "driver", clocks, ...}`` (empty where unknown)."""
         return {}
 
+    def described(self) -> dict[str, Any]:
+        """:meth:`device` as a run's session records it: with ``synthetic: True`` where the
+        class declares synthetic timings, so that the records library keeps the store out of
+        warm starts and suggestions whoever's runner made it (:attr:`Entry.synthetic
+        <bocast.records.library.Entry.synthetic>`)."""
+        return {**self.device(), **({"synthetic": True} if self.synthetic else {})}
+
     def timing(self) -> dict[str, Any]:
         """How this runner times (recorded with every figure a run reports): ``{"method",
         "l2", "repeats", ...}``; empty where it times nothing itself."""

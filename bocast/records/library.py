@@ -93,13 +93,16 @@ class Entry:
     origin: str | None = None  # a library copy: the store it was copied from
     arch: tuple[str, int] | None = None  # the GPU's (compute capability, SM count), where recorded
     extra: dict[str, Any] = field(default_factory=dict)
+    #: a session of the store says its runner's timings are synthetic (Runner.described)
+    declared_synthetic: bool = False
 
     @property
     def synthetic(self) -> bool:
-        """Records of the stand-in (synthetic timings, no GPU), directly or through rpc
-        servers run as stand-ins: warm starts and suggestions leave them out unless the run
-        is itself the stand-in's (:func:`bocast.run.warm_sources.choose`)."""
-        return self.gpu == STANDIN_GPU
+        """Records of synthetic timings: the stand-in's (no GPU), directly or through rpc
+        servers run as stand-ins, or of any runner whose class declares ``synthetic`` (a cost
+        model's): warm starts and suggestions leave them out unless the run is itself the
+        stand-in's (:func:`bocast.run.warm_sources.choose`)."""
+        return self.gpu == STANDIN_GPU or self.declared_synthetic
 
     @property
     def name(self) -> str:
@@ -132,7 +135,14 @@ def _store_entry(path: str, *, stats: bool) -> Entry:
     gpu, arch = _store_device(sessions, placed)
     return Entry(path, workload, gpu, int(rows), int(ok or 0),
                  float(best) if best is not None else None,
-                 origin=json.loads(meta[ORIGIN]) if ORIGIN in meta else None, arch=arch)
+                 origin=json.loads(meta[ORIGIN]) if ORIGIN in meta else None, arch=arch,
+                 declared_synthetic=any(_declares_synthetic(s) for s in sessions))
+
+
+def _declares_synthetic(session: str) -> bool:
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        return bool((json.loads(session).get("device") or {}).get("synthetic"))
+    return False
 
 
 def _store_device(sessions: Iterable[str],

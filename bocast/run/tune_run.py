@@ -100,7 +100,7 @@ class TuneRun:
             if runner is None:
                 runner = cfg.make_runner(seed=cfg.seed, dataset=dataset)
                 closers.append(runner)
-            device = runner.device()
+            device = runner.described()
             # the run can start: only now is its store created (or opened for writing), so a
             # runner that fails to start leaves no store stamped with this run behind
             store = identity.open_store(self.store_path, op.workload, self.identity)

@@ -173,7 +173,7 @@ def _run_live(cfg: CompareConfig, progress, meter=None, runner=None, builder=Non
     with contextlib.ExitStack() as stores:  # closes the runner and builder made here, last
         runner = runner or stores.enter_context(cfg.make_runner())
         builder = builder or stores.enter_context(cfg.make_builder())
-        device = runner.device()
+        device = runner.described()
         # one reference for the whole comparison: the one timed when it started, if it did
         reference = None
         for _, _, path, _ in runs_plan:
