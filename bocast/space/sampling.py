@@ -9,16 +9,24 @@ knob by knob."""
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from bocast.space.knobs import Config, SpaceError
 
-if TYPE_CHECKING:
-    from bocast.space.space import Space
-
 Draws = tuple[dict[str, np.ndarray], np.ndarray]
+
+
+class Space(Protocol):
+    """What sampling uses of a :class:`bocast.space.space.Space` (which imports this module)."""
+
+    def _draw_feasible(self, n: int, rng: np.random.Generator) -> Draws: ...
+
+    def _rows(self, cols: Mapping[str, np.ndarray], index: Any) -> list[Config]: ...
+
+    @staticmethod
+    def key(config: Mapping[str, Any]) -> str: ...
 
 
 def _batches(space: Space, n: int, rng: np.random.Generator, max_draws: int
