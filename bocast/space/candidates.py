@@ -89,9 +89,10 @@ class SpaceCandidates(Candidates):
             # twice the rows wanted are drawn (all of them: the random stream moves on as
             # the space's sample of 2n moves it), and rows are built and keyed a chunk at a
             # time until n are new: the rest, half of BO's pool, never are (issue 41)
-            for cols, idx in sampling.feasible_draws(self.space, max(n - len(out), 1) * 2, rng):
-                for at in range(0, len(idx), 512):
-                    rows = structural.rows(self.space.knobs, cols, idx[at:at + 512])
+            for cols in sampling.feasible_draws(self.space, max(n - len(out), 1) * 2, rng):
+                m = len(cols[self.space.knobs[0].name])
+                for at in range(0, m, 512):
+                    rows = structural.rows(self.space.knobs, cols, range(at, min(at + 512, m)))
                     for c, key in zip(rows, sampling.keys(self.space, rows)):
                         if key not in seen:
                             seen.add(key)

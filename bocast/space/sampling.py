@@ -13,13 +13,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from bocast.space.knobs import Config, SpaceError
+from bocast.space.knobs import Config, Knob, SpaceError
 
 Draws = tuple[dict[str, np.ndarray], np.ndarray]
 
 
 class Space(Protocol):
     """What sampling uses of a :class:`bocast.space.space.Space` (which imports this module)."""
+
+    @property
+    def knobs(self) -> Sequence[Knob]: ...
 
     def _draw_feasible(self, n: int, rng: np.random.Generator) -> Draws: ...
 
@@ -69,16 +72,18 @@ def sample(space: Space, n: int, rng: np.random.Generator, *, unique: bool,
 
 
 def feasible_draws(space: Space, n: int, rng: np.random.Generator, *,
-                   max_draws: int = 50_000_000) -> list[Draws]:
-    """The batches of ``sample(space, n, rng)`` (not unique), each with the indices of the rows
-    it takes: their rows in turn are that sample, and ``rng`` is left where it leaves it."""
-    out: list[Draws] = []
+                   max_draws: int = 50_000_000) -> list[dict[str, np.ndarray]]:
+    """The rows of ``sample(space, n, rng)`` (not unique) as knob columns, batch by batch,
+    unbuilt: :func:`bocast.space.structural.rows` of them in turn is that sample, and ``rng`` is
+    left where it leaves it. Only the rows taken are kept (a batch's draws are 100x more)."""
+    out: list[dict[str, np.ndarray]] = []
     batches = _batches(space, n, rng, max_draws)
     try:
         cols, idx = next(batches)
         while True:
-            out.append((cols, idx[: n]))
-            n -= len(out[-1][1])
+            take = idx[:n]
+            out.append({k.name: cols[k.name][take] for k in space.knobs})
+            n -= len(take)
             cols, idx = batches.send(n)
     except StopIteration:
         return out
