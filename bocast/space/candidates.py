@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bocast.space import sampling, structural
 from bocast.space.knobs import Config
 from bocast.space.space import Space
 
@@ -28,6 +29,13 @@ class Candidates(ABC):
     def sample(self, n: int, rng: np.random.Generator, exclude: set[str]) -> list[Config]:
         """Up to ``n`` distinct feasible configurations, uniform, none of whose keys is in
         ``exclude``."""
+
+    def sample_keyed(self, n: int, rng: np.random.Generator, exclude: set[str]
+                     ) -> tuple[list[Config], list[str]]:
+        """:meth:`sample` and the configurations' keys (:meth:`Space.key`), which a sampler
+        that has them already need not compute again (BO's pool: issue 41)."""
+        configs = self.sample(n, rng, exclude)
+        return configs, [Space.key(c) for c in configs]
 
     @abstractmethod
     def sample_restricted(self, n: int, rng: np.random.Generator, allowed: dict,
@@ -71,17 +79,28 @@ class SpaceCandidates(Candidates):
         return self._reference
 
     def sample(self, n, rng, exclude):
+        return self.sample_keyed(n, rng, exclude)[0]
+
+    def sample_keyed(self, n, rng, exclude):
         out: list[Config] = []
+        keys: list[str] = []
         seen = set(exclude)
         for _ in range(20):
-            for c in self.space.sample(max(n - len(out), 1) * 2, rng):
-                key = Space.key(c)
-                if key not in seen:
-                    seen.add(key)
-                    out.append(c)
-                    if len(out) == n:
-                        return out
-        return out
+            # twice the rows wanted are drawn (all of them: the random stream moves on as
+            # the space's sample of 2n moves it), and rows are built and keyed a chunk at a
+            # time until n are new: the rest, half of BO's pool, never are (issue 41)
+            for cols in sampling.feasible_draws(self.space, max(n - len(out), 1) * 2, rng):
+                m = len(cols[self.space.knobs[0].name])
+                for at in range(0, m, 512):
+                    rows = structural.rows(self.space.knobs, cols, range(at, min(at + 512, m)))
+                    for c, key in zip(rows, sampling.keys(self.space, rows)):
+                        if key not in seen:
+                            seen.add(key)
+                            out.append(c)
+                            keys.append(key)
+                            if len(out) == n:
+                                return out, keys
+        return out, keys
 
     def sample_restricted(self, n, rng, allowed, exclude):
         out = []
@@ -122,9 +141,12 @@ class TableCandidates(Candidates):
             self._holes.append(holes)
 
     def sample(self, n, rng, exclude):
+        return self.sample_keyed(n, rng, exclude)[0]
+
+    def sample_keyed(self, n, rng, exclude):
         free = [i for i, k in enumerate(self.keys) if k not in exclude]
         pick = rng.permutation(len(free))[:n]
-        return [self.configs[free[i]] for i in pick]
+        return [self.configs[free[i]] for i in pick], [self.keys[free[i]] for i in pick]
 
     def sample_restricted(self, n, rng, allowed, exclude):
         mask = np.array([k not in exclude for k in self.keys], dtype=bool)

@@ -59,12 +59,20 @@ def bounds(knobs: Knobs, conds: Iterable[Mapping[str, Value]]) -> np.ndarray:
 def encode(knobs: Knobs, configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
     """Numeric matrix ``(n, encoded width)`` of ``configs``."""
     out = np.zeros((len(configs), width(knobs)))
-    for r, c in enumerate(configs):
-        col = 0
-        for k in knobs:
-            if c[k.name] is not None:
-                out[r, col:col + k.width] = k.encode_value(c[k.name])
-            col += k.width
+    col = 0
+    for k in knobs:  # a knob's block at once, each distinct value encoded once (issue 41)
+        vals = [c[k.name] for c in configs]
+        at = [r for r, v in enumerate(vals) if v is not None]
+        try:  # equal values encode alike (encode_value reads a value's index or log2)
+            distinct = {v: i for i, v in enumerate(dict.fromkeys(vals[r] for r in at))}
+        except TypeError:  # an unhashable value (a list for a split): row by row
+            for r in at:
+                out[r, col:col + k.width] = k.encode_value(vals[r])
+        else:
+            if at:
+                table = np.reshape([k.encode_value(v) for v in distinct], (-1, k.width))
+                out[at, col:col + k.width] = table[[distinct[vals[r]] for r in at]]
+        col += k.width
     return out
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from bocast.space import encoding, structural
+from bocast.space import encoding, sampling, structural
 from bocast.space.knobs import (
     MAX_EXTENT,
     Categorical,
@@ -270,29 +270,9 @@ class Space:
     def sample(self, n: int, rng: np.random.Generator | int | None = None, *,
                unique: bool = False, max_draws: int = 50_000_000) -> list[Config]:
         """``n`` feasible configurations, i.i.d. uniform over the feasible set (or, with
-        ``unique``, uniform without replacement)."""
-        rng = np.random.default_rng(rng)
-        out: list[Config] = []
-        seen: set[str] = set()
-        drawn, accepted = 0, 0
-        while len(out) < n:
-            rate = (accepted + 1) / (drawn + 2)
-            batch = int(min(max(1024, 1.2 * (n - len(out)) / rate), 500_000))
-            cols, idx = self._draw_feasible(batch, rng)
-            drawn += batch
-            accepted += len(idx)
-            for cfg in self._rows(cols, idx[: (n - len(out)) if not unique else None]):
-                if unique:
-                    key = self.key(cfg)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                out.append(cfg)
-                if len(out) == n:
-                    break
-            if drawn > max_draws and len(out) < n:
-                raise SpaceError(f"only {len(out)} feasible configurations after {drawn} draws")
-        return out
+        ``unique``, uniform without replacement): :mod:`bocast.space.sampling`."""
+        return sampling.sample(self, n, np.random.default_rng(rng), unique=unique,
+                               max_draws=max_draws)
 
     def size(self, *, draws: int = 200_000, rng: np.random.Generator | int | None = 0,
              exact_limit: int = 2_000_000) -> SpaceSize:

@@ -120,7 +120,9 @@ def draw_grouped(knobs: Knobs, variants: Sequence[Variant], n: int, rng: np.rand
             arr = np.array(dom)
             parts[k.name].append(arr[rng.integers(0, len(dom), m)])
     order = rng.permutation(n)
-    return {name: np.concatenate(chunks) for name, chunks in parts.items()}, order
+    # one variant (most spaces): its columns as drawn, not copied
+    return {name: chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+            for name, chunks in parts.items()}, order
 
 
 def chunks(knobs: Knobs, variants: Sequence[Variant], chunk: int
@@ -160,13 +162,16 @@ def rows(knobs: Knobs, cols: Mapping[str, np.ndarray], index: Iterable[int]) -> 
         col = cols[k.name][index].tolist()
         if isinstance(k, Split):
             col = [tuple(v) for v in col]
-        active = active_mask(k, cols)[index].tolist()
+        # the mask of the selected rows alone (a sampler's batch holds 100x more rows)
+        active = active_mask(k, {d: cols[d][index] for d in k.active_when}, len(index)).tolist()
         values[k.name] = [v if a else None for v, a in zip(col, active)]
     return [dict(zip(values, row)) for row in zip(*values.values())] if len(index) else []
 
 
-def active_mask(k: Knob, cols: Mapping[str, np.ndarray]) -> np.ndarray:
-    n = len(next(iter(cols.values())))
+def active_mask(k: Knob, cols: Mapping[str, np.ndarray], n: int | None = None) -> np.ndarray:
+    """Whether ``k`` is active in each row of ``cols`` (``n`` rows: needed where ``cols`` holds
+    no column)."""
+    n = len(next(iter(cols.values()))) if n is None else n
     mask = np.ones(n, dtype=bool)
     for dep, vals in k.active_when.items():
         mask &= np.isin(cols[dep], list(vals))

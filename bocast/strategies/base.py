@@ -104,7 +104,11 @@ class Strategy(ABC):
             raise StrategyError(f"strategy {self.name!r}: features: {e}") from None
 
     def fresh_samples(self, n: int) -> list[Config]:
-        return self.candidates.sample(n, self.rng, self.proposed)
+        return self.fresh_samples_keyed(n)[0]
+
+    def fresh_samples_keyed(self, n: int) -> tuple[list[Config], list[str]]:
+        """:meth:`fresh_samples` and their keys."""
+        return self.candidates.sample_keyed(n, self.rng, self.proposed)
 
     def warm_start_target(self, paths) -> Any:
         """The target operator of a ``warm_start`` option's ``paths`` (checked here, for every

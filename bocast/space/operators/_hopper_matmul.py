@@ -161,22 +161,24 @@ def derive(spec):
         staging = np.where(sk.cluster_mode(c), cs.staging_bytes(bm, bn, sw.swapped(c)), 0)
         smem = np.maximum(c["stages"] * (bm + bn) * bk * in_size + epi, staging) + BARRIER_SMEM
         launch_cap = np.minimum(255, REGISTERS_PER_SM // threads // 8 * 8)
-        consumer_regs = np.where(_regs(c, 1) > 0, _regs(c, 1), launch_cap)
+        producer_regs, setmaxnreg = _regs(c, 0), _regs(c, 1)  # each once: 500k-row draws
+        consumer_regs = np.where(setmaxnreg > 0, setmaxnreg, launch_cap)
         tiles = batch * tiles_m * tiles_n
         # split K (GEMM and bmm; a space without the knob: 1): units of (k slice, tile)
         splits = c["split_k"] if "split_k" in c else np.ones_like(bm)
         units = tiles * splits
+        cluster_m, cluster_n = _cluster(c, 0), _cluster(c, 1)
         return {"wave_efficiency": wave_efficiency(batch * M * N * splits, units, bm, bn, sms),
                 "threads": threads, "atoms": atoms, "consumer_rows": rows,
                 "acc_regs": atoms * k_cols // 2,
-                "consumer_regs": consumer_regs, "producer_regs": _regs(c, 0),
+                "consumer_regs": consumer_regs, "producer_regs": producer_regs,
                 "smem_bytes": smem, "dynamic_smem_bytes": smem - BARRIER_SMEM,
                 "static_smem_bytes": np.full_like(bm, BARRIER_SMEM),
                 "tiles_m": tiles_m, "tiles_n": tiles_n, "tiles": tiles,
                 "k_blocks": -(-K // bk), "units": units,
                 "grid": np.where(c["persistent"] == "on", np.minimum(sms, units), units),
-                "cluster_m": _cluster(c, 0), "cluster_n": _cluster(c, 1),
-                "cluster_size": _cluster(c, 0) * _cluster(c, 1)}
+                "cluster_m": cluster_m, "cluster_n": cluster_n,
+                "cluster_size": cluster_m * cluster_n}
 
     return run
 

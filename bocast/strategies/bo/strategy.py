@@ -375,8 +375,8 @@ class BayesOpt(Strategy):
 
     def _pool(self) -> list:
         """Fresh uniform samples plus neighbours of the incumbents, all unproposed."""
-        pool = self.fresh_samples(self.hyper["pool_size"])
-        seen = set(self.proposed) | {Space.key(c) for c in pool}
+        pool, keys = self.fresh_samples_keyed(self.hyper["pool_size"])
+        seen = set(self.proposed) | set(keys)
         best = sorted(self.measured_ok(), key=lambda r: r.tflops or 0.0, reverse=True)
         for r in best[: self.hyper["incumbents"]]:
             for nb in self.candidates.neighbours(self.config_of(r)):
