@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bocast.api import need_compiler, need_gpu
+from bocast.api import need_compiler
 from bocast.errors import InputError
 from bocast.space.operators.operator import from_workload, make_named, parse_shape
 
@@ -54,10 +54,6 @@ def _operator_from(args):
 
 def _need_compiler(what: str) -> None:
     need_compiler(what)
-
-
-def _need_gpu(what: str, alternative: str) -> None:
-    need_gpu(what, alternative)
 
 
 def _restriction(args, op) -> dict | None:

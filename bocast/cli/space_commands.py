@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from bocast.api import need_machine
 from bocast.cli.common import (
     T0,
     UsageError,
@@ -22,7 +23,6 @@ from bocast.cli.common import (
     _fixed_text,
     _jsonable_allowed,
     _need_compiler,
-    _need_gpu,
     _operator_from,
     _restriction,
     _table_of,
@@ -210,11 +210,8 @@ def cmd_measure(args) -> int:
         raise UsageError("--runner rpc needs --tracker HOST:PORT and --key KEY")
     if (args.tracker or args.key) and args.runner != "rpc":
         raise UsageError(f"--tracker, --key: only for --runner rpc (this one: {args.runner})")
-    what = f"bocast measure --runner {args.runner}"
-    if cls.needs_gpu:
-        _need_gpu(what, "--runner standin runs the synthetic CPU stand-in, for tests")
-    if cls.compiles:
-        _need_compiler(what)
+    need_machine(cls, f"bocast measure --runner {args.runner}",
+                 "--runner standin runs the synthetic CPU stand-in, for tests")
     if cls.needs_gpu:
         op = _on_local_gpu(op, args.runner)
     check_writable(args.store, "--store")
