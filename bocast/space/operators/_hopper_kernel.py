@@ -47,10 +47,11 @@ after its last wgmma and before the epilogue rounds them. A GEMM's fused epilogu
 scales there, on the same fp32 accumulators. Or block scales (``Plan.block_scaled``, BK 128):
 each k block into a fresh tile, scaled and added into the accumulators (``_hopper_blockscale``).
 
-Not done yet: clusters of more than 2 CTAs, stmatrix for a 16-bit output's staging, a
-conflict-free staging layout for an fp32 output (2 wavefronts a half-warp's store, see
-``_hopper_layout.staging_offset``), overlapping a tile's epilogue with the next tile's main loop
-beyond what ping-pong gives, the NN layout, fp8 with B in e5m2, an fp8 output.
+What the template does not do yet: clusters of more than 2 CTAs, stmatrix for a 16-bit
+output's staging, a conflict-free staging layout for an fp32 output (the swizzled box costs 2
+shared-memory wavefronts a half-warp's store, see ``_hopper_layout.staging_offset``; a 16-bit
+output's takes 1), overlapping a tile's epilogue with the next tile's main loop beyond what
+ping-pong gives, the NN layout, fp8 with B in e5m2, an fp8 output.
 
 One body, two operators. A :class:`Plan` is what a configuration fixes over an M x N x K matmul
 (tile, ring, warpgroups, the tiles' walk, the launch); :func:`device_body` turns it into the
@@ -60,7 +61,8 @@ only in its :class:`Operands` hooks: where A's box of a k block lies (GEMM: a 2-
 im2col map, the tile's pixels and the tap's offsets: ``Operands.a_offsets``) and how a
 tile's rows reach the output (the direct stores' addresses and edge tests, the tma epilogue's
 box store). B is a 2-D [rows, K] map (conv2d_transpose's 4-D: ``Operands.b_coords``). Each
-operator's prim_func declares its buffers and maps (the kernel's parameters) and calls the body.
+operator's ``kernel`` declares its buffers and tensor maps in its own prim_func (their names
+are the kernel's parameters and what the runner binds) and calls the body there.
 """
 
 # ruff: noqa: F821 - the kernel's scalars (desc_a: T.uint64) are declared by annotation, which
@@ -111,7 +113,6 @@ def device_body(p: Plan, ops: Operands):
     tile, k0, a_coords = p.tile, p.k0, ops.a_coords
     store_box, store_rows = ops.store_box, ops.store_rows
     stage, reduce, meet = ops.split_cluster or (None, None, None)  # split_reduce "cluster"
-    sf = ops.store_first  # split_reduce "store_first": its Ordering, or None
 
     ta, tb = WGMMA_TYPES[p.in_dtype], WGMMA_TYPES[p.b_dtype]
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
@@ -178,8 +179,6 @@ def device_body(p: Plan, ops: Operands):
         cl = T.meta_var(cta // CS)  # this CTA's cluster
         n_tiles = T.meta_var((units // CS - cl + clusters - 1) // clusters)  # its walk's length
         tx = T.thread_id([threads])
-        if sf is not None:  # its flags and functions, declared in the CUDA source
-            T.attr(0, "pragma_import_c", sf.prelude)
         # one dynamic allocation (TIRx allows one): stage s holds A's BM rows, then B's BN rows
         # (sm(s, r, col)); after the ring, the tma epilogue's staging boxes (output elements
         # stored over the operands' type: indices in its units)
@@ -334,9 +333,6 @@ def device_body(p: Plan, ops: Operands):
                     fuse_tile(acc, bias, tn, lt)  # split_reduce cluster: on the sum, in reduce)
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
                 # columns 8 j + 2 (lt % 4) (+1)
-                ks, flag = T.meta_var(p.slice_and_flag(cl + i * clusters, rank))
-                if sf is not None:  # store_first: a later slice waits for slice 0's stores
-                    sf.wait(flag, ks, cw, lt)
                 if tma_store:
                     # box by box (64 rows x 128 bytes: 32 fp32 or 64 16-bit columns): every thread
                     # writes its 16 values of the box (rounded to a 16-bit output's type) to a
@@ -371,20 +367,12 @@ def device_body(p: Plan, ops: Operands):
                                 T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
                             else:
                                 T.ptx["bar.sync"](T.uint32(2), T.uint32(128))
-                            if sf is None:
-                                store_box(out_map, T.address_of(Sm[buf]), tm, row0, a,
-                                          tn * BN + q * epi_c, lt)
-                            else:
-                                sf.box(out_map, T.address_of(Sm[buf]), tm, row0, a,
-                                       tn * BN + q * epi_c, lt, ks)
+                            store_box(out_map, T.address_of(Sm[buf]), tm, row0, a,
+                                      tn * BN + q * epi_c, lt)
                 elif stage is not None:  # split_reduce cluster: the sums to the staging
                     stage(Sm, acc, row0, lt)
-                elif sf is not None:
-                    sf.rows(out, acc, tm, tn, row0, lt, ks)
                 else:
                     store_rows(out, acc, tm, tn, row0, lt)
-                if sf is not None:  # slice 0's stores visible, then its arrival
-                    sf.stored(flag, ks, cw, lt)
             if tma_store and lt == 0:
                 # the last boxes' stores must finish before the CTA (and its shared memory) ends
                 T.ptx["cp.async.bulk.wait_group"](0)

@@ -13,11 +13,13 @@ TMA zero-fills the parts of its boxes past an edge (the mbarrier still receives 
 bytes, as CUTLASS's fixed TmaTransactionBytes relies on), and the direct stores test their row
 and column against M and N (generated only for an extent that is ragged); the TMA store clips
 its boxes at C's edges (the tma epilogue needs C's rows to be multiples of 16 bytes for its
-tensor map: N % 4 == 0 for fp32, N % 8 == 0 for a 16-bit output). A bmm, C[b] = A[b] B[b]^T,
-is the same kernel over the batch's tiles, its operands read as one [b x M, K] and one [b x N,
-K] matrix, the persistent loop walking batch x tiles, batch outermost; a tile must not cross a
-batch element (``bmm_tiles_within_batch``; K may be ragged). Configurations outside it are
-refused by named constraints or, for the workload, by :func:`check_workload`.
+tensor map: N % 4 == 0 for fp32, N % 8 == 0 for a 16-bit output).
+A bmm (C[b] = A[b] B[b]^T)
+is the same kernel over the batch's tiles: its operands are read as one [b x M, K] and one
+[b x N, K] matrix (2-D tensor maps) and the persistent loop walks batch x tiles, batch
+outermost; a tile must not cross a batch element (``bmm_tiles_within_batch``: BM divides M, BN
+divides N; K may be ragged). Configurations outside it are refused by named constraints or,
+for the workload, by :func:`check_workload`.
 
 Swap AB (``swap_ab``, GEMM and GEMV: ``_hopper_swap``): the same body over C^T = B A^T, B's
 rows as wgmma's M and C's BM rows (8 to 256) as its N, C stored transposed. A GEMV is the GEMM
@@ -43,7 +45,6 @@ from . import _hopper_blockscale as bs
 from . import _hopper_cluster_split as cs
 from . import _hopper_kernel as hk
 from . import _hopper_split as sk
-from . import _hopper_store_first as sf
 from . import _hopper_swap as sw
 from . import _matmul as mm
 from ._hopper_layout import (
@@ -313,10 +314,10 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
     else:
         p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype,
                     b_dtype=b_dtype, sm_count=sm_count, fuse=fuse, scale_block=scale_block)
-    # split K: every unit adds its fp32 partial sums into C, zeroed by the launch (zeroed; TMA's
-    # reduce-add or red.global.add); or (split_reduce cluster) the slices meet in a cluster and
-    # store C once; or (store_first) slice 0 stores, the others add once it has
-    adds = p.splits > 1 and not p.cluster_reduce and not p.store_first
+    # split K: every unit adds its fp32 partial sums into C, which the launch zeroes first
+    # (TirxKernel.zeroed); TMA's reduce-add for the tma epilogue, red.global.add otherwise;
+    # or (split_reduce cluster) the slices meet in a cluster and store C once
+    adds = p.splits > 1 and not p.cluster_reduce
     assert not adds or out_dtype == "float32", "split_k_needs_fp32_output"
     split_cluster = None
     if p.cluster_reduce:
@@ -332,16 +333,11 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
         maps["C_map"] = tensor_map(names[2], batch * M, N, EPI_ROWS, epi_cols(out_dtype),
                                    out_dtype)
     a_tma, b_tma, *c_tma = (encode_args(m) for m in maps.values())
-    def stores(adds: bool):
-        return (sw.transposed_stores(p, out_dtype, adds=adds) if swap else
-                row_major_stores(p, M, N, out_dtype, adds=adds))
-
-    store_box, store_rows = stores(adds)
-    store_first = sf.Ordering(p, stores(False), stores(True)) if p.store_first else None
+    store_box, store_rows = (sw.transposed_stores(p, out_dtype, adds=adds) if swap else
+                             row_major_stores(p, M, N, out_dtype, adds=adds))
     body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
                                          store_box=store_box, store_rows=store_rows,
-                                         split_cluster=split_cluster,
-                                         store_first=store_first))
+                                         split_cluster=split_cluster))
 
     @T.macro
     def launch(A, B, C, scale_a, scale_b, bias=None):
