@@ -216,6 +216,7 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
     from bocast.run.config import check_runner, workload_and_dataset
 
     cfg: dict[str, Any] = {"workload": {"op": op}, "strategy": {}, "runner": runner or "local"}
+    cls = check_runner(cfg["runner"])  # what the kind needs, asked of its class
     if shape is not None:
         cfg["workload"]["shape"] = list(shape)
     keys = {o.name: o.key for o in QUICK_OPTIONS}
@@ -224,8 +225,8 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
         if value == "" and (key in keys or key in keys.values()):  # else the default, silently
             raise InputError(f"{key}: empty; leave it out for its default")
     for key, value in {**{o.name: o.default for o in QUICK_OPTIONS}, **given}.items():
-        if value is None or (key == "batch_size" and key not in given and cfg["runner"] == "rpc"):
-            continue  # rpc: the batch follows the fleet unless given (rpc_options.batch_for_run)
+        if value is None or (key == "batch_size" and key not in given and cls.fleet):
+            continue  # a fleet: the batch follows its size unless given (rpc_options.batch_for_run)
         key = keys.get(key, key)
         if key in ("strategy", "strategy.name"):
             cfg["strategy"].update({"name": value} if isinstance(value, str) else dict(value))
@@ -237,10 +238,9 @@ def quick_config(op: str, shape: Sequence[int] | None = None, *, runner: str | N
         else:
             cfg[key] = value
     # else ignored without a word (a configuration file may keep them for another runner)
-    replays = check_runner(cfg["runner"]).answers_records  # a dataset's records
-    # rpc: the section of runner rpc's options (tracker, key, ...)
-    for key, fits, runner_of_it in (("dataset", replays, "replay"),
-                                    ("rpc", cfg["runner"] == "rpc", "rpc")):
+    replays = cls.answers_records  # a dataset's records
+    # rpc: the section of a fleet runner's options (tracker, key, ...)
+    for key, fits, runner_of_it in (("dataset", replays, "replay"), ("rpc", cls.fleet, "rpc")):
         if cfg.get(key) and not fits:
             raise InputError(f"{key}: only for runner {runner_of_it}; this run's runner is "
                              f"{cfg['runner']}")

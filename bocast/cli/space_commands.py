@@ -206,9 +206,9 @@ def cmd_measure(args) -> int:
     if not cls.live:
         raise UsageError(f"--runner {args.runner}: measure times kernels as they are built; "
                          "this runner reads recorded timings")
-    if args.runner == "rpc" and not (args.tracker and args.key):  # the rpc kind's options
-        raise UsageError("--runner rpc needs --tracker HOST:PORT and --key KEY")
-    if (args.tracker or args.key) and args.runner != "rpc":
+    if cls.fleet and not (args.tracker and args.key):  # a fleet runner's options
+        raise UsageError(f"--runner {args.runner} needs --tracker HOST:PORT and --key KEY")
+    if (args.tracker or args.key) and not cls.fleet:
         raise UsageError(f"--tracker, --key: only for --runner rpc (this one: {args.runner})")
     need_machine(cls, f"bocast measure --runner {args.runner}",
                  "--runner standin runs the synthetic CPU stand-in, for tests")

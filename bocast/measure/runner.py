@@ -67,6 +67,10 @@ class Runner(ABC):
     #: its timings are synthetic: its stores are kept out of the records library unless a
     #: library is named, and a live run's figure does not call them measured
     synthetic: bool = False
+    #: it runs on a fleet of GPU servers: the configuration's ``rpc`` section holds its options
+    #: (tracker, key, ...: :mod:`bocast.measure.rpc.options`), and its batch follows the
+    #: fleet's size unless the configuration fixes one
+    fleet: bool = False
 
     @abstractmethod
     def run(self, op: Operator, builds: Sequence[BuildResult], *,

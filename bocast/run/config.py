@@ -242,8 +242,9 @@ def _check_sources(sources: Any) -> None:
 def rpc_options(runner: str, section: Mapping[str, Any] | None,
                 overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A configuration's ``rpc`` mapping, with the command line's fields over it, checked when
-    the runner is rpc (tune and compare configurations alike); {} for other runners."""
-    if runner != "rpc":
+    the runner runs on a fleet (``Runner.fleet``: rpc; tune and compare configurations alike);
+    {} for other runners."""
+    if not check_runner(runner).fleet:
         # the command line's fields (--tracker, --key) would be ignored without a word; the
         # file's section stays, for the run of an rpc configuration given --runner replay
         if overrides:

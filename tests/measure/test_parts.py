@@ -33,7 +33,7 @@ def gemm():
     return ReplayDataset(GEMM, OP)
 
 
-DECLARED = ("live", "needs_gpu", "compiles", "answers_records", "synthetic")
+DECLARED = ("live", "needs_gpu", "compiles", "answers_records", "synthetic", "fleet")
 
 
 def test_each_kind_is_one_class_that_declares_what_it_is(gemm):
@@ -42,10 +42,10 @@ def test_each_kind_is_one_class_that_declares_what_it_is(gemm):
     from bocast.measure.kinds import RUNNER_KINDS, kind_of, runner_class
 
     declared = {k: tuple(getattr(runner_class(k), d) for d in DECLARED) for k in RUNNER_KINDS}
-    assert declared == {"local": (True, True, True, False, False),
-                        "rpc": (True, False, True, False, False),
-                        "replay": (False, False, False, True, False),
-                        "standin": (True, False, False, False, True)}
+    assert declared == {"local": (True, True, True, False, False, False),
+                        "rpc": (True, False, True, False, False, True),
+                        "replay": (False, False, False, True, False, False),
+                        "standin": (True, False, False, False, True, False)}
     assert runner_class("tvm") is runner_class("local")
     assert kind_of(make_runner("replay", dataset=gemm)) == "replay"
 
@@ -55,6 +55,21 @@ def test_each_kind_is_one_class_that_declares_what_it_is(gemm):
     kind = kind_of(Mine())
     assert kind.endswith(":test_each_kind_is_one_class_that_declares_what_it_is.<locals>.Mine")
     assert runner_class(kind) is Mine and Mine.live and not Mine.needs_gpu and Mine.compiles
+
+    # the rpc section goes with the class's fleet declaration, not with the name "rpc"
+    from bocast.measure.rpc.options import follows_fleet
+    from bocast.measure.rpc.runner import RpcRunner
+    from bocast.run.config import rpc_options
+    from bocast.schema import ConfigError
+
+    class MyFleet(RpcRunner):
+        pass
+
+    fleet_kind = kind_of(MyFleet.__new__(MyFleet))
+    assert rpc_options(fleet_kind, {"tracker": "h:9190", "key": "k"})["key"] == "k"
+    assert follows_fleet({}, fleet_kind, {}) and not follows_fleet({}, kind, {})
+    with pytest.raises(ConfigError, match="only for runner rpc"):
+        rpc_options(kind, None, {"key": "k"})
 
 
 def test_replay_is_a_runner_made_in_one_place(gemm, tmp_path):

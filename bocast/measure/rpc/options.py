@@ -52,9 +52,12 @@ def parse_options(raw: Any) -> dict[str, Any]:
 
 
 def follows_fleet(raw: Mapping[str, Any], runner: str, options: Mapping[str, Any]) -> bool:
-    """Whether a run's batch follows its fleet: runner rpc with servers that build, and no
-    ``batch_size`` in the configuration ``raw`` (a file's, or given as an option)."""
-    return runner == "rpc" and options.get("builds", "server") == "server" \
+    """Whether a run's batch follows its fleet: a fleet runner (``Runner.fleet``: rpc) with
+    servers that build, and no ``batch_size`` in the configuration ``raw`` (a file's, or given
+    as an option)."""
+    from bocast.measure.kinds import runner_class
+
+    return runner_class(runner).fleet and options.get("builds", "server") == "server" \
         and "batch_size" not in raw
 
 

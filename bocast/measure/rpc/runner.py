@@ -75,7 +75,7 @@ BuiltAndRan = Callable[[int, BuildResult, "RunResult | None"], None]
 class RpcRunner(Runner):
     """Times kernels on the GPU servers registered under ``key`` at ``tracker``."""
 
-    name = "rpc"
+    name, fleet = "rpc", True
 
     def __init__(self, tracker: str | tuple[str, int], key: str, *, timeout_s: float = 30.0,
                  repeats: int = 10, warmup_ms: float = 20.0, seed: int = 0,
