@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from bocast.measure.kinds import runner_class
 from bocast.measure.rpc import auth
 from bocast.measure.rpc import protocol as proto
 
@@ -55,8 +56,6 @@ def follows_fleet(raw: Mapping[str, Any], runner: str, options: Mapping[str, Any
     """Whether a run's batch follows its fleet: a fleet runner (``Runner.fleet``: rpc) with
     servers that build, and no ``batch_size`` in the configuration ``raw`` (a file's, or given
     as an option)."""
-    from bocast.measure.kinds import runner_class
-
     return runner_class(runner).fleet and options.get("builds", "server") == "server" \
         and "batch_size" not in raw
 
