@@ -30,7 +30,10 @@
 # (M 64, 128); in 3, tunes that choose stages >= 8 and reach >= 0.95. Refutes it: deep kernels
 # within their 6-stage twins' spread or slower, the no-split analog still far below cuBLAS
 # (~0.75), the split best's deeper rings no faster than it. Section 1 must be all ok (else the
-# deep ring has a bug, and no timing counts).
+# deep ring has a bug, and no timing counts). Not checked here: large GEMMs, whose spaces gained
+# the deep ring too (a uniform draw at 4096^3 now takes stages >= 8, hence tiles of at most
+# 64 x 128, in about 27% of its samples); a default tune of one (e.g. 4096,4096,4096) would
+# show whether their cold searches lost anything.
 #   bash experiments/device/deep_ring_check.sh     # defaults: under 540 s on a 16-core H200
 #   TUNES=0 bash experiments/device/deep_ring_check.sh          # 1 and 2 only (about 4 minutes)
 #   SAMPLE=0 TUNES=0 MS="64 128" bash experiments/device/deep_ring_check.sh   # re-timings only
