@@ -81,6 +81,7 @@ from ._hopper_conv_tiled import a_coords, atom_box, out_row, row_pixel, tile_cou
 from ._hopper_layout import (
     DEFAULT_SM_COUNT,
     EPI_ROWS,
+    SHALLOW_STAGES,
     encode_args,
     epi_cols,
     target_sms,
@@ -181,9 +182,14 @@ def check_workload(op) -> None:
 
 
 def knobs(spec, g: ConvGeometry) -> list[Knob]:
-    # the conv kernel has no thread-block clusters yet: the GEMM's cluster knob keeps one value
+    # the conv kernel has no thread-block clusters yet: the GEMM's cluster knob keeps one value.
+    # The ring stays 2-6 deep (SHALLOW_STAGES): the deep ring is for a skinny GEMM's weight
+    # stream through small tiles; a convolution's implicit GEMM has thousands of rows (pixels)
+    # and its best measured tiles are 128 x 128 and up (32 KB a stage at BK 64: 7 fit at most),
+    # and the v3 conv datasets and exhaustive table were measured over 2-6. Extend it once the
+    # GEMM's measurements show the deep ring pays
     gemm = [Categorical("cluster", ("1x1",), default="1x1", doc="no clusters for convs yet")
-            if k.name == "cluster" else k for k in hm.knobs(spec)]
+            if k.name == "cluster" else k for k in hm.knobs(spec, SHALLOW_STAGES)]
     if len(g.size) != 2:  # the tiled producer's pixel tiles are a conv2d's
         return [*gemm, Categorical("a_load", ("im2col",), default="im2col",
                                    doc="A's producer: TMA's im2col mode over BM consecutive "

@@ -40,6 +40,15 @@ def sm_count_entry(op: str, space: str, sm_count) -> dict[str, int]:
 #: space v3's split-K factors: the k blocks of a tile divided among this many CTAs, whose
 #: partial sums add into the output (1: one CTA a tile, no reduction)
 SPLIT_K = (1, 2, 4, 8)
+#: space v3's TMA ring depths (k blocks of BK in flight). A skinny GEMM streams its weights
+#: through small tiles whose stage is 10-16 KB (swap_ab's 64 x 16 at BK 64: 10 KB), so up to 16
+#: fit the 227 KB; cuBLAS's kernels where ours lose (M 16-128 at N, K = 6144, 4096) keep 10-16
+#: in flight (nvjet 64x16_64x16, 64x64_64x13, 96x64_64x10: experiments/results/
+#: fresh_skinny_h200). shared_memory_le_227KB prunes the depths a tile cannot hold
+STAGES = (2, 3, 4, 5, 6, 8, 10, 12, 16)
+#: the depths before the deep ring, over which the v3 datasets, stores and exhaustive tables
+#: were measured; the convolutions' spaces keep them (``_hopper_conv.knobs`` says why)
+SHALLOW_STAGES = (2, 3, 4, 5, 6)
 #: setmaxnreg pairs (producer, consumer); "off" leaves every thread at the launch's share
 REG_SPLITS = {"off": None, "24/240": (24, 240), "40/232": (40, 232), "56/224": (56, 224)}
 #: TMA swizzle mode (CUtensorMapSwizzle) and wgmma descriptor swizzle, by row bytes of a tile

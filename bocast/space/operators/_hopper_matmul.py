@@ -54,6 +54,7 @@ from ._hopper_layout import (
     EPI_ROWS,
     EPI_SMEM_PER_CONSUMER,
     REG_SPLITS,
+    STAGES,
     WGMMA_TYPES,
     bk_choices,
     cluster_constraints,
@@ -98,7 +99,7 @@ def check_workload(spec: mm.MatmulSpec) -> None:
                             f"{spec.M}, N = {spec.N}")
 
 
-def knobs(spec) -> list[Knob]:
+def knobs(spec, stages: tuple[int, ...] = STAGES) -> list[Knob]:  # stages: the ring's depths
     return [
         Ordinal("bm", (64, 128, 192, 256), doc="CTA tile rows (BM = 64 x wgmma atoms x "
                                                "consumers)"),
@@ -106,7 +107,7 @@ def knobs(spec) -> list[Knob]:
         Ordinal("bk", (bs.SCALE_BLOCK,) if spec.scale_block else bk_choices(spec.in_dtype),
                 doc="k block per stage: rows of 128 bytes (128-byte swizzle) or 64 (64-byte): "
                     "64 or 32 16-bit elements, 128 or 64 fp8 ones"),
-        Ordinal("stages", (2, 3, 4, 5, 6), doc="shared-memory ring of A/B k blocks"),
+        Ordinal("stages", stages, doc="shared-memory ring of A/B k blocks"),
         Ordinal("consumers", (1, 2), doc="consumer warpgroups"),
         Categorical("arrangement", ("cooperative", "pingpong"),
                     doc="consumers split each tile's rows, or take turns with whole tiles"),

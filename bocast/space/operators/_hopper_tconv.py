@@ -67,7 +67,7 @@ from . import _hopper_conv as hc
 from . import _hopper_conv_tiled as tiled
 from . import _hopper_kernel as hk
 from . import _hopper_matmul as hm
-from ._hopper_layout import DTYPE_BYTES, SWIZZLE, encode_args, target_sms
+from ._hopper_layout import DTYPE_BYTES, SHALLOW_STAGES, SWIZZLE, encode_args, target_sms
 
 
 def phase_of(ph, stride: int, pad: int):
@@ -233,7 +233,7 @@ def knobs(spec) -> list[Knob]:
                                      doc="accumulators to Y as 8-byte vector stores or one "
                                          "float at a time (no tma: a phase is a strided view "
                                          "of Y)")}
-    return [*(fixed.get(k.name, k) for k in hm.knobs(spec)),
+    return [*(fixed.get(k.name, k) for k in hm.knobs(spec, SHALLOW_STAGES)),  # as conv2d's
             Categorical("a_load", ("tiled",), default="tiled",
                         doc="A's producer: a 4-D tiled box of a phase's pixel tile"),
             Categorical("phase_order", ("outer", "inner"), default="outer",
