@@ -111,7 +111,7 @@ def device_body(p: Plan, ops: Operands):
     tile, k0, a_coords = p.tile, p.k0, ops.a_coords
     store_box, store_rows = ops.store_box, ops.store_rows
     stage, reduce, meet = ops.split_cluster or (None, None, None)  # split_reduce "cluster"
-    sf = ops.store_first  # split_reduce "store_first": its Ordering, or None
+    zf = ops.zero_first  # split_reduce "zero_first": its Ordering, or None
 
     ta, tb = WGMMA_TYPES[p.in_dtype], WGMMA_TYPES[p.b_dtype]
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
@@ -178,8 +178,8 @@ def device_body(p: Plan, ops: Operands):
         cl = T.meta_var(cta // CS)  # this CTA's cluster
         n_tiles = T.meta_var((units // CS - cl + clusters - 1) // clusters)  # its walk's length
         tx = T.thread_id([threads])
-        if sf is not None:  # its flags and functions, declared in the CUDA source
-            T.attr(0, "pragma_import_c", sf.prelude)
+        if zf is not None:  # its flags and functions, declared in the CUDA source
+            T.attr(0, "pragma_import_c", zf.prelude)
         # one dynamic allocation (TIRx allows one): stage s holds A's BM rows, then B's BN rows
         # (sm(s, r, col)); after the ring, the tma epilogue's staging boxes (output elements
         # stored over the operands' type: indices in its units)
@@ -278,6 +278,9 @@ def device_body(p: Plan, ops: Operands):
                 i = T.meta_var(j * step + (cw if pingpong else 0))
                 tm = T.meta_var(tile(cl + i * clusters, rank)[0])
                 tn = T.meta_var(tile(cl + i * clusters, rank)[1])
+                ks, flag = T.meta_var(p.slice_and_flag(cl + i * clusters, rank))
+                if zf is not None:  # zero_first: slice 0 zeroes the tile's C first
+                    zf.zero(out, acc, flag, ks, tm, tn, row0, cw, lt)
                 if pingpong:  # noqa: SIM102 - a static test outside, a TIR test inside
                     # mbarrier waits test a phase's parity, so a consumer may run at most one
                     # phase ahead of a barrier: taking turns keeps the other consumer's k blocks
@@ -334,9 +337,8 @@ def device_body(p: Plan, ops: Operands):
                     fuse_tile(acc, bias, tn, lt)  # split_reduce cluster: on the sum, in reduce)
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
                 # columns 8 j + 2 (lt % 4) (+1)
-                ks, flag = T.meta_var(p.slice_and_flag(cl + i * clusters, rank))
-                if sf is not None:  # store_first: a later slice waits for slice 0's stores
-                    sf.wait(flag, ks, cw, lt)
+                if zf is not None:  # zero_first: a later slice's adds after that zeroing
+                    zf.wait(flag, ks, cw, lt)
                 if tma_store:
                     # box by box (64 rows x 128 bytes: 32 fp32 or 64 16-bit columns): every thread
                     # writes its 16 values of the box (rounded to a 16-bit output's type) to a
@@ -371,20 +373,12 @@ def device_body(p: Plan, ops: Operands):
                                 T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
                             else:
                                 T.ptx["bar.sync"](T.uint32(2), T.uint32(128))
-                            if sf is None:
-                                store_box(out_map, T.address_of(Sm[buf]), tm, row0, a,
-                                          tn * BN + q * epi_c, lt)
-                            else:
-                                sf.box(out_map, T.address_of(Sm[buf]), tm, row0, a,
-                                       tn * BN + q * epi_c, lt, ks)
+                            store_box(out_map, T.address_of(Sm[buf]), tm, row0, a,
+                                      tn * BN + q * epi_c, lt)
                 elif stage is not None:  # split_reduce cluster: the sums to the staging
                     stage(Sm, acc, row0, lt)
-                elif sf is not None:
-                    sf.rows(out, acc, tm, tn, row0, lt, ks)
                 else:
                     store_rows(out, acc, tm, tn, row0, lt)
-                if sf is not None:  # slice 0's stores visible, then its arrival
-                    sf.stored(flag, ks, cw, lt)
             if tma_store and lt == 0:
                 # the last boxes' stores must finish before the CTA (and its shared memory) ends
                 T.ptx["cp.async.bulk.wait_group"](0)

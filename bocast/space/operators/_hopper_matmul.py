@@ -43,8 +43,8 @@ from . import _hopper_blockscale as bs
 from . import _hopper_cluster_split as cs
 from . import _hopper_kernel as hk
 from . import _hopper_split as sk
-from . import _hopper_store_first as sf
 from . import _hopper_swap as sw
+from . import _hopper_zero_first as zf
 from . import _matmul as mm
 from ._hopper_layout import (
     CLUSTERS,
@@ -313,17 +313,17 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
     else:
         p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype,
                     b_dtype=b_dtype, sm_count=sm_count, fuse=fuse, scale_block=scale_block)
-    # split K: every unit adds its fp32 partial sums into C, zeroed by the launch (zeroed; TMA's
-    # reduce-add or red.global.add); or (split_reduce cluster) the slices meet in a cluster and
-    # store C once; or (store_first) slice 0 stores, the others add once it has
-    adds = p.splits > 1 and not p.cluster_reduce and not p.store_first
+    # split K: every unit adds its fp32 partial sums into C (TMA's reduce-add or red.global.add),
+    # zeroed by the launch (zeroed) or, zero_first, by the tile's slice 0 at its start; or
+    # (split_reduce cluster) the slices meet in a cluster and store C once
+    adds = p.splits > 1 and not p.cluster_reduce
     assert not adds or out_dtype == "float32", "split_k_needs_fp32_output"
     split_cluster = None
     if p.cluster_reduce:
         p.stage_in_cluster(int(cs.staging_bytes(config["bm"], config["bn"], swap)))
         split_cluster = cs.cluster_reduce(p, swap=swap, rows=batch * M, cols=N,
                                           out_dtype=out_dtype)
-    zeroed = (names[2],) if adds else ()
+    zeroed = (names[2],) if adds and not p.zero_first else ()
     BM, BK, tma_store = p.BM, p.BK, p.tma_store
     a_box, b_box = (p.b_box, p.a_box) if swap else (p.a_box, p.b_box)  # A's and B's boxes
     maps = {"A_map": tensor_map(names[0], batch * M, K, a_box, BK, in_dtype),
@@ -337,11 +337,11 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
                 row_major_stores(p, M, N, out_dtype, adds=adds))
 
     store_box, store_rows = stores(adds)
-    store_first = sf.Ordering(p, stores(False), stores(True)) if p.store_first else None
+    zero_first = zf.Ordering(p, stores(False)[1]) if p.zero_first else None
     body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
                                          store_box=store_box, store_rows=store_rows,
                                          split_cluster=split_cluster,
-                                         store_first=store_first))
+                                         zero_first=zero_first))
 
     @T.macro
     def launch(A, B, C, scale_a, scale_b, bias=None):
