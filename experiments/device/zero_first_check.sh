@@ -88,7 +88,7 @@ for m in ms:
 PY
 for m in $MS; do
   t0=$(date +%s)
-  timeout "${ITEM_S:-40}" python3 -m bocast.tools.remeasure "$root/picks_${m}x6144x4096.json" \
+  timeout "${ITEM_S:-45}" python3 -m bocast.tools.remeasure "$root/picks_${m}x6144x4096.json" \
     --top 10 --rounds "$ROUNDS" --out "$root/remeasure_${m}x6144x4096.json" \
     > "$root/remeasure_${m}x6144x4096.log" 2>&1
   echo "remeasure ${m}x6144x4096: exit $? in $(( $(date +%s) - t0 )) s"
