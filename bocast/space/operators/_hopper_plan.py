@@ -142,6 +142,11 @@ class Plan:
         return tile_coords(block, M=self.M, N=self.N, BM=self.BM, BN=self.BN, G=self.G,
                            cluster=(self.CM, self.CN), rank=rank, major=self.major)
 
+    def slice_and_flag(self, t, rank):
+        """(k slice, the tile's flag: its index among the launch's tiles) of unit ``t``."""
+        block, ks = split_unit(t, self.tiles // self.CS, self.splits, self.cluster_reduce)
+        return ks, block * self.CS + rank
+
     def k0(self, t):
         """The first k block of unit ``t`` (0 without split K)."""
         return split_unit(t, self.tiles // self.CS, self.splits, self.cluster_reduce)[1] * self.KB
