@@ -396,8 +396,9 @@ def cases() -> list[Case]:
         "give --sample N (a uniform sample), or --all / --subspace FILE")
     opt("measure --sample and --all", MEASURE + ["--all"],
         "give --sample N (a uniform sample), or --all / --subspace FILE")
-    opt("measure --fix without --all", MEASURE + ["--fix", "stages=2"],
-        "--fix restricts --all: give --all too")
+    opt("measure --sample --fix of an empty sub-space", MEASURE + [
+        "--fix", "stages=1", "--fix", "async_copy=on"],
+        "--fix: no feasible configuration of gemm [64, 64, 64] has stages=1, async_copy=on")
     opt("measure --fix of an unknown knob", NO_SAMPLE + ["--all", "--fix",
                                                                           "stagez=2"],
         "--fix: unknown knob 'stagez'")

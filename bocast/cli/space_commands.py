@@ -199,8 +199,6 @@ def cmd_measure(args) -> int:
     if exhaustive == (args.sample is not None):
         raise UsageError("give --sample N (a uniform sample), or --all / --subspace FILE (every "
                          "feasible configuration)")
-    if args.fix and not exhaustive:
-        raise UsageError("--fix restricts --all: give --all too")
     allowed = _restriction(args, op)
     cls = runner_class(args.runner)
     if not cls.live:
@@ -239,11 +237,28 @@ def cmd_measure(args) -> int:
         subspace = {**_table_of(args, allowed), "feasible": len(configs)}
         what = (f"every feasible configuration of the sub-space ({_fixed_text(allowed or {})}): "
                 f"{len(configs)}, in random order (seed {args.seed})")
+    elif allowed:  # a uniform sample of the sub-space, drawn without enumerating it
+        configs = _unique(op.space.sample_restricted(2 * args.sample,
+                                                     np.random.default_rng(args.seed), allowed),
+                          args.sample)
+        if not configs:
+            raise UsageError(f"--fix: no feasible configuration of {op.name} "
+                             f"{op.workload['shape']} has {_fixed_text(allowed)}")
+        subspace = None
+        what = f"{len(configs)} sampled with {_fixed_text(allowed)} (seed {args.seed})"
     else:
         configs = op.space.sample(args.sample, args.seed, unique=True)
         subspace = None
         what = f"{len(configs)} sampled (seed {args.seed})"
     return _measure(args, op, configs, what, subspace)
+
+
+def _unique(configs, n: int) -> list:
+    """The first ``n`` distinct configurations of ``configs`` (i.i.d. draws may repeat)."""
+    seen: dict[str, Any] = {}
+    for c in configs:
+        seen.setdefault(Space.key(c), c)
+    return list(seen.values())[:n]
 
 
 def _measure(args, op, configs, what, subspace) -> int:
