@@ -56,7 +56,7 @@ for shape in $CHECKS; do
   name=measure_${shape//,/x}
   t0=$(date +%s)
   timeout "${MEASURE_S:-30}" python3 -m bocast.cli measure gemm --shape "$shape" --space v3 \
-    --all --fix stages=8 --fix stages=10 --fix stages=12 --fix stages=16 --batch "$SAMPLE" \
+    --sample "$SAMPLE" --fix stages=8 --fix stages=10 --fix stages=12 --fix stages=16 \
     --seed 0 --max-seconds "${MEASURE_BATCH_S:-10}" --store "$root/$name.db" --json \
     > "$root/$name.log" 2>&1
   echo "measure gemm $shape v3, stages >= 8: exit $? in $(( $(date +%s) - t0 )) s"

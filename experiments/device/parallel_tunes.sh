@@ -93,7 +93,8 @@ print()
 print("| tune | op | shape | dtype | space | trials | figure | best TFLOPS | ref TFLOPS | "
       "best / ref | reference | worst ok err | key knobs of the best |")
 print("|" + " --- |" * 13)
-KEYS = ("bm", "bn", "bk", "stages", "a_load", "split_k", "cluster", "arrangement", "epilogue")
+KEYS = ("bm", "bn", "bk", "stages", "a_load", "split_k", "split_reduce", "swap_ab", "cluster",
+        "arrangement", "epilogue")
 for out in sorted(glob.glob(f"{root}/*/")):
     name = os.path.basename(out.rstrip("/"))
     if name.startswith(("py:", "sh:")):

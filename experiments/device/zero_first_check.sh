@@ -61,7 +61,7 @@ for shape in $CHECKS; do
   name=measure_${shape//,/x}
   t0=$(date +%s)
   timeout "${MEASURE_S:-25}" python3 -m bocast.cli measure gemm --shape "$shape" --space v3 \
-    --all --fix split_reduce=zero_first --batch "$SAMPLE" --seed 0 \
+    --sample "$SAMPLE" --fix split_reduce=zero_first --seed 0 \
     --max-seconds "${MEASURE_BATCH_S:-10}" --store "$root/$name.db" --json > "$root/$name.log" 2>&1
   echo "measure gemm $shape zero_first: exit $? in $(( $(date +%s) - t0 )) s"
 done
