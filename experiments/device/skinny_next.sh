@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine (device tool, carry .devbundle, after `bash experiments/device/lean_tree.sh
-# out`): the deep ring (stages 8-16) and split_reduce zero_first, checked on random
-# configurations and then tuned. deep_ring_check.sh and zero_first_check.sh (their twins and
-# re-timings) came first; their random-configuration sections measured nothing then (`--all
-# --fix` enumerated 23-31 million structural configurations past its 25 s); `--sample --fix`
-# draws without enumerating.
+# out`): the deep ring (stages 8-16) checked on random configurations, then tuned (at ed84b5a it
+# checked split_reduce zero_first too, since reverted: experiments/results/deep_ring_h200).
+# deep_ring_check.sh and zero_first_check.sh (their twins and re-timings) came first; their
+# random-configuration sections measured nothing then (`--all --fix` enumerated 23-31 million
+# structural configurations past its 25 s); `--sample --fix` draws without enumerating.
 # 1. Correctness: SAMPLE random configurations with stages >= 8 (every other knob free) of GEMM
-#    100x1000x4040 (ragged M, N, K) and 16x6144x4096, and SAMPLE with split_reduce zero_first of
-#    100x1000x4040 and 64x6144x4096; each built, run into a poisoned output, checked against
-#    float64 (seed 1: other draws than the scripts' seed 0).
+#    100x1000x4040 (ragged M, N, K) and 16x6144x4096; each built, run into a poisoned output,
+#    checked against float64 (seed 1: other draws than deep_ring_check.sh's seed 0).
 # 2. The tunes of JOBS (default jobs/skinny_next.txt) through parallel_tunes.sh, in the time left
 #    of BUDGET_S.
 # Tables last: statuses per check, then parallel_tunes.sh's.
@@ -33,8 +32,6 @@ check() {  # $1 name, $2 shape, then --fix arguments
 DEEP=(--fix stages=8 --fix stages=10 --fix stages=12 --fix stages=16)
 check deep 100,1000,4040 "${DEEP[@]}"
 check deep 16,6144,4096 "${DEEP[@]}"
-check zero_first 100,1000,4040 --fix split_reduce=zero_first
-check zero_first 64,6144,4096 --fix split_reduce=zero_first
 tar -czf "$OUT/skinny_next.tar.gz" --exclude='*.db-wal' --exclude='*.db-shm' "$root"
 if [ -n "$JOBS" ]; then
   BUDGET_S=$(( BUDGET_S - ($(date +%s) - t_start) )) JOBS=$JOBS SEARCH_S=${SEARCH_S:-45} \

@@ -113,7 +113,6 @@ def device_body(p: Plan, ops: Operands):
     tile, k0, a_coords = p.tile, p.k0, ops.a_coords
     store_box, store_rows = ops.store_box, ops.store_rows
     stage, reduce, meet = ops.split_cluster or (None, None, None)  # split_reduce "cluster"
-    zf = ops.zero_first  # split_reduce "zero_first": its Ordering, or None
 
     ta, tb = WGMMA_TYPES[p.in_dtype], WGMMA_TYPES[p.b_dtype]
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
@@ -180,8 +179,6 @@ def device_body(p: Plan, ops: Operands):
         cl = T.meta_var(cta // CS)  # this CTA's cluster
         n_tiles = T.meta_var((units // CS - cl + clusters - 1) // clusters)  # its walk's length
         tx = T.thread_id([threads])
-        if zf is not None:  # its flags and functions, declared in the CUDA source
-            T.attr(0, "pragma_import_c", zf.prelude)
         # one dynamic allocation (TIRx allows one): stage s holds A's BM rows, then B's BN rows
         # (sm(s, r, col)); after the ring, the tma epilogue's staging boxes (output elements
         # stored over the operands' type: indices in its units)
@@ -280,9 +277,6 @@ def device_body(p: Plan, ops: Operands):
                 i = T.meta_var(j * step + (cw if pingpong else 0))
                 tm = T.meta_var(tile(cl + i * clusters, rank)[0])
                 tn = T.meta_var(tile(cl + i * clusters, rank)[1])
-                ks, flag = T.meta_var(p.slice_and_flag(cl + i * clusters, rank))
-                if zf is not None:  # zero_first: slice 0 zeroes the tile's C first
-                    zf.zero(out, acc, flag, ks, tm, tn, row0, cw, lt)
                 if pingpong:  # noqa: SIM102 - a static test outside, a TIR test inside
                     # mbarrier waits test a phase's parity, so a consumer may run at most one
                     # phase ahead of a barrier: taking turns keeps the other consumer's k blocks
@@ -339,8 +333,6 @@ def device_body(p: Plan, ops: Operands):
                     fuse_tile(acc, bias, tn, lt)  # split_reduce cluster: on the sum, in reduce)
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
                 # columns 8 j + 2 (lt % 4) (+1)
-                if zf is not None:  # zero_first: a later slice's adds after that zeroing
-                    zf.wait(flag, ks, cw, lt)
                 if tma_store:
                     # box by box (64 rows x 128 bytes: 32 fp32 or 64 16-bit columns): every thread
                     # writes its 16 values of the box (rounded to a 16-bit output's type) to a

@@ -46,7 +46,6 @@ from . import _hopper_cluster_split as cs
 from . import _hopper_kernel as hk
 from . import _hopper_split as sk
 from . import _hopper_swap as sw
-from . import _hopper_zero_first as zf
 from . import _matmul as mm
 from ._hopper_layout import (
     CLUSTERS,
@@ -316,9 +315,9 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
     else:
         p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype,
                     b_dtype=b_dtype, sm_count=sm_count, fuse=fuse, scale_block=scale_block)
-    # split K: every unit adds its fp32 partial sums into C (TMA's reduce-add or red.global.add),
-    # zeroed by the launch (zeroed) or, zero_first, by the tile's slice 0 at its start; or
-    # (split_reduce cluster) the slices meet in a cluster and store C once
+    # split K: every unit adds its fp32 partial sums into C, which the launch zeroes first
+    # (TirxKernel.zeroed); TMA's reduce-add for the tma epilogue, red.global.add otherwise;
+    # or (split_reduce cluster) the slices meet in a cluster and store C once
     adds = p.splits > 1 and not p.cluster_reduce
     assert not adds or out_dtype == "float32", "split_k_needs_fp32_output"
     split_cluster = None
@@ -326,7 +325,7 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
         p.stage_in_cluster(int(cs.staging_bytes(config["bm"], config["bn"], swap)))
         split_cluster = cs.cluster_reduce(p, swap=swap, rows=batch * M, cols=N,
                                           out_dtype=out_dtype)
-    zeroed = (names[2],) if adds and not p.zero_first else ()
+    zeroed = (names[2],) if adds else ()
     BM, BK, tma_store = p.BM, p.BK, p.tma_store
     a_box, b_box = (p.b_box, p.a_box) if swap else (p.a_box, p.b_box)  # A's and B's boxes
     maps = {"A_map": tensor_map(names[0], batch * M, K, a_box, BK, in_dtype),
@@ -335,13 +334,11 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
         maps["C_map"] = tensor_map(names[2], batch * M, N, EPI_ROWS, epi_cols(out_dtype),
                                    out_dtype)
     a_tma, b_tma, *c_tma = (encode_args(m) for m in maps.values())
-    stores = (lambda adds: sw.transposed_stores(p, out_dtype, adds=adds)) if swap else (
-        lambda adds: row_major_stores(p, M, N, out_dtype, adds=adds))
-    store_box, store_rows = stores(adds)
-    zero_first = zf.Ordering(p, stores(False)[1]) if p.zero_first else None  # plain stores
+    store_box, store_rows = (sw.transposed_stores(p, out_dtype, adds=adds) if swap else
+                             row_major_stores(p, M, N, out_dtype, adds=adds))
     body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
                                          store_box=store_box, store_rows=store_rows,
-                                         split_cluster=split_cluster, zero_first=zero_first))
+                                         split_cluster=split_cluster))
 
     @T.macro
     def launch(A, B, C, scale_a, scale_b, bias=None):

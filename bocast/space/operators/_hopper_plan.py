@@ -106,10 +106,6 @@ class Plan:
         self.cluster_reduce = self.splits > 1 and c.get("split_reduce", "atomic") == "cluster"
         assert not self.cluster_reduce or (c["persistent"] == "off" and c.get(
             "cluster", "1x1") == "1x1"), "split_reduce_cluster_one_unit_a_cta, _no_multicast"
-        #: split_reduce "zero_first" (``_hopper_zero_first``): slice 0 of a tile zeroes C's
-        #: tile before its main loop, every slice adds once it has (a flag a tile); no zeroing
-        #: launch
-        self.zero_first = self.splits > 1 and c.get("split_reduce") == "zero_first"
         assert self.tiles % self.CS == 0 and self.grid % self.CS == 0, \
             "cluster_pairs_whole_tiles, cluster_divides_grid"
         self.clusters = self.grid // self.CS  # the walk's stride, in blocks of CS tiles
@@ -141,11 +137,6 @@ class Plan:
         block, _ = split_unit(t, self.tiles // self.CS, self.splits, self.cluster_reduce)
         return tile_coords(block, M=self.M, N=self.N, BM=self.BM, BN=self.BN, G=self.G,
                            cluster=(self.CM, self.CN), rank=rank, major=self.major)
-
-    def slice_and_flag(self, t, rank):
-        """(k slice, the tile's flag: its index among the launch's tiles) of unit ``t``."""
-        block, ks = split_unit(t, self.tiles // self.CS, self.splits, self.cluster_reduce)
-        return ks, block * self.CS + rank
 
     def k0(self, t):
         """The first k block of unit ``t`` (0 without split K)."""
@@ -190,10 +181,6 @@ class Operands:
     #: first ones; the rest are skipped, the producer loads nothing and completes their stages
     #: empty, the consumers issue no wgmma (conv2d_transpose: a phase's own taps). None: all
     k_count: Callable | None = None
-    #: split_reduce "zero_first" (``_hopper_zero_first.Ordering``): slice 0's zeroing at a
-    #: unit's start and the later slices' waits before their adds (the store hooks: the adds);
-    #: None: no ordering (the launch zeroes C for the atomic adds)
-    zero_first: Any = None
     #: split_reduce "cluster" (``_hopper_cluster_split.cluster_reduce``): the macros (stage,
     #: reduce, meet) that replace the output stores; None: the stores (or the atomic adds)
     split_cluster: tuple[Callable, Callable, Callable] | None = None

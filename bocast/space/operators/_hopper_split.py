@@ -4,10 +4,8 @@ each a CTA's unit of work (``_hopper_plan.Plan``: the walk of (k slice, tile) un
 outermost, ``_hopper_layout.split_unit``); each unit's fp32 partial sums add into the output,
 which the launch zeroes first (``TirxKernel.zeroed``); or, with ``split_reduce`` cluster
 (``_hopper_cluster_split``), a tile's slices are one cluster's CTAs and meet in distributed
-shared memory; or, with ``zero_first`` (``_hopper_zero_first``), slice 0 of a tile zeroes
-its output at its unit's start and every slice adds once it has (a per-tile flag in the
-kernel's own memory): no zeroing launch.
-For skinny shapes (an LLM's decode projections) whose tiles alone leave most SMs idle."""
+shared memory. For skinny shapes (an LLM's decode projections) whose tiles alone leave most SMs
+idle."""
 
 from __future__ import annotations
 
@@ -19,11 +17,9 @@ from ._hopper_cluster_split import PORTABLE_CLUSTER
 from ._hopper_layout import SPLIT_K, target_sms
 
 #: how the k slices' partial sums meet: added into the zeroed fp32 output (TMA reduce-add,
-#: red.global.add), inside a cluster through distributed shared memory
-#: (``_hopper_cluster_split``), or added into an output each tile's slice 0 zeroes first
-#: (``_hopper_zero_first``: the launch's zeroing, a second kernel, cost 1.4-2.4 us of cuBLAS's
-#: 15-18 us at N = 6144 on an H200)
-SPLIT_REDUCE = ("atomic", "cluster", "zero_first")
+#: red.global.add), or inside a cluster through distributed shared memory
+#: (``_hopper_cluster_split``)
+SPLIT_REDUCE = ("atomic", "cluster")
 
 
 def knobs(spec) -> list[Knob]:  # noqa: ARG001 - the knobs' signature
@@ -38,9 +34,7 @@ def knobs(spec) -> list[Knob]:  # noqa: ARG001 - the knobs' signature
                         doc="split K's reduction: atomic adds into the zeroed fp32 output, or "
                             "the k slices as the CTAs of one cluster, summed through "
                             "distributed shared memory and stored once (any output type, a "
-                            "fused epilogue on the sum), or zero_first: atomic adds into an "
-                            "output each tile's first k slice zeroes at its start (no zeroing "
-                            "launch)")]
+                            "fused epilogue on the sum)")]
 
 
 def cluster_mode(c):
@@ -78,10 +72,6 @@ def constraints(spec) -> list[Constraint]:
                    lambda c: (c["split_k"] == 1) | (getattr(spec, "fuse", None) is None)
                    | cluster_mode(c)),
         *cluster_constraints(),
-        Constraint("split_reduce_zero_first_needs_split",
-                   "split_reduce zero_first orders k slices: only with split_k > 1 (split_k 1 "
-                   "has one name, atomic, so no kernel is two configurations)",
-                   lambda c: (c["split_reduce"] != "zero_first") | (c["split_k"] > 1)),
     ]
 
 
