@@ -121,11 +121,18 @@ def test_another_model_of_the_same_architecture_counts_and_is_named():
     hopper = ("9.0", 132)
     h200 = warm_sources.choose(v3, gpu="NVIDIA H200", arch=hopper, shipped_only=True)
     h100 = warm_sources.choose(v3, gpu="NVIDIA H100 80GB HBM3", arch=hopper, shipped_only=True)
-    # the three GEMM v3 tables (H100) for both: the same operator comes first, then distance
+    # the same nearest GEMM v3 tables for both (the same operator first, then distance), each
+    # run naming the sources measured on the other model (the H100's exhaustive tables, the
+    # H200's 128x5120x5120 table), never its own
     assert h200.sources and h200.sources == h100.sources
-    assert any("3 of the 3 sources measured on NVIDIA H100 80GB HBM3" in n
-               and "same architecture" in n and "132 SMs" in n for n in h200.notes)
-    assert not any("same architecture" in n for n in h100.notes)
+    gpus = {e.path: e.gpu for e in library.scan(None, stores=False)[0]}
+    on = {g: sum(gpus[p] == g for p in h200.sources) for g in set(gpus.values())}
+    assert on.get("NVIDIA H100 80GB HBM3") and on.get("NVIDIA H200")  # both models among them
+    for run, other in ((h200, "NVIDIA H100 80GB HBM3"), (h100, "NVIDIA H200")):
+        assert any(f"{on[other]} of the 3 sources measured on {other}" in n
+                   and "same architecture" in n and "132 SMs" in n for n in run.notes)
+        assert not any(f"measured on {g}, the same architecture" in n for n in run.notes
+                       for g in gpus.values() if g != other)
     # another SM count (an H100 PCIe's 114) or an unknown architecture: the H100's are left out
     for arch in (("9.0", 114), None):
         cold = warm_sources.choose(v3, gpu="NVIDIA H200", arch=arch, shipped_only=True)
