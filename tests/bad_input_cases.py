@@ -398,7 +398,8 @@ def cases() -> list[Case]:
         "give --sample N (a uniform sample), or --all / --subspace FILE")
     opt("measure --sample --fix of an empty sub-space", MEASURE + [
         "--fix", "stages=1", "--fix", "async_copy=on"],
-        "--fix: no feasible configuration of gemm [64, 64, 64] has stages=1, async_copy=on")
+        "--fix: no feasible configuration of gemm [64, 64, 64] with stages=1, async_copy=on in "
+        "200,000 draws")
     opt("measure --fix of an unknown knob", NO_SAMPLE + ["--all", "--fix",
                                                                           "stagez=2"],
         "--fix: unknown knob 'stagez'")

@@ -195,3 +195,19 @@ def test_measure_sample_with_fix_draws_only_from_the_sub_space(tmp_path):
     assert done.returncode == 0, done.stderr
     with Store(str(tmp_path / "s.db"), op.workload) as store:
         assert store.keys() == want
+
+
+def test_space_sample_with_fix_draws_from_the_sub_space(tmp_path):
+    # bocast space --fix ... --sample N (e.g. with --check-build: static builds of a new knob
+    # value's kernels) samples the sub-space it counts, as measure does
+    op = get_operator("gemm").from_args((64, 64, 64))
+    fixes = [a for a in TINY[TINY.index("--all") + 1:]]
+    want = set(_keys(op.space.enumerate_feasible(
+        parse_fix_args(op.space, [a for a in fixes if a != "--fix"]))))
+    out = tmp_path / "sample.txt"
+    cmd = [sys.executable, "-m", "bocast.cli", "space", *TINY[:TINY.index("--all")], *fixes,
+           "--sample", "2", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = set(out.read_text().split())
+    assert len(got) == 2 and got <= want

@@ -40,8 +40,8 @@ def _add_workload_args(p: argparse.ArgumentParser, *, subspace: bool = False) ->
                                           "workload and fixed knobs")
         p.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
                        help="restrict a knob to a value (repeat a knob for several values; a "
-                            "split's value is its factors, comma-separated): --all measures "
-                            "that whole sub-space, --sample N a uniform sample of it")
+                            "split's value is its factors, comma-separated): --sample N draws "
+                            "from that sub-space; measure --all measures all of it")
     else:
         p.add_argument("op", help=f"operator: {', '.join(operators())}")
     p.add_argument("--shape", help="extents, comma-separated (per operator; see `bocast ops`)")

@@ -87,7 +87,8 @@ def cmd_space(args) -> int:
     if args.sample:
         say(f"sampling {args.sample:,} configurations of {op.name} {op.workload['shape']} "
             f"(seed {args.seed})")
-    configs = space.sample(args.sample, args.seed) if args.sample else []
+    configs = (_sample_restricted(op, args.sample, args.seed, allowed) if allowed else
+               space.sample(args.sample, args.seed)) if args.sample else []
     sample_s = time.perf_counter() - t
     valid = sum(1 for v in space.validate_many(configs) if not v)
     if args.sample:
@@ -237,13 +238,8 @@ def cmd_measure(args) -> int:
         subspace = {**_table_of(args, allowed), "feasible": len(configs)}
         what = (f"every feasible configuration of the sub-space ({_fixed_text(allowed or {})}): "
                 f"{len(configs)}, in random order (seed {args.seed})")
-    elif allowed:  # a uniform sample of the sub-space, drawn without enumerating it
-        configs = _unique(op.space.sample_restricted(2 * args.sample,
-                                                     np.random.default_rng(args.seed), allowed),
-                          args.sample)
-        if not configs:
-            raise UsageError(f"--fix: no feasible configuration of {op.name} "
-                             f"{op.workload['shape']} has {_fixed_text(allowed)}")
+    elif allowed:
+        configs = _sample_restricted(op, args.sample, args.seed, allowed)
         subspace = None
         what = f"{len(configs)} sampled with {_fixed_text(allowed)} (seed {args.seed})"
     else:
@@ -253,11 +249,17 @@ def cmd_measure(args) -> int:
     return _measure(args, op, configs, what, subspace)
 
 
-def _unique(configs, n: int) -> list:
-    """The first ``n`` distinct configurations of ``configs`` (i.i.d. draws may repeat)."""
+def _sample_restricted(op, n: int, seed: int, allowed) -> list:
+    """Up to ``n`` distinct configurations drawn uniformly from the sub-space ``allowed``
+    (``--fix``), without enumerating it (space v3's skinny GEMMs have tens of millions of
+    structural configurations with one knob fixed); fewer when it holds fewer."""
     seen: dict[str, Any] = {}
-    for c in configs:
-        seen.setdefault(Space.key(c), c)
+    for c in op.space.sample_restricted(2 * n, np.random.default_rng(seed), allowed):
+        seen.setdefault(Space.key(c), c)  # i.i.d. draws may repeat
+    if not seen:
+        raise UsageError(f"--fix: no feasible configuration of {op.name} {op.workload['shape']} "
+                         f"with {_fixed_text(allowed)} in 200,000 draws (`bocast space --fix "
+                         "...` counts them exactly)")
     return list(seen.values())[:n]
 
 
