@@ -92,6 +92,21 @@ def test_the_4096_table_holds_the_best_live_kernel():
     assert Space.key(BEST_4096) in set(_keys(sub.configs(from_workload(sub.workload).space)))
 
 
+def test_the_skinny_deep_ring_table_holds_the_analog_and_the_tunes_bests():
+    # the sub-space the skinny M = 128 question needs (experiments/results/deep_ring_h200): the
+    # hand-picked swap_ab 128 x 64 kernel of 8 stages (0.974 of cuBLAS at 128x6144x4096) and the
+    # family the tunes settled on (swap_ab 64 x 128, 8 stages, 0.88-0.92)
+    sub = load("experiments/exhaustive/gemm_128_5120_5120_v3.yaml")
+    space = from_workload(sub.workload).space
+    keys = set(_keys(sub.configs(space)))
+    analog = {"bm": 128, "bn": 64, "bk": 64, "stages": 8, "consumers": 1,
+              "arrangement": "cooperative", "regs": "off", "inflight": 1, "persistent": "off",
+              "raster": 1, "raster_major": "n", "epilogue": "scalar", "cluster": "1x1",
+              "split_k": 1, "split_reduce": "atomic", "swap_ab": "on"}
+    for c in (analog, {**analog, "bm": 64, "bn": 128}):
+        assert Space.key(space.complete(c)) in keys
+
+
 def test_bad_fixes_name_the_problem():
     space = get_operator("gemm").from_args((1024, 1024, 1024)).space
     with pytest.raises(SubspaceError, match="unknown knob 'nope'"):
