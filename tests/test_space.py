@@ -216,3 +216,30 @@ def test_a_knob_added_later_reads_as_its_default_where_a_configuration_lacks_it(
                             active_when={"mode": ("y",)})):
         with pytest.raises(SpaceError, match="default"):
             Space([*base.knobs, bad], base.constraints)
+
+
+def test_coded_columns_compare_as_their_strings():
+    # categorical columns come from a draw with their integer codes (structural.Coded): == and
+    # != against a string must give what the string array gives, a value outside the choices
+    # included, and a slice or gather must fall back to the strings
+    from bocast.space.operators.operator import from_workload
+    from bocast.space.structural import Coded
+
+    space = from_workload({"op": "gemm", "shape": [128, 6144, 4096], "dtype": "fp16:fp32",
+                           "layout": "NT", "space": "v3"}).space
+    cols, _ = space._draw_grouped(5000, np.random.default_rng(0))
+    coded = [k for k in space.knobs if isinstance(cols[k.name], Coded)]
+    assert {"regs", "cluster", "swap_ab", "epilogue", "split_reduce"} <= {k.name for k in coded}
+    for k in coded:
+        col, plain = cols[k.name], cols[k.name].view(np.ndarray)
+        for value in (*k.choices, "no such value"):
+            assert np.array_equal(col == value, plain == value)
+            assert np.array_equal(col != value, plain != value)
+        part = col[::3]
+        assert part._codes is None
+        assert np.array_equal(part == k.choices[0], plain[::3] == k.choices[0])
+    # the feasible rows and their order are the string arrays' (the constraints' own test)
+    strings = {n: (c.view(np.ndarray) if isinstance(c, Coded) else c) for n, c in cols.items()}
+    mask = space.feasible_mask(space._with_derived(dict(cols)))
+    assert 0 < mask.sum() < len(mask)
+    assert np.array_equal(mask, space.feasible_mask(space._with_derived(strings)))

@@ -57,9 +57,11 @@ def sample(space: Space, n: int, rng: np.random.Generator, *, unique: bool,
     try:
         cols, idx = next(batches)
         while True:
-            for cfg in space._rows(cols, idx[: (n - len(out)) if not unique else None]):
+            rows = space._rows(cols, idx[: (n - len(out)) if not unique else None])
+            # keys made column by column (:func:`keys`, the same texts as Space.key's)
+            texts: list[str] = keys(space, rows) if unique else [""] * len(rows)
+            for cfg, key in zip(rows, texts):
                 if unique:
-                    key = space.key(cfg)
                     if key in seen:
                         continue
                     seen.add(key)
