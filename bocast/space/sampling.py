@@ -58,16 +58,14 @@ def sample(space: Space, n: int, rng: np.random.Generator, *, unique: bool,
         cols, idx = next(batches)
         while True:
             rows = space._rows(cols, idx[: (n - len(out)) if not unique else None])
-            # keys made column by column (:func:`keys`, the same texts as Space.key's)
-            texts: list[str] = keys(space, rows) if unique else [""] * len(rows)
-            for cfg, key in zip(rows, texts):
-                if unique:
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                out.append(cfg)
-                if len(out) == n:
-                    break
+            if unique:  # keys made column by column (:func:`keys`: Space.key's texts)
+                fresh = []
+                for cfg, key in zip(rows, keys(space, rows)):
+                    if key not in seen:
+                        seen.add(key)
+                        fresh.append(cfg)
+                rows = fresh
+            out += rows[: n - len(out)]
             cols, idx = batches.send(n - len(out))
     except StopIteration:
         return out

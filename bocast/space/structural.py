@@ -146,7 +146,9 @@ def draw_grouped(knobs: Knobs, variants: Sequence[Variant], n: int, rng: np.rand
     weights = np.array([c for _, _, c in variants], dtype=float)
     counts = rng.multinomial(n, weights / weights.sum())
     parts: dict[str, list[np.ndarray]] = {k.name: [] for k in knobs}
-    codes: dict[str, list[np.ndarray]] = {k.name: [] for k in knobs if _coded(k)}
+    coded = {k.name: k for k in knobs
+             if isinstance(k, Categorical) and all(isinstance(c, str) for c in k.choices)}
+    codes: dict[str, list[np.ndarray]] = {name: [] for name in coded}
     for (_, domains, _), m in zip(variants, counts):
         if m == 0:
             continue
@@ -154,19 +156,15 @@ def draw_grouped(knobs: Knobs, variants: Sequence[Variant], n: int, rng: np.rand
             dom = _domain_or_fill(k, domains[k.name])
             drawn = rng.integers(0, len(dom), m)
             parts[k.name].append(np.array(dom)[drawn])
-            if isinstance(k, _Choice) and k.name in codes:
-                codes[k.name].append(np.array([k.choices.index(v) for v in dom])[drawn])
+            if k.name in coded:
+                choices = coded[k.name].choices
+                codes[k.name].append(np.array([choices.index(v) for v in dom])[drawn])
     order = rng.permutation(n)
     # one variant (most spaces): its columns as drawn, not copied
     cols = {name: _joined(chunks) for name, chunks in parts.items()}
-    for k in knobs:
-        if isinstance(k, _Choice) and k.name in codes:
-            cols[k.name] = Coded.of(cols[k.name], _joined(codes[k.name]), k.choices)
+    for name, knob in coded.items():
+        cols[name] = Coded.of(cols[name], _joined(codes[name]), knob.choices)
     return cols, order
-
-
-def _coded(k: Split | _Choice) -> bool:
-    return isinstance(k, Categorical) and all(isinstance(c, str) for c in k.choices)
 
 
 def _joined(chunks: list[np.ndarray]) -> np.ndarray:
