@@ -129,6 +129,14 @@ TINY = ["gemm", "--shape", "64,64,64", "--space", "v2", "--all",
         "--fix", "tile_j=1,1,4"]
 
 
+def _tiny_sub_space():
+    """(the 64^3 GEMM operator, the keys of every feasible configuration of TINY's --fix)."""
+    op = get_operator("gemm").from_args((64, 64, 64))
+    allowed = parse_fix_args(op.space, [a for a in TINY[TINY.index("--all") + 1:]
+                                        if a != "--fix"])
+    return op, set(_keys(op.space.enumerate_feasible(allowed)))
+
+
 def _measure(tmp_path, *extra):
     cmd = [sys.executable, "-m", "bocast.cli", "measure", *TINY, "--store",
            str(tmp_path / "t.db"), "--runner", "standin", "--workers", "2", "--batch", "2",
@@ -139,10 +147,7 @@ def _measure(tmp_path, *extra):
 
 
 def test_measure_all_covers_the_sub_space_once_and_resumes(tmp_path):
-    op = get_operator("gemm").from_args((64, 64, 64))
-    allowed = parse_fix_args(op.space, [a for a in TINY[TINY.index("--all") + 1:]
-                                        if a != "--fix"])
-    want = set(_keys(op.space.enumerate_feasible(allowed)))
+    op, want = _tiny_sub_space()
     assert len(want) == 3  # two batches, and few enough to lower on the CPU in seconds
     first = _measure(tmp_path, "--export", str(tmp_path / "ex"))
     assert first["measured_now"] == len(want) and first["left"] == 0
@@ -192,10 +197,7 @@ def test_measure_sample_with_fix_draws_only_from_the_sub_space(tmp_path):
     # --sample N --fix: a uniform sample of the sub-space, drawn without enumerating it (space
     # v3's skinny GEMMs have 30 million structural configurations with stages fixed); more
     # asked than the sub-space holds gives each of its configurations once
-    op = get_operator("gemm").from_args((64, 64, 64))
-    allowed = parse_fix_args(op.space, [a for a in TINY[TINY.index("--all") + 1:]
-                                        if a != "--fix"])
-    want = set(_keys(op.space.enumerate_feasible(allowed)))
+    op, want = _tiny_sub_space()
     cmd = [sys.executable, "-m", "bocast.cli", "measure",
            *[a for a in TINY if a != "--all"], "--sample", "2", "--store",
            str(tmp_path / "s.db"), "--runner", "standin", "--workers", "2", "--json"]
@@ -215,12 +217,9 @@ def test_measure_sample_with_fix_draws_only_from_the_sub_space(tmp_path):
 def test_space_sample_with_fix_draws_from_the_sub_space(tmp_path):
     # bocast space --fix ... --sample N (e.g. with --check-build: static builds of a new knob
     # value's kernels) samples the sub-space it counts, as measure does
-    op = get_operator("gemm").from_args((64, 64, 64))
-    fixes = [a for a in TINY[TINY.index("--all") + 1:]]
-    want = set(_keys(op.space.enumerate_feasible(
-        parse_fix_args(op.space, [a for a in fixes if a != "--fix"]))))
+    _, want = _tiny_sub_space()
     out = tmp_path / "sample.txt"
-    cmd = [sys.executable, "-m", "bocast.cli", "space", *TINY[:TINY.index("--all")], *fixes,
+    cmd = [sys.executable, "-m", "bocast.cli", "space", *[a for a in TINY if a != "--all"],
            "--sample", "2", "--out", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
