@@ -103,8 +103,8 @@ def device_body(p: Plan, ops: Operands):
     size, out_size, KW, epi_c = p.in_size, p.out_size, p.wgmma_k, p.epi_cols
     box_chunks = BN // epi_c  # staging boxes per m64 atom
     # the two buffers alternate box by box (even: every tile starts on buffer 0); an fp32
-    # output's 32-column boxes are even for any BN (a multiple of 64), a 16-bit output's
-    # 64-column boxes need BN // 64 * atoms even (tma_boxes_pair_up); swap_ab's BN: no tma
+    # output's 32-column boxes are even for any BN of 64s, a 16-bit output's 64-column boxes
+    # (or BN 48, 96) need BN // epi_c * atoms even (tma_boxes_pair_up); swap_ab's BN: no tma
     assert not tma_store or (box_chunks * epi_c == BN and (atoms * box_chunks) % EPI_BUFFERS == 0)
     assert CN == 1 or (ops.a_rank == 2 and ops.a_offsets is None), \
         "A's multicast half is rows of a 2-D tiled map"

@@ -13,8 +13,7 @@ TMA zero-fills the parts of its boxes past an edge (the mbarrier still receives 
 bytes, as CUTLASS's fixed TmaTransactionBytes relies on), and the direct stores test their row
 and column against M and N (generated only for an extent that is ragged); the TMA store clips
 its boxes at C's edges (the tma epilogue needs C's rows to be multiples of 16 bytes for its
-tensor map: N % 4 == 0 for fp32, N % 8 == 0 for a 16-bit output).
-A bmm (C[b] = A[b] B[b]^T)
+tensor map: N % 4 == 0 for fp32, N % 8 == 0 for a 16-bit output). A bmm (C[b] = A[b] B[b]^T)
 is the same kernel over the batch's tiles: its operands are read as one [b x M, K] and one
 [b x N, K] matrix (2-D tensor maps) and the persistent loop walks batch x tiles, batch
 outermost; a tile must not cross a batch element (``bmm_tiles_within_batch``: BM divides M, BN
@@ -22,8 +21,9 @@ divides N; K may be ragged). Configurations outside it are refused by named cons
 for the workload, by :func:`check_workload`.
 
 Swap AB (``swap_ab``, GEMM and GEMV: ``_hopper_swap``): the same body over C^T = B A^T, B's
-rows as wgmma's M and C's BM rows (8 to 256) as its N, C stored transposed. A GEMV is the GEMM
-of M = its vectors (``GEMV_NAMES``: the kernel's parameters carry its tensors' names).
+rows as wgmma's M and C's BM rows (8 to 256) as its N, C stored transposed; skinny ones also
+take N tiles of 48 and 96 (``_hopper_narrow``). A GEMV is the GEMM of M = its vectors
+(``GEMV_NAMES``: the kernel's parameters carry its tensors' names).
 
 Kernel arguments: the tensor maps of A and B (``__grid_constant__ CUtensorMap``, encoded by the
 runner with ``cuTensorMapEncodeTiled`` from :attr:`TirxKernel.tensor_maps`) and C's pointer, or
@@ -44,6 +44,7 @@ from . import _fuse as fx
 from . import _hopper_blockscale as bs
 from . import _hopper_cluster_split as cs
 from . import _hopper_kernel as hk
+from . import _hopper_narrow as nw
 from . import _hopper_split as sk
 from . import _hopper_swap as sw
 from . import _matmul as mm
@@ -213,6 +214,7 @@ def batch_constraints(spec) -> list[Constraint]:
 
 def constraints(spec) -> list[Constraint]:
     N, out, out_size = spec.N, spec.out_dtype, DTYPE_BYTES[spec.out_dtype]
+    epi = epi_cols(out)
     out_name = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[out]
     return [
         Constraint("bm_whole_atoms", "a consumer's rows are whole m64 wgmma atoms: BM (BN under "
@@ -234,12 +236,12 @@ def constraints(spec) -> list[Constraint]:
                    f"(N = {N}, {out_name}), a multiple of 16 (cuTensorMapEncodeTiled's global "
                    "strides)",
                    lambda c: (c["epilogue"] != "tma") | (N * out_size % 16 == 0)),
-        *([] if out_size == 4 else [Constraint(
-            "tma_boxes_pair_up",
-            f"the tma epilogue's two staging buffers alternate box by box, each tile starting "
-            f"on the first: a consumer's boxes of 64 {out_name} columns, BN / 64 x its m64 "
-            "atoms, are even",
-            lambda c: (c["epilogue"] != "tma") | (c["bn"] // 64 * c["atoms"] % 2 == 0))]),
+        Constraint("tma_boxes_pair_up",
+                   f"the tma epilogue's boxes of {epi} {out_name} columns tile BN, and its two "
+                   "staging buffers alternate box by box, each tile starting on the first: a "
+                   f"consumer's boxes, BN / {epi} x its m64 atoms, are even",
+                   lambda c: (c["epilogue"] != "tma")
+                   | ((c["bn"] % epi == 0) & (c["bn"] // epi * c["atoms"] % 2 == 0))),
         mm.shared_memory_constraint(f"stages x (BM + BN) x BK {spec.in_dtype}, the tma "
                                     "epilogue's staging boxes "
                                     f"({EPI_SMEM_PER_CONSUMER // 1024} KB a consumer) "
@@ -273,9 +275,10 @@ def space(spec, vec: Constraint, extra_knobs: Sequence[Knob] = (),
           extra_constraints: Sequence[Constraint] = ()) -> Space:
     """``vec`` (the v1/v2 fetch's vector rule) has no knob here: TMA copies whole boxes."""
     check_workload(spec)
-    base = [sw.bm_knob(k, spec) if k.name == "bm" else k for k in knobs(spec)]
-    return Space(base + sk.knobs(spec) + sw.knobs(spec) + list(extra_knobs),
-                 constraints(spec) + sk.constraints(spec) + sw.constraints(spec)
+    widen = {"bm": sw.bm_knob, "bn": nw.bn_knob}  # the skinny GEMMs' tiles
+    base = [widen[k.name](k, spec) if k.name in widen else k for k in knobs(spec)]
+    return Space(base + sk.knobs(spec) + sw.knobs(spec) + list(extra_knobs), constraints(spec)
+                 + sk.constraints(spec) + sw.constraints(spec) + nw.constraints(spec)
                  + list(extra_constraints), derive(spec))
 
 
