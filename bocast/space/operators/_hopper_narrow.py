@@ -10,6 +10,13 @@ template assumes BN a multiple of 64 (the ring's rows, the multicast's halves of
 and the staging boxes are whole 8-row swizzle atoms), except the tma epilogue's boxes
 (``_hopper_matmul``'s tma_boxes_pair_up).
 
+Measured on an H200 (experiments/results/narrow_h200): the wave was not the limit. At M = 128
+every narrow kernel re-timed at 0.65-0.80 of cuBLAS, below the swap_ab 128 x 64 kernel of 96
+CTAs (0.96); at M = 64 a 64 x 48 tile of 16 stages (128 CTAs) re-timed at 1.005-1.015, above
+every swapped kernel (0.97). No 64-trial tune chose a narrow tile, and the M = 64 tunes at N,K =
+6144,4096 fell from 0.98-1.02 to 0.93-0.94 after they came: whether they stay is the next
+measurement's to say (the same seeds with bn pinned to 64-256).
+
 Only the spaces with swap_ab (GEMM and GEMV, batch 1) offer them, and only for M up to
 :data:`_hopper_swap.SWAP_MAX_M`: larger GEMMs fill their waves with M tiles and keep the
 spaces (and the datasets' feasible sets) they had. Under swap ``bn`` is the kernel's rows,
