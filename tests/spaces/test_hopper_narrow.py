@@ -3,7 +3,6 @@ N, unswapped): which spaces offer them, the constraints by name, the walk and fr
 96- and a 48-column tile against numpy, and static sm_90a builds. Their results and speed are
 checked on the GPU (experiments/device/narrow_check.sh)."""
 
-import numpy as np
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
@@ -11,7 +10,7 @@ from bocast.space.operators._hopper_narrow import NARROW_BN
 from bocast.space.operators._hopper_plan import Plan
 from bocast.space.operators.operator import make
 from tests.builds import check_v3_builds
-from tests.spaces.test_hopper_split import walk
+from tests.spaces.test_hopper_split import check_walk
 from tests.spaces.test_hopper_swap import fragment_elements
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
@@ -71,18 +70,7 @@ def test_the_narrow_walk_computes_each_k_block_once_and_sums_to_the_product(M, N
     config = {**NARROW, **change}
     assert make("gemm", (M, N, K), space="v3").space.validate(config) == []
     p = Plan(config, M, N, K)
-    units = walk(p)
-    seen = sorted((tm, tn, k0 + kb) for tm, tn, k0, kb_n in units for kb in range(kb_n))
-    assert seen == [(i, j, kb) for i in range(p.tiles_m) for j in range(p.tiles_n)
-                    for kb in range(p.KT)]
-    rng = np.random.default_rng(0)
-    A, B = rng.standard_normal((M, K)), rng.standard_normal((N, K))
-    C = np.zeros((M, N))
-    for tm, tn, k0, kb_n in units:
-        r, q = slice(tm * p.BM, (tm + 1) * p.BM), slice(tn * p.BN, (tn + 1) * p.BN)
-        k = slice(k0 * p.BK, (k0 + kb_n) * p.BK)
-        C[r, q] += A[r, k] @ B[q, k].T
-    np.testing.assert_allclose(C, A @ B.T, rtol=1e-10, atol=1e-10)
+    check_walk(p)
     # the consumers' fragments (m64nBNk16's map) cover the tile once
     assert sorted(fragment_elements(p)) == [(i, j) for i in range(p.BM) for j in range(p.BN)]
 

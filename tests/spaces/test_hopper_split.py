@@ -53,6 +53,26 @@ def walk(p: Plan):
     return out
 
 
+def check_walk(p: Plan):
+    """:func:`walk` of ``p`` computes every (tile, k block) pair exactly once over all CTAs, and
+    summing each unit's partial product of its k slice (what the reduce-add does) gives the
+    kernel's product X Y^T of its operands (X [p.M, K], Y [p.N, K]; random) against numpy.
+    Slices past an edge are cut, as TMA zero-fills. Returns the walk's units."""
+    units = walk(p)
+    seen = sorted((tm, tn, k0 + kb) for tm, tn, k0, kb_n in units for kb in range(kb_n))
+    assert seen == [(i, j, kb) for i in range(p.tiles_m) for j in range(p.tiles_n)
+                    for kb in range(p.KT)]
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((p.M, p.K)), rng.standard_normal((p.N, p.K))
+    P = np.zeros((p.M, p.N))
+    for tm, tn, k0, kb_n in units:
+        r, q = slice(tm * p.BM, (tm + 1) * p.BM), slice(tn * p.BN, (tn + 1) * p.BN)
+        k = slice(k0 * p.BK, (k0 + kb_n) * p.BK)
+        P[r, q] += X[r, k] @ Y[q, k].T
+    np.testing.assert_allclose(P, X @ Y.T, rtol=1e-10, atol=1e-10)
+    return units
+
+
 @pytest.mark.parametrize("M, N, K, change", [
     (128, 4096, 4096, {}),
     (16, 1000, 1000, {"bm": 64, "consumers": 1, "bn": 64, "split_k": 8, "bk": 32}),  # ragged
@@ -70,20 +90,7 @@ def test_each_k_slice_of_each_tile_is_computed_once_and_sums_to_the_product(M, N
     config = {**SKINNY, **change}
     p = Plan(config, M, N, K, sm_count=sm_count)
     assert p.grid == (min(sm_count, p.units) if config["persistent"] == "on" else p.units)
-    units = walk(p)
-    assert len(units) == p.units == p.tiles * p.splits
-    seen = sorted((tm, tn, k0 + kb) for tm, tn, k0, kb_n in units for kb in range(kb_n))
-    assert seen == [(i, j, kb) for i in range(p.tiles_m) for j in range(p.tiles_n)
-                    for kb in range(p.KT)]
-    rng = np.random.default_rng(0)
-    A, B = rng.standard_normal((M, K)), rng.standard_normal((N, K))
-    C = np.zeros((M, N))
-    for tm, tn, k0, kb_n in units:
-        r = slice(tm * p.BM, (tm + 1) * p.BM)
-        c = slice(tn * p.BN, (tn + 1) * p.BN)
-        k = slice(k0 * p.BK, (k0 + kb_n) * p.BK)
-        C[r, c] += A[r, k] @ B[c, k].T  # slices past an edge are cut, as TMA zero-fills
-    np.testing.assert_allclose(C, A @ B.T, rtol=1e-10, atol=1e-10)
+    assert len(check_walk(p)) == p.units == p.tiles * p.splits
 
 
 def test_a_cluster_pairs_its_ctas_on_the_same_k_slice():

@@ -4,7 +4,6 @@ The walk and the transposed index map are checked by simulating the kernel's uni
 numpy; the constraints by name; the generated CUDA and static sm_90a builds on the CPU. The
 kernels' results are checked on the GPU (experiments/device/skinny_swap.sh)."""
 
-import numpy as np
 import pytest
 
 from bocast.measure.nvcc import why_no_compiler
@@ -13,7 +12,7 @@ from bocast.space.operators._hopper_layout import tile_coords
 from bocast.space.operators._hopper_plan import Plan
 from bocast.space.operators.operator import get_operator, make, make_named
 from tests.builds import check_v3_builds
-from tests.spaces.test_hopper_split import SKINNY, lowered, walk
+from tests.spaces.test_hopper_split import SKINNY, check_walk, lowered
 
 needs_nvcc = pytest.mark.skipif(why_no_compiler() is not None, reason=str(why_no_compiler()))
 Gemm = get_operator("gemm")
@@ -32,26 +31,14 @@ SWAP = {**SKINNY, "bm": 16, "bn": 128, "epilogue": "scalar", "split_k": 1, "swap
 def test_the_swapped_walk_transposed_computes_each_k_slice_once_and_sums_to_the_product(
         M, N, K, change):
     """The swapped kernel's Plan is over C^T (its rows BN over N, its columns BM over M):
-    every (tile, k block) pair once over all CTAs, and each unit's partial product of its k
-    slice, B A^T's tile written transposed (C[q, r] for the kernel's (r, q)), sums to A B^T
-    against numpy."""
+    every (tile, k block) pair once over all CTAs, and each unit's partial products of its k
+    slice sum to B A^T = C^T against numpy (check_walk in the kernel's frame; the transposed
+    store of each tile is the next tests')."""
     config = {**SWAP, **change}
     assert Gemm(M, N, K, space="v3").space.validate(config) == []
     p = Plan(sw.kernel_config(config), N, M, K)
     assert (config["bn"], config["bm"]) == (p.BM, p.BN) and (p.M, p.N) == (N, M)
-    units = walk(p)
-    seen = sorted((tm, tn, k0 + kb) for tm, tn, k0, kb_n in units for kb in range(kb_n))
-    assert seen == [(i, j, kb) for i in range(p.tiles_m) for j in range(p.tiles_n)
-                    for kb in range(p.KT)]
-    rng = np.random.default_rng(0)
-    A, B = rng.standard_normal((M, K)), rng.standard_normal((N, K))
-    C = np.zeros((M, N))
-    for tm, tn, k0, kb_n in units:
-        r = slice(tm * p.BM, (tm + 1) * p.BM)  # the kernel's rows: B's (C's columns)
-        q = slice(tn * p.BN, (tn + 1) * p.BN)  # its columns: A's (C's rows)
-        k = slice(k0 * p.BK, (k0 + kb_n) * p.BK)
-        C[q, r] += (B[r, k] @ A[q, k].T).T
-    np.testing.assert_allclose(C, A @ B.T, rtol=1e-10, atol=1e-10)
+    check_walk(p)
 
 
 @pytest.mark.parametrize("cluster, major, G", [("1x1", "m", 1), ("1x1", "m", 4),
