@@ -114,11 +114,11 @@ if [ "$TUNES" != 0 ]; then
 fi
 
 python3 - "$root" <<'PY'
-import glob, json, os, sys
+import glob, json, sys
 from collections import Counter
 root = sys.argv[1]
 sys.path.insert(0, "experiments/device")
-from store_rows import store, worst_ok  # noqa: E402
+from store_rows import remeasure_tables, store, worst_ok  # noqa: E402
 
 print("| check (bn 48 or 96) | rows | statuses | worst ok rel_error |")
 print("| --- | --- | --- | --- |")
@@ -130,23 +130,6 @@ for db in sorted(glob.glob(f"{root}/measure_*.db")):
         if st != "ok":
             print(f"not ok: {st} {json.dumps(c, sort_keys=True)}")
 print()
-for path in sorted(glob.glob(f"{root}/remeasure_*.json")):
-    r = json.load(open(path))
-    ref = r["cublas_tflops"]
-    print(f"{','.join(map(str, r['workload']['shape']))} fp16:fp32: cuBLAS "
-          f"{ref['median']:.1f} TFLOPS [{ref['min']:.1f}-{ref['max']:.1f}]")
-    print("| kernel | median TFLOPS [min-max] | / cuBLAS | status |")
-    print("| --- | --- | --- | --- |")
-    for k in r["kernels"]:
-        m = k.get("remeasured")
-        got = f"{m['median']:.1f} [{m['min']:.1f}-{m['max']:.1f}]" if m else "-"
-        frac = f"{k['fraction_of_cublas']:.3f}" if m else "-"
-        status = k["build_status"] + ("; " + k["errors"][0][:80] if k.get("errors") else "")
-        print(f"| {k['store']} | {got} | {frac} | {status} |")
-    print()
-for log in sorted(glob.glob(f"{root}/remeasure_*.log")):
-    if not os.path.exists(log.replace(".log", ".json")):
-        print(f"{os.path.basename(log)}: no result; its last lines:")
-        print("".join(open(log).readlines()[-6:]))
+remeasure_tables(root)
 PY
 [ -f "$OUT/tunes.txt" ] && tail -n 9 "$OUT/tunes.txt"
