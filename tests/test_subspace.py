@@ -214,6 +214,19 @@ def test_measure_sample_with_fix_draws_only_from_the_sub_space(tmp_path):
         assert store.keys() == want
 
 
+def test_a_sample_of_a_small_sub_space_asked_for_all_of_it_gets_all_of_it():
+    # --sample N --fix with N the sub-space's size: rounds of draws until N are distinct (one
+    # round of 2N i.i.d. draws left 6 of 20 seeds one short of TINY's 3)
+    from bocast.cli.space_commands import _sample_restricted
+
+    op, want = _tiny_sub_space()
+    allowed = parse_fix_args(op.space, [a for a in TINY[TINY.index("--all") + 1:]
+                                        if a != "--fix"])
+    for seed in range(20):
+        got = _sample_restricted(op, len(want), seed, allowed)
+        assert {Space.key(c) for c in got} == want, seed
+
+
 def test_space_sample_with_fix_draws_from_the_sub_space(tmp_path):
     # bocast space --fix ... --sample N (e.g. with --check-build: static builds of a new knob
     # value's kernels) samples the sub-space it counts, as measure does
