@@ -295,12 +295,14 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
     here (``records``: the library's folder); ``plot``: matplotlib checked; ``runner`` and
     ``builder`` as :func:`tune` takes them; ``warm_also``/``warm_never``: a workload of a run
     of many (:mod:`bocast.many`): its run's finished stores (candidates), its other stores."""
+    import numpy as np
+
     from bocast.measure.rpc import options as rpc_options
     from bocast.records import library
     from bocast.records.datasets import dataset_files
     from bocast.run import config as cfgmod
     from bocast.run import identity, warm_sources
-    from bocast.space.candidates import SpaceCandidates
+    from bocast.space.candidates import Restricted, SpaceCandidates
     from bocast.strategies import make_strategy
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
@@ -335,6 +337,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
 
             arch = warm_sources.run_architecture(cfg.runner)
             op = on_gpu(op, arch[1] if arch else None)
+        allowed = cfgmod.fixed_values(op, cfg.fix)
         if dataset is not None:
             candidates = dataset.candidates()
         else:
@@ -343,6 +346,12 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
             need_machine(cfg.runner_class, f"runner {cfg.runner}",
                          "use --runner replay with a recorded dataset", builder)
             candidates = SpaceCandidates(op.space, op.workload)
+        if allowed:
+            candidates = Restricted(candidates, allowed)
+            if not candidates.sample(1, np.random.default_rng(0), set()):
+                raise cfgmod.ConfigError(
+                    f"fix: no feasible configuration of the workload inside it ({allowed}); "
+                    "`bocast space OP --shape S --fix KNOB=VALUE ...` counts them")
         folder = library.directory(records, cfg.records)
         warm = warm_sources.for_run(cfg, op, dataset, store_path, folder,
                                     probe=given is None or not cfg.runner_class.needs_gpu,
@@ -356,7 +365,8 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
             options=warm_sources.identity_options(cfg.strategy_options, options), seed=cfg.seed,
             batch_size=cfg.batch_size, runner=given.name if given else cfg.runner,
             dataset=cfg.dataset,
-            warm_start=None if warm is None else [library.portable(p) for p in warm.sources])
+            warm_start=None if warm is None else [library.portable(p) for p in warm.sources],
+            fix=allowed)
         identity.check_path(store_path, op.workload, ident)
     except InputError as e:
         if path is None:

@@ -697,6 +697,14 @@ def cases() -> list[Case]:
         tune_cfg(strategy={"name": "bo", "warm_start": [os.path.join(DATA, DATASET)]}),
         f"strategy.warm_start: {os.path.join(DATA, DATASET)} is this run's own dataset: its "
         "answers would leak into the search")
+    cfg("tune: fix of an unknown knob", tune_cfg(fix={"nope": 1}), "fix: unknown knob 'nope'")
+    cfg("tune: fix of a value the knob lacks", tune_cfg(fix={"vec": 3}),
+        "fix: vec: 3 is not a value of this knob")
+    cfg("tune: fix of a sub-space the dataset lacks",
+        tune_cfg(fix={"wmma": "16x16x16", "vec": 1, "a_pad": 0, "b_pad": 0, "c_pad": 0,
+                      "out_vec": 2}), "fix: no feasible configuration of the workload inside it")
+    cfg("tune CONFIG: --fix", tune_cfg(), "--fix: only with an operator",
+        argv=TUNE_ARGV + ["--fix", "vec=8"])
     cfg("tune OP: --runner and --set runner", None, "--set runner: given already (--runner)",
         argv=["tune", "gemm", "--shape", "64,64,64", "--runner", "replay", "--set",
               "runner=standin", "--set", "output={tmp}/out"])
@@ -728,6 +736,13 @@ def cases() -> list[Case]:
     cfg("tune OP: --set rpc on the stand-in", None,
         "rpc: only for runner rpc; this run's runner is standin",
         argv=quick + ["--set", "rpc={tracker: '127.0.0.1:9'}"])
+    cfg("tune OP: --fix of a value the knob lacks", None, "--fix 'stages=9': not a value of "
+        "stages", argv=quick + ["--fix", "stages=9"])
+    cfg("tune OP: --fix and --set fix", None, "--fix and --set fix: give the sub-space one way",
+        argv=quick + ["--fix", "stages=2", "--set", "fix={stages: 2}"])
+    cfg("tune OP: --fix with many shapes", None, "--fix: one workload's sub-space",
+        argv=["tune", "gemm", "--shape", "64,64,64", "--shape", "64,64,128", "--runner",
+              "standin", "--fix", "stages=2", "--output", "{tmp}/out"])
     cfg("tune OP: --set shape", None, "--set shape: the operator and --shape name the workload",
         argv=["tune", "gemm", "--set", "shape=[1,2,3]", "--set", "output={tmp}/out"])
 

@@ -198,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     for o in QUICK_OPTIONS:
         g.add_argument(o.flag, type=o.field.parse, help=o.help, metavar=None
                        if o.field.kind is str else o.field.kind.__name__.upper())
+    g.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
+                   help="keep the search in a sub-space: a knob restricted to a value (repeat "
+                        "a knob for several; a split's value is its factors, comma-separated), "
+                        "as bocast measure --fix (the configuration's field fix)")
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any configuration field (strategy.acquisition=ts, strategy.n_init=8, "
                         "runner_options.repeats=20, ...); repeat for several")

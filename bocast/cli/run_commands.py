@@ -76,11 +76,25 @@ def _quick_settings(args) -> tuple[str | None, dict[str, Any]]:
 
 
 def _quick_config(args) -> dict[str, Any]:
-    """The configuration of ``bocast tune OP --shape ... [--set key=value]``."""
+    """The configuration of ``bocast tune OP --shape ... [--fix knob=value] [--set
+    key=value]``."""
     runner, settings = _quick_settings(args)
     shape = parse_shape(args.shape[0]) if args.shape else None
     get_operator(args.config)
-    return api.quick_config(args.config, shape, runner=runner, **settings)
+    if args.fix and "fix" in settings:
+        raise UsageError("--fix and --set fix: give the sub-space one way")
+    cfg = api.quick_config(args.config, shape, runner=runner, **settings)
+    if args.fix:  # read with the workload's space, as measure --fix reads them
+        from bocast.space.operators.operator import from_workload
+        from bocast.space.subspace import SubspaceError, parse_fix_args
+
+        try:
+            fixed = parse_fix_args(from_workload(cfg["workload"]).space, args.fix)
+        except SubspaceError as e:
+            raise UsageError(str(e)) from None
+        cfg["fix"] = {k: [list(v) if isinstance(v, tuple) else v for v in vals]
+                      for k, vals in fixed.items()}
+    return cfg
 
 
 def cmd_tune(args) -> int:
@@ -96,7 +110,7 @@ def cmd_tune(args) -> int:
     quick = args.config in operators() and not os.path.exists(args.config)
     if not quick:
         given = [flag for flag, name in QUICK_FLAGS if getattr(args, name) is not None] + \
-            (["--set"] if args.set else [])
+            (["--fix"] if args.fix else []) + (["--set"] if args.set else [])
         if given:
             raise UsageError(f"{', '.join(given)}: only with an operator (bocast tune OP "
                              f"--shape ...); a configuration file names them itself")
@@ -126,6 +140,9 @@ def _tune_many(args, overrides: dict[str, Any]) -> int:
     if args.plot:
         raise UsageError("--plot: one run's figure; draw a workload's with bocast tune OP "
                          "--shape ... --output ITS_FOLDER --plot")
+    if args.fix:  # a knob's values are one space's; many workloads may have others
+        raise UsageError("--fix: one workload's sub-space; tune each workload with its own "
+                         "(bocast tune OP --shape S --fix KNOB=VALUE)")
     try:
         runner, settings = _quick_settings(args)
         plan = many_plan.prepare_many(args.config, args.shapes or args.shape, runner=runner,

@@ -67,6 +67,9 @@ TUNE = Section((
     Field("records", str, None, nullable=True,
           doc="the records library's folder (bocast.records.library; $BOCAST_RECORDS wins over "
               "it)"),
+    Field("fix", dict, None, nullable=True,
+          doc="knob -> a value or a list of values: the search stays in that sub-space (as "
+              "`bocast measure --fix`; checked against the workload's space)"),
     RUNNER_OPTIONS, RPC,
 ))
 
@@ -129,6 +132,9 @@ class TuneConfig(RunSpec):
     seed: int
     store: str | None = None
     records: str | None = None
+    #: knob -> the values the search may take (``fix``, as given; checked against the
+    #: workload's space by :func:`bocast.api.prepare`); None: the whole space
+    fix: dict[str, Any] | None = None
     path: str = ""
 
 
@@ -212,7 +218,22 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
                       output=output, runner_options=ropts, rpc=rpc_opts,
                       store=resolve(top["store"]) if top["store"] else None,
                       records=resolve(top["records"]) if top["records"] else None,
+                      fix=dict(top["fix"]) if top["fix"] else None,
                       name=top["name"], path=path, raw=dict(raw))
+
+
+def fixed_values(op, fix: Mapping[str, Any] | None) -> dict[str, list] | None:
+    """A configuration's ``fix`` checked against ``op``'s space: knob -> the values the search
+    may take (:func:`bocast.space.subspace.allowed_values`, as ``bocast measure --fix`` reads
+    them); None where not given. A ConfigError names an unknown knob or a value it lacks."""
+    from bocast.space.subspace import SubspaceError, allowed_values
+
+    if not fix:
+        return None
+    try:
+        return allowed_values(op.space, fix)
+    except SubspaceError as e:
+        raise ConfigError(str(e)) from None
 
 
 def check_runner(kind: str):

@@ -33,13 +33,16 @@ RESOLVED = "resolved"
 
 def run_identity(*, strategy: str, options: Mapping[str, Any], seed: int,
                  batch_size: int | None, runner: str, dataset: str | None,
-                 warm_start: Sequence[str] | None = None) -> dict[str, Any]:
+                 warm_start: Sequence[str] | None = None,
+                 fix: Mapping[str, Sequence[Any]] | None = None) -> dict[str, Any]:
     """The identity of one run (JSON-plain, keys sorted). ``options``: as the configuration gave
     them; a strategy that is not registered (MetaSchedule) resolves to those. ``batch_size`` None:
     an ask/tell study, whose caller picks each batch. ``warm_start``: the sources an ``auto`` warm
     start resolved to (:func:`bocast.run.warm_sources.resolve`); resolved, the option is always the
     list of sources the run uses ([]: a cold start), so the identity names them and a cold run of
-    before ``auto`` existed (``[]``) is the same run as one of ``none``."""
+    before ``auto`` existed (``[]``) is the same run as one of ``none``. ``fix``: the sub-space
+    the search stays in (knob -> values, checked), named only when given, so every run of the
+    whole space keeps the identity it had."""
     try:
         resolved = strategy_class(strategy).options.check(dict(options), "", StrategyError)
     except StrategyError:
@@ -49,7 +52,8 @@ def run_identity(*, strategy: str, options: Mapping[str, Any], seed: int,
             source_paths(resolved["warm_start"])
     ident = {"strategy": strategy, "options": dict(options), RESOLVED: resolved, "seed": seed,
              "batch_size": batch_size, "runner": runner,
-             "dataset": os.path.basename(dataset) if dataset else None}
+             "dataset": os.path.basename(dataset) if dataset else None,
+             **({"fix": {k: list(v) for k, v in fix.items()}} if fix else {})}
     return json.loads(json.dumps(ident, sort_keys=True))
 
 

@@ -103,9 +103,12 @@ class SpaceCandidates(Candidates):
         return out, keys
 
     def sample_restricted(self, n, rng, allowed, exclude):
-        out = []
+        out: list[Config] = []
+        seen = set(exclude)
         for c in self.space.sample_restricted(2 * n, rng, allowed):
-            if Space.key(c) not in exclude and c not in out:
+            key = Space.key(c)  # i.i.d. draws may repeat: one of each, by key
+            if key not in seen:
+                seen.add(key)
                 out.append(c)
         return out[:n]
 
@@ -182,3 +185,47 @@ class TableCandidates(Candidates):
 
 def _value_key(v) -> str:
     return Space.key({"v": v})
+
+
+class Restricted(Candidates):
+    """Another :class:`Candidates` with some knobs restricted to listed values (a tune's
+    ``fix``: the same sub-space ``bocast measure --fix`` samples): every draw, neighbour and
+    projection stays inside it; a knob inactive in a configuration ignores its restriction."""
+
+    def __init__(self, inner: Candidates, allowed: dict):
+        super().__init__(inner.space, inner.workload)
+        self.inner, self.allowed = inner, dict(allowed)
+        self._keys = {n: {_value_key(v) for v in vals} for n, vals in self.allowed.items()}
+
+    def _inside(self, config: Config) -> bool:
+        return all(config.get(n) is None or _value_key(config[n]) in ok
+                   for n, ok in self._keys.items())
+
+    def sample(self, n, rng, exclude):
+        return self.inner.sample_restricted(n, rng, self.allowed, exclude)
+
+    def sample_restricted(self, n, rng, allowed, exclude):
+        both = dict(self.allowed)
+        for name, vals in allowed.items():  # both restrictions: the values in each
+            keep = self._keys.get(name)
+            both[name] = [v for v in vals if keep is None or _value_key(v) in keep]
+        return self.inner.sample_restricted(n, rng, both, exclude)
+
+    def neighbours(self, config):
+        return [c for c in self.inner.neighbours(config) if self._inside(c)]
+
+    def contains(self, config):
+        return self._inside(config) and self.inner.contains(config)
+
+    def project(self, config):
+        got = self.inner.project(config)
+        return got if got is not None and self._inside(got) else None
+
+    def encode(self, configs):
+        return self.inner.encode(configs)
+
+    def bounds(self):
+        return self.inner.bounds()
+
+    def reference_configs(self):
+        return self.inner.reference_configs()
