@@ -1,6 +1,7 @@
 """What the commands share: the one-line :class:`UsageError`, the summary printer (``--json``),
 the operator a command line names, the GPU and compiler checks, and the knob restriction of
-``--fix`` or ``--subspace`` (``bocast space`` and ``bocast measure``)."""
+``--fix`` or ``--subspace`` (``bocast space`` and ``bocast measure``; ``bocast tune``'s
+``--fix``)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,19 @@ def _restriction(args, op) -> dict | None:
             raise UsageError("--fix and --subspace: put the fixed knobs in the file")
         return sub.allowed
     return parse_fix_args(op.space, args.fix) if args.fix else None
+
+
+def _fix_field(workload: dict[str, Any], items: Sequence[str]) -> dict[str, list]:
+    """``bocast tune OP``'s ``--fix KNOB=VALUE`` items as the configuration's field ``fix``,
+    read with the workload's space as measure's ``--fix`` is (a split's factors as a list)."""
+    from bocast.space.subspace import SubspaceError, parse_fix_args
+
+    try:
+        fixed = parse_fix_args(from_workload(workload).space, items)
+    except SubspaceError as e:
+        raise UsageError(str(e)) from None
+    return {k: [list(v) if isinstance(v, tuple) else v for v in vals]
+            for k, vals in fixed.items()}
 
 
 def _table_of(args, allowed) -> dict[str, Any]:

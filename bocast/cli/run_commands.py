@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bocast import api, many, many_plan
-from bocast.cli.common import UsageError, _emit, _operator_from
+from bocast.cli.common import UsageError, _emit, _fix_field, _operator_from
 from bocast.errors import InputError
 from bocast.kernel import export
 from bocast.measure.parts import runner_kind
@@ -84,16 +84,8 @@ def _quick_config(args) -> dict[str, Any]:
     if args.fix and "fix" in settings:
         raise UsageError("--fix and --set fix: give the sub-space one way")
     cfg = api.quick_config(args.config, shape, runner=runner, **settings)
-    if args.fix:  # read with the workload's space, as measure --fix reads them
-        from bocast.space.operators.operator import from_workload
-        from bocast.space.subspace import SubspaceError, parse_fix_args
-
-        try:
-            fixed = parse_fix_args(from_workload(cfg["workload"]).space, args.fix)
-        except SubspaceError as e:
-            raise UsageError(str(e)) from None
-        cfg["fix"] = {k: [list(v) if isinstance(v, tuple) else v for v in vals]
-                      for k, vals in fixed.items()}
+    if args.fix:
+        cfg["fix"] = _fix_field(cfg["workload"], args.fix)
     return cfg
 
 
