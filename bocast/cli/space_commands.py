@@ -252,22 +252,25 @@ def cmd_measure(args) -> int:
 def _sample_restricted(op, n: int, seed: int, allowed) -> list:
     """Up to ``n`` distinct configurations drawn uniformly from the sub-space ``allowed``
     (``--fix``), without enumerating it (space v3's skinny GEMMs have tens of millions of
-    structural configurations with one knob fixed); fewer when it holds fewer. Rounds of 2n
-    i.i.d. draws from one generator until n are distinct or a round finds none new (the first
-    round alone decided before: a sub-space near n in size came out short)."""
-    seen: dict[str, Any] = {}
-    rng = np.random.default_rng(seed)
-    while len(seen) < n:
-        before = len(seen)
-        for c in op.space.sample_restricted(2 * n, rng, allowed):
-            seen.setdefault(Space.key(c), c)  # i.i.d. draws may repeat
-        if len(seen) == before:  # nothing new in 2n draws: the sub-space is (about) exhausted
+    structural configurations with one knob fixed); fewer when it holds fewer. Rounds of draws
+    from one generator (:meth:`SpaceCandidates.sample_restricted`: 2n draws, the distinct ones
+    not yet taken) until n or a round finds none new (one round alone left a
+    sub-space near n in size short)."""
+    cands, rng = SpaceCandidates(op.space, op.workload), np.random.default_rng(seed)
+    out: list = []
+    seen: set[str] = set()
+    while len(out) < n:
+        # 2n draws a round, the distinct ones not yet taken; none new: (about) exhausted
+        got = cands.sample_restricted(n, rng, allowed, seen)[: n - len(out)]
+        if not got:
             break
-    if not seen:
+        out += got
+        seen.update(Space.key(c) for c in got)
+    if not out:
         raise UsageError(f"--fix: no feasible configuration of {op.name} {op.workload['shape']} "
                          f"with {_fixed_text(allowed)} in 200,000 draws (`bocast space --fix "
                          "...` counts them exactly)")
-    return list(seen.values())[:n]
+    return out
 
 
 def _measure(args, op, configs, what, subspace) -> int:
