@@ -72,14 +72,9 @@ def _restriction(args, op) -> dict | None:
 def _fix_field(workload: dict[str, Any], items: Sequence[str]) -> dict[str, list]:
     """``bocast tune OP``'s ``--fix KNOB=VALUE`` items as the configuration's field ``fix``,
     read with the workload's space as measure's ``--fix`` is (a split's factors as a list)."""
-    from bocast.space.subspace import SubspaceError, parse_fix_args
+    from bocast.space.subspace import parse_fix_args
 
-    try:
-        fixed = parse_fix_args(from_workload(workload).space, items)
-    except SubspaceError as e:
-        raise UsageError(str(e)) from None
-    return {k: [list(v) if isinstance(v, tuple) else v for v in vals]
-            for k, vals in fixed.items()}
+    return _jsonable_allowed(parse_fix_args(from_workload(workload).space, items))
 
 
 def _table_of(args, allowed) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from bocast.measure.rpc.options import parse_options
 from bocast.records.datasets import locate
 from bocast.schema import ConfigError, Field, Section
 from bocast.space.operators.operator import WorkloadError, from_workload
-from bocast.space.subspace import SubspaceError, allowed_values
+from bocast.space.subspace import allowed_values
 from bocast.strategies import StrategyError, strategy_class
 
 __all__ = ["ConfigError", "TuneConfig", "in_file", "load", "parse", "read_yaml", "runner_argument",
@@ -226,13 +226,8 @@ def parse(raw: Mapping[str, Any], *, path: str = "", runner: str | None = None,
 def fixed_values(op, fix: Mapping[str, Any] | None) -> dict[str, list] | None:
     """A configuration's ``fix`` checked against ``op``'s space: knob -> the values the search
     may take (:func:`bocast.space.subspace.allowed_values`, as ``bocast measure --fix`` reads
-    them); None where not given. A ConfigError names an unknown knob or a value it lacks."""
-    if not fix:
-        return None
-    try:
-        return allowed_values(op.space, fix)
-    except SubspaceError as e:
-        raise ConfigError(str(e)) from None
+    them); None where not given. Its SubspaceError names an unknown knob or a value it lacks."""
+    return allowed_values(op.space, fix) if fix else None
 
 
 def check_runner(kind: str):
