@@ -28,7 +28,7 @@ def build(args) -> int:
     from bocast.space.operators.operator import from_workload
     from bocast.tools.remeasure import best_configs
 
-    workload, picked = best_configs(args.sources, args.index + 1)
+    workload, picked = best_configs(args.sources, args.index + 1)[0]  # one workload
     op = from_workload(workload)
     pick = picked[args.index]
     with Builder(workers=1) as builder:
