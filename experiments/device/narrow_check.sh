@@ -14,7 +14,7 @@
 #    seeded, SAMPLE per shape, MEASURE_BATCH_S a batch) of each GEMM in CHECKS (100,1000,4040:
 #    ragged M, N and K; 128,6144,4096), each checked against float64.
 # 2. Re-timings with cuBLAS (`bocast remeasure`, ROUNDS rounds, each kernel paired with cuBLAS
-#    in one process) at M 128 and 64, N,K = 6144,4096: the kernels named in the picks below.
+#    in one process) at M 128 and 64, N,K = 6144,4096: skinny_picks.py's set "narrow".
 # 3. The default command (`bocast tune gemm --shape M,N,K`, 64 trials, warm start auto with an
 #    empty records library; space auto takes v3 at M >= 64) of JOBS (jobs/narrow.txt), in the
 #    time left of BUDGET_S.
@@ -44,59 +44,10 @@ for shape in $CHECKS; do
   echo "measure gemm $shape v3, bn 48 or 96: exit $? in $(( $(date +%s) - t0 )) s"
 done
 
-python3 - "$root" $MS <<'PY'
-import json, sys
-from bocast.space.operators._hopper_layout import STAGES
-from bocast.space.operators.operator import from_workload
-root, ms = sys.argv[1], [int(m) for m in sys.argv[2:]]
-BASE = {"bk": 64, "consumers": 1, "arrangement": "cooperative", "regs": "off", "inflight": 1,
-        "persistent": "off", "raster": 1, "raster_major": "m", "epilogue": "scalar",
-        "cluster": "1x1", "split_k": 1, "split_reduce": "atomic", "swap_ab": "off"}
-# (name, C tile, changes): per M; each at the deepest ring of at most 16 that fits
-PICKS = {
-    128: [("swap_ab 128 x 64 (deep_ring_h200: 0.974)", (128, 64),
-           {"swap_ab": "on", "raster_major": "n"}),
-          ("64 x 96, 2x1", (64, 96), {"cluster": "2x1"}),
-          ("64 x 96, 2x1, inflight 0", (64, 96), {"cluster": "2x1", "inflight": 0}),
-          ("64 x 96, 2x1, v2 epilogue", (64, 96), {"cluster": "2x1", "epilogue": "v2"}),
-          ("64 x 96, 2x1, 6 stages (control)", (64, 96), {"cluster": "2x1", "stages": 6}),
-          ("64 x 96", (64, 96), {}),
-          ("128 x 48", (128, 48), {}),
-          ("128 x 48, 1x2", (128, 48), {"cluster": "1x2"}),
-          ("128 x 96 (64 CTAs)", (128, 96), {})],
-    64: [("swap_ab 64 x 64 (deep_ring_h200: 0.940)", (64, 64),
-          {"swap_ab": "on", "raster_major": "n"}),
-         ("64 x 48", (64, 48), {}),
-         ("64 x 48, v2 epilogue", (64, 48), {"epilogue": "v2"}),
-         ("64 x 48, 12 stages", (64, 48), {"stages": 12}),
-         ("64 x 48, 6 stages (control)", (64, 48), {"stages": 6}),
-         ("64 x 96 (64 CTAs)", (64, 96), {})],
-}
-for m in ms:
-    op = from_workload({"op": "gemm", "shape": [m, 6144, 4096], "dtype": "fp16:fp32",
-                        "layout": "NT", "space": "v3"})
-    rows, seen = [], set()
-    for name, (bm, bn), change in PICKS[m]:
-        c = {**BASE, "bm": bm, "bn": bn, **change}
-        depths = [c["stages"]] if "stages" in change else sorted(STAGES, reverse=True)
-        c = next((op.space.complete({**c, "stages": s}) for s in depths
-                  if not op.space.validate(op.space.complete({**c, "stages": s}))), None)
-        if c is None:
-            print(f"M = {m}: {name} skipped: "
-                  f"{op.space.validate(op.space.complete({**BASE, 'bm': bm, 'bn': bn, **change, 'stages': depths[-1]}))}")
-            continue
-        key = op.space.key(c)
-        if key in seen:
-            continue
-        seen.add(key)
-        # recorded_tflops: remeasure's file format wants one (1.0 keeps the order); the
-        # figures are the re-timing's own
-        rows.append({"key": key, "config": dict(c), "recorded_tflops": 1.0,
-                     "store": f"{name}, {c['stages']} stages", "workload": op.workload})
-    json.dump({"workload": op.workload, "kernels": rows},
-              open(f"{root}/picks_{m}x6144x4096.json", "w"), indent=0)
-    print(f"M = {m}: {len(rows)} kernels -> picks_{m}x6144x4096.json")
-PY
+shapes=""
+for m in $MS; do shapes="$shapes $m,6144,4096"; done
+# shellcheck disable=SC2086
+python3 experiments/device/skinny_picks.py "$root" narrow $shapes
 
 for m in $MS; do
   name=${m}x6144x4096
