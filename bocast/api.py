@@ -295,14 +295,12 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
     here (``records``: the library's folder); ``plot``: matplotlib checked; ``runner`` and
     ``builder`` as :func:`tune` takes them; ``warm_also``/``warm_never``: a workload of a run
     of many (:mod:`bocast.many`): its run's finished stores (candidates), its other stores."""
-    import numpy as np
-
     from bocast.measure.rpc import options as rpc_options
     from bocast.records import library
     from bocast.records.datasets import dataset_files
     from bocast.run import config as cfgmod
     from bocast.run import identity, warm_sources
-    from bocast.space.candidates import Restricted, SpaceCandidates
+    from bocast.space.candidates import SpaceCandidates
     from bocast.strategies import make_strategy
 
     path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
@@ -346,12 +344,7 @@ def prepare(config: str | os.PathLike | Mapping[str, Any], *,
             need_machine(cfg.runner_class, f"runner {cfg.runner}",
                          "use --runner replay with a recorded dataset", builder)
             candidates = SpaceCandidates(op.space, op.workload)
-        if allowed:
-            candidates = Restricted(candidates, allowed)
-            if not candidates.sample(1, np.random.default_rng(0), set()):
-                raise cfgmod.ConfigError(
-                    f"fix: no feasible configuration of the workload inside it ({allowed}); "
-                    "`bocast space OP --shape S --fix KNOB=VALUE ...` counts them")
+        candidates = cfgmod.restrict(candidates, allowed)
         folder = library.directory(records, cfg.records)
         warm = warm_sources.for_run(cfg, op, dataset, store_path, folder,
                                     probe=given is None or not cfg.runner_class.needs_gpu,

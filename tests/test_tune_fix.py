@@ -93,3 +93,40 @@ def test_every_strategy_on_replay_stays_inside_warm_started_bo_too(tmp_path, str
     assert {c["split_k"] for c in configs} <= {1, 2}
     if strategy == "bo":
         assert result.summary["warm_start_sources"]  # the sources' rows were projected inside
+
+
+def test_a_study_asks_inside_its_sub_space_and_its_store_names_it(tmp_path):
+    """``bocast.create_study(..., fix=)``: what a study asks lies in the sub-space (BO and
+    random); a bad ``fix`` is one line naming it; a study on a store resumes only with the
+    same sub-space (the identity names it, as a tune's)."""
+    from bocast.schema import ConfigError
+
+    workload = {"op": "gemm", "shape": [128, 6144, 4096], "space": "v3"}
+    for strategy, options in (("random", {}), ("bo", {"n_init": 4, "pool_size": 128,
+                                                       "fit_maxiter": 5})):
+        s = bocast.create_study(workload=workload, strategy=strategy, seed=0, fix=ALLOWED,
+                                **options)
+        asked = s.ask(8)
+        for i, config in enumerate(asked):
+            s.tell(config, tflops=1.0 + i)
+        asked += s.ask(8)  # BO's model proposes now (4 initial draws told)
+        assert len(asked) == 16 and all(map(inside, asked)), strategy
+    whole = bocast.create_study(workload=workload, strategy="random", seed=0).ask(32)
+    assert not all(map(inside, whole))
+    for fix, error, message in [
+        ({"colour": "red"}, InputError, "colour"),
+        ({"bn": 80}, InputError, "80"),
+        ({"bm": 8, "swap_ab": "off"}, ConfigError, "fix: no feasible configuration"),
+    ]:
+        with pytest.raises(error) as e:
+            bocast.create_study(workload=workload, strategy="random", fix=fix)
+        assert message in str(e.value) and "\n" not in str(e.value)
+    store = str(tmp_path / "study.db")
+    first = bocast.create_study(workload=workload, strategy="random", store=store, fix=ALLOWED)
+    (config,) = first.ask()
+    first.tell(config, tflops=2.0)
+    first.close()
+    with pytest.raises(InputError, match=r"fix: .*there, None here"):
+        bocast.create_study(workload=workload, strategy="random", store=store)
+    again = bocast.create_study(workload=workload, strategy="random", store=store, fix=ALLOWED)
+    assert len(again.records) == 1 and all(map(inside, again.ask(4)))

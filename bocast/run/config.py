@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from bocast import options, schema
 from bocast.config_files import in_file, read_yaml
 from bocast.errors import InputError
@@ -37,6 +39,7 @@ from bocast.measure.replay import ReplayDataset, ReplayError, check_workload
 from bocast.measure.rpc.options import parse_options
 from bocast.records.datasets import locate
 from bocast.schema import ConfigError, Field, Section
+from bocast.space.candidates import Restricted
 from bocast.space.operators.operator import WorkloadError, from_workload
 from bocast.space.subspace import allowed_values
 from bocast.strategies import StrategyError, strategy_class
@@ -228,6 +231,19 @@ def fixed_values(op, fix: Mapping[str, Any] | None) -> dict[str, list] | None:
     may take (:func:`bocast.space.subspace.allowed_values`, as ``bocast measure --fix`` reads
     them); None where not given. Its SubspaceError names an unknown knob or a value it lacks."""
     return allowed_values(op.space, fix) if fix else None
+
+
+def restrict(candidates, allowed: Mapping[str, list] | None):
+    """``candidates`` kept inside ``allowed`` (:func:`fixed_values`; None: as they are) for a
+    tune or a study: a ConfigError where no feasible configuration lies inside."""
+    if not allowed:
+        return candidates
+    inside = Restricted(candidates, allowed)
+    if not inside.sample(1, np.random.default_rng(0), set()):
+        raise ConfigError(
+            f"fix: no feasible configuration of the workload inside it ({allowed}); "
+            "`bocast space OP --shape S --fix KNOB=VALUE ...` counts them")
+    return inside
 
 
 def check_runner(kind: str):

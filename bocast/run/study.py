@@ -24,9 +24,11 @@ if TYPE_CHECKING:
 
 def create_study(workload: Mapping[str, Any] | Options, *, strategy: str | Options = "bo",
                  seed: int = 0, store: str | os.PathLike | None = None,
-                 **strategy_options: Any) -> Study:
+                 fix: Mapping[str, Any] | None = None, **strategy_options: Any) -> Study:
     """An ask/tell study of ``workload`` (``{"op": "gemm", "shape": [...], ...}``, as a tune
-    configuration's, or a :class:`bocast.Workload`) over its whole space. ``strategy``: a name,
+    configuration's, or a :class:`bocast.Workload`) over its whole space, or with ``fix``
+    (knob -> a value or a list of values, a tune's ``fix``: ``bocast tune --fix``) inside that
+    sub-space: what it asks lies there (what it is told need not). ``strategy``: a name,
     or typed options (``bocast.strategies.BOOptions(...)``) that ``strategy_options`` add to.
     With ``store``, every told trial is appended there and a study of the same strategy,
     options and seed on the same store resumes: the strategy is told the stored trials first
@@ -46,12 +48,15 @@ def create_study(workload: Mapping[str, Any] | Options, *, strategy: str | Optio
     extra = sorted(set(strategy_options) & set(cfgmod.COMPARISON_KEYS))
     if extra:
         raise ConfigError(f"strategy: {extra} are not options of a strategy")
-    strat = make_strategy(name, SpaceCandidates(op.space, op.workload), seed=seed, **options)
-    # ask/tell has no fixed batch: the identity leaves it out
+    allowed = cfgmod.fixed_values(op, fix)
+    candidates = cfgmod.restrict(SpaceCandidates(op.space, op.workload), allowed)
+    strat = make_strategy(name, candidates, seed=seed, **options)
+    # ask/tell has no fixed batch: the identity leaves it out; it names the sub-space, so a
+    # study resumed with another is refused
     db = None if store is None else identity.open_store(
         os.fspath(store), op.workload, identity.run_identity(
             strategy=name, options=options, seed=seed, batch_size=None, runner="study",
-            dataset=None))
+            dataset=None, fix=allowed))
     return Study(op, strat, db)
 
 
