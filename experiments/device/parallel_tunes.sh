@@ -80,13 +80,18 @@ for (( q = 0; q < gpus; q++ )); do run_queue "$q" & done
 wait $(jobs -p | grep -v "^$smi$")
 kill "$smi" 2>/dev/null
 
-python3 - "$root" <<'PY'
-import glob, json, os, sys
+# this call's jobs only: a warm machine keeps runs/ between calls (the folders of an earlier
+# call's tunes are neither printed nor packed again)
+names=$(grep -v '^\s*#' "$JOBS" | awk 'NF {print $2}')
+# shellcheck disable=SC2086
+python3 - "$root" $names <<'PY'
+import json, os, sys
 sys.path.insert(0, "experiments/device")
 from store_rows import store, worst_ok  # noqa: E402
 
-root = sys.argv[1]
-for res in sorted(glob.glob(f"{root}/py:*/result.json")):
+root, names = sys.argv[1], sys.argv[2:]
+for res in sorted(f"{root}/{n}/result.json" for n in names
+                  if n.startswith("py:") and os.path.exists(f"{root}/{n}/result.json")):
     print(f"## {os.path.basename(os.path.dirname(res))}")
     print(open(res).read().strip() or open(res.replace("result.json", "stderr.log")).read()[-800:])
 print()
@@ -95,9 +100,9 @@ print("| tune | op | shape | dtype | space | trials | figure | best TFLOPS | ref
 print("|" + " --- |" * 13)
 KEYS = ("bm", "bn", "bk", "stages", "a_load", "split_k", "split_reduce", "swap_ab", "cluster",
         "arrangement", "epilogue")
-for out in sorted(glob.glob(f"{root}/*/")):
-    name = os.path.basename(out.rstrip("/"))
-    if name.startswith(("py:", "sh:")):
+for name in sorted(set(names)):
+    out = f"{root}/{name}/"
+    if name.startswith(("py:", "sh:")) or not os.path.isdir(out):
         continue
     if not os.path.exists(f"{out}summary.json"):
         tail = "".join(open(f"{out}tune.log").readlines()[-3:]).strip().replace("\n", " / ") \
@@ -116,4 +121,7 @@ for out in sorted(glob.glob(f"{root}/*/")):
           f"{s.get('best_vs_reference') or 0:.3f} | {ref.get('what', '')} | {worst_ok(rows)} | "
           f"{' '.join(f'{k}={cfg[k]}' for k in KEYS if k in cfg)} |")
 PY
-tar -czf "$OUT/parallel_tunes.tar.gz" --exclude='*.db-wal' --exclude='*.db-shm' "$root"
+packed="$root/jobs.txt $root/clocks.csv"
+for n in $names; do [ -d "$root/$n" ] && packed="$packed $root/$n"; done
+# shellcheck disable=SC2086
+tar -czf "$OUT/parallel_tunes.tar.gz" --exclude='*.db-wal' --exclude='*.db-shm' $packed
