@@ -80,8 +80,9 @@ from . import _matmul_operator as mo
 LAYOUTS = ("NT", "NN")
 #: the switch for skinny GEMMs: True lets ``space: auto`` take v3 (with its split K, the
 #: ``split_k`` knob, and swap-AB, ``swap_ab``) for a GEMM of M < 64 too, N >= 64. Off until
-#: measured: v2 won at M = 32 before split K existed; experiments/device/skinny_check.sh
-#: compares them at M = 16 and 128, skinny_swap.sh tunes v3 with swap-AB at M = 16 and 64
+#: measured: v2 won at M = 32 before split K existed, and at 16x6144x4096 after it (1.090
+#: against 0.929); v3 re-timed 1.012-1.078 at M 16 and 32 since (results/skinny_source64_h200),
+#: v2 not timed beside it: experiments/device/jobs/skinny_v2_v3.txt runs both
 AUTO_V3_SKINNY_M = False
 
 
