@@ -36,8 +36,8 @@ def launches(shape: str) -> list[dict]:
         torch.cuda.synchronize()
     path = os.path.join(tempfile.mkdtemp(), "trace.json")
     prof.export_chrome_trace(path)
-    events = [e for e in json.load(open(path))["traceEvents"]
-              if e.get("cat") == "kernel"]
+    with open(path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel"]
     last: dict[str, dict] = {}
     durations: dict[str, list[float]] = {}
     for e in events:
