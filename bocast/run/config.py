@@ -233,7 +233,7 @@ def fixed_values(op, fix: Mapping[str, Any] | None) -> dict[str, list] | None:
     return allowed_values(op.space, fix) if fix else None
 
 
-def restrict(candidates, allowed: Mapping[str, list] | None):
+def restrict(candidates, allowed: dict[str, list] | None):
     """``candidates`` kept inside ``allowed`` (:func:`fixed_values`; None: as they are) for a
     tune or a study: a ConfigError where no feasible configuration lies inside."""
     if not allowed:
