@@ -74,26 +74,19 @@ def write_picks(root: str, picks: list, shape: tuple[int, int, int]) -> str:
     m, n, k = shape
     op = from_workload({"op": "gemm", "shape": [m, n, k], "dtype": "fp16:fp32",
                         "layout": "NT", "space": "v3"})
-    names = {kn.name for kn in op.space.knobs}
     rows, seen = [], set()
     for name, (bm, bn), change in picks:
         c = {**BASE, "bm": bm, "bn": bn, **change}
         depths = [c["stages"]] if "stages" in change else sorted(STAGES, reverse=True)
-        found = None
+        found, why = None, []
         for s in depths:
-            cand = {**c, "stages": s}
-            if set(cand) - names:
-                break
-            try:
-                cand = op.space.complete(cand)
-            except (KeyError, ValueError) as e:  # a value the space does not have (yet)
-                print(f"{m}x{n}x{k}: {name} skipped: {e}")
-                break
-            if not op.space.validate(cand):
+            cand = op.space.complete({**c, "stages": s})
+            why = op.space.validate(cand)
+            if not why:
                 found = cand
                 break
-        if found is None:
-            print(f"{m}x{n}x{k}: {name} skipped (the space refuses it at every depth)")
+        if found is None:  # the reason at the shallowest depth tried
+            print(f"{m}x{n}x{k}: {name} skipped: {why}")
             continue
         key = op.space.key(found)
         if key in seen:
