@@ -18,7 +18,8 @@ mkdir -p "$root"
 nvidia-smi --query-gpu=timestamp,clocks.sm,temperature.gpu,power.draw,utilization.gpu \
   --format=csv,noheader -lms 500 > "$root/clocks.csv" 2>/dev/null &
 smi=$!
-for shape in ${SHAPES:-"128,6144,4096 64,6144,4096"}; do
+SHAPES=${SHAPES:-128,6144,4096 64,6144,4096}
+for shape in $SHAPES; do  # unquoted: one word a shape
   name=${shape//,/x}
   BOCAST_RECORDS=$(mktemp -d) timeout "${RUN_S:-60}" python3 -m bocast.cli tune gemm \
     --shape "$shape" --trials 64 --seconds "${SEARCH_S:-40}" --seed 0 --output "$root/$name" \
