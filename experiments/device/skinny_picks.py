@@ -18,6 +18,11 @@ BASE = {"bk": 64, "consumers": 1, "arrangement": "cooperative", "regs": "off", "
         "persistent": "off", "raster": 1, "raster_major": "m", "epilogue": "scalar",
         "cluster": "1x1", "split_k": 1, "split_reduce": "atomic", "swap_ab": "off"}
 SWAP = {"swap_ab": "on", "raster_major": "n"}
+#: the 64 x 96 kernel two tunes at 128x6144x4096 re-timed 0.943-0.966 (results/retime_gap_h200)
+GOOD_96 = {"epilogue": "v2", "raster_major": "n", "persistent": "on", "stages": 8}
+#: the deep-ring tune's pick at 8192x4096x4096 (results/deep_ring_h200: 0.989)
+GOOD_LARGE = {"consumers": 2, "epilogue": "tma", "persistent": "on", "raster": 4,
+              "regs": "24/240", "stages": 4}
 
 #: named sets of picks per M (N, K from the shape)
 SETS = {
@@ -64,6 +69,33 @@ SETS = {
              ("64 x 48, 1x2, v2 epilogue", (64, 48), {"cluster": "1x2", "epilogue": "v2"})],
         16: [("swap_ab 16 x 64", (16, 64), SWAP),
              ("swap_ab 16 x 64, 1x2", (16, 64), {**SWAP, "cluster": "1x2"})],
+    },
+    # cluster_base.sh: the 2x1 cluster (cuBLAS's M = 128 structure: two token tiles sharing one
+    # weight tile) on the base the tunes chose (retime_gap_h200: 64 x 96, v2 epilogue, walk
+    # along N, persistent, 8 stages: 0.966), and which knob made narrow_h200's 64 x 96 (scalar,
+    # walk along M, not persistent, 10 stages) read 0.662; at 8192x4096x4096 the deep-ring tune's
+    # 128 x 256 pick (0.989) with the clusters cuBLAS's 256x128 1x2 kernel suggests
+    "cluster_base": {
+        128: [("G: 64 x 96, v2, walk n, persistent (the tunes' pick)", (64, 96), GOOD_96),
+              ("G, 2x1", (64, 96), {**GOOD_96, "cluster": "2x1"}),
+              ("G, 2x1, 10 stages", (64, 96), {**GOOD_96, "cluster": "2x1", "stages": 10}),
+              ("G, 2x1, not persistent", (64, 96), {**GOOD_96, "cluster": "2x1",
+                                                    "persistent": "off"}),
+              ("G, 2x1, regs 40/232", (64, 96), {**GOOD_96, "cluster": "2x1",
+                                                 "regs": "40/232"}),
+              ("G, walk m", (64, 96), {**GOOD_96, "raster_major": "m"}),
+              ("G, scalar", (64, 96), {**GOOD_96, "epilogue": "scalar"}),
+              ("G, not persistent", (64, 96), {**GOOD_96, "persistent": "off"}),
+              ("G, 10 stages", (64, 96), {**GOOD_96, "stages": 10}),
+              ("swap_ab 128 x 64 (the other pick)", (128, 64), {**SWAP, "stages": 8}),
+              ("64 x 128, 2x1, v2, walk n, persistent", (64, 128), {**GOOD_96,
+                                                                   "cluster": "2x1"})],
+        8192: [("L: 128 x 256, tma, 2 consumers (the tune's pick)", (128, 256), GOOD_LARGE),
+               ("L, 2x1", (128, 256), {**GOOD_LARGE, "cluster": "2x1"}),
+               ("L, 1x2", (128, 256), {**GOOD_LARGE, "cluster": "1x2"}),
+               ("256 x 128, 2 consumers", (256, 128), GOOD_LARGE),
+               ("256 x 128, 1x2", (256, 128), {**GOOD_LARGE, "cluster": "1x2"}),
+               ("256 x 128, 2x1", (256, 128), {**GOOD_LARGE, "cluster": "2x1"})],
     },
 }
 
