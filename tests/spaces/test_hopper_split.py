@@ -204,14 +204,20 @@ def test_a_live_run_names_its_gpus_sm_count():
     assert on_gpu(gemv, 114) is gemv
 
 
-def test_space_auto_takes_v3_below_m_64_only_when_switched_on(monkeypatch):
+def test_space_auto_takes_v3_from_m_16(monkeypatch):
+    """auto: v3 for M >= AUTO_V3_SKINNY_MIN_M (16) with N >= 64, v2 below it or for N < 64;
+    the switch off (None) gives v3 from 64 rows only."""
     from bocast.space.operators import gemm
 
+    assert gemm.AUTO_V3_SKINNY_MIN_M == 16
+    for shape in ((16, 4096, 4096), (32, 6144, 4096), (63, 64, 1000), (4096, 4096, 4096)):
+        assert make_named("gemm", shape).workload["space"] == "v3", shape
+    for shape in ((8, 4096, 4096), (15, 4096, 4096), (16, 32, 4096), (32, 63, 4096)):
+        assert make_named("gemm", shape).workload["space"] == "v2", shape
+    assert "M >= 16 with N >= 64" in gemm.Gemm.v3_rule
+    monkeypatch.setattr(gemm, "AUTO_V3_SKINNY_MIN_M", None)
     assert make_named("gemm", (16, 4096, 4096)).workload["space"] == "v2"
-    monkeypatch.setattr(gemm, "AUTO_V3_SKINNY_M", True)
-    assert make_named("gemm", (16, 4096, 4096)).workload["space"] == "v3"
-    assert make_named("gemm", (16, 32, 4096)).workload["space"] == "v2"  # N < 64
-    assert make_named("gemm", (4096, 4096, 4096)).workload["space"] == "v3"
+    assert make_named("gemm", (64, 4096, 4096)).workload["space"] == "v3"
 
 
 def test_split_k_reaches_the_generated_cuda_and_the_launch():

@@ -17,7 +17,8 @@ length-N vector in the output's type, the activation relu, gelu (erf) or silu, a
 fp32 accumulators before the output's rounding; the baseline is the unfused torch sequence.
 
 Three schedule spaces (``--space``, the workload's ``space``; ``auto``, the default of ``bocast
-tune gemm --shape``, picks v3 where M and N >= 64, see :meth:`Gemm.prefers_v3`). v1 and v2 are
+tune gemm --shape``, picks v3 where M and N >= 64 and where 16 <= M < 64 with N >= 64, see
+:meth:`Gemm.prefers_v3`). v1 and v2 are
 shared with every operator that runs as a Tensor Core matmul (bmm, the convolutions, gemv;
 ``_matmul.py``); v3 is the Hopper template of ``_hopper_matmul.py``:
 
@@ -78,12 +79,14 @@ from . import _matmul as mm
 from . import _matmul_operator as mo
 
 LAYOUTS = ("NT", "NN")
-#: the switch for skinny GEMMs: True lets ``space: auto`` take v3 (with its split K, the
-#: ``split_k`` knob, and swap-AB, ``swap_ab``) for a GEMM of M < 64 too, N >= 64. Off until
-#: measured: v2 won at M = 32 before split K existed, and at 16x6144x4096 after it (1.090
-#: against 0.929); v3 re-timed 1.012-1.078 at M 16 and 32 since (results/skinny_source64_h200),
-#: v2 not timed beside it: experiments/device/jobs/skinny_v2_v3.txt runs both
-AUTO_V3_SKINNY_M = False
+#: the smallest M for which ``space: auto`` takes v3 (with its split K, the ``split_k`` knob, and
+#: swap-AB, ``swap_ab``) below AUTO_V3_MIN_MN rows, N >= 64; None: v3 from AUTO_V3_MIN_MN rows
+#: only. Measured (results/skinny_v2_v3_h200: both spaces in one session, the default command,
+#: re-timed against cuBLAS): v2 ahead at 16 and 32 x 6144,4096 (1.070 and 1.034 against 1.010
+#: and 1.020) but 0.908 and 0.968 at 16 and 32 x 4096,14336 (v3 1.050 and 1.050 there the session
+#: before), level at 28672,4096 (v2 1.076 at M 16, v3 1.078 the session before; at M 32 v3 1.066);
+#: v3's worst 1.010, v2's 0.908. M 1-15 were not measured beside v2: they keep it
+AUTO_V3_SKINNY_MIN_M: int | None = 16
 
 
 @register
@@ -93,14 +96,17 @@ class Gemm(mo.MatmulOperator):
     default_shape = (1024, 1024, 1024)
     extents = ("M", "N", "K")
     option_names = (*mo.MatmulOperator.option_names, "sm_count", "fuse")
-    v3_rule = mm.AUTO_V3_RULE + (f" (switched on, AUTO_V3_SKINNY_M: any M with N >= "
-                                 f"{mm.AUTO_V3_MIN_MN})" if AUTO_V3_SKINNY_M else "")
+    v3_rule = mm.AUTO_V3_RULE + (f"; and M >= {AUTO_V3_SKINNY_MIN_M} with N >= "
+                                 f"{mm.AUTO_V3_MIN_MN} (AUTO_V3_SKINNY_MIN_M: v3 re-timed "
+                                 f"1.01-1.08 of cuBLAS at M 16 and 32, v2 0.91-1.08)"
+                                 if AUTO_V3_SKINNY_MIN_M is not None else "")
 
     @classmethod
     def prefers_v3(cls, shape: tuple[int, ...]) -> bool:
         return len(shape) == len(cls.extents) and (
             min(shape[0:2]) >= mm.AUTO_V3_MIN_MN
-            or (AUTO_V3_SKINNY_M and shape[1] >= mm.AUTO_V3_MIN_MN))
+            or (AUTO_V3_SKINNY_MIN_M is not None and shape[0] >= AUTO_V3_SKINNY_MIN_M
+                and shape[1] >= mm.AUTO_V3_MIN_MN))
 
     def __init__(self, M: int, N: int, K: int, *, dtype: str = "fp16:fp32", layout: str = "NT",
                  space: str = mm.DEFAULT_SPACE, sm_count: int | None = None,
