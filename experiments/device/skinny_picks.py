@@ -97,6 +97,16 @@ SETS = {
                ("256 x 128, 1x2", (256, 128), {**GOOD_LARGE, "cluster": "1x2"}),
                ("256 x 128, 2x1", (256, 128), {**GOOD_LARGE, "cluster": "2x1"})],
     },
+    # ring_depth.sh: one kernel at every depth it fits (results/skinny_v2_v3_h200: the 64 x 96
+    # base 0.971 at 8 stages, 0.858 at 10; the exhaustive tables peak at 8, lower at 5, 6, 10, 12)
+    "ring_depth": {
+        128: [(f"G at {s}", (64, 96), {**GOOD_96, "stages": s}) for s in (4, 5, 6, 8, 10)]
+        + [(f"64 x 48 G-like at {s}", (64, 48), {**GOOD_96, "stages": s})
+           for s in (6, 8, 10, 12, 16)]
+        + [(f"64 x 64 G-like at {s}", (64, 64), {**GOOD_96, "stages": s}) for s in (8, 10, 12)],
+        64: [(f"64 x 48 G-like at {s}", (64, 48), {**GOOD_96, "stages": s})
+             for s in (6, 8, 10, 12, 16)],
+    },
 }
 
 
