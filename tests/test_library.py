@@ -277,7 +277,7 @@ def test_one_command_flags_belong_to_an_operator(tmp_path, bocast_cli):
 
 def test_a_replay_tune_left_to_space_auto_replays_the_space_its_shipped_table_was_recorded_in():
     """A replay tune with the space left out replays the shipped table in the space it was
-    recorded in: GEMM 32x2048x1000's table is v1's (auto would take v2 for M < 64 live), and one
+    recorded in: GEMM 32x2048x1000's table is v1's (auto would take v3 live, from M = 16), and one
     that names v3 is refused; where a v3 table is shipped (GEMM 1024^3, and since the H200 tables
     conv1d, conv3d, gemv), auto replays it."""
     from bocast.api import quick_config

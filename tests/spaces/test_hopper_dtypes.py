@@ -62,14 +62,14 @@ def test_bad_dtypes_get_one_error_naming_what_is_accepted(op, shape, options, me
 
 
 def test_space_auto_takes_v3_for_bf16():
-    """bf16 runs on v3 only: auto takes v3 by its rule, and also below it (M < 64), where
+    """bf16 runs on v3 only: auto takes v3 by its rule, and also below it (M < 16), where
     v2 would otherwise be chosen, saying why."""
     op = make_named("gemm", (4096, 4096, 4096), dtype="bf16:fp32")
-    assert op.workload["space"] == "v3" and op.space_choice.startswith("v3 (auto: M and N")
-    small = make_named("gemm", (32, 4096, 4096), dtype="bf16:bf16")
+    assert op.workload["space"] == "v3" and op.space_choice.startswith("v3 (auto: N >= 64 and M")
+    small = make_named("gemm", (8, 4096, 4096), dtype="bf16:bf16")
     assert small.workload["space"] == "v3"
     assert "v2 does not take this workload" in small.space_choice
-    assert make_named("gemm", (32, 4096, 4096)).workload["space"] == "v2"  # fp16 as before
+    assert make_named("gemm", (8, 4096, 4096)).workload["space"] == "v2"  # fp16 as before
     assert make_named("bmm", (12, 512, 512, 64), dtype="bf16:fp32").workload["space"] == "v3"
 
 

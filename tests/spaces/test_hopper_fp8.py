@@ -82,10 +82,10 @@ def test_fp8_refusals_name_what_is_accepted(op, shape, options, message):
 
 
 def test_space_auto_keeps_fp8_on_v3():
-    """v2 has no fp8: auto takes v3 by its rule, and below it (M < 64) too, saying why."""
+    """v2 has no fp8: auto takes v3 by its rule, and below it (M < 16) too, saying why."""
     op = make_named("gemm", (4096, 4096, 4096), dtype="e4m3:bf16")
-    assert op.workload["space"] == "v3" and op.space_choice.startswith("v3 (auto: M and N")
-    small = make_named("gemm", (32, 4096, 4096), dtype="e4m3:fp32")
+    assert op.workload["space"] == "v3" and op.space_choice.startswith("v3 (auto: N >= 64 and M")
+    small = make_named("gemm", (8, 4096, 4096), dtype="e4m3:fp32")
     assert small.workload["space"] == "v3"
     assert "v2 does not take this workload" in small.space_choice
 

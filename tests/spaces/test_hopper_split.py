@@ -214,7 +214,7 @@ def test_space_auto_takes_v3_from_m_16(monkeypatch):
         assert make_named("gemm", shape).workload["space"] == "v3", shape
     for shape in ((8, 4096, 4096), (15, 4096, 4096), (16, 32, 4096), (32, 63, 4096)):
         assert make_named("gemm", shape).workload["space"] == "v2", shape
-    assert "M >= 16 with N >= 64" in gemm.Gemm.v3_rule
+    assert "N >= 64 and M >= 16" in gemm.Gemm.v3_rule
     monkeypatch.setattr(gemm, "AUTO_V3_SKINNY_MIN_M", None)
     assert make_named("gemm", (16, 4096, 4096)).workload["space"] == "v2"
     assert make_named("gemm", (64, 4096, 4096)).workload["space"] == "v3"

@@ -67,7 +67,8 @@ SPACES = ("v2", "v1", "v3")
 DEFAULT_SPACE = "v2"
 #: ``space: auto`` takes v3 for a GEMM or bmm whose M and N are both at least this: cold, v3
 #: beat v2 from M = 64 (and at N = 128) up, v2 won at M = 32, where half of v3's 64-row tile is
-#: padding and v2 splits K (H200, experiments/results/v3_vs_v2_h200.md)
+#: padding and v2 splits K (H200, experiments/results/v3_vs_v2_h200.md); bmm's rule still.
+#: GEMM goes lower (gemm.AUTO_V3_SKINNY_MIN_M) since v3 has split K and swap-AB
 AUTO_V3_MIN_MN = 64
 AUTO_V3_RULE = f"M and N >= {AUTO_V3_MIN_MN}; measured, v3 beat v2 there and v2 won at M = 32"
 
