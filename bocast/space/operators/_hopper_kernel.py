@@ -151,12 +151,16 @@ def device_body(p: Plan, ops: Operands):
     # results/skinny_v2_v3_h200 section 5)
     pow2 = S & (S - 1) == 0
 
-    def ring(it, pos):
-        return (it % S, (it // S) & 1) if pow2 else (pos[0], pos[1])
+    def ring(it, pos, on=True):  # (stage, phase); on: this walk keeps a running pair
+        return (it % S, (it // S) & 1) if pow2 or not on else (pos[0], pos[1])
+
+    def before(it, pos, on=True):  # the stage of k block it - 1
+        return ((it + S - 1) % S if pow2 or not on
+                else T.if_then_else(pos[0] == 0, S - 1, pos[0] - 1))
 
     @T.macro
-    def step_ring(pos):
-        if not pow2:
+    def step_ring(pos, on=True):
+        if on and not pow2:
             if pos[0] == S - 1:
                 pos[0] = 0
                 pos[1] = pos[1] ^ 1
@@ -292,6 +296,9 @@ def device_body(p: Plan, ops: Operands):
             cw = T.meta_var(wg - 1)
             lt = T.meta_var(tx % 128)
             row0 = T.meta_var(0 if pingpong else cw * WM)  # this consumer's rows of a tile
+            cpos = T.alloc_buffer((2,), "int32", scope="local")  # ping-pong skips tiles: none
+            cpos[0] = 0
+            cpos[1] = 0
             if scaled:  # sc[0]: the scales' product, read once
                 sc = T.alloc_buffer((1,), "float32", scope="local")
                 sc[0] = scale_a[0] * scale_b[0]
@@ -313,8 +320,8 @@ def device_body(p: Plan, ops: Operands):
                 live = T.meta_var(KB if k_count is None else k_count(tm))  # then skipped ones
                 for kb in T.serial(live):  # the unit's k blocks (a fresh sum: scale_d 0 first)
                     it = T.meta_var(i * KB + kb)
-                    s = T.meta_var(it % S)
-                    T.cuda.mbarrier_wait(T.address_of(full[s]), (it // S) & 1)
+                    s = T.meta_var(ring(it, cpos, not pingpong)[0])
+                    T.cuda.mbarrier_wait(T.address_of(full[s]), ring(it, cpos, not pingpong)[1])
                     T.ptx.wgmma.fence.sync.aligned()
                     for kk in T.unroll(BK // KW):
                         T.cuda.wgmma.encode_matrix_descriptor(
@@ -336,15 +343,18 @@ def device_body(p: Plan, ops: Operands):
                     else:
                         # the newest group may still read stage s: free the one before it
                         T.ptx.wgmma.wait_group.sync.aligned(1)
-                        release(empty, (it + S - 1) % S, kb > 0, lt)
+                        release(empty, before(it, cpos, not pingpong), kb > 0, lt)
+                    step_ring(cpos, not pingpong)
                 if inflight == 1:
                     T.ptx.wgmma.wait_group.sync.aligned(0)
-                    release(empty, (i * KB + live - 1) % S, True, lt)
+                    release(empty, before(i * KB + live, cpos, not pingpong), True, lt)
                 if k_count is not None:
                     for kb in T.serial(live, KB):  # skipped: each stage arrived empty
                         it = T.meta_var(i * KB + kb)
-                        T.cuda.mbarrier_wait(T.address_of(full[it % S]), (it // S) & 1)
-                        release(empty, it % S, True, lt)
+                        s = T.meta_var(ring(it, cpos, not pingpong)[0])
+                        T.cuda.mbarrier_wait(T.address_of(full[s]), ring(it, cpos, not pingpong)[1])
+                        release(empty, s, True, lt)
+                        step_ring(cpos, not pingpong)
                 if pingpong and lt == 0:
                     T.ptx.mbarrier.arrive.shared.b64(T.address_of(turn[1 - cw]))
                 if scaled:
