@@ -94,3 +94,31 @@ def test_deep_ring_kernels_build_for_sm_90a_without_spills_and_wait_before_their
         text = sass(res["cubin"])
         assert early_accumulator_reads(text) == [], config
         assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in text) == (config["inflight"] == 1), config
+
+
+def cuda(op, config) -> str:
+    from bocast.space.tensorcore import lower_tirx, source_only
+
+    source_only()
+    return lower_tirx(op.apply(config), target_overrides=op.build_options(config)["target"]).source
+
+
+def test_a_ring_of_other_than_a_power_of_two_walks_a_running_position():
+    """_hopper_ring: at 10 and 12 stages the producer's and the cooperative consumer's k loops
+    take the stage and phase from a running pair (advanced at S - 1 -> 0, the phase flipped),
+    no division by S; ping-pong's consumers skip the other's tiles and keep the division; at 8
+    and 16 stages both index by the k block's count, a mask (``& (S - 1)``)."""
+    op = make("gemm", (128, 6144, 4096), space="v3")
+    tile = {**BASE, "bm": 64, "bn": 48, "epilogue": "v2", "persistent": "on", "inflight": 1}
+    for S in (10, 12):
+        src = cuda(op, {**tile, "stages": S})
+        assert f"% {S})" not in src and f"/ {S})" not in src, S
+        for pos in ("pos", "cpos"):  # the producer's, the consumer's
+            assert f"({pos}_ptr[0] == {S - 1})" in src, (S, pos)
+            assert f"{pos}_ptr[1] = ({pos}_ptr[1] ^ 1);" in src, (S, pos)
+        pingpong = cuda(op, {**tile, "stages": S, "consumers": 2, "arrangement": "pingpong"})
+        assert f"(pos_ptr[0] == {S - 1})" in pingpong, S
+        assert f"(cpos_ptr[0] == {S - 1})" not in pingpong and f"% {S})" in pingpong, S
+    for S in (8, 16):
+        src = cuda(op, {**tile, "stages": S})
+        assert f"_ptr[0] == {S - 1})" not in src and f"& {S - 1})" in src, S

@@ -82,6 +82,7 @@ from ._hopper_layout import (
     transpose_flags,
 )
 from ._hopper_plan import Operands, Plan, TirxKernel
+from ._hopper_ring import ring_walk
 
 __all__ = ["Operands", "Plan", "TirxKernel", "device_body"]
 
@@ -145,27 +146,7 @@ def device_body(p: Plan, ops: Operands):
     def acc_list(buf, a):
         return [buf[a * half_n + i] for i in range(half_n)]
 
-    # the producer's ring position (stage, phase) of its it-th k block: by a mask where S is a
-    # power of two; else a running pair (pos, advanced by ``step_ring``), not a division by S
-    # at every k block (a 10- or 12-stage ring re-timed 0.07-0.10 below 8 and 16 stages,
-    # results/skinny_v2_v3_h200 section 5)
-    pow2 = S & (S - 1) == 0
-
-    def ring(it, pos, on=True):  # (stage, phase); on: this walk keeps a running pair
-        return (it % S, (it // S) & 1) if pow2 or not on else (pos[0], pos[1])
-
-    def before(it, pos, on=True):  # the stage of k block it - 1
-        return ((it + S - 1) % S if pow2 or not on
-                else T.if_then_else(pos[0] == 0, S - 1, pos[0] - 1))
-
-    @T.macro
-    def step_ring(pos, on=True):
-        if on and not pow2:
-            if pos[0] == S - 1:
-                pos[0] = 0
-                pos[1] = pos[1] ^ 1
-            else:
-                pos[0] = pos[0] + 1
+    ring, before, start_ring, step_ring = ring_walk(S)  # the ring's position (_hopper_ring)
 
     @T.macro
     def release(empty, stage, when, lt):
@@ -238,9 +219,8 @@ def device_body(p: Plan, ops: Operands):
             if split is not None:
                 T.ptx.setmaxnreg.dec.sync.aligned.u32(split[0])
             if tx == 0:
-                pos = T.alloc_buffer((2,), "int32", scope="local")
-                pos[0] = 0
-                pos[1] = 0
+                pos = T.alloc_buffer((2,), "int32", scope="local")  # the ring's position
+                start_ring(pos)
                 for i in T.serial(n_tiles):
                     tm = T.meta_var(tile(cl + i * clusters, rank)[0])
                     bn0 = T.meta_var(tile(cl + i * clusters, rank)[2])
@@ -253,9 +233,8 @@ def device_body(p: Plan, ops: Operands):
                     for kb in T.serial(live_p, unroll=False if p.launch_cluster > 1 else None):
                         it = T.meta_var(i * KB + kb)  # k blocks this CTA loaded before
                         s = T.meta_var(ring(it, pos)[0])
-                        # parity of the stage's previous release; the first pass finds every
-                        # stage free (waiting on the parity before a barrier's first phase)
-                        # released by the peer's consumers too with a cluster (remote
+                        # parity of the stage's previous release (the first pass finds every
+                        # stage free), by the peer's consumers too with a cluster (remote
                         # arrives); a CTA-scoped wait, as CUTLASS's producer's
                         T.cuda.mbarrier_wait(T.address_of(empty[s]), ring(it, pos)[1] ^ 1)
                         # the whole stage arrives here, the peer's half of a shared tile too
@@ -296,9 +275,8 @@ def device_body(p: Plan, ops: Operands):
             cw = T.meta_var(wg - 1)
             lt = T.meta_var(tx % 128)
             row0 = T.meta_var(0 if pingpong else cw * WM)  # this consumer's rows of a tile
-            cpos = T.alloc_buffer((2,), "int32", scope="local")  # ping-pong skips tiles: none
-            cpos[0] = 0
-            cpos[1] = 0
+            cpos = T.alloc_buffer((2,), "int32", scope="local")  # unused by ping-pong's turns
+            start_ring(cpos)
             if scaled:  # sc[0]: the scales' product, read once
                 sc = T.alloc_buffer((1,), "float32", scope="local")
                 sc[0] = scale_a[0] * scale_b[0]
