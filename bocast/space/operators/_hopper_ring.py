@@ -3,8 +3,8 @@ block ``it`` fills or reads, and the parity of that stage's barrier phase. A rin
 two stages indexes by the k block's count (``it % S`` is a mask, a constant once nvcc unrolls the
 loop, as it does); another ring keeps a running (stage, phase) pair in registers, advanced once
 a k block, instead of dividing by S at every one (CUTLASS's PipelineState). Measured on an H200
-(results/skinny_v2_v3_h200, section 5): the running pair lifted 10- and 12-stage rings by 3-5%
-(the 64 x 48 tile at 10 stages level with 8 and 16 at M = 64); at 8 and 16 the SASS is
+(results/skinny_v2_v3_h200, section 5): the running pair lifted 10- and 12-stage rings by 1-5%
+(the 64 x 48 tile at 10 and 12 stages level with 8 and 16 at M = 64); at 8 and 16 the SASS is
 unchanged. A walk that skips k blocks of other walks (ping-pong's consumers take turns with
 whole tiles) keeps the division (``on`` False)."""
 
