@@ -98,7 +98,7 @@ def device_body(p: Plan, ops: Operands):
     # KB: the k blocks of a unit (a tile, or its k slice with split K, from k block k0)
     BM, BN, BK, S, NC, KB = p.BM, p.BN, p.BK, p.S, p.NC, p.KB
     CM, CN, CS, grid, clusters, units = p.CM, p.CN, p.CS, p.grid, p.clusters, p.units
-    split, pingpong, inflight, step = p.split, p.pingpong, p.inflight, p.step
+    split, pingpong, inflight, step, seq = p.split, p.pingpong, p.inflight, p.step, not p.pingpong
     WM, atoms, half_n, threads, ring = p.WM, p.atoms, p.half_n, p.threads, p.ring
     tma_store, stage_bytes, a_box, b_box = p.tma_store, p.stage_bytes, p.a_box, p.b_box
     size, out_size, KW, epi_c = p.in_size, p.out_size, p.wgmma_k, p.epi_cols
@@ -146,7 +146,7 @@ def device_body(p: Plan, ops: Operands):
     def acc_list(buf, a):
         return [buf[a * half_n + i] for i in range(half_n)]
 
-    ring, before, start_ring, step_ring = ring_walk(S)  # the ring's position (_hopper_ring)
+    at_ring, before, start_ring, step_ring = ring_walk(S)  # the ring's position: _hopper_ring
 
     @T.macro
     def release(empty, stage, when, lt):
@@ -232,11 +232,11 @@ def device_body(p: Plan, ops: Operands):
                     live_p = T.meta_var(KB if k_count is None else k_count(tm))
                     for kb in T.serial(live_p, unroll=False if p.launch_cluster > 1 else None):
                         it = T.meta_var(i * KB + kb)  # k blocks this CTA loaded before
-                        s = T.meta_var(ring(it, pos)[0])
+                        s = T.meta_var(at_ring(it, pos)[0])
                         # parity of the stage's previous release (the first pass finds every
                         # stage free), by the peer's consumers too with a cluster (remote
                         # arrives); a CTA-scoped wait, as CUTLASS's producer's
-                        T.cuda.mbarrier_wait(T.address_of(empty[s]), ring(it, pos)[1] ^ 1)
+                        T.cuda.mbarrier_wait(T.address_of(empty[s]), at_ring(it, pos)[1] ^ 1)
                         # the whole stage arrives here, the peer's half of a shared tile too
                         T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
                                                                    T.uint32(stage_bytes))
@@ -263,8 +263,8 @@ def device_body(p: Plan, ops: Operands):
                     if k_count is not None:  # skipped k blocks: each stage completes empty
                         for kb in T.serial(live_p, KB):
                             it = T.meta_var(i * KB + kb)
-                            s = T.meta_var(ring(it, pos)[0])
-                            T.cuda.mbarrier_wait(T.address_of(empty[s]), ring(it, pos)[1] ^ 1)
+                            s = T.meta_var(at_ring(it, pos)[0])
+                            T.cuda.mbarrier_wait(T.address_of(empty[s]), at_ring(it, pos)[1] ^ 1)
                             T.ptx.mbarrier.arrive.shared.b64(T.address_of(full[s]))
                             step_ring(pos)
             if meet is not None:  # the producer warpgroup meets the cluster's two barriers
@@ -298,8 +298,8 @@ def device_body(p: Plan, ops: Operands):
                 live = T.meta_var(KB if k_count is None else k_count(tm))  # then skipped ones
                 for kb in T.serial(live):  # the unit's k blocks (a fresh sum: scale_d 0 first)
                     it = T.meta_var(i * KB + kb)
-                    s = T.meta_var(ring(it, cpos, not pingpong)[0])
-                    T.cuda.mbarrier_wait(T.address_of(full[s]), ring(it, cpos, not pingpong)[1])
+                    s = T.meta_var(at_ring(it, cpos, seq)[0])
+                    T.cuda.mbarrier_wait(T.address_of(full[s]), at_ring(it, cpos, seq)[1])
                     T.ptx.wgmma.fence.sync.aligned()
                     for kk in T.unroll(BK // KW):
                         T.cuda.wgmma.encode_matrix_descriptor(
@@ -321,16 +321,16 @@ def device_body(p: Plan, ops: Operands):
                     else:
                         # the newest group may still read stage s: free the one before it
                         T.ptx.wgmma.wait_group.sync.aligned(1)
-                        release(empty, before(it, cpos, not pingpong), kb > 0, lt)
+                        release(empty, before(it, cpos, seq), kb > 0, lt)
                     step_ring(cpos, not pingpong)
                 if inflight == 1:
                     T.ptx.wgmma.wait_group.sync.aligned(0)
-                    release(empty, before(i * KB + live, cpos, not pingpong), True, lt)
+                    release(empty, before(i * KB + live, cpos, seq), True, lt)
                 if k_count is not None:
                     for kb in T.serial(live, KB):  # skipped: each stage arrived empty
                         it = T.meta_var(i * KB + kb)
-                        s = T.meta_var(ring(it, cpos, not pingpong)[0])
-                        T.cuda.mbarrier_wait(T.address_of(full[s]), ring(it, cpos, not pingpong)[1])
+                        s = T.meta_var(at_ring(it, cpos, seq)[0])
+                        T.cuda.mbarrier_wait(T.address_of(full[s]), at_ring(it, cpos, seq)[1])
                         release(empty, s, True, lt)
                         step_ring(cpos, not pingpong)
                 if pingpong and lt == 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 
 def ring_walk(S: int):
-    """(ring, before, start, step) for a ring of ``S`` stages: ``ring(it, pos, on)`` the (stage,
+    """(at, before, start, step) for a ring of ``S`` stages: ``at(it, pos, on)`` the (stage,
     phase) of k block ``it``, ``before(it, pos, on)`` the stage of k block it - 1, ``start(pos)``
     and ``step(pos, on)`` TIRx macros that set the running pair ``pos`` (a local int32 buffer of
     2) to the ring's start and advance it a k block."""
@@ -20,7 +20,7 @@ def ring_walk(S: int):
 
     running = S & (S - 1) != 0
 
-    def ring(it, pos, on=True):
+    def at(it, pos, on=True):
         return (pos[0], pos[1]) if running and on else (it % S, (it // S) & 1)
 
     def before(it, pos, on=True):
@@ -42,4 +42,4 @@ def ring_walk(S: int):
             else:
                 pos[0] = pos[0] + 1
 
-    return ring, before, start, step
+    return at, before, start, step
