@@ -3,7 +3,9 @@ scripts that re-time named kernels): each pick is (name, (bm, bn), changes) over
 at its own ``stages`` or else the deepest ring of at most 16 that the space admits; a pick the
 space refuses at every depth is printed with the reason and left out.
     python3 experiments/device/skinny_picks.py OUT_DIR SET M,N,K ...   (SET: a key of SETS)
-writes OUT_DIR/picks_MxNxK.json per shape (from the repository's root)."""
+writes OUT_DIR/picks_MxNxK.json per shape (from the repository's root);
+    python3 experiments/device/skinny_picks.py --shapes SET
+prints the set's shapes (:data:`SHAPES`). picks_remeasure.sh re-times a set beside cuBLAS."""
 
 import json
 import os
@@ -44,8 +46,12 @@ SETS = {
              ("64 x 48, 6 stages (control)", (64, 48), {"stages": 6}),
              ("64 x 96 (64 CTAs)", (64, 96), {})],
     },
-    # skinny_cluster.sh: the activations' tile multicast to the CTAs of other N tiles (cuBLAS's
-    # skinny kernels run clusters of 2 or 4 CTAs, results/skinny_gap_h200)
+    # the activations' tile multicast to the CTAs of other N tiles (cuBLAS's skinny kernels run
+    # clusters of 2 or 4 CTAs, results/skinny_gap_h200). Hypothesis, written before the call
+    # (then skinny_cluster.sh; results/skinny_source64_h200): the swap_ab deep kernels gain >= 3%
+    # from 1x2 at M 64 and 128 (each CTA's activation tile half from its peer: L2 traffic of A
+    # halves), the 64 x 48 deep kernel at M 64 likewise; refuted if the 1x2 rows sit within the
+    # 1x1 rows' rounds or below them
     "cluster": {
         128: [("swap_ab 128 x 64", (128, 64), SWAP),
               ("swap_ab 128 x 64, 1x2", (128, 64), {**SWAP, "cluster": "1x2"}),
@@ -70,11 +76,14 @@ SETS = {
         16: [("swap_ab 16 x 64", (16, 64), SWAP),
              ("swap_ab 16 x 64, 1x2", (16, 64), {**SWAP, "cluster": "1x2"})],
     },
-    # cluster_base.sh: the 2x1 cluster (cuBLAS's M = 128 structure: two token tiles sharing one
-    # weight tile) on the base the tunes chose (retime_gap_h200: 64 x 96, v2 epilogue, walk
-    # along N, persistent, 8 stages: 0.966), and which knob made narrow_h200's 64 x 96 (scalar,
-    # walk along M, not persistent, 10 stages) read 0.662; at 8192x4096x4096 the deep-ring tune's
-    # 128 x 256 pick (0.989) with the clusters cuBLAS's 256x128 1x2 kernel suggests
+    # the 2x1 cluster (cuBLAS's M = 128 kernel: two token tiles sharing one weight tile,
+    # multicast) on the base the tunes chose (64 x 96, v2 epilogue, walk along N, persistent, 8
+    # stages: 0.943-0.966), one-knob rows for what made narrow_h200's 64 x 96 (scalar, walk
+    # along M, not persistent, 10 stages) read 0.662, and at 8192x4096x4096 the deep-ring tune's
+    # 128 x 256 pick (0.989) with the clusters of cuBLAS's 256x128 1x2 kernel. Expectation,
+    # written before the call (then cluster_base.sh; results/skinny_v2_v3_h200): G 2x1 >= G +
+    # 0.03; the scalar epilogue and the walk along M cost >= 0.05 each; at 8192x4096x4096 the
+    # clusters within +-0.01
     "cluster_base": {
         128: [("G: 64 x 96, v2, walk n, persistent (the tunes' pick)", (64, 96), GOOD_96),
               ("G, 2x1", (64, 96), {**GOOD_96, "cluster": "2x1"}),
@@ -97,8 +106,10 @@ SETS = {
                ("256 x 128, 1x2", (256, 128), {**GOOD_LARGE, "cluster": "1x2"}),
                ("256 x 128, 2x1", (256, 128), {**GOOD_LARGE, "cluster": "2x1"})],
     },
-    # ring_depth.sh: one kernel at every depth it fits (results/skinny_v2_v3_h200: the 64 x 96
-    # base 0.971 at 8 stages, 0.858 at 10; the exhaustive tables peak at 8, lower at 5, 6, 10, 12)
+    # one kernel at every ring depth it fits (the 64 x 96 base 0.971 at 8 stages, 0.858 at 10;
+    # the exhaustive tables peak at 8, lower at 5, 6, 10, 12). Expectation, written before the
+    # call (then ring_depth.sh; results/skinny_v2_v3_h200): powers of two lead (16 >= 8 > 10, 12
+    # on 64 x 48; 4 > 5, 6 on 64 x 96): the cost follows S being a power of two, not the depth
     "ring_depth": {
         128: [(f"G at {s}", (64, 96), {**GOOD_96, "stages": s}) for s in (4, 5, 6, 8, 10)]
         + [(f"64 x 48 G-like at {s}", (64, 48), {**GOOD_96, "stages": s})
@@ -108,6 +119,12 @@ SETS = {
              for s in (6, 8, 10, 12, 16)],
     },
 }
+#: each set's shapes (picks_remeasure.sh's default SHAPES)
+SHAPES = {"narrow": "128,6144,4096 64,6144,4096",
+          "cluster": "128,6144,4096 64,6144,4096 32,6144,4096 16,6144,4096",
+          "cluster_base": "128,6144,4096 8192,4096,4096",
+          "ring_depth": "128,6144,4096 64,6144,4096"}
+assert SHAPES.keys() == SETS.keys()
 
 
 def write_picks(root: str, picks: list, shape: tuple[int, int, int]) -> str:
@@ -146,7 +163,17 @@ def write_picks(root: str, picks: list, shape: tuple[int, int, int]) -> str:
 
 
 if __name__ == "__main__":
-    root, which = sys.argv[1], sys.argv[2]
-    for s in sys.argv[3:]:
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    root, which, shapes = sys.argv[1], sys.argv[2], sys.argv[3:]
+    if which not in SETS:
+        sys.exit(f"skinny_picks.py: no set {which!r}; the sets: {', '.join(SETS)}")
+    if root == "--shapes":
+        print(SHAPES[which])
+        sys.exit(0)
+    for s in shapes:
         shape = tuple(int(v) for v in s.split(","))
+        if shape[0] not in SETS[which]:
+            sys.exit(f"skinny_picks.py: set {which!r} has no picks for M = {shape[0]} "
+                     f"(its M: {', '.join(map(str, SETS[which]))})")
         write_picks(root, SETS[which][shape[0]], shape)
