@@ -322,7 +322,7 @@ def device_body(p: Plan, ops: Operands):
                         # the newest group may still read stage s: free the one before it
                         T.ptx.wgmma.wait_group.sync.aligned(1)
                         release(empty, before(it, cpos, seq), kb > 0, lt)
-                    step_ring(cpos, not pingpong)
+                    step_ring(cpos, seq)
                 if inflight == 1:
                     T.ptx.wgmma.wait_group.sync.aligned(0)
                     release(empty, before(i * KB + live, cpos, seq), True, lt)
@@ -332,7 +332,7 @@ def device_body(p: Plan, ops: Operands):
                         s = T.meta_var(at_ring(it, cpos, seq)[0])
                         T.cuda.mbarrier_wait(T.address_of(full[s]), at_ring(it, cpos, seq)[1])
                         release(empty, s, True, lt)
-                        step_ring(cpos, not pingpong)
+                        step_ring(cpos, seq)
                 if pingpong and lt == 0:
                     T.ptx.mbarrier.arrive.shared.b64(T.address_of(turn[1 - cw]))
                 if scaled:

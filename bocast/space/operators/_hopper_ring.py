@@ -1,7 +1,7 @@
 """Where space v3's kernel (``_hopper_kernel``) is in its TMA ring: the stage that a walk's k
 block ``it`` fills or reads, and the parity of that stage's barrier phase. A ring of a power of
-two stages indexes by the k block's count (``it % S`` is a mask, a constant once nvcc unrolls the
-loop, as it does); another ring keeps a running (stage, phase) pair in registers, advanced once
+two stages indexes by the k block's count (``it % S`` and ``it // S`` are a mask and a shift);
+another ring keeps a running (stage, phase) pair in registers, advanced once
 a k block, instead of dividing by S at every one (CUTLASS's PipelineState). Measured on an H200
 (results/skinny_v2_v3_h200, section 5): the running pair lifted 10- and 12-stage rings by 1-5%
 (the 64 x 48 tile at 10 and 12 stages level with 8 and 16 at M = 64); at 8 and 16 the SASS is
