@@ -8,8 +8,11 @@
 # none of them): what a call carrying xgboost too needs (bundle 61.2 MB + xgboost 3.7 MB).
 #   bash experiments/device/lean_tree.sh out   # then the device call, carry .devbundle
 #   bash experiments/device/lean_tree.sh in
+# While out, a pre-commit hook refuses commits (one made out would delete the moved files).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
+hook=$(git rev-parse --git-path hooks/pre-commit)
+mark="installed by experiments/device/lean_tree.sh out; removed by its in"
 case "${1:-}" in
   out)
     [ -e .devlean ] && { echo ".devlean exists: run '$0 in' first" >&2; exit 2; }
@@ -27,6 +30,14 @@ case "${1:-}" in
         [ -f "$f" ] && mv "$f" .devlean/data/
       done
     fi
+    # a commit now would record every moved file as deleted (`git commit -a`): a pre-commit
+    # hook refuses one until `in` (only where the clone has no hook of its own)
+    if [ ! -e "$hook" ]; then
+      mkdir -p "$(dirname "$hook")"
+      printf '#!/bin/sh\n# %s\n[ -e .devlean ] || exit 0\necho "%s" >&2\nexit 1\n' "$mark" \
+        "the tree is out (.devlean): bash experiments/device/lean_tree.sh in, then commit" \
+        > "$hook" && chmod +x "$hook"
+    fi
     git ls-files | while read -r f; do if [ -f "$f" ]; then stat -c %s "$f"; fi; done \
       | awk '{s += $1} END {print s, "bytes of tracked files left"}'
     ;;
@@ -39,6 +50,7 @@ case "${1:-}" in
       mv .devlean/cold/exhaustive bocast/data/exhaustive && mv .devlean/cold/RESULTS.md .
     fi
     rm -rf .devlean
+    if grep -qF "$mark" "$hook" 2>/dev/null; then rm -f "$hook"; fi
     git status --short
     ;;
   *) echo "usage: $0 out [cold] | in" >&2; exit 2 ;;
