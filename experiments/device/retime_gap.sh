@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (device tool, carry .devbundle; `bash experiments/device/lean_tree.sh out`
-# first), NOT RUN YET (written 2026-11-29, nineteenth session): why a tune's final re-timing reads
+# first), written 2026-11-29 (nineteenth session), run in the twentieth (results/skinny_v2_v3_h200,
+# section 2: the tune's re-timing was not the low one; two remeasures differ by 0.02-0.05): why a
+# tune's final re-timing reads
 # a skinny kernel 2-4 points lower than `bocast remeasure` does (results/skinny_source64_h200:
 # the swap_ab 128 x 64 tile at M 128, N,K = 6144,4096, 0.931-0.949 in two tunes' re-timings at
 # 1755-1830 MHz and 660-680 W, 0.967-0.980 in remeasure at 1965 MHz; at M 64 0.932-0.948 against

@@ -20,7 +20,7 @@ BASE = {"bk": 64, "consumers": 1, "arrangement": "cooperative", "regs": "off", "
         "persistent": "off", "raster": 1, "raster_major": "m", "epilogue": "scalar",
         "cluster": "1x1", "split_k": 1, "split_reduce": "atomic", "swap_ab": "off"}
 SWAP = {"swap_ab": "on", "raster_major": "n"}
-#: the 64 x 96 kernel two tunes at 128x6144x4096 re-timed 0.943-0.966 (results/retime_gap_h200)
+#: the 64 x 96 kernel two tunes at 128x6144x4096 re-timed 0.943-0.966 (results/skinny_v2_v3_h200)
 GOOD_96 = {"epilogue": "v2", "raster_major": "n", "persistent": "on", "stages": 8}
 #: the deep-ring tune's pick at 8192x4096x4096 (results/deep_ring_h200: 0.989)
 GOOD_LARGE = {"consumers": 2, "epilogue": "tma", "persistent": "on", "raster": 4,
