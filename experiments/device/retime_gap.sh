@@ -2,14 +2,13 @@
 # On the GPU machine (device tool, carry .devbundle; `bash experiments/device/lean_tree.sh out`
 # first), written 2026-11-29 (nineteenth session), run in the twentieth (results/skinny_v2_v3_h200,
 # section 2: the tune's re-timing was not the low one; two remeasures differ by 0.02-0.05): why a
-# tune's final re-timing reads
-# a skinny kernel 2-4 points lower than `bocast remeasure` does (results/skinny_source64_h200:
-# the swap_ab 128 x 64 tile at M 128, N,K = 6144,4096, 0.931-0.949 in two tunes' re-timings at
-# 1755-1830 MHz and 660-680 W, 0.967-0.980 in remeasure at 1965 MHz; at M 64 0.932-0.948 against
-# 0.967 at 1980 MHz in both). Per shape in SHAPES: the default tune (64 trials), then at once
-# `bocast remeasure` of its store's best 5 in a fresh process, twice; the same kernels three
-# ways in one call, each reading with its clock and power. If the tune's figure is the low one
-# again while both remeasures agree, the difference lies in the tune's process, not the GPU.
+# tune's final re-timing reads a skinny kernel 2-4 points lower than `bocast remeasure` does
+# (results/skinny_source64_h200: the swap_ab 128 x 64 tile at M 128, N,K = 6144,4096, 0.931-0.949 in
+# two tunes' re-timings at 1755-1830 MHz and 660-680 W, 0.967-0.980 in remeasure at 1965 MHz; at M
+# 64 0.932-0.948 against 0.967 at 1980 MHz in both). Per shape in SHAPES: the default tune (64
+# trials), then at once `bocast remeasure` of its store's best 5 in a fresh process, twice; the same
+# kernels three ways in one call, each reading with its clock and power. If the tune's figure is the
+# low one again while both remeasures agree, the difference lies in the tune's process, not the GPU.
 #   BOCAST_GIT_SHA=<sha> bash experiments/device/retime_gap.sh     # about 3 minutes a shape
 set -uo pipefail
 source .devbundle/unpack.sh
