@@ -7,7 +7,7 @@
 # sit beside its picks in skinny_picks.py's SETS; the results folders name the calls.
 #   SET=ring_depth BOCAST_GIT_SHA=<sha> bash experiments/device/picks_remeasure.sh   # 1-4 min
 set -uo pipefail
-source .devbundle/unpack.sh
+[ -n "${PYTHONPATH:-}" ] || source .devbundle/unpack.sh  # once, when a script calls it
 export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
 SET=${SET:?a set of experiments/device/skinny_picks.py: SET=NAME}
 SHAPES=${SHAPES:-$(python3 experiments/device/skinny_picks.py --shapes "$SET")} || exit 2

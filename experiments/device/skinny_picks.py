@@ -26,6 +26,10 @@ GOOD_96 = {"epilogue": "v2", "raster_major": "n", "persistent": "on", "stages": 
 GOOD_LARGE = {"consumers": 2, "epilogue": "tma", "persistent": "on", "raster": 4,
               "regs": "24/240", "stages": 4}
 
+#: the default command's pick at 2048x28672x8192 (results/skinny_v2_v3_h200: 0.999)
+GOOD_PP = {"arrangement": "pingpong", "consumers": 2, "epilogue": "v2", "persistent": "on",
+           "raster": 8, "regs": "40/232", "stages": 4}
+
 #: named sets of picks per M (N, K from the shape)
 SETS = {
     # narrow_check.sh (results/narrow_h200): the narrow N tiles against the swap_ab deep kernels
@@ -118,12 +122,27 @@ SETS = {
         64: [(f"64 x 48 G-like at {s}", (64, 48), {**GOOD_96, "stages": s})
              for s in (6, 8, 10, 12, 16)],
     },
+    # wave quantization at a large GEMM (written 2026-11-29, twenty-first session, before the
+    # call): a persistent kernel's time should follow its rounds of tiles, ceil(tiles / 132).
+    # P at 2048x28672x8192 has 16 x 150 = 2,400 tiles of 128 x 192: 18.2 rounds, so 19, the
+    # last with 24 tiles; at N = 28416 it has 2,368: 17.9, so 18. Work ratio 0.991. If the last
+    # round costs a whole one, P's TFLOPS at 28416 is 1.04-1.05 of its TFLOPS at 28672 (ratio
+    # 19/18 x 0.991), and splitting the last round's tiles along K (a stream-K-like tail) can
+    # gain up to 4% at 28672; if the last round is cheap (fewer SMs busy, higher clocks), the
+    # two lie within +-0.01 and the tail split is not worth building. The 128 x 256 kernel
+    # (1,792 tiles, 13.6 rounds) is the control: its rounds change little between the shapes
+    "waves": {
+        2048: [("P: 128 x 192 ping-pong (the default command's pick)", (128, 192), GOOD_PP),
+               ("P's knobs, 128 x 256 cooperative", (128, 256),
+                {**GOOD_PP, "arrangement": "cooperative"})],
+    },
 }
 #: each set's shapes (picks_remeasure.sh's default SHAPES)
 SHAPES = {"narrow": "128,6144,4096 64,6144,4096",
           "cluster": "128,6144,4096 64,6144,4096 32,6144,4096 16,6144,4096",
           "cluster_base": "128,6144,4096 8192,4096,4096",
-          "ring_depth": "128,6144,4096 64,6144,4096"}
+          "ring_depth": "128,6144,4096 64,6144,4096",
+          "waves": "2048,28672,8192 2048,28416,8192"}
 assert SHAPES.keys() == SETS.keys()
 
 
