@@ -71,16 +71,8 @@ from __future__ import annotations
 
 from ._fuse import tile_macro
 from ._hopper_blockscale import promotion, scales_len
-from ._hopper_layout import (
-    CLUSTER_MASK,
-    EPI_BOX_BYTES,
-    EPI_BUFFERS,
-    SWIZZLE,
-    WGMMA_TYPES,
-    staging_offset,
-    store_pair,
-    transpose_flags,
-)
+from ._hopper_epilogue import tma_boxes
+from ._hopper_layout import CLUSTER_MASK, SWIZZLE, WGMMA_TYPES, transpose_flags
 from ._hopper_plan import Operands, Plan, TirxKernel
 from ._hopper_ring import ring_walk
 
@@ -99,21 +91,18 @@ def device_body(p: Plan, ops: Operands):
     BM, BN, BK, S, NC, KB = p.BM, p.BN, p.BK, p.S, p.NC, p.KB
     CM, CN, CS, grid, clusters, units = p.CM, p.CN, p.CS, p.grid, p.clusters, p.units
     split, pingpong, inflight, step, seq = p.split, p.pingpong, p.inflight, p.step, not p.pingpong
-    WM, atoms, half_n, threads, ring = p.WM, p.atoms, p.half_n, p.threads, p.ring
+    WM, atoms, half_n, threads = p.WM, p.atoms, p.half_n, p.threads
     tma_store, stage_bytes, a_box, b_box = p.tma_store, p.stage_bytes, p.a_box, p.b_box
-    size, out_size, KW, epi_c = p.in_size, p.out_size, p.wgmma_k, p.epi_cols
-    box_chunks = BN // epi_c  # staging boxes per m64 atom
-    # the two buffers alternate box by box (even: every tile starts on buffer 0); an fp32
-    # output's 32-column boxes are even for any BN of 64s, a 16-bit output's 64-column boxes
-    # (or BN 48, 96) need BN // epi_c * atoms even (tma_boxes_pair_up); swap_ab's BN: no tma
-    assert not tma_store or (box_chunks * epi_c == BN and (atoms * box_chunks) % EPI_BUFFERS == 0)
+    size, KW = p.in_size, p.wgmma_k
     assert CN == 1 or (ops.a_rank == 2 and ops.a_offsets is None), \
         "A's multicast half is rows of a 2-D tiled map"
     swz = SWIZZLE[BK * size]
     sbo = 8 * BK * size // 16  # descriptor: bytes between 8-row core matrices, in 16-byte units
-    tile, k0, a_coords = p.tile, p.k0, ops.a_coords
+    tile, k0, a_coords, it0 = p.tile, p.k0, ops.a_coords, p.it0  # it0: the walk's k blocks
     store_box, store_rows = ops.store_box, ops.store_rows
     stage, reduce, meet = ops.split_cluster or (None, None, None)  # split_reduce "cluster"
+    boxes = tma_boxes(p, store_box) if tma_store else None  # the tma epilogue
+    tail = ops.tail  # tail_split: the last round's k slices (_hopper_tail.Tail), or None
 
     ta, tb = WGMMA_TYPES[p.in_dtype], WGMMA_TYPES[p.b_dtype]
     mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k{KW}.f32.{ta}.{tb}"
@@ -123,7 +112,6 @@ def device_body(p: Plan, ops: Operands):
         zero_acc, fetch, promote = promotion(p)  # fetch: the scales
     if p.fuse is not None:  # bias and activation on the accumulators
         fuse_tile = tile_macro(p.fuse, BN, atoms, p.N)
-    stage_pair = store_pair(p.out_dtype, "shared")  # the tma epilogue's staging store, 16-bit
     tma_load = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
     tma, tma_a, tma_b = (tma_load.format(r) for r in (2, ops.a_rank, ops.b_rank))  # A: or im2col
     b_coords, k_count = ops.b_coords or (lambda kb, tm, bn0: (kb * BK, bn0)), ops.k_count
@@ -182,6 +170,8 @@ def device_body(p: Plan, ops: Operands):
         cl = T.meta_var(cta // CS)  # this CTA's cluster
         n_tiles = T.meta_var((units // CS - cl + clusters - 1) // clusters)  # its walk's length
         tx = T.thread_id([threads])
+        if tail is not None:  # its flags and functions, declared in the CUDA source
+            T.attr(0, "pragma_import_c", tail.prelude)
         # one dynamic allocation (TIRx allows one): stage s holds A's BM rows, then B's BN rows
         # (sm(s, r, col)); after the ring, the tma epilogue's staging boxes (output elements
         # stored over the operands' type: indices in its units)
@@ -229,9 +219,10 @@ def device_body(p: Plan, ops: Operands):
                     # a ring of 6 stages) its addresses outgrow the setmaxnreg.dec count and ptxas
                     # spills (1000 x 1024 x 1000, 128 x 128 tiles, 6 stages: 156 bytes; a
                     # split_reduce cluster's 128 x 256, split 2, 4 stages: 16 bytes)
-                    live_p = T.meta_var(KB if k_count is None else k_count(tm))
+                    live_p = T.meta_var(p.unit_k(cl + i * clusters) if k_count is None
+                                        else k_count(tm))
                     for kb in T.serial(live_p, unroll=False if p.launch_cluster > 1 else None):
-                        it = T.meta_var(i * KB + kb)  # k blocks this CTA loaded before
+                        it = T.meta_var(it0(i) + kb)  # k blocks this CTA loaded before
                         s = T.meta_var(at_ring(it, pos)[0])
                         # parity of the stage's previous release (the first pass finds every
                         # stage free), by the peer's consumers too with a cluster (remote
@@ -262,7 +253,7 @@ def device_body(p: Plan, ops: Operands):
                         step_ring(pos)
                     if k_count is not None:  # skipped k blocks: each stage completes empty
                         for kb in T.serial(live_p, KB):
-                            it = T.meta_var(i * KB + kb)
+                            it = T.meta_var(it0(i) + kb)
                             s = T.meta_var(at_ring(it, pos)[0])
                             T.cuda.mbarrier_wait(T.address_of(empty[s]), at_ring(it, pos)[1] ^ 1)
                             T.ptx.mbarrier.arrive.shared.b64(T.address_of(full[s]))
@@ -286,6 +277,9 @@ def device_body(p: Plan, ops: Operands):
                 i = T.meta_var(j * step + (cw if pingpong else 0))
                 tm = T.meta_var(tile(cl + i * clusters, rank)[0])
                 tn = T.meta_var(tile(cl + i * clusters, rank)[1])
+                u = T.meta_var(cl + i * clusters)  # the unit
+                if tail is not None:  # slice 0 of a last-round tile zeroes it first
+                    tail.zero(out, acc, u, tm, tn, row0, cw, lt)
                 if pingpong:  # noqa: SIM102 - a static test outside, a TIR test inside
                     # mbarrier waits test a phase's parity, so a consumer may run at most one
                     # phase ahead of a barrier: taking turns keeps the other consumer's k blocks
@@ -295,9 +289,10 @@ def device_body(p: Plan, ops: Operands):
                         T.cuda.mbarrier_wait(T.address_of(turn[cw]), (j - 1 + cw) & 1)
                 if block:
                     zero_acc(acc)
-                live = T.meta_var(KB if k_count is None else k_count(tm))  # then skipped ones
-                for kb in T.serial(live):  # the unit's k blocks (a fresh sum: scale_d 0 first)
-                    it = T.meta_var(i * KB + kb)
+                # the unit's k blocks (then skipped ones)
+                live = T.meta_var(p.unit_k(u) if k_count is None else k_count(tm))
+                for kb in T.serial(live):  # (a fresh sum: scale_d 0 first)
+                    it = T.meta_var(it0(i) + kb)
                     s = T.meta_var(at_ring(it, cpos, seq)[0])
                     T.cuda.mbarrier_wait(T.address_of(full[s]), at_ring(it, cpos, seq)[1])
                     T.ptx.wgmma.fence.sync.aligned()
@@ -325,10 +320,10 @@ def device_body(p: Plan, ops: Operands):
                     step_ring(cpos, seq)
                 if inflight == 1:
                     T.ptx.wgmma.wait_group.sync.aligned(0)
-                    release(empty, before(i * KB + live, cpos, seq), True, lt)
+                    release(empty, before(it0(i) + live, cpos, seq), True, lt)
                 if k_count is not None:
                     for kb in T.serial(live, KB):  # skipped: each stage arrived empty
-                        it = T.meta_var(i * KB + kb)
+                        it = T.meta_var(it0(i) + kb)
                         s = T.meta_var(at_ring(it, cpos, seq)[0])
                         T.cuda.mbarrier_wait(T.address_of(full[s]), at_ring(it, cpos, seq)[1])
                         release(empty, s, True, lt)
@@ -345,46 +340,18 @@ def device_body(p: Plan, ops: Operands):
                     fuse_tile(acc, bias, tn, lt)  # split_reduce cluster: on the sum, in reduce)
                 # wgmma's m64nNk16 f32 fragment: thread lt holds rows lt/32*16 + lt%32/4 (+8),
                 # columns 8 j + 2 (lt % 4) (+1)
-                if tma_store:
-                    # box by box (64 rows x 128 bytes: 32 fp32 or 64 16-bit columns): every thread
-                    # writes its 16 values of the box (rounded to a 16-bit output's type) to a
-                    # staging buffer in TMA's 128-byte swizzle (16-byte chunk q of row i at
-                    # chunk q ^ (i % 8)), fences them for the async proxy, the consumer's
-                    # 128 threads meet at named barrier 1 + cw, and one thread has TMA store
-                    # the box (clipped at the output's edges). Two buffers alternate: before the
-                    # barrier that thread waits until the previous box's store has read its
-                    # buffer, so the next box may overwrite that buffer after the barrier.
-                    for a in T.unroll(atoms):
-                        for q in T.unroll(box_chunks):
-                            buf = T.meta_var(ring + (cw * EPI_BUFFERS + (a * box_chunks + q)
-                                                     % EPI_BUFFERS) * (EPI_BOX_BYTES // size))
-                            for jj in T.unroll(epi_c // 8):
-                                for h in T.unroll(2):
-                                    v = T.meta_var(a * half_n + (q * epi_c // 8 + jj) * 4
-                                                   + h * 2)
-                                    at = T.meta_var(T.address_of(
-                                        Sm[buf + staging_offset(lt, jj, h, out_size) // size]))
-                                    if out_size == 4:
-                                        T.ptx["st.shared.v2.f32"](at, acc[v], acc[v + 1])
-                                    else:
-                                        stage_pair(at, acc[v], acc[v + 1])
-                            T.ptx.fence.proxy.async_.shared__cta()
-                            if lt == 0:
-                                T.ptx["cp.async.bulk.wait_group.read"](0)
-                            # named barrier 1 + cw, by immediate ids (a register id makes
-                            # ptxas reserve all 16 barriers, one CTA per SM)
-                            if NC == 1:  # noqa: SIM114 - a static test, then a TIR one
-                                T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
-                            elif cw == 0:
-                                T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
-                            else:
-                                T.ptx["bar.sync"](T.uint32(2), T.uint32(128))
-                            store_box(out_map, T.address_of(Sm[buf]), tm, row0, a,
-                                      tn * BN + q * epi_c, lt)
+                if tail is not None:  # a k slice of the last round's tiles: adds after zeroing
+                    tail.wait(u, cw, lt)
+                if tma_store and tail is None:  # box by box through shared memory
+                    boxes(Sm, out_map, acc, tm, tn, row0, cw, lt)
+                elif tma_store:
+                    tail.boxes(Sm, out_map, acc, u, tm, tn, row0, cw, lt)
                 elif stage is not None:  # split_reduce cluster: the sums to the staging
                     stage(Sm, acc, row0, lt)
-                else:
+                elif tail is None:
                     store_rows(out, acc, tm, tn, row0, lt)
+                else:
+                    tail.store_rows(out, acc, u, tm, tn, row0, lt)
             if tma_store and lt == 0:
                 # the last boxes' stores must finish before the CTA (and its shared memory) ends
                 T.ptx["cp.async.bulk.wait_group"](0)

@@ -4,21 +4,19 @@ derived columns, the named constraints of what the kernel and the H100 admit) an
 :func:`kernel`: the GEMM's prim_func (A, B, C and their tensor maps) around the shared body,
 with the GEMM's hooks (A's box at k block and block row of a 2-D map; C's rows and columns).
 
-The matmul is the GEMM's NT layout (both operands K-major, which is wgmma's native form and
-fp8's only one), fp16, bf16 or fp8 in, fp32 accumulate, fp32 or 16-bit out (the workload's
-dtype: ``mm.SPACE_DTYPES``; fp8 with per-tensor or block scales, ``gemm.py``).
-A GEMM's extents may be ragged (M, N, K need not be multiples of BM, BN, BK; K % 8 == 0 remains,
-TMA's global rows being multiples of 16 bytes): tiles and k blocks are counted by ceil-division,
-TMA zero-fills the parts of its boxes past an edge (the mbarrier still receives the whole box's
-bytes, as CUTLASS's fixed TmaTransactionBytes relies on), and the direct stores test their row
-and column against M and N (generated only for an extent that is ragged); the TMA store clips
-its boxes at C's edges (the tma epilogue needs C's rows to be multiples of 16 bytes for its
-tensor map: N % 4 == 0 for fp32, N % 8 == 0 for a 16-bit output). A bmm (C[b] = A[b] B[b]^T)
-is the same kernel over the batch's tiles: its operands are read as one [b x M, K] and one
-[b x N, K] matrix (2-D tensor maps) and the persistent loop walks batch x tiles, batch
-outermost; a tile must not cross a batch element (``bmm_tiles_within_batch``: BM divides M, BN
-divides N; K may be ragged). Configurations outside it are refused by named constraints or,
-for the workload, by :func:`check_workload`.
+The matmul is the NT layout (both operands K-major: wgmma's native form, fp8's only one), fp16,
+bf16 or fp8 in, fp32 accumulate, fp32 or 16-bit out (``mm.SPACE_DTYPES``; fp8 with per-tensor
+or block scales, ``gemm.py``). M, N, K may be ragged (K % 8 == 0 remains: TMA's global rows
+are multiples of 16 bytes): tiles and k blocks count by ceil-division, TMA zero-fills its boxes
+past an edge (the mbarrier still receives the whole box's bytes, as CUTLASS's fixed
+TmaTransactionBytes relies on), the direct stores test their row and column where an extent is
+ragged, the TMA store clips its boxes (its tensor map of C needs rows of 16-byte multiples).
+A bmm (C[b] = A[b] B[b]^T) is the same kernel over the batch's tiles, its operands read as one
+[b x M, K] and one [b x N, K] matrix, the persistent loop walking batch x tiles, batch
+outermost; a tile must not cross a batch element (``bmm_tiles_within_batch``). Split K:
+``_hopper_split`` (every tile, below a wave) and ``_hopper_tail`` (a persistent walk's last
+round). Configurations outside the kernel are refused by named constraints or, for the
+workload, by :func:`check_workload`.
 
 Swap AB (``swap_ab``, GEMM and GEMV: ``_hopper_swap``): the same body over C^T = B A^T, B's
 rows as wgmma's M and C's BM rows (8 to 256) as its N, C stored transposed; skinny ones also
@@ -47,6 +45,7 @@ from . import _hopper_kernel as hk
 from . import _hopper_narrow as nw
 from . import _hopper_split as sk
 from . import _hopper_swap as sw
+from . import _hopper_tail as tl
 from . import _matmul as mm
 from ._hopper_layout import (
     CLUSTERS,
@@ -68,12 +67,11 @@ from ._hopper_stores import row_major_stores
 
 ARCH = "sm_90a"
 REGISTERS_PER_SM = 65536
-#: registers a consumer thread needs beyond its accumulators (descriptors, addresses, loop
-#: state); CUTLASS's and ThunderKittens' 128 x 256 tiles (128 accumulators a thread) fit 168
+#: a consumer thread's registers beyond its accumulators (descriptors, addresses, loop state);
+#: CUTLASS's and ThunderKittens' 128 x 256 tiles (128 accumulators a thread) fit 168
 REGISTER_OVERHEAD = 40
 BARRIER_SMEM = 1024  # the mbarriers' static shared memory, as ptxas reports it (alignment)
-#: no batch_bind knob (bocast/space/operators/_matmul.space): the persistent tile loop walks batch x
-#: tiles
+#: no batch_bind knob (_matmul.space): the persistent tile loop walks batch x tiles
 BATCH_KNOB = False
 
 
@@ -166,11 +164,13 @@ def derive(spec):
         producer_regs, setmaxnreg = _regs(c, 0), _regs(c, 1)  # each once: 500k-row draws
         consumer_regs = np.where(setmaxnreg > 0, setmaxnreg, launch_cap)
         tiles = batch * tiles_m * tiles_n
-        # split K (GEMM and bmm; a space without the knob: 1): units of (k slice, tile)
-        splits = c["split_k"] if "split_k" in c else np.ones_like(bm)
+        # split K, tail split (GEMM and bmm; a space without the knob: 1): units of (k slice,
+        # tile); the rounds of a walk whose last one is split (_hopper_tail.wave_rounds)
+        splits, tail = (c[k] if k in c else np.ones_like(bm) for k in ("split_k", "tail_split"))
         units = tiles * splits
         cluster_m, cluster_n = _cluster(c, 0), _cluster(c, 1)
-        return {"wave_efficiency": wave_efficiency(batch * M * N * splits, units, bm, bn, sms),
+        return {"wave_efficiency": wave_efficiency(batch * M * N * splits, units, bm, bn, sms,
+                                                   tail),
                 "threads": threads, "atoms": atoms, "consumer_rows": rows,
                 "acc_regs": atoms * k_cols // 2,
                 "consumer_regs": consumer_regs, "producer_regs": producer_regs,
@@ -185,17 +185,15 @@ def derive(spec):
     return run
 
 
-def wave_efficiency(outputs, tiles, bm, bn, sm_count: int = DEFAULT_SM_COUNT):
-    """The share of the kernel's tile slots that compute real outputs: ``outputs`` elements
-    over (waves x SMs x BM x BN), a wave being one tile on each of the target's ``sm_count``
-    SMs (v3 launches one CTA per SM: each CTA's launch registers take the register file,
-    ``launch_cap``). Quantization and ragged edges together: at 1024^3 a 128 x 256 tile is 32
-    tiles for 132 SMs, 0.24; at 4096^3, 512 tiles in 4 waves, 0.97. With split K the tiles are
-    the units (a k slice of a tile each) and the outputs count once a slice. Warm starts
-    rescale a source row's TFLOPS by the ratio of its value at the target's and the source's
-    shape (:mod:`bocast.strategies.bo.sources`)."""
-    waves = -(-tiles // sm_count)
-    return outputs / (waves * sm_count * bm * bn)
+def wave_efficiency(outputs, tiles, bm, bn, sm_count: int = DEFAULT_SM_COUNT, tail=1):
+    """The share of the kernel's tile slots that compute real outputs: ``outputs`` elements over
+    (rounds x SMs x BM x BN), a round being one tile on each of the target's SMs (one CTA an SM:
+    its launch registers take the register file). Quantization and ragged edges together: at
+    1024^3 a 128 x 256 tile is 32 tiles for 132 SMs, 0.24; at 4096^3 512 tiles in 4 rounds,
+    0.97. With split K the tiles are the units and the outputs count once a slice; ``tail``
+    (tail_split) counts a split last round as its share. Warm starts rescale a source row's
+    TFLOPS by its ratio at the target's and the source's shape (``strategies/bo/sources``)."""
+    return outputs / (tl.wave_rounds(tiles, np.asarray(tail), sm_count) * sm_count * bm * bn)
 
 
 def batch_constraints(spec) -> list[Constraint]:
@@ -277,9 +275,10 @@ def space(spec, vec: Constraint, extra_knobs: Sequence[Knob] = (),
     check_workload(spec)
     widen = {"bm": sw.bm_knob, "bn": nw.bn_knob}  # the skinny GEMMs' tiles
     base = [widen[k.name](k, spec) if k.name in widen else k for k in knobs(spec)]
-    return Space(base + sk.knobs(spec) + sw.knobs(spec) + list(extra_knobs), constraints(spec)
-                 + sk.constraints(spec) + sw.constraints(spec) + nw.constraints(spec)
-                 + list(extra_constraints), derive(spec))
+    return Space(base + sk.knobs(spec) + tl.knobs(spec) + sw.knobs(spec) + list(extra_knobs),
+                 constraints(spec) + sk.constraints(spec) + tl.constraints(spec)
+                 + sw.constraints(spec) + nw.constraints(spec) + list(extra_constraints),
+                 derive(spec))
 
 
 def build_options(config) -> dict:
@@ -287,8 +286,6 @@ def build_options(config) -> dict:
 
 
 # ---------------------------------------------------------------------------------- kernel
-
-
 def schedule(spec, func, config, prepare) -> hk.TirxKernel:  # noqa: ARG001 - v1/v2's signature
     """The kernel of one configuration (``func`` and ``prepare`` belong to the s_tir spaces)."""
     return kernel(spec.M, spec.N, spec.K, config, batch=max(spec.batch, 1),
@@ -312,17 +309,15 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
     # swap_ab (_hopper_swap): the kernel computes C^T = B A^T, its first operand B (never with
     # block scales: their space has no swap_ab)
     swap = config.get("swap_ab", "off") == "on"
-    if swap:
-        p = hk.Plan(sw.kernel_config(config), N, M, K, batch, in_dtype=b_dtype,
-                    out_dtype=out_dtype, b_dtype=in_dtype, sm_count=sm_count, fuse=fuse)
-    else:
-        p = hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype,
-                    b_dtype=b_dtype, sm_count=sm_count, fuse=fuse, scale_block=scale_block)
-    # split K: every unit adds its fp32 partial sums into C, which the launch zeroes first
-    # (TirxKernel.zeroed); TMA's reduce-add for the tma epilogue, red.global.add otherwise;
-    # or (split_reduce cluster) the slices meet in a cluster and store C once
+    p = (hk.Plan(sw.kernel_config(config), N, M, K, batch, in_dtype=b_dtype, out_dtype=out_dtype,
+                 b_dtype=in_dtype, sm_count=sm_count, fuse=fuse) if swap else
+         hk.Plan(config, M, N, K, batch, in_dtype=in_dtype, out_dtype=out_dtype,
+                 b_dtype=b_dtype, sm_count=sm_count, fuse=fuse, scale_block=scale_block))
+    # split K: every unit adds its fp32 partial sums into C, zeroed by the launch first
+    # (TirxKernel.zeroed): TMA's reduce-add (tma epilogue) or red.global.add; or (split_reduce
+    # cluster) the slices meet in a cluster and store C once
     adds = p.splits > 1 and not p.cluster_reduce
-    assert not adds or out_dtype == "float32", "split_k_needs_fp32_output"
+    assert not (adds or p.tail > 1) or out_dtype == "float32", "split_k_needs_fp32_output"
     split_cluster = None
     if p.cluster_reduce:
         p.stage_in_cluster(int(cs.staging_bytes(config["bm"], config["bn"], swap)))
@@ -337,11 +332,15 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
         maps["C_map"] = tensor_map(names[2], batch * M, N, EPI_ROWS, epi_cols(out_dtype),
                                    out_dtype)
     a_tma, b_tma, *c_tma = (encode_args(m) for m in maps.values())
-    store_box, store_rows = (sw.transposed_stores(p, out_dtype, adds=adds) if swap else
-                             row_major_stores(p, M, N, out_dtype, adds=adds))
+    def stores(adds: bool):  # tail_split: whole tiles store, the last round's k slices add
+        return (sw.transposed_stores(p, out_dtype, adds=adds) if swap else
+                row_major_stores(p, M, N, out_dtype, adds=adds))
+
+    tail = tl.Tail(p, stores(False), stores(True)) if p.tail > 1 else None
+    store_box, store_rows = stores(adds)
     body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
                                          store_box=store_box, store_rows=store_rows,
-                                         split_cluster=split_cluster))
+                                         split_cluster=split_cluster, tail=tail))
 
     @T.macro
     def launch(A, B, C, scale_a, scale_b, bias=None):

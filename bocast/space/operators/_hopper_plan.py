@@ -21,6 +21,16 @@ from ._hopper_layout import (
 from ._hopper_layout import DTYPE_BYTES as SIZE
 
 
+def select(cond, a, b):
+    """``a`` where ``cond`` else ``b``: a TIR Select in the kernel, Python's choice on ints (the
+    tests walk a Plan with ints)."""
+    if isinstance(cond, bool):
+        return a if cond else b
+    from tvm.script import tirx as T
+
+    return T.Select(cond, a, b)
+
+
 @dataclass
 class TirxKernel:
     """A v3 kernel: its IRModule and what launching it takes (the runner needs no TVM)."""
@@ -100,6 +110,17 @@ class Plan:
         self.KB = self.KT // self.splits  # k blocks a unit runs
         self.units = self.tiles * self.splits  # (k slice, tile) pairs: the walk's work
         self.grid = min(sm_count, self.units) if c["persistent"] == "on" else self.units
+        #: tail_split (``_hopper_tail``): the tiles of the persistent walk's last round, a
+        #: partial one, split into ``tail`` k slices of ``KBt`` k blocks each; the first ``dp``
+        #: units are whole tiles (``rounds`` a CTA), every later one such a slice
+        self.tail = int(c.get("tail_split", 1))
+        self.dp, self.rounds, self.KBt = self.units, 0, self.KB
+        if self.tail > 1:
+            assert self.splits == 1 and c["persistent"] == "on" and self.tiles > self.grid \
+                and self.KT % self.tail == 0, "tail_split's constraints (_hopper_tail)"
+            self.dp = self.tiles - self.tiles % self.grid
+            self.rounds, self.KBt = self.dp // self.grid, self.KT // self.tail
+            self.units = self.dp + (self.tiles - self.dp) * self.tail
         #: split_reduce "cluster" (``_hopper_cluster_split``): a tile's k slices are the CTAs
         #: of one cluster, one unit a CTA, reduced through distributed shared memory; else
         #: ("atomic", or no split) each unit adds its partial sums into the zeroed output
@@ -135,12 +156,27 @@ class Plan:
     def tile(self, t, rank):
         """(A/C block row, C block column, B's first row) of unit ``t`` of a CTA's walk."""
         block, _ = split_unit(t, self.tiles // self.CS, self.splits, self.cluster_reduce)
+        if self.tail > 1:  # a last-round slice: its tile follows the whole ones
+            block = select(t < self.dp, t, self.dp + (t - self.dp) // self.tail)
         return tile_coords(block, M=self.M, N=self.N, BM=self.BM, BN=self.BN, G=self.G,
                            cluster=(self.CM, self.CN), rank=rank, major=self.major)
 
     def k0(self, t):
         """The first k block of unit ``t`` (0 without split K)."""
+        if self.tail > 1:
+            return select(t < self.dp, 0, (t - self.dp) % self.tail * self.KBt)
         return split_unit(t, self.tiles // self.CS, self.splits, self.cluster_reduce)[1] * self.KB
+
+    def unit_k(self, t):
+        """The k blocks unit ``t`` runs."""
+        return self.KB if self.tail == 1 else select(t < self.dp, self.KB, self.KBt)
+
+    def it0(self, i):
+        """The k blocks of a CTA's walk before its ``i``-th unit (the ring's count of them)."""
+        if self.tail == 1:
+            return i * self.KB
+        return select(i < self.rounds, i * self.KB,
+                      self.rounds * self.KB + (i - self.rounds) * self.KBt)
 
     def kernel(self, main, tensor_maps: dict, zeroed: tuple[str, ...] = ()) -> TirxKernel:
         """The v3 kernel of prim_func ``main`` (the operator's, around the body), launched so
@@ -184,3 +220,6 @@ class Operands:
     #: split_reduce "cluster" (``_hopper_cluster_split.cluster_reduce``): the macros (stage,
     #: reduce, meet) that replace the output stores; None: the stores (or the atomic adds)
     split_cluster: tuple[Callable, Callable, Callable] | None = None
+    #: tail_split (``_hopper_tail.Tail``): the last round's k slices' zeroing, waits and adds;
+    #: None: every unit stores with the hooks above
+    tail: Any = None
