@@ -101,7 +101,7 @@ def device_body(p: Plan, ops: Operands):
     tile, k0, a_coords, it0 = p.tile, p.k0, ops.a_coords, p.it0  # it0: the walk's k blocks
     store_box, store_rows = ops.store_box, ops.store_rows
     stage, reduce, meet = ops.split_cluster or (None, None, None)  # split_reduce "cluster"
-    boxes = tma_boxes(p, store_box) if tma_store else None  # the tma epilogue
+    boxes = tma_boxes(p, store_box) if tma_store else store_box  # the tma epilogue's macro
     tail = ops.tail  # tail_split: the last round's k slices (_hopper_tail.Tail), or None
 
     ta, tb = WGMMA_TYPES[p.in_dtype], WGMMA_TYPES[p.b_dtype]
