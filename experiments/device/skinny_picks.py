@@ -136,13 +136,30 @@ SETS = {
                ("P's knobs, 128 x 256 cooperative", (128, 256),
                 {**GOOD_PP, "arrangement": "cooperative"})],
     },
+    # tail_split (_hopper_tail, built after "waves" confirmed its premise). Expectation, written
+    # before the call (twenty-first session): at 2048x28672x8192 P's last round (24 tiles) cut
+    # 2, 4 or 8 ways lifts P by 2-4% (tail 4: 96 slices, one round a quarter long; the adds of
+    # 24 tiles, 18 MB, cost little), P with the tma epilogue likewise; at 8192x4096x4096 (100
+    # last-round tiles of L, 64 k blocks) no split leaves under a round but tail 8 (7 rounds of
+    # an eighth), and its 100 MB of reduce-adds eat that: L's twins within +-0.01
+    "tail": {
+        2048: [("P", (128, 192), GOOD_PP)]
+        + [(f"P, tail {t}", (128, 192), {**GOOD_PP, "tail_split": t}) for t in (2, 4, 8)]
+        + [("P, tma", (128, 192), {**GOOD_PP, "epilogue": "tma"}),
+           ("P, tma, tail 4", (128, 192), {**GOOD_PP, "epilogue": "tma", "tail_split": 4})],
+        8192: [("L", (128, 256), GOOD_LARGE),
+               ("L, tail 8", (128, 256), {**GOOD_LARGE, "tail_split": 8}),
+               ("128 x 128, L's knobs", (128, 128), GOOD_LARGE),
+               ("128 x 128, L's knobs, tail 4", (128, 128), {**GOOD_LARGE, "tail_split": 4})],
+    },
 }
 #: each set's shapes (picks_remeasure.sh's default SHAPES)
 SHAPES = {"narrow": "128,6144,4096 64,6144,4096",
           "cluster": "128,6144,4096 64,6144,4096 32,6144,4096 16,6144,4096",
           "cluster_base": "128,6144,4096 8192,4096,4096",
           "ring_depth": "128,6144,4096 64,6144,4096",
-          "waves": "2048,28672,8192 2048,28416,8192"}
+          "waves": "2048,28672,8192 2048,28416,8192",
+          "tail": "2048,28672,8192 8192,4096,4096"}
 assert SHAPES.keys() == SETS.keys()
 
 
