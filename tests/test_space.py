@@ -243,3 +243,27 @@ def test_coded_columns_compare_as_their_strings():
     mask = space.feasible_mask(space._with_derived(dict(cols)))
     assert 0 < mask.sum() < len(mask)
     assert np.array_equal(mask, space.feasible_mask(space._with_derived(strings)))
+
+
+def test_a_choice_open_only_where_its_constraint_allows_draws_only_feasible_values_uniformly():
+    """``open_when``: a knob's values beyond its first are drawn only under the listed values
+    of a categorical knob (tail_split's, whose other values a constraint refuses elsewhere).
+    The feasible set and its uniform sampling are those of the same space without it; the
+    structural set, and so the rejected draws, shrink; a configuration naming a closed value
+    is still refused by the constraint."""
+    def space(open_when):
+        knobs = [Categorical("walk", ("persistent", "grid")), Ordinal("at", (0, 1, 2)),
+                 Ordinal("tail", (1, 2, 4, 8), open_when=open_when)]
+        needs = Constraint("tail_needs_persistent", "",
+                           lambda c: (c["tail"] == 1) | (c["walk"] == "persistent"))
+        return Space(knobs, [needs, Constraint("at_lt_tail", "", lambda c: c["at"] < c["tail"]
+                                               + 1)])
+
+    free, opened = space({}), space({"walk": ("persistent",)})
+    feasible = enumerate_feasible(free)
+    assert sorted(map(Space.key, feasible)) == sorted(map(Space.key, enumerate_feasible(opened)))
+    assert opened.structural_size == 3 * 4 + 3 < free.structural_size == 2 * 3 * 4
+    counts = collections.Counter(Space.key(c) for c in opened.sample(40 * len(feasible), rng=2))
+    assert set(counts) == {Space.key(c) for c in feasible}
+    assert stats.chisquare([counts[Space.key(c)] for c in feasible]).pvalue > 1e-3
+    assert opened.validate({"walk": "grid", "at": 0, "tail": 4}) == ["tail_needs_persistent"]

@@ -121,13 +121,27 @@ class Knob:
 @dataclass(frozen=True)
 class _Choice(Knob):
     choices: tuple = ()
+    #: the choices beyond the first are drawn only while each named categorical knob takes one
+    #: of its listed values; otherwise the draws hold the first choice alone. For a knob whose
+    #: other values the constraints refuse there anyway: its draws skip what rejection would
+    #: discard (uniformity over the feasible set is kept: only infeasible configurations leave
+    #: the structural set), and a configuration naming such a value is still refused by the
+    #: constraint's name
+    open_when: Mapping[str, tuple] = field(default_factory=dict, kw_only=True)
 
     def __post_init__(self):
         if not self.choices or len(set(self.choices)) != len(self.choices):
             raise SpaceError(f"knob {self.name!r}: choices must be non-empty and distinct")
 
+    @property
+    def depends_on(self) -> tuple[str, ...]:
+        return tuple(self.active_when) + tuple(k for k in self.open_when
+                                               if k not in self.active_when)
+
     def domain(self, cond):
-        return list(self.choices)
+        if all(cond[k] in vals for k, vals in self.open_when.items()):
+            return list(self.choices)
+        return [self.choices[0]]
 
     def _index(self, value) -> int:
         return self.choices.index(value)

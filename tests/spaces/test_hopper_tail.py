@@ -26,8 +26,10 @@ P = {"arrangement": "pingpong", "bk": 64, "bm": 128, "bn": 192, "cluster": "1x1"
      "consumers": 2, "epilogue": "v2", "inflight": 1, "persistent": "on", "raster": 8,
      "raster_major": "m", "regs": "40/232", "split_k": 1, "split_reduce": "atomic", "stages": 4,
      "swap_ab": "off", "tail_split": 4}
-#: a cooperative 128 x 256 kernel of two consumers (1,024 tiles at 8192 x 4096: 100 last)
-L = {**P, "arrangement": "cooperative", "bn": 256, "regs": "24/240", "tail_split": 8}
+#: a cooperative 128 x 256 kernel of two consumers (576 tiles at 4096 x 4608: 48 last, 96
+#: slices)
+L = {**P, "arrangement": "cooperative", "bn": 256, "regs": "24/240", "tail_split": 2}
+L_SHAPE = (4096, 4608, 4096)
 
 
 def test_tail_split_constraints_accept_and_refuse_by_name():
@@ -35,6 +37,8 @@ def test_tail_split_constraints_accept_and_refuse_by_name():
     assert space.validate(P) == []
     assert space.validate({**P, "persistent": "off"}) == ["tail_split_needs_persistent"]
     assert space.validate({**P, "cluster": "1x2"}) == ["tail_split_alone"]
+    # 24 last-round tiles x 8 = 192 slices: two rounds
+    assert space.validate({**P, "tail_split": 8}) == ["tail_split_in_one_round"]
     # 16 x 8 = 128 tiles of 128 x 256 at 2048 x 2048: one round, not full
     small = Gemm(2048, 2048, 8192, space="v3").space
     assert "tail_split_needs_a_partial_round" in small.validate({**P, "bn": 256,
@@ -68,10 +72,10 @@ def walk(p: Plan):
 
 @pytest.mark.parametrize("M, N, K, config, sm_count", [
     (2048, 28672, 8192, P, 132),
-    (8192, 4096, 4096, L, 132),
+    (*L_SHAPE, L, 132),
     (1000, 3000, 512, {**L, "bn": 128, "tail_split": 2}, 132),  # ragged M, N
     (2048, 28672, 8192, {**P, "tail_split": 2}, 114),  # an H100 PCIe's SMs
-    (512, 768, 1024, {**P, "bn": 64, "bk": 32, "raster": 4, "tail_split": 8}, 10),
+    (512, 768, 1024, {**P, "bn": 64, "bk": 32, "raster": 4}, 40),
 ])
 def test_each_k_block_of_each_tile_is_computed_once_and_the_slices_sum_to_the_product(
         M, N, K, config, sm_count):
@@ -108,7 +112,7 @@ def test_a_tiles_slices_are_consecutive_units_slice_0_first_and_the_flags_count_
     """The order the flags rely on: a last-round tile's slices are consecutive units, slice 0
     (which zeroes) the lowest, so every unit waits only for a lower one; each flag is one tile
     and counts tail x its zeroing consumers (the last arrival resets it)."""
-    for config, shape in ((P, (2048, 28672, 8192)), (L, (8192, 4096, 4096))):
+    for config, shape in ((P, (2048, 28672, 8192)), (L, L_SHAPE)):
         p = Plan(config, *shape, sm_count=132)
         zeroing = tl.zeroing_consumers(p)
         arrivals, first = Counter(), {}
@@ -160,6 +164,6 @@ def test_the_source_declares_the_flags_zeroes_before_the_first_wgmma_and_adds_af
 @needs_nvcc
 def test_tail_split_kernels_build_for_sm_90a_without_spills():
     """P (ping-pong) with the v2 and the tma epilogue, and L (cooperative, 128 x 256, the
-    register-heaviest tile) at 8192 x 4096 x 4096, built as a tuning run builds them."""
+    register-heaviest tile), built as a tuning run builds them."""
     check_v3_builds(Gemm(2048, 28672, 8192, space="v3"), [P, {**P, "epilogue": "tma"}])
-    check_v3_builds(Gemm(8192, 4096, 4096, space="v3"), [L])
+    check_v3_builds(Gemm(*L_SHAPE, space="v3"), [L])

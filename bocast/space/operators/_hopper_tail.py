@@ -47,6 +47,7 @@ import numpy as np
 
 from bocast.space.space import Constraint, Knob, Ordinal
 
+from . import _hopper_swap as sw
 from ._hopper_epilogue import tma_boxes
 from ._hopper_layout import target_sms
 
@@ -58,8 +59,14 @@ FLAGS = "bocast_tail_flags"
 
 def knobs(spec) -> list[Knob]:
     # came after every dataset and store: theirs read as 1 (the kernel they timed); fp8 block
-    # scales promote every k block into their own sums (_hopper_blockscale): not split here
+    # scales promote every k block into their own sums (_hopper_blockscale): not split here.
+    # Drawn beyond 1 only where tail_split_needs_persistent and _alone allow it: a free knob of
+    # four values made the v3 GEMM spaces' uniform samples 2.5-4x slower (three draws in four
+    # rejected), ``open_when`` keeps them at their former speed
+    opens = {"persistent": ("on",), "cluster": ("1x1",),
+             **({"swap_ab": ("off",)} if sw.has_knob(spec) else {})}
     return [Ordinal("tail_split", (1,) if spec.scale_block else TAIL_SPLIT, default=1,
+                    open_when=opens,
                     doc="k slices each tile of a persistent walk's last, partial round is cut "
                         "into, spreading that round over more SMs; the slices' fp32 partial "
                         "sums add into the output (slice 0 zeroes it first); 1: no split")]
@@ -85,6 +92,14 @@ def constraints(spec) -> list[Constraint]:
                    "one only in part (tiles > SMs, tiles % SMs != 0); with fewer tiles than "
                    "SMs split_k splits every tile",
                    lambda c: on(c) | ((c["tiles"] > sms) & (c["tiles"] % sms != 0))),
+        # H200 (results/tail_split_h200): 100 last-round tiles of 128 x 256 cut 8 ways (7
+        # rounds of an eighth) cost 15%, 68 of 128 x 128 cut 4 ways (3 rounds) 4%, where 24
+        # of 128 x 192 cut 4 ways (one round) gained 2.7-4.2%: the adds are the slices' cost
+        Constraint("tail_split_in_one_round",
+                   f"the slices of the last round's tiles fit one round of the {sms} SMs "
+                   "(last-round tiles x tail_split <= SMs): more make further partial rounds "
+                   "and add more partial sums than they save",
+                   lambda c: on(c) | (c["tiles"] % sms * c["tail_split"] <= sms)),
         Constraint("tail_split_divides_k_blocks",
                    f"each slice is the same number of whole k blocks (K = {spec.K}): "
                    "tail_split divides ceil(K / BK)",
