@@ -141,7 +141,11 @@ SETS = {
     # 2, 4 or 8 ways lifts P by 2-4% (tail 4: 96 slices, one round a quarter long; the adds of
     # 24 tiles, 18 MB, cost little), P with the tma epilogue likewise; at 8192x4096x4096 (100
     # last-round tiles of L, 64 k blocks) no split leaves under a round but tail 8 (7 rounds of
-    # an eighth), and its 100 MB of reduce-adds eat that: L's twins within +-0.01
+    # an eighth), and its 100 MB of reduce-adds eat that: L's twins within +-0.01. Second call
+    # (after tail_split_in_one_round, which drops P tail 8 at 28672 and every 8192 twin but L):
+    # the 28672 twins again (tail 4 and tma tail 4 >= 1.02 again), and 2048x14336x4096 (Llama-3-8B
+    # up at 2048 tokens; in experiments/shapes, measured before in bf16 only): P's 1,200 tiles
+    # leave 12 in a 10th round, tail 8 makes it an eighth of one: P tail 8 >= 1.05 x P
     "tail": {
         2048: [("P", (128, 192), GOOD_PP)]
         + [(f"P, tail {t}", (128, 192), {**GOOD_PP, "tail_split": t}) for t in (2, 4, 8)]
