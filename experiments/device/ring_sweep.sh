@@ -15,7 +15,7 @@ set -uo pipefail
 source .devbundle/unpack.sh
 export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-SAMPLE=${SAMPLE:-16} EACH_S=${EACH_S:-20} BUDGET_S=${BUDGET_S:-540}
+export SAMPLE=${SAMPLE:-16} EACH_S=${EACH_S:-20} BUDGET_S=${BUDGET_S:-540}
 root=runs/ring_sweep
 mkdir -p "$root"
 t_start=$(date +%s)
@@ -25,19 +25,9 @@ if [ "${WAVES:-1}" = 1 ]; then  # first: a re-timing wants the GPU cool of nothi
 fi
 DEEP="--fix stages=3 --fix stages=5 --fix stages=6 --fix stages=10 --fix stages=12"
 SHALLOW="--fix stages=3 --fix stages=5 --fix stages=6"
-# name | operator | shape | dtype | fixes
-while IFS='|' read -r name op shape dtype fixes; do
-  [ -z "$name" ] && continue
-  t0=$(date +%s)
-  if (( t0 - t_start + EACH_S + 20 > BUDGET_S )); then
-    echo "$name skipped (BUDGET_S=$BUDGET_S)"; continue
-  fi
-  # shellcheck disable=SC2086
-  timeout $(( EACH_S + 20 )) python3 -m bocast.cli measure "$op" --shape "$shape" \
-    --dtype "$dtype" --space v3 --sample "$SAMPLE" $fixes --seed 0 \
-    --max-seconds "$EACH_S" --store "$root/$name.db" --json > "$root/$name.log" 2>&1
-  echo "$name: exit $? in $(( $(date +%s) - t0 )) s"
-done <<EOF
+# name | operator | shape | dtype | fixes (sample_checks.sh; its table printed last)
+T_START=$t_start bash experiments/device/sample_checks.sh "$root" stages > "$root/table.txt" \
+  <<EOF
 gemm_ragged|gemm|1000,1000,4040|fp16:fp32|$DEEP
 gemm_tma|gemm|1024,1536,2048|fp16:fp32|$DEEP --fix epilogue=tma
 gemm_split|gemm|64,6144,4096|fp16:fp32|$DEEP --fix split_k=2 --fix split_k=4
@@ -52,23 +42,5 @@ conv1d|conv1d|4,500,256,256,3,1,1,1|fp16:fp32|$SHALLOW
 conv3d|conv3d|2,8,14,14,64,64,3,3,3,1,1,1|fp16:fp32|$SHALLOW
 EOF
 tar -czf "$OUT/ring_sweep.tar.gz" --exclude='*.db-wal' --exclude='*.db-shm' "$root"
-python3 - "$root" <<'PY'
-import glob, json, sys
-from collections import Counter
-sys.path.insert(0, "experiments/device")
-from store_rows import store, worst_ok  # noqa: E402
-
-print("| check | ring depths measured | statuses | worst ok rel_error |")
-print("| --- | --- | --- | --- |")
-bad = []
-for db in sorted(glob.glob(f"{sys.argv[1]}/*.db")):
-    w, _, rows = store(db)
-    depths = Counter(c["stages"] for c, _, _ in rows)
-    print(f"| {db.split('/')[-1][:-3]} {','.join(map(str, w.get('shape', [])))} | "
-          f"{dict(sorted(depths.items()))} | {dict(Counter(st for _, st, _ in rows))} | "
-          f"{worst_ok(rows)} |")
-    bad += [(w.get("op"), st, c) for c, st, _ in rows if st != "ok"]
-for op, st, c in bad:
-    print(f"not ok: {op} {st} {json.dumps(c, sort_keys=True)}")
-PY
+cat "$root/table.txt"
 [ -f "$OUT/waves.txt" ] && tail -n 12 "$OUT/waves.txt"

@@ -14,25 +14,17 @@ set -uo pipefail
 source .devbundle/unpack.sh
 export BOCAST_GIT_SHA=${BOCAST_GIT_SHA:-unknown}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-SAMPLE=${SAMPLE:-16} EACH_S=${EACH_S:-20}
+export SAMPLE=${SAMPLE:-16} EACH_S=${EACH_S:-20}
 root=runs/tail_check
 mkdir -p "$root"
 TAILS="--fix tail_split=2 --fix tail_split=4 --fix tail_split=8"
-while IFS='|' read -r name op shape dtype; do
-  [ -z "$name" ] && continue
-  t0=$(date +%s)
-  # shellcheck disable=SC2086
-  timeout $(( EACH_S + 25 )) python3 -m bocast.cli measure "$op" --shape "$shape" \
-    --dtype "$dtype" --space v3 --sample "$SAMPLE" $TAILS --seed 0 \
-    --max-seconds "$EACH_S" --store "$root/$name.db" --json > "$root/$name.log" 2>&1
-  echo "$name: exit $? in $(( $(date +%s) - t0 )) s"
-done <<EOT
-gemm_2048x28672x8192|gemm|2048,28672,8192|fp16:fp32
-gemm_8192x4096x4096|gemm|8192,4096,4096|fp16:fp32
-gemm_ragged|gemm|1000,3000,2048|fp16:fp32
-gemm_bf16|gemm|2048,4096,4096|bf16:fp32
-gemm_fp8|gemm|2048,4096,4096|e4m3:fp32
-bmm|bmm|12,512,512,1024|fp16:fp32
+bash experiments/device/sample_checks.sh "$root" tail_split > "$root/table.txt" <<EOT
+gemm_2048x28672x8192|gemm|2048,28672,8192|fp16:fp32|$TAILS
+gemm_8192x4096x4096|gemm|8192,4096,4096|fp16:fp32|$TAILS
+gemm_ragged|gemm|1000,3000,2048|fp16:fp32|$TAILS
+gemm_bf16|gemm|2048,4096,4096|bf16:fp32|$TAILS
+gemm_fp8|gemm|2048,4096,4096|e4m3:fp32|$TAILS
+bmm|bmm|12,512,512,1024|fp16:fp32|$TAILS
 EOT
 t0=$(date +%s)
 timeout 150 python3 experiments/device/tail_relaunch.py "$root/relaunch.json" \
@@ -40,23 +32,6 @@ timeout 150 python3 experiments/device/tail_relaunch.py "$root/relaunch.json" \
 echo "relaunch: exit $? in $(( $(date +%s) - t0 )) s"
 tar -czf "$OUT/tail_check.tar.gz" --exclude='*.db-wal' --exclude='*.db-shm' "$root"
 SET=tail bash experiments/device/picks_remeasure.sh > "$OUT/tail_picks.txt" 2>&1
-python3 - "$root" <<'PY'
-import glob, json, sys
-from collections import Counter
-sys.path.insert(0, "experiments/device")
-from store_rows import store, worst_ok  # noqa: E402
-
-print("| check | tail_split measured | statuses | worst ok rel_error |")
-print("| --- | --- | --- | --- |")
-bad = []
-for db in sorted(glob.glob(f"{sys.argv[1]}/*.db")):
-    w, _, rows = store(db)
-    tails = Counter(c.get("tail_split", 1) for c, _, _ in rows)
-    print(f"| {db.split('/')[-1][:-3]} {w.get('dtype')} | {dict(sorted(tails.items()))} | "
-          f"{dict(Counter(st for _, st, _ in rows))} | {worst_ok(rows)} |")
-    bad += [(w.get("shape"), st, c) for c, st, _ in rows if st != "ok"]
-for shape, st, c in bad:
-    print(f"not ok: {shape} {st} {json.dumps(c, sort_keys=True)}")
-PY
+cat "$root/table.txt"
 cat "$root/relaunch.txt"; tail -n 3 "$root/relaunch.log"
 tail -n 20 "$OUT/tail_picks.txt"

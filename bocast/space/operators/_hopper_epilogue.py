@@ -10,6 +10,23 @@ from ._hopper_layout import EPI_BOX_BYTES, EPI_BUFFERS, staging_offset, store_pa
 from ._hopper_plan import Plan
 
 
+def consumer_barrier(NC: int):
+    """The macro (cw): consumer ``cw``'s 128 threads meet at named barrier 1 + cw, by immediate
+    ids (a register id makes ptxas reserve all 16 barriers, one CTA per SM)."""
+    from tvm.script import tirx as T
+
+    @T.macro
+    def meet(cw):
+        if NC == 1:  # noqa: SIM114 - a static test, then a TIR one
+            T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
+        elif cw == 0:
+            T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
+        else:
+            T.ptx["bar.sync"](T.uint32(2), T.uint32(128))
+
+    return meet
+
+
 def tma_boxes(p: Plan, store_box):
     """The macro (Sm, out_map, acc, tm, tn, row0, cw, lt): consumer ``cw``'s thread ``lt`` stages
     its accumulators of tile (tm, tn), rows from row0, box by box in ``Sm`` (the kernel's dynamic
@@ -24,6 +41,7 @@ def tma_boxes(p: Plan, store_box):
     # (or BN 48, 96) need BN // epi_c * atoms even (tma_boxes_pair_up); swap_ab's BN: no tma
     assert box_chunks * epi_c == BN and (atoms * box_chunks) % EPI_BUFFERS == 0
     stage_pair = store_pair(p.out_dtype, "shared")  # the staging store of a 16-bit output
+    meet = consumer_barrier(NC)
 
     @T.macro
     def boxes(Sm, out_map, acc, tm, tn, row0, cw, lt):
@@ -50,14 +68,7 @@ def tma_boxes(p: Plan, store_box):
                 T.ptx.fence.proxy.async_.shared__cta()
                 if lt == 0:
                     T.ptx["cp.async.bulk.wait_group.read"](0)
-                # named barrier 1 + cw, by immediate ids (a register id makes ptxas reserve all
-                # 16 barriers, one CTA per SM)
-                if NC == 1:  # noqa: SIM114 - a static test, then a TIR one
-                    T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
-                elif cw == 0:
-                    T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
-                else:
-                    T.ptx["bar.sync"](T.uint32(2), T.uint32(128))
+                meet(cw)
                 store_box(out_map, T.address_of(Sm[buf]), tm, row0, a, tn * BN + q * epi_c, lt)
 
     return boxes

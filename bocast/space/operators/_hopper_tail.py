@@ -48,7 +48,7 @@ import numpy as np
 from bocast.space.space import Constraint, Knob, Ordinal
 
 from . import _hopper_swap as sw
-from ._hopper_epilogue import tma_boxes
+from ._hopper_epilogue import consumer_barrier, tma_boxes
 from ._hopper_layout import target_sms
 
 #: k slices of each last-round tile (1: no split, the walk of before the knob)
@@ -177,19 +177,11 @@ class Tail:
         self.prelude = prelude(p.tiles - p.dp)
         zeroing = zeroing_consumers(p)
         arrivals = p.tail * zeroing
-        dp, s, NC, tma, n_acc = p.dp, p.tail, p.NC, p.tma_store, p.atoms * p.half_n
+        dp, s, tma, n_acc = p.dp, p.tail, p.tma_store, p.atoms * p.half_n
+        meet = consumer_barrier(p.NC)  # the consumer's warpgroup
         plain_rows, add_rows = plain[1], adds[1]
         if tma:
             plain_boxes, add_boxes = tma_boxes(p, plain[0]), tma_boxes(p, adds[0])
-
-        @T.macro
-        def meet(cw):  # the consumer's warpgroup, at named barrier 1 + cw (immediate ids)
-            if NC == 1:  # noqa: SIM114 - a static test, then a TIR one
-                T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
-            elif cw == 0:
-                T.ptx["bar.sync"](T.uint32(1), T.uint32(128))
-            else:
-                T.ptx["bar.sync"](T.uint32(2), T.uint32(128))
 
         @T.macro
         def zero(out, acc, u, tm, tn, row0, cw, lt):
