@@ -350,7 +350,10 @@ def test_a_live_warm_start_keeps_the_gps_inputs_in_the_unit_cube():
     from bocast.records.status import Status
     from bocast.strategies.bo.transfer import mean_bounds
 
-    op = get_operator("gemm").from_args((2048, 4096, 4096), space="v3")
+    # the case needs a reference sample of the live space below the first batch: a draw, so a
+    # change of the space's draws may move it (tail_split's did at 2048 x 4096 x 4096: the
+    # sample gained a 256 x 192 kernel the source model rates above every first-batch row)
+    op = get_operator("gemm").from_args((2048, 2048, 4096), space="v3")
     sources = ["gemm_4096_4096_4096_v3"]
     bo = make_strategy("bo", SpaceCandidates(op.space, op.workload), seed=0,
                        warm_start=sources, warm_start_share=0.5, n_init=4, **FAST)
