@@ -156,6 +156,24 @@ SETS = {
                ("128 x 128, L's knobs", (128, 128), GOOD_LARGE),
                ("128 x 128, L's knobs, tail 4", (128, 128), {**GOOD_LARGE, "tail_split": 4})],
     },
+    # before a warm-start source with tail rows (the next step of results/tail_split_h200):
+    # does tail_split carry at the shape of the shipped exhaustive table gemm_2048_8192_1024_v3
+    # (K = 1024: 16 k blocks, so a slice of 4 is short against its zeroing and adds)?
+    # Expectation, written before the call (twenty-first session): 128 x 192 has 688 tiles, 5
+    # rounds and 28; tail 4 makes the 6th a quarter: its twins gain >= 8% over themselves, and
+    # the best tail kernel lies within +-3% of L (128 x 256: 512 tiles, 3 rounds and 116, no
+    # split fits one round)
+    "tail_source": {
+        2048: [("P", (128, 192), GOOD_PP),
+               ("P, tail 2", (128, 192), {**GOOD_PP, "tail_split": 2}),
+               ("P, tail 4", (128, 192), {**GOOD_PP, "tail_split": 4}),
+               ("P, tma", (128, 192), {**GOOD_PP, "epilogue": "tma"}),
+               ("P, tma, tail 4", (128, 192), {**GOOD_PP, "epilogue": "tma", "tail_split": 4}),
+               ("128 x 192, L's knobs", (128, 192), GOOD_LARGE),
+               ("128 x 192, L's knobs, tail 4", (128, 192), {**GOOD_LARGE, "tail_split": 4}),
+               ("L", (128, 256), GOOD_LARGE),
+               ("256 x 128, L's knobs", (256, 128), GOOD_LARGE)],
+    },
 }
 #: each set's shapes (picks_remeasure.sh's default SHAPES)
 SHAPES = {"narrow": "128,6144,4096 64,6144,4096",
@@ -163,7 +181,8 @@ SHAPES = {"narrow": "128,6144,4096 64,6144,4096",
           "cluster_base": "128,6144,4096 8192,4096,4096",
           "ring_depth": "128,6144,4096 64,6144,4096",
           "waves": "2048,28672,8192 2048,28416,8192",
-          "tail": "2048,28672,8192 8192,4096,4096"}
+          "tail": "2048,28672,8192 8192,4096,4096",
+          "tail_source": "2048,8192,1024"}
 assert SHAPES.keys() == SETS.keys()
 
 
