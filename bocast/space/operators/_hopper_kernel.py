@@ -212,15 +212,15 @@ def device_body(p: Plan, ops: Operands):
                 pos = T.alloc_buffer((2,), "int32", scope="local")  # the ring's position
                 start_ring(pos)
                 for i in T.serial(n_tiles):
-                    tm = T.meta_var(tile(cl + i * clusters, rank)[0])
-                    bn0 = T.meta_var(tile(cl + i * clusters, rank)[2])
-                    kf = T.meta_var(k0(cl + i * clusters))  # the unit's first k block
+                    u = T.meta_var(cl + i * clusters)  # the unit
+                    tm = T.meta_var(tile(u, rank)[0])
+                    bn0 = T.meta_var(tile(u, rank)[2])
+                    kf = T.meta_var(k0(u))  # the unit's first k block
                     # a cluster's producer keeps its k loop rolled: unrolled (a short constant KT,
                     # a ring of 6 stages) its addresses outgrow the setmaxnreg.dec count and ptxas
                     # spills (1000 x 1024 x 1000, 128 x 128 tiles, 6 stages: 156 bytes; a
                     # split_reduce cluster's 128 x 256, split 2, 4 stages: 16 bytes)
-                    live_p = T.meta_var(p.unit_k(cl + i * clusters) if k_count is None
-                                        else k_count(tm))
+                    live_p = T.meta_var(p.unit_k(u) if k_count is None else k_count(tm))
                     for kb in T.serial(live_p, unroll=False if p.launch_cluster > 1 else None):
                         it = T.meta_var(it0(i) + kb)  # k blocks this CTA loaded before
                         s = T.meta_var(at_ring(it, pos)[0])
@@ -275,9 +275,9 @@ def device_body(p: Plan, ops: Operands):
             # so one's epilogue overlaps another's main loop
             for j in T.serial((n_tiles - (cw if pingpong else 0) + step - 1) // step):
                 i = T.meta_var(j * step + (cw if pingpong else 0))
-                tm = T.meta_var(tile(cl + i * clusters, rank)[0])
-                tn = T.meta_var(tile(cl + i * clusters, rank)[1])
                 u = T.meta_var(cl + i * clusters)  # the unit
+                tm = T.meta_var(tile(u, rank)[0])
+                tn = T.meta_var(tile(u, rank)[1])
                 if tail is not None:  # slice 0 of a last-round tile zeroes it first
                     tail.zero(out, acc, u, tm, tn, row0, cw, lt)
                 if pingpong:  # noqa: SIM102 - a static test outside, a TIR test inside
@@ -307,7 +307,7 @@ def device_body(p: Plan, ops: Operands):
                                        T.ptx.pred(accumulate(kb, kk)), 1, 1, *trans)
                     T.ptx.wgmma.commit_group.sync.aligned()
                     if block:  # this k block's scales, loaded while its wgmmas run
-                        fetch(sv, scale_a, scale_b, tm, tn, k0(cl + i * clusters) + kb, row0, lt)
+                        fetch(sv, scale_a, scale_b, tm, tn, k0(u) + kb, row0, lt)
                     if inflight == 0:
                         T.ptx.wgmma.wait_group.sync.aligned(0)
                         release(empty, s, True, lt)

@@ -336,8 +336,9 @@ def kernel(M: int, N: int, K: int, config, *, batch: int = 1, in_dtype: str = "f
         return (sw.transposed_stores(p, out_dtype, adds=adds) if swap else
                 row_major_stores(p, M, N, out_dtype, adds=adds))
 
-    tail = tl.Tail(p, stores(False), stores(True)) if p.tail > 1 else None
-    store_box, store_rows = stores(adds)
+    plain = stores(False)
+    tail = tl.Tail(p, plain, stores(True)) if p.tail > 1 else None
+    store_box, store_rows = stores(True) if adds else plain
     body = hk.device_body(p, hk.Operands(a_coords=lambda kb, tm: (kb * BK, tm * BM), a_rank=2,
                                          store_box=store_box, store_rows=store_rows,
                                          split_cluster=split_cluster, tail=tail))
