@@ -29,6 +29,7 @@ from bocast import interrupt
 from bocast.api import need_compiler
 from bocast.errors import InputError
 from bocast.locations import check_writable
+from bocast.records.record import speed
 
 FORMAT = "bocast-kernel"
 FILES = ("schedule.py", "schedule.json", "kernel.cu", "kernel.cubin", "kernel.so")
@@ -106,14 +107,16 @@ def _figure_key(retimed: Any) -> str | None:
 def _pick(rows, record: int | str, store: str, figure: str | None = None):
     """The (id, session, record) that ``record`` names, or an InputError that says why not.
     ``"best"``: the kernel of the run's figure (``figure``, its re-timed best) where the run
-    has one, else the ok row of highest in-run TFLOPS (the first of equals)."""
+    has one, else the ok row of highest in-run :func:`~bocast.records.record.speed` (the first
+    of equals)."""
     if record == "best":
         chosen = [r for r in rows if figure is not None and r[2].key == figure and r[2].ok]
         if chosen:
             return chosen[0]
         ok = [r for r in rows if r[2].succeeded]
         if ok:
-            return max(ok, key=lambda r: (r[2].tflops, -r[0]))
+            speed_of = speed([r[2] for r in ok])
+            return max(ok, key=lambda r: (speed_of(r[2]), -r[0]))
         counts = collections.Counter(str(r[2].status) for r in rows)
         raise InputError(f"{store} has no ok record to export ({len(rows)} rows"
                          + "".join(f", {k} {v}" for k, v in counts.most_common()) + ")")

@@ -104,6 +104,7 @@ class RunnerOptions(Options):
     workers: int | None = schema.WORKERS.opt()
     reject_spills: bool = schema.REJECT_SPILLS.opt()
     l2: Literal["warm", "flushed"] = schema.L2.opt()
+    paired: bool = schema.PAIRED.opt()
     retime_top: int = schema.RETIME_TOP.opt()
     retime_rounds: int = schema.RETIME_ROUNDS.opt()
 

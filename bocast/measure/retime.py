@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from bocast.measure.telemetry import TELEMETRY
-from bocast.records.record import Record
+from bocast.records.record import Record, speed
 from bocast.records.status import Status
 from bocast.space.knobs import Config
 from bocast.space.operators.operator import Operator
@@ -148,8 +148,10 @@ def _reading(ref: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def top_configs(records: Sequence[Record], n: int) -> list[Record]:
-    """The ``n`` fastest distinct succeeded records, fastest first (by their in-run figure)."""
-    ranked = sorted((r for r in records if r.succeeded), key=lambda r: -(r.tflops or 0.0))
+    """The ``n`` fastest distinct succeeded records, fastest first (by their in-run figure:
+    :func:`bocast.records.record.speed`)."""
+    key = speed(records)
+    ranked = sorted((r for r in records if r.succeeded), key=lambda r: -key(r))
     out, seen = [], set()
     for r in ranked:
         if r.key not in seen:

@@ -144,22 +144,27 @@ class RecordRunner(Runner):
 
 
 def kernel_task(op: Operator, b: BuildResult, *, seed: int, repeats: int,
-                warmup_ms: float, l2: str = "warm") -> dict[str, Any]:
-    """The worker task that times one built kernel (the local and the RPC runner send the same)."""
-    return {"kind": "kernel", "key": b.key, "workload": op.workload, "cubin": b.cubin,
-            "kernel": b.kernel, "grid": b.grid, "block": b.block, "args": b.args,
+                warmup_ms: float, l2: str = "warm", paired: bool = False) -> dict[str, Any]:
+    """The worker task that times one built kernel (the local and the RPC runner send the same);
+    ``paired``: its replays alternating with the reference's (the result's ``ratio``)."""
+    return {"kind": "paired" if paired else "kernel", "key": b.key, "workload": op.workload,
+            "cubin": b.cubin, "kernel": b.kernel, "grid": b.grid, "block": b.block, "args": b.args,
             "dynamic_smem": int(b.features.get("dynamic_smem_bytes", 0)),
             "tensor_maps": b.tensor_maps, "cluster": b.cluster, "zeroed": b.zeroed,
             "seed": seed, "repeats": repeats, "warmup_ms": warmup_ms, "tolerance": op.tolerance,
             "l2": l2}
 
 
-def timing_method(repeats: int, warmup_ms: float, l2: str) -> dict[str, Any]:
-    """The timing of the GPU worker (:func:`bocast.measure.gpu_worker.time_callable`), as a
-    run records it."""
+def timing_method(repeats: int, warmup_ms: float, l2: str, *,
+                  paired: bool = False) -> dict[str, Any]:
+    """The timing of the GPU worker (:func:`bocast.measure.gpu_worker.time_callable`, paired:
+    :func:`~bocast.measure.timing.time_pair`), as a run records it."""
     return {"method": "CUDA events around replays of a CUDA graph of back-to-back launches "
-                      "(about 1 ms per replay), the median of the repeats",
-            "repeats": repeats, "warmup_ms": warmup_ms, "l2": l2,
+                      "(about 1 ms per replay), the median of the repeats"
+                      + ("; each replay alternating with one of the reference's (the record's "
+                         "vs_reference: the median over those pairs of the reference's time "
+                         "over the kernel's)" if paired else ""),
+            "repeats": repeats, "warmup_ms": warmup_ms, "l2": l2, "paired": paired,
             "l2_means": "warm: launches follow one another; flushed: twice the L2 written "
                         "before each launch, its time subtracted"}
 
@@ -169,20 +174,20 @@ class WorkerRunner(Runner):
 
     def __init__(self, *, worker: str, timeout_s: float = 30.0, repeats: int = 10,
                  warmup_ms: float = 20.0, seed: int = 0, startup_timeout_s: float = 300.0,
-                 l2: str = "warm"):
+                 l2: str = "warm", paired: bool = True):
         self.timeout_s, self.repeats = timeout_s, repeats
-        self.warmup_ms, self.seed, self.l2 = warmup_ms, seed, l2
+        self.warmup_ms, self.seed, self.l2, self.paired = warmup_ms, seed, l2, paired
         self._pool = TimedPool(worker, 1, startup_timeout_s=startup_timeout_s)
 
     def timing(self) -> dict[str, Any]:
-        return timing_method(self.repeats, self.warmup_ms, self.l2)
+        return timing_method(self.repeats, self.warmup_ms, self.l2, paired=self.paired)
 
     def close(self) -> None:
         self._pool.close()
 
     def _task(self, op: Operator, b: BuildResult) -> dict[str, Any]:
         return kernel_task(op, b, seed=self.seed, repeats=self.repeats, warmup_ms=self.warmup_ms,
-                           l2=self.l2)
+                           l2=self.l2, paired=self.paired)
 
     def run(self, op: Operator, builds: Sequence[BuildResult], *,
             on_result: OnResult | None = None) -> list[RunResult]:
@@ -206,7 +211,8 @@ class WorkerRunner(Runner):
             return RunResult(key, status, run_s=raw.seconds,
                              error=tail(f"{raw.kind}: {raw.detail}"))
         res = RunResult(key, Status(raw["status"]), error=tail(raw.get("error", "")),
-                        **{k: raw.get(k) for k in RUN_FIELDS})
+                        **{k: raw.get(k) for k in RUN_FIELDS if k != "vs_reference"},
+                        vs_reference=raw.get("ratio") if raw["status"] == "ok" else None)
         res.extra = {k: raw[k] for k in ("number", "method", "l2") if k in raw}
         return res
 

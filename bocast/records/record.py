@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, get_args, get_type_hints
 
@@ -64,6 +64,13 @@ class Measurement:
                                       optional=True)
     temperature_c: float | None = _measured("GPU temperature after the timed repeats (C, NVML)",
                                             optional=True)
+    # the kernel's CUDA-graph replays alternating with the reference's in one task (runner
+    # option paired): a ratio of readings a millisecond apart, free of the clock's drift over a
+    # run (1380-1860 MHz in one tune on an H200), which the TFLOPS carry; rows from before, and
+    # kernels timed alone, have none
+    vs_reference: float | None = _measured(
+        "the reference's time over the kernel's: the median over pairs of replays timed "
+        "alternating with the reference (above 1: faster than it)", optional=True)
 
 
 #: Static features of a built kernel (``Record.features``), one float each.
@@ -103,11 +110,22 @@ class Record(Measurement):
         return self.status is Status.OK and bool(self.tflops)
 
 
+def speed(records: Iterable[Record]) -> Callable[[Record], float]:
+    """What a run ranks its kernels by, as a key of one record: the ratio to the reference
+    timed beside it (``vs_reference``) where every succeeded record of ``records`` has one,
+    else TFLOPS. The ratio's scale is not TFLOPS', and the strategies use it only for order
+    and relative size (log y, fitness over the best), so a run never mixes the two: a run with
+    one kernel timed alone (a store from before, a runner that times alone) ranks by TFLOPS."""
+    if all(r.vs_reference for r in records if r.succeeded):
+        return lambda r: r.vs_reference or 0.0
+    return lambda r: r.tflops or 0.0
+
+
 def best_record(records: Iterable[Record]) -> Record | None:
-    """The succeeded record of highest TFLOPS (the first of equals); None if none succeeded.
-    The one definition of a run's best kernel."""
-    return max((r for r in records if r.succeeded), key=lambda r: r.tflops or 0.0,
-               default=None)
+    """The succeeded record of highest :func:`speed` (the first of equals); None if none
+    succeeded. The one definition of a run's best kernel."""
+    records = list(records)
+    return max((r for r in records if r.succeeded), key=speed(records), default=None)
 
 
 #: the fields a runner reports (RunResult's, copied into the record)

@@ -114,7 +114,7 @@ class RunSpec:
             return make_runner(self.runner, dataset=dataset)
         ro = self.runner_options
         return make_runner(self.runner, timeout_s=ro["run_timeout"], repeats=ro["repeats"],
-                           seed=seed, rpc=self.rpc, l2=ro["l2"])
+                           seed=seed, rpc=self.rpc, l2=ro["l2"], paired=ro["paired"])
 
     def make_builder(self, *, workers: int | None = None):
         """The builder this spec's runner options name (it compiles where the runner's class

@@ -90,7 +90,9 @@ class Trajectory:
             out["trials_to_95pct"] = self.trials_to(0.95)
         if self.reference and self.best_tflops:
             out["reference_tflops"] = self.reference
-            out["best_vs_reference"] = self.best_tflops / self.reference
+            # paired: the ratio to the reference timed beside the kernel, not the one at the start
+            out["best_vs_reference"] = (self.best.vs_reference if self.best else None) \
+                or self.best_tflops / self.reference
         if self.best:
             out["best_config"] = self.best.config
         return out

@@ -23,6 +23,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
+from bocast.records.record import speed
 from bocast.records.status import Status
 from bocast.schema import Section, opt
 from bocast.space.features import FEATURES_OPTION, FeatureKind
@@ -153,9 +154,10 @@ class ConstrainedGA(Strategy):
         attempted = [r for r in self.history if r.status is not Status.INVALID]
         if not any(r.ok for r in attempted):
             return
-        best = max(r.tflops or 0.0 for r in attempted if r.ok)
+        speed_of = speed(attempted)
+        best = max(speed_of(r) for r in attempted if r.ok)
         x = self.features([self.config_of(r) for r in attempted])
-        y = np.array([(r.tflops or 0.0) / best if r.ok else 0.0 for r in attempted])
+        y = np.array([speed_of(r) / best if r.ok else 0.0 for r in attempted])
         self.model.fit(x, y)
 
     def _keys(self) -> list[str]:
@@ -182,8 +184,8 @@ class ConstrainedGA(Strategy):
             seeded = best_rows(self.ranked, self.candidates, self.proposed, n)
             return seeded + self.fresh_samples(n - len(seeded))
         pop_size = self.hyper["pop_size"]
-        best = sorted((r for r in self.history if r.succeeded),
-                      key=lambda r: -(r.tflops or 0.0))
+        speed_of = speed(self.history)
+        best = sorted((r for r in self.history if r.succeeded), key=lambda r: -speed_of(r))
         topk = [self.config_of(r) for r in best[: self.hyper["history_topk"]]]
         pool = self.population + topk + self.fresh_samples(pop_size)
         pool = _unique(pool)
@@ -230,8 +232,9 @@ class PlainGA(Strategy):
         ok = [r for r in self.history if r.succeeded]
         if len(ok) < 2:
             return self.fresh_samples(n)
-        ok.sort(key=lambda r: -(r.tflops or 0.0))
-        fitness = np.array([r.tflops for r in ok])
+        speed_of = speed(ok)
+        ok.sort(key=lambda r: -speed_of(r))
+        fitness = np.array([speed_of(r) for r in ok])
         parents = [self.config_of(r) for r in ok]
         out: list[Config] = []
         seen = set(self.proposed)

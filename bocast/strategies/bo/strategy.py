@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
 
-from bocast.records.public import best_record
+from bocast.records.record import best_record, speed
 from bocast.records.status import Status
 from bocast.schema import Section, opt
 from bocast.space.features import FEATURES_OPTION, FeatureKind
@@ -230,7 +230,7 @@ class BayesOpt(Strategy):
         if not pool:
             return []
         x_ok = self._inputs([self.config_of(r) for r in ok])
-        y_ok = gp_target(np.array([r.tflops for r in ok], float), self.hyper["y_transform"])
+        y_ok = gp_target(np.array([speed(ok)(r) for r in ok], float), self.hyper["y_transform"])
         self.surrogate.fit(x_ok, y_ok)
         if self.pending:  # asked before, still measured: a Kriging believer's fantasies
             self.surrogate.believe(self._inputs(self.pending))
@@ -332,7 +332,8 @@ class BayesOpt(Strategy):
         the whole pool), and round again. A function of the history alone, so a resumed run
         draws the same regions."""
         r0 = self.hyper["trust_region"]
-        ok = [(i, r.tflops) for i, r in enumerate(self.history) if r.succeeded]
+        speed_of = speed(self.history)
+        ok = [(i, speed_of(r)) for i, r in enumerate(self.history) if r.succeeded]
         if not ok:
             return 0
         gain = self.hyper["trust_region_gain"]
@@ -377,7 +378,7 @@ class BayesOpt(Strategy):
         """Fresh uniform samples plus neighbours of the incumbents, all unproposed."""
         pool, keys = self.fresh_samples_keyed(self.hyper["pool_size"])
         seen = set(self.proposed) | set(keys)
-        best = sorted(self.measured_ok(), key=lambda r: r.tflops or 0.0, reverse=True)
+        best = sorted(self.measured_ok(), key=speed(self.history), reverse=True)
         for r in best[: self.hyper["incumbents"]]:
             for nb in self.candidates.neighbours(self.config_of(r)):
                 key = Space.key(nb)
