@@ -180,9 +180,10 @@ def final_figure(runner, builder, op: Operator, records: Sequence[Record], *, to
     builder = _Kept(builder)  # the confirmation times a kernel already built for the choice
     out = retime(runner, builder, [(op, [op.space.from_json(r.config) for r in picks])],
                  rounds=rounds, seed=seed, on_round=on_round)
-    in_run = {r.key: r.tflops for r in picks}
+    in_run = {r.key: r for r in picks}
     for k in out["kernels"]:
-        k["in_run_tflops"] = in_run.get(k["key"])
+        k["in_run_tflops"] = in_run[k["key"]].tflops
+        k["in_run_vs_reference"] = in_run[k["key"]].vs_reference  # paired trials only
     chosen = best_of(out)
     out["keys"] = [r.key for r in picks]
     out["chosen_among"] = out["kernels"]
@@ -194,6 +195,7 @@ def final_figure(runner, builder, op: Operator, records: Sequence[Record], *, to
         confirmed = again["kernels"][0]
         if confirmed["vs_reference"] is not None:
             chosen = {**confirmed, "in_run_tflops": chosen["in_run_tflops"],
+                      "in_run_vs_reference": chosen["in_run_vs_reference"],
                       "choosing_rounds": {k: chosen[k] for k in ("tflops", "vs_reference")}}
             out["reference_choosing"] = out["reference"]
             out["reference"] = again["reference"]

@@ -99,7 +99,7 @@ print("| tune | op | shape | dtype | space | trials | figure | best TFLOPS | ref
       "best / ref | reference | worst ok err | key knobs of the best |")
 print("|" + " --- |" * 13)
 KEYS = ("bm", "bn", "bk", "stages", "a_load", "split_k", "split_reduce", "swap_ab", "cluster",
-        "arrangement", "epilogue")
+        "arrangement", "epilogue", "tail_split")
 for name in sorted(set(names)):
     out = f"{root}/{name}/"
     if name.startswith(("py:", "sh:")) or not os.path.isdir(out):
@@ -120,6 +120,36 @@ for name in sorted(set(names)):
           f"{s.get('best_tflops') or 0:.1f} | {s.get('reference_tflops') or 0:.1f} | "
           f"{s.get('best_vs_reference') or 0:.3f} | {ref.get('what', '')} | {worst_ok(rows)} | "
           f"{' '.join(f'{k}={cfg[k]}' for k in KEYS if k in cfg)} |")
+PY
+# per tune: the re-timed kernels' in-run figure (paired: the ratio timed beside the reference;
+# alone: TFLOPS over the reference timed at the start) against their re-timed ratio, and the
+# median GPU seconds of a trial (run_s)
+# shellcheck disable=SC2086
+python3 - "$root" $names <<'PY'
+import json, os, sqlite3, statistics, sys
+
+root, names = sys.argv[1], sys.argv[2:]
+print()
+print("| tune | paired | median run_s | re-timed kernels: in-run -> re-timed (tail_split) |")
+print("| --- | --- | --- | --- |")
+for name in sorted(set(names)):
+    out = f"{root}/{name}/"
+    if name.startswith(("py:", "sh:")) or not os.path.exists(f"{out}summary.json"):
+        continue
+    s = json.load(open(f"{out}summary.json"))
+    db = sqlite3.connect(f"{out}records.db")
+    runs = [r[0] for r in db.execute("select run_s from measurements where run_s is not null")]
+    cfgs = {}
+    for k, c in db.execute("select key, config from measurements"):
+        cfgs[k] = json.loads(c) if isinstance(c, str) and c.startswith("{") else {}
+    ref0 = (s.get("in_run") or {}).get("reference_tflops") or 0
+    cells = []
+    for k in (s.get("retimed") or {}).get("kernels", []):
+        inrun = k.get("in_run_vs_reference") or ((k.get("in_run_tflops") or 0) / ref0 if ref0 else 0)
+        cells.append(f"{inrun:.3f} -> {k.get('vs_reference') or 0:.3f} "
+                     f"({cfgs.get(k.get('key'), {}).get('tail_split', '?')})")
+    print(f"| {name} | {s.get('timing', {}).get('paired')} | "
+          f"{statistics.median(runs) if runs else 0:.2f} | {'; '.join(cells)} |")
 PY
 packed="$root/jobs.txt $root/clocks.csv"
 for n in $names; do [ -d "$root/$n" ] && packed="$packed $root/$n"; done
