@@ -227,7 +227,51 @@ def _source(path: str, target_op) -> Source:
         raise WarmStartError(f"warm_start: {path}: none of its {len(rows)} ok rows fits the "
                              f"target's shape {list(target_op.workload['shape'])}")
     ys_arr = np.array(ys) + _wave_shift(kept, src_op, configs, target_op)
-    return Source(path, got, configs, ys_arr, len(rows) - len(configs))
+    dropped = len(rows) - len(configs)
+    configs, ys_arr = _wave_twins(configs, ys_arr, src_op, target_op)
+    return Source(path, got, configs, ys_arr, dropped)
+
+
+#: knobs that change only how a persistent walk's tiles fill the SMs (``_hopper_tail``: the last
+#: round's tiles cut into k slices), whose effect :func:`_wave_twins` carries into a source that
+#: never varied them, from the wave efficiency as :func:`_wave_shift` does for the shape
+WAVE_KNOBS = ("tail_split",)
+
+
+def _wave_twins(configs: list[Config], ys: np.ndarray, source_op,
+                target_op) -> tuple[list[Config], np.ndarray]:
+    """``configs`` and ``ys`` plus, for each row at the first value of a :data:`WAVE_KNOBS`
+    knob that every row holds there (a table measured before the knob, or at one value of
+    it), its twins at the knob's other values that the target's constraints admit, each
+    expected at the row's value times the ratio of the twin's wave efficiency to the row's
+    (both at the target). Why: with no source row off tail_split 1, a warm run's first batch
+    and source model cannot tell its values apart, and the twenty-first session's default
+    tunes (H200) never ran the 128 x 192 kernels whose split last round re-timed 1.027-1.056
+    of cuBLAS. Measured against that model (results/tail_split_h200), the gain is about half
+    the predicted one (2048x28672x8192, tail 4: +2.7% measured, +4.1% predicted) and a loss at
+    K = 1024 (-2 to -7%): twins start a run's search, the run's own trials decide. Only where
+    :func:`_wave_shift` would rescale (both compute-bound, both spaces derive a wave
+    efficiency); else ``configs`` and ``ys`` unchanged."""
+    space = target_op.space
+    knobs = {k.name: k for k in space.knobs}
+    names = [n for n in WAVE_KNOBS if n in knobs] if configs else []
+    if not names or min(source_op.arithmetic_intensity,
+                        target_op.arithmetic_intensity) < COMPUTE_BOUND \
+            or "wave_efficiency" not in space.columns(configs[:1]):
+        return configs, ys
+    out, out_ys = list(configs), [ys]
+    base = np.log(space.columns(configs)["wave_efficiency"])
+    for name in names:
+        values = knobs[name].choices
+        if any(c.get(name, values[0]) != values[0] for c in configs):
+            continue  # the source varied it: its rows say what it does
+        for v in values[1:]:
+            twins = [{**c, name: v} for c in configs]
+            cols = space.columns(twins)
+            ok = np.flatnonzero(space.feasible_mask(cols))
+            out += [twins[i] for i in ok]
+            out_ys.append(ys[ok] + np.log(cols["wave_efficiency"][ok]) - base[ok])
+    return out, np.concatenate(out_ys)
 
 
 def _wave_shift(configs: list[Config], source_op, translated: list[Config],
