@@ -67,6 +67,7 @@ def test_a_run_on_a_falling_clock_ranks_and_retimes_its_kernels_by_the_paired_ra
     retimed = {k["key"] for k in result.summary["retimed"]["kernels"]}
     assert retimed == {r.key for r in top3}
     assert result.summary["timing"]["paired"] is True
+    assert result.summary["timing"]["repeats"] == 30  # TRIAL_PAIRS: 10 pairs were too few
 
 
 def test_paired_false_times_each_kernel_alone_and_ranks_by_tflops(tmp_path):
@@ -79,6 +80,7 @@ def test_paired_false_times_each_kernel_alone_and_ranks_by_tflops(tmp_path):
     best = max((r for r in records if r.succeeded), key=lambda r: r.tflops)
     assert result.best_tflops == best.tflops
     assert result.summary["timing"]["paired"] is False
+    assert result.summary["timing"]["repeats"] == 10
 
 
 def test_the_configuration_option_reaches_the_runner(tmp_path):

@@ -169,6 +169,14 @@ def timing_method(repeats: int, warmup_ms: float, l2: str, *,
                         "before each launch, its time subtracted"}
 
 
+#: pairs a paired trial times at least: with 10, a 20 us kernel's trial ratio (GEMM
+#: 128x6144x4096, H200) read up to 0.19 above its re-timed one, and the run's first-ranked
+#: kernels re-timed 0.924-0.960 of cuBLAS in four runs; with 30, 0.962-0.982 in three, and
+#: conv2d 8x56x56 256 -> 256 1.336 against 1.152-1.195 (results/paired_twins_h200). About
+#: 0.02 s more GPU time a trial.
+TRIAL_PAIRS = 30
+
+
 class WorkerRunner(Runner):
     """Runs each kernel as one task of a single-process :class:`TimedPool`."""
 
@@ -180,13 +188,18 @@ class WorkerRunner(Runner):
         self._pool = TimedPool(worker, 1, startup_timeout_s=startup_timeout_s)
 
     def timing(self) -> dict[str, Any]:
-        return timing_method(self.repeats, self.warmup_ms, self.l2, paired=self.paired)
+        return timing_method(self._repeats, self.warmup_ms, self.l2, paired=self.paired)
+
+    @property
+    def _repeats(self) -> int:
+        """A trial's timed repeats: paired, at least :data:`TRIAL_PAIRS` pairs."""
+        return max(TRIAL_PAIRS, self.repeats) if self.paired else self.repeats
 
     def close(self) -> None:
         self._pool.close()
 
     def _task(self, op: Operator, b: BuildResult) -> dict[str, Any]:
-        return kernel_task(op, b, seed=self.seed, repeats=self.repeats, warmup_ms=self.warmup_ms,
+        return kernel_task(op, b, seed=self.seed, repeats=self._repeats, warmup_ms=self.warmup_ms,
                            l2=self.l2, paired=self.paired)
 
     def run(self, op: Operator, builds: Sequence[BuildResult], *,
