@@ -92,3 +92,12 @@ def test_the_configuration_option_reaches_the_runner(tmp_path):
     result = bocast.tune(str(cfg))
     with Store.open(result.store) as store:
         assert not any(r.vs_reference for r in store.records())
+
+
+def test_the_progress_line_gives_the_paired_ratio(tmp_path, bocast_cli):
+    code, _, err = bocast_cli("tune", "gemm", "--shape", "256,256,256", "--space", "v2",
+                              "--runner", "standin", "--trials", "8", "--batch-size", "4",
+                              "--strategy", "random", "--output", str(tmp_path / "run"),
+                              "--retime-top", "0")
+    assert code == 0, err
+    assert "x stand-in (paired)" in err
