@@ -312,8 +312,9 @@ PAIRED = Field("paired", bool, True,
                doc="time each kernel with the reference, their CUDA-graph replays alternating "
                    "in one task (at least 30 pairs), and rank the run's kernels by that ratio "
                    "(the record's vs_reference), free of the GPU clock's drift over the run; "
-                   "false: each kernel timed alone, ranked by TFLOPS (runners local and "
-                   "standin; rpc and others time alone)")
+                   "false: each kernel timed alone, ranked by TFLOPS (runners local, rpc and "
+                   "standin; a runner class of one's own times alone unless it declares "
+                   "pairs)")
 RETIME_TOP = Field("retime_top", int, 5, min=0, max=100,
                    doc="a live run ends by timing its best this many distinct kernels and the "
                        "reference in turn, in rounds, in one process: the run's figure "

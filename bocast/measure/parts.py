@@ -20,7 +20,7 @@ from bocast.errors import InputError
 from bocast.measure.builder import Builder
 from bocast.measure.kinds import RUNNER_KINDS, kind_of, runner_class, runner_kind
 from bocast.measure.replay import ReplayRunner
-from bocast.measure.runner import RecordRunner, Runner, WorkerRunner
+from bocast.measure.runner import RecordRunner, Runner
 
 if TYPE_CHECKING:
     from bocast.measure.engine import Measurer, RecordMeasurer
@@ -40,7 +40,7 @@ def make_runner(kind: str, *, timeout_s: float | None = None, repeats: int | Non
     """The runner of ``kind`` (:func:`bocast.measure.kinds.runner_class`). A live kind:
     ``timeout_s`` bounds one kernel's run, ``repeats`` timed replays, ``seed`` the input data,
     ``l2`` warm or flushed before each timed launch, ``paired`` each kernel timed alternating
-    with the reference (the local runner and the stand-in; others time alone); ``rpc``: the
+    with the reference (runner classes that declare ``pairs``; others time alone); ``rpc``: the
     tracker, key and GPU model (kind rpc). ``replay``: ``dataset``, a
     :class:`~bocast.measure.replay.ReplayDataset` (it has no other option). A kind of one's
     own is made as ``cls(timeout_s=, repeats=, seed=, l2=)`` (a runner that answers whole
@@ -60,7 +60,7 @@ def make_runner(kind: str, *, timeout_s: float | None = None, repeats: int | Non
     if dataset is not None or timeout_s is None or repeats is None:
         raise ValueError(f"runner kind {kind!r} needs timeout_s and repeats, and no dataset")
     live: dict[str, Any] = {"timeout_s": timeout_s, "repeats": repeats, "seed": seed, "l2": l2}
-    if issubclass(cls, WorkerRunner):
+    if cls.pairs:
         live["paired"] = paired
     # rpc: the configuration's rpc section (tracker, key, ...; bocast.measure.rpc.options),
     # empty for every other kind

@@ -71,6 +71,9 @@ class Runner(ABC):
     #: (tracker, key, ...: :mod:`bocast.measure.rpc.options`), and its batch follows the
     #: fleet's size unless the configuration fixes one
     fleet: bool = False
+    #: it takes ``paired=`` (runner option ``paired``): each trial timed alternating with the
+    #: reference, its result's ``vs_reference`` the ratio; a class without it times alone
+    pairs: bool = False
 
     @abstractmethod
     def run(self, op: Operator, builds: Sequence[BuildResult], *,
@@ -177,8 +180,15 @@ def timing_method(repeats: int, warmup_ms: float, l2: str, *,
 TRIAL_PAIRS = 30
 
 
+def trial_repeats(repeats: int, paired: bool) -> int:
+    """A trial's timed repeats (paired: pairs, at least :data:`TRIAL_PAIRS`)."""
+    return max(TRIAL_PAIRS, repeats) if paired else repeats
+
+
 class WorkerRunner(Runner):
     """Runs each kernel as one task of a single-process :class:`TimedPool`."""
+
+    pairs = True
 
     def __init__(self, *, worker: str, timeout_s: float = 30.0, repeats: int = 10,
                  warmup_ms: float = 20.0, seed: int = 0, startup_timeout_s: float = 300.0,
@@ -192,8 +202,7 @@ class WorkerRunner(Runner):
 
     @property
     def _repeats(self) -> int:
-        """A trial's timed repeats: paired, at least :data:`TRIAL_PAIRS` pairs."""
-        return max(TRIAL_PAIRS, self.repeats) if self.paired else self.repeats
+        return trial_repeats(self.repeats, self.paired)
 
     def close(self) -> None:
         self._pool.close()

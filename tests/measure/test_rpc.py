@@ -219,6 +219,11 @@ def test_batch_spreads_over_all_servers_with_the_local_runners_results(cluster):
         expected = local.run(OP, bs[:5])
     assert [r.latency_ms for r in results[:5]] == [r.latency_ms for r in expected]
     assert results[0].key == "spread-0" and results[0].repeats == expected[0].repeats
+    # paired trials (the default), as the local runner's: each result carries the ratio
+    assert [r.vs_reference for r in results[:5]] == [r.vs_reference for r in expected]
+    assert expected[0].vs_reference and runner.timing()["paired"]
+    alone = cluster.runner(paired=False).run(OP, bs[:2])
+    assert [r.vs_reference for r in alone] == [None, None]
 
 
 

@@ -49,6 +49,7 @@ def test_servers_build_what_they_time_once(fleet):
     for b, r in out:
         assert b.status is Status.OK and b.kernel and not b.cached
         assert r is not None and r.status is Status.OK and r.extra["measured_on"]["gpu_index"]
+        assert r.vs_reference == pytest.approx(1.0 / r.latency_ms)  # paired trials, as local
     assert cached_entries(fleet.build_cache) == 6  # the servers' own cache
     again = runner.build_and_run(OP, configs, LOWER_ONLY)
     assert all(b.cached for b, _ in again)

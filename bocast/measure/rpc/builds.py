@@ -131,7 +131,8 @@ class ServerBuilds:
                 continue
             run = task.get("run") or {}
             kt = kernel_task(op, b, seed=run.get("seed", 0), repeats=run.get("repeats", 10),
-                             warmup_ms=run.get("warmup_ms", 20.0), l2=run.get("l2", "warm"))
+                             warmup_ms=run.get("warmup_ms", 20.0), l2=run.get("l2", "warm"),
+                             paired=bool(run.get("paired", False)))
             try:
                 raw = self.call(kt, float(task.get("timeout_s", 30.0)))
             except Exception as e:  # noqa: BLE001 - the kernel's answer; the thread goes on

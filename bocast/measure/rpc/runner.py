@@ -3,10 +3,10 @@
 what it times with its own cores, :mod:`bocast.measure.rpc.builds`) or built here
 (``rpc.builds: local``: :meth:`RpcRunner.run` of the builder's kernels).
 
-It measures what :class:`~bocast.measure.runner.GpuRunner` does: the same task for the same
-worker, isolated in the server's measurement process (:mod:`bocast.measure.rpc.server`); a
-re-timing's kernel and reference in one task on one server (:meth:`RpcRunner.run_paired`).
-What the RPC layer adds is where it runs (docs/rpc.md):
+It measures what :class:`~bocast.measure.runner.GpuRunner` does: the same task (paired trials
+too) for the same worker, isolated in the server's measurement process; a re-timing's kernel
+and reference in one task on one server (:meth:`RpcRunner.run_paired`). What the RPC layer adds
+is where it runs (docs/rpc.md):
 
 - one TVM RPC session per server per batch: a batch asks the tracker for up to ``sessions``
   servers and each session takes kernels from the batch's queue until it is empty (a feed,
@@ -60,6 +60,7 @@ from bocast.measure.runner import (
     WorkerRunner,
     kernel_task,
     timing_method,
+    trial_repeats,
 )
 from bocast.records.status import Status
 from bocast.space.knobs import Config
@@ -75,7 +76,7 @@ BuiltAndRan = Callable[[int, BuildResult, "RunResult | None"], None]
 class RpcRunner(Runner):
     """Times kernels on the GPU servers registered under ``key`` at ``tracker``."""
 
-    name, fleet = "rpc", True
+    name, fleet, pairs = "rpc", True, True
 
     def __init__(self, tracker: str | tuple[str, int], key: str, *, timeout_s: float = 30.0,
                  repeats: int = 10, warmup_ms: float = 20.0, seed: int = 0,
@@ -83,11 +84,10 @@ class RpcRunner(Runner):
                  slack_s: float = 120.0, connect_timeout_s: float = 30.0,
                  server_wait_s: float = 600.0, max_attempts: int = 3, priority: int = 1,
                  token_file: str | None = None, log: Callable[[str], None] | None = None,
-                 l2: str = "warm", builds: str = "server", ahead: int = 1):
+                 l2: str = "warm", builds: str = "server", ahead: int = 1, paired: bool = True):
         self.tracker, self.key, self.l2, self.builds = proto.parse_addr(tracker), key, l2, builds
-        # batches proposed ahead of the oldest one measured (bocast.run.pipeline); server builds
-        # only
-        self.ahead = ahead if builds == "server" else 0
+        self.paired, self.trial_repeats = paired, trial_repeats(repeats, paired)
+        self.ahead = ahead if builds == "server" else 0  # batches proposed ahead (pipeline.py)
         try:
             self.token = auth.load_token(token_file)
             auth.require(self.token, {"rpc tracker": self.tracker[0]})
@@ -111,8 +111,8 @@ class RpcRunner(Runner):
                 raise ValueError(f"cannot run {b.key}: build status {b.status}")
         calls = []
         for b in builds:
-            task = kernel_task(op, b, seed=self.seed, repeats=self.repeats,
-                               warmup_ms=self.warmup_ms, l2=self.l2)  # the local runner's task
+            task = kernel_task(op, b, seed=self.seed, repeats=self.trial_repeats,
+                               warmup_ms=self.warmup_ms, l2=self.l2, paired=self.paired)
             cubin = task.pop("cubin") or b""
             calls.append(_Call(task, cubin, self.timeout_s))
         out: list[RunResult | None] = [None] * len(builds)
@@ -162,8 +162,8 @@ class RpcRunner(Runner):
                     self._reference_task(op))
 
     def _build_calls(self, op: Operator, build: Mapping[str, Any]):
-        timing = {"seed": self.seed, "repeats": self.repeats, "warmup_ms": self.warmup_ms,
-                  "l2": self.l2}
+        timing = {"seed": self.seed, "repeats": self.trial_repeats, "warmup_ms": self.warmup_ms,
+                  "l2": self.l2, "paired": self.paired}
         return lambda configs: build_calls(op, configs, build, timeout_s=self.timeout_s,
                                            timing=timing)
 
@@ -195,7 +195,7 @@ class RpcRunner(Runner):
         return got[0]
 
     def timing(self) -> dict[str, Any]:
-        return timing_method(self.repeats, self.warmup_ms, self.l2)
+        return timing_method(self.trial_repeats, self.warmup_ms, self.l2, paired=self.paired)
 
     def device(self) -> dict[str, Any]:
         """The servers registered under the key now; pins the runner to their GPU model."""
