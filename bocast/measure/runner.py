@@ -195,21 +195,18 @@ class WorkerRunner(Runner):
                  l2: str = "warm", paired: bool = True):
         self.timeout_s, self.repeats = timeout_s, repeats
         self.warmup_ms, self.seed, self.l2, self.paired = warmup_ms, seed, l2, paired
+        self.trial_repeats = trial_repeats(repeats, paired)
         self._pool = TimedPool(worker, 1, startup_timeout_s=startup_timeout_s)
 
     def timing(self) -> dict[str, Any]:
-        return timing_method(self._repeats, self.warmup_ms, self.l2, paired=self.paired)
-
-    @property
-    def _repeats(self) -> int:
-        return trial_repeats(self.repeats, self.paired)
+        return timing_method(self.trial_repeats, self.warmup_ms, self.l2, paired=self.paired)
 
     def close(self) -> None:
         self._pool.close()
 
     def _task(self, op: Operator, b: BuildResult) -> dict[str, Any]:
-        return kernel_task(op, b, seed=self.seed, repeats=self._repeats, warmup_ms=self.warmup_ms,
-                           l2=self.l2, paired=self.paired)
+        return kernel_task(op, b, seed=self.seed, repeats=self.trial_repeats,
+                           warmup_ms=self.warmup_ms, l2=self.l2, paired=self.paired)
 
     def run(self, op: Operator, builds: Sequence[BuildResult], *,
             on_result: OnResult | None = None) -> list[RunResult]:

@@ -32,6 +32,7 @@ from bocast.records.record import (
     check_record,
     column_docs,
     measured_values,
+    ranks_by_ratio,
     speed,
 )
 from bocast.records.store import SCHEMA_VERSION, Store, StoreError, frame, load
@@ -41,4 +42,4 @@ __all__ = ["DATASET_COLUMNS", "DATASET_SUFFIXES", "FEATURES", "MAX_TFLOPS", "MEA
            "RecordError", "Store", "StoreError", "atomic_write", "best_record", "check_record",
            "column_docs", "dataset_configs", "dataset_csv", "dataset_files", "export_dataset",
            "frame", "git_sha", "load", "load_dataset", "measured_values", "package_versions",
-           "provenance", "speed"]
+           "provenance", "ranks_by_ratio", "speed"]

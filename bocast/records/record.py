@@ -116,9 +116,14 @@ def speed(records: Iterable[Record]) -> Callable[[Record], float]:
     else TFLOPS. The ratio's scale is not TFLOPS', and the strategies use it only for order
     and relative size (log y, fitness over the best), so a run never mixes the two: a run with
     one kernel timed alone (a store from before, a runner that times alone) ranks by TFLOPS."""
-    if all(r.vs_reference for r in records if r.succeeded):
+    if ranks_by_ratio(records):
         return lambda r: r.vs_reference or 0.0
     return lambda r: r.tflops or 0.0
+
+
+def ranks_by_ratio(records: Iterable[Record]) -> bool:
+    """Whether :func:`speed` of ``records`` is the paired ratio: every succeeded one has it."""
+    return all(r.vs_reference for r in records if r.succeeded)
 
 
 def best_record(records: Iterable[Record]) -> Record | None:

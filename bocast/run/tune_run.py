@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from bocast.errors import InputError
 from bocast.measure.telemetry import clock_summary, flag_line
 from bocast.progress import Progress, reference_label, say
+from bocast.records.record import ranks_by_ratio
 from bocast.run import figures
 
 if TYPE_CHECKING:
@@ -223,11 +224,9 @@ class TuneRun:
         """The summary's figure: the re-timed best (``figure: retimed``) where the run ended
         with a re-timing, else the in-run one (``in-run``; replay: ``recorded``). The in-run
         figure is kept under ``in_run`` either way."""
-        best_in_run = result.best
-        paired = best_in_run.vs_reference if best_in_run else None  # timed beside the reference
+        paired = result.best is not None and ranks_by_ratio(result.records)
         in_run = {"best_tflops": result.best_tflops, "reference_tflops": reference,
-                  "best_vs_reference": paired or (result.best_tflops / reference
-                                                  if reference and result.best_tflops else None),
+                  "best_vs_reference": result.best_vs_reference,
                   "ratio": "paired" if paired else "to the reference timed at the start"}
         best = final.get("best") if final else None
         if final is None or not best:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from bocast import interrupt
-from bocast.records.record import Record, best_record
+from bocast.records.record import Record, best_record, ranks_by_ratio
 from bocast.run import pipeline
 from bocast.space.knobs import Config
 from bocast.space.space import Space
@@ -69,6 +69,15 @@ class Trajectory:
     def best_tflops(self) -> float | None:
         return self.best.tflops if self.best else None
 
+    @property
+    def best_vs_reference(self) -> float | None:
+        """The best kernel's ratio to the reference: the one timed beside it where the run ranks
+        by that (:func:`~bocast.records.record.ranks_by_ratio`), else its TFLOPS over the
+        reference of the run's start; None without either."""
+        if self.best is not None and ranks_by_ratio(self.records):
+            return self.best.vs_reference
+        return self.best_tflops / self.reference if self.reference and self.best_tflops else None
+
     def trials_to(self, fraction: float, target: float | None = None) -> int | None:
         """First trial (1-based) whose best-so-far reaches ``fraction`` of ``target``
         (default: the known optimum)."""
@@ -90,9 +99,7 @@ class Trajectory:
             out["trials_to_95pct"] = self.trials_to(0.95)
         if self.reference and self.best_tflops:
             out["reference_tflops"] = self.reference
-            # paired: the ratio to the reference timed beside the kernel, not the one at the start
-            out["best_vs_reference"] = (self.best.vs_reference if self.best else None) \
-                or self.best_tflops / self.reference
+            out["best_vs_reference"] = self.best_vs_reference
         if self.best:
             out["best_config"] = self.best.config
         return out
@@ -267,8 +274,7 @@ class Tuner:
         # the reference re-timed after the last batch, where the measurer times one
         reference = getattr(self.measurer, "latest_reference", None) or self.reference
         paired = best_record(self.records)
-        if paired is not None and all(r.vs_reference for r in self.records if r.succeeded):
-            # the run ranks by the paired ratio: its best by it, with the ratio
+        if paired is not None and ranks_by_ratio(self.records):  # its best by it, with it
             b = paired.tflops or 0.0
             note.append(f"{paired.vs_reference:.2f}x {self.reference_label} (paired)")
         elif reference:

@@ -332,7 +332,7 @@ def test_a_source_that_never_varied_tail_split_gets_wave_twins_at_the_target():
     from bocast.strategies.bo.sources import _wave_twins
 
     varied = [dict(base[0], tail_split=1), dict(twins[0])]
-    got, ys = _wave_twins(varied, np.zeros(2), source_op, target)
+    got, ys = _wave_twins(varied, np.zeros(2), space.columns(varied)["wave_efficiency"], space)
     assert got == varied and len(ys) == 2
     # a memory-bound target (bmm of 57 flops a byte) gets none either
     bmm = make("bmm", (32, 1024, 1024, 128), space="v3")

@@ -19,7 +19,7 @@ knobs only the source has are dropped.
 **Rescaling.** Where both spaces derive a wave efficiency (v3) and both workloads are
 compute-bound, a row's TFLOPS is carried over as what it should reach at the target's shape:
 times the ratio of its tile slots doing real work there and at the source
-(:func:`_wave_shift`). Everything downstream (the best rows that start a run, the source
+(:func:`_wave_efficiencies`). Everything downstream (the best rows that start a run, the source
 model, ``bocast suggest``'s predictions) reads the rescaled value.
 """
 
@@ -53,7 +53,7 @@ class WarmStartError(InputError):
 class Source:
     """One source's successful rows, translated: configurations in the target's space, and the
     log TFLOPS each is expected to reach at the target's shape (measured, rescaled by
-    :func:`_wave_shift`)."""
+    :func:`_wave_efficiencies`)."""
 
     path: str
     workload: dict[str, Any]
@@ -226,42 +226,39 @@ def _source(path: str, target_op) -> Source:
     if not configs:
         raise WarmStartError(f"warm_start: {path}: none of its {len(rows)} ok rows fits the "
                              f"target's shape {list(target_op.workload['shape'])}")
-    ys_arr = np.array(ys) + _wave_shift(kept, src_op, configs, target_op)
-    dropped = len(rows) - len(configs)
-    configs, ys_arr = _wave_twins(configs, ys_arr, src_op, target_op)
+    ys_arr, dropped = np.array(ys), len(rows) - len(configs)
+    waves = _wave_efficiencies(kept, src_op, configs, target_op)
+    if waves is not None:  # rescaled to the target's shape, and the rows' wave twins
+        at_source, at_target = waves
+        ys_arr = ys_arr + (np.log(at_target) - np.log(at_source))
+        configs, ys_arr = _wave_twins(configs, ys_arr, at_target, target_op.space)
     return Source(path, got, configs, ys_arr, dropped)
 
 
 #: knobs that change only how a persistent walk's tiles fill the SMs (``_hopper_tail``: the last
 #: round's tiles cut into k slices), whose effect :func:`_wave_twins` carries into a source that
-#: never varied them, from the wave efficiency as :func:`_wave_shift` does for the shape
+#: never varied them, from the wave efficiency as the rescaling does for the shape
 WAVE_KNOBS = ("tail_split",)
 
 
-def _wave_twins(configs: list[Config], ys: np.ndarray, source_op,
-                target_op) -> tuple[list[Config], np.ndarray]:
+def _wave_twins(configs: list[Config], ys: np.ndarray, waves: np.ndarray,
+                space: Space) -> tuple[list[Config], np.ndarray]:
     """``configs`` and ``ys`` plus, for each row at the first value of a :data:`WAVE_KNOBS`
     knob that every row holds there (a table measured before the knob, or at one value of
     it), its twins at the knob's other values that the target's constraints admit, each
     expected at the row's value times the ratio of the twin's wave efficiency to the row's
-    (both at the target). Why: with no source row off tail_split 1, a warm run's first batch
+    (both at the target, in ``space``; ``waves``: the rows'). Why: with no source row off
+    tail_split 1, a warm run's first batch
     and source model cannot tell its values apart, and the twenty-first session's default
     tunes (H200) never ran the 128 x 192 kernels whose split last round re-timed 1.027-1.056
     of cuBLAS. Measured against that model (results/tail_split_h200), the gain is about half
     the predicted one (2048x28672x8192, tail 4: +2.7% measured, +4.1% predicted) and a loss at
-    K = 1024 (-2 to -7%): twins start a run's search, the run's own trials decide. Only where
-    :func:`_wave_shift` would rescale (both compute-bound, both spaces derive a wave
-    efficiency); else ``configs`` and ``ys`` unchanged."""
-    space = target_op.space
-    knobs = {k.name: k for k in space.knobs}
-    names = [n for n in WAVE_KNOBS if n in knobs] if configs else []
-    if not names or min(source_op.arithmetic_intensity,
-                        target_op.arithmetic_intensity) < COMPUTE_BOUND \
-            or "wave_efficiency" not in space.columns(configs[:1]):
-        return configs, ys
+    K = 1024 (-2 to -7%): twins start a run's search, the run's own trials decide. Called
+    where the rows are rescaled (:func:`_wave_efficiencies`)."""
+    knobs = {k.name: k for k in space.knobs if not isinstance(k, Split)}
     out, out_ys = list(configs), [ys]
-    base = np.log(space.columns(configs)["wave_efficiency"])
-    for name in names:
+    base = np.log(waves)
+    for name in (n for n in WAVE_KNOBS if n in knobs):
         values = knobs[name].choices
         if any(c.get(name, values[0]) != values[0] for c in configs):
             continue  # the source varied it: its rows say what it does
@@ -274,11 +271,12 @@ def _wave_twins(configs: list[Config], ys: np.ndarray, source_op,
     return out, np.concatenate(out_ys)
 
 
-def _wave_shift(configs: list[Config], source_op, translated: list[Config],
-                target_op) -> np.ndarray | float:
-    """log(wave efficiency at the target / at the source) of each row, where both spaces
-    derive it (space v3: ``wave_efficiency``, one CTA per SM) and both workloads are
-    compute-bound (:data:`COMPUTE_BOUND`), else 0. The same tile runs at the same speed per
+def _wave_efficiencies(configs: list[Config], source_op, translated: list[Config],
+                       target_op) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each row's wave efficiency at the source and (``translated``) at the target, where both
+    spaces derive it (space v3: ``wave_efficiency``, one CTA per SM) and both workloads are
+    compute-bound (:data:`COMPUTE_BOUND`), else None; a row's TFLOPS is rescaled by their
+    ratio (:func:`_source`). The same tile runs at the same speed per
     wave on the same SMs, so what changes with the shape is how many of its tile slots do real
     work: live on the H200, conv2d 16x28x28x128's cold best were 128 x 128 tiles (98 tiles:
     0.74), which rank low in the 14 x 14 table (50 tiles for 132 SMs), whose best 64 x 128
@@ -292,20 +290,20 @@ def _wave_shift(configs: list[Config], source_op, translated: list[Config],
     carried as measured (experiments/results/warm_default_live_h200.md)."""
     if not configs or min(source_op.arithmetic_intensity,
                           target_op.arithmetic_intensity) < COMPUTE_BOUND:
-        return 0.0
+        return None
     space, target = source_op.space, target_op.space
     if not all("wave_efficiency" in sp.columns(c[:1]) for sp, c in
                ((space, configs), (target, translated))):
-        return 0.0
-    src, dst = space.columns(configs), target.columns(translated)
-    return np.log(dst["wave_efficiency"]) - np.log(src["wave_efficiency"])
+        return None
+    return (space.columns(configs)["wave_efficiency"],
+            target.columns(translated)["wave_efficiency"])
 
 
 #: flops per byte (:attr:`bocast.space.operators.operator.Operator.arithmetic_intensity`) above
-#: which a workload counts as compute-bound for :func:`_wave_shift`: half the H100's ridge point
-#: (989 dense fp16 TFLOPS over 3.35 TB/s is 295; the H200's, 4.8 TB/s, 206). Measured cases lie far
-#: either side: the GEMM and conv2d workloads of the tables and live checks 256-1,024, the bmms 28
-#: and 57.
+#: which a workload counts as compute-bound for :func:`_wave_efficiencies`: half the H100's
+#: ridge point (989 dense fp16 TFLOPS over 3.35 TB/s is 295; the H200's, 4.8 TB/s, 206).
+#: Measured cases lie far either side: the GEMM and conv2d workloads of the tables and live
+#: checks 256-1,024, the bmms 28 and 57.
 COMPUTE_BOUND = 150.0
 
 

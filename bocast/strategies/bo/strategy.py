@@ -230,7 +230,7 @@ class BayesOpt(Strategy):
         if not pool:
             return []
         x_ok = self._inputs([self.config_of(r) for r in ok])
-        y_ok = gp_target(np.array([speed(ok)(r) for r in ok], float), self.hyper["y_transform"])
+        y_ok = gp_target(np.array(list(map(speed(ok), ok)), float), self.hyper["y_transform"])
         self.surrogate.fit(x_ok, y_ok)
         if self.pending:  # asked before, still measured: a Kriging believer's fantasies
             self.surrogate.believe(self._inputs(self.pending))
